@@ -1,0 +1,1 @@
+"""The dispatcher runtime: claims leased outbox messages and delivers them over HTTP."""

@@ -1,0 +1,285 @@
+"""Validation of new messages: pure functions, no I/O.
+
+Every argument of :meth:`outbox.Outbox.enqueue` is checked here before any SQL is
+sent, so bad input raises :class:`outbox.InvalidMessage` naming the field and the
+caller's transaction is left untouched.
+"""
+
+from __future__ import annotations
+
+import json as jsonlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from outbox.errors import InvalidMessage
+
+DEFAULT_MAX_BODY_BYTES = 256 * 1024
+MAX_ATTEMPTS_LIMIT = 1000
+MAX_KEY_LENGTH = 255
+MAX_URL_LENGTH = 2048
+MAX_HEADERS = 64
+MAX_HEADER_NAME = 256
+MAX_HEADER_VALUE = 8192
+
+METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+
+# Headers the library or the HTTP layer owns. "content-type" is set through the
+# content_type argument so that it always agrees with the body.
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "idempotency-key",
+    }
+)
+RESERVED_PREFIXES = ("webhook-",)
+
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# visible ASCII and space: safe in an HTTP header and in logs
+_PRINTABLE = re.compile(r"^[\x20-\x7e]+$")
+# header values: visible ASCII, space and tab
+_HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]*$")
+_MEDIA_TYPE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+/[!#$%&'*+\-.^_`|~0-9A-Za-z]+(\s*;.*)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A validated message, ready to be written."""
+
+    idempotency_key: str
+    target: str
+    url: str | None
+    endpoint_id: int | None
+    method: str
+    headers: dict[str, str]
+    body: bytes
+    content_type: str
+    event_type: str | None
+    ordering_key: str | None
+    max_attempts: int
+    available_at: datetime | None
+    state: str = "ready"
+
+    def params(self) -> dict[str, Any]:
+        """Parameters of the ``enqueue`` statement."""
+        return {
+            "idempotency_key": self.idempotency_key,
+            "target": self.target,
+            "endpoint_id": self.endpoint_id,
+            "url": self.url,
+            "method": self.method,
+            "headers": jsonlib.dumps(self.headers, separators=(",", ":")),
+            "body": self.body,
+            "content_type": self.content_type,
+            "event_type": self.event_type,
+            "ordering_key": self.ordering_key,
+            "state": self.state,
+            "max_attempts": self.max_attempts,
+            "available_at": self.available_at,
+        }
+
+
+def check_url(url: object, field: str = "url") -> str:
+    """Return ``url`` if it is an absolute http(s) URL without credentials."""
+    if not isinstance(url, str):
+        raise InvalidMessage(field, f"must be a string, not {type(url).__name__}")
+    if not url:
+        raise InvalidMessage(field, "must not be empty")
+    if len(url) > MAX_URL_LENGTH:
+        raise InvalidMessage(field, f"is longer than {MAX_URL_LENGTH} characters")
+    if not re.fullmatch(r"[\x21-\x7e]+", url):
+        raise InvalidMessage(field, "must not contain spaces, control or non-ASCII characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidMessage(field, f"is not a valid URL ({exc})") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise InvalidMessage(field, "must use the http or https scheme")
+    if "@" in parts.netloc:
+        raise InvalidMessage(field, "must not contain credentials (user:password@); use headers")
+    if not parts.hostname:
+        raise InvalidMessage(field, "must include a host")
+    if port == 0:
+        raise InvalidMessage(field, "port 0 is not a valid destination")
+    if parts.fragment:
+        raise InvalidMessage(field, "must not contain a fragment (#...); it is never sent")
+    return url
+
+
+def check_optional_key(value: object, field: str) -> str | None:
+    """As :func:`check_key`, but None is allowed."""
+    return None if value is None else check_key(value, field)
+
+
+def check_key(value: object, field: str) -> str:
+    """Return a printable key of 1-255 characters."""
+    if not isinstance(value, str):
+        raise InvalidMessage(field, f"must be a string, not {type(value).__name__}")
+    if not value:
+        raise InvalidMessage(field, "must not be empty")
+    if len(value) > MAX_KEY_LENGTH:
+        raise InvalidMessage(field, f"is longer than {MAX_KEY_LENGTH} characters")
+    if not _PRINTABLE.match(value):
+        raise InvalidMessage(field, "must contain only printable ASCII characters")
+    if value != value.strip(" "):
+        raise InvalidMessage(field, "must not start or end with a space")
+    return value
+
+
+def check_method(method: object) -> str:
+    """Return the upper-cased HTTP method if it is one the dispatcher sends."""
+    if not isinstance(method, str) or method.upper() not in METHODS:
+        raise InvalidMessage("method", f"must be one of {', '.join(sorted(METHODS))}")
+    return method.upper()
+
+
+def check_headers(headers: object) -> dict[str, str]:
+    """Return a copy of ``headers`` after checking names, values and reserved names."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise InvalidMessage("headers", "must be a mapping of header names to values")
+    if len(headers) > MAX_HEADERS:
+        raise InvalidMessage("headers", f"has more than {MAX_HEADERS} entries")
+    seen: set[str] = set()
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidMessage("headers", "header names must be non-empty strings")
+        shown = name if _PRINTABLE.match(name) else repr(name)
+        if len(name) > MAX_HEADER_NAME or not _TOKEN.match(name):
+            raise InvalidMessage(f"headers[{shown}]", "is not a valid HTTP header name")
+        lower = name.lower()
+        if lower in RESERVED_HEADERS or lower.startswith(RESERVED_PREFIXES):
+            hint = " (use content_type=)" if lower == "content-type" else ""
+            raise InvalidMessage(f"headers[{name}]", f"is set by the outbox itself{hint}")
+        if lower in seen:
+            raise InvalidMessage(f"headers[{name}]", "is given more than once")
+        seen.add(lower)
+        if not isinstance(value, str):
+            raise InvalidMessage(f"headers[{name}]", "value must be a string")
+        if len(value) > MAX_HEADER_VALUE:
+            raise InvalidMessage(f"headers[{name}]", f"value is longer than {MAX_HEADER_VALUE}")
+        if not _HEADER_VALUE.match(value):
+            raise InvalidMessage(
+                f"headers[{name}]",
+                "value must be printable ASCII (no CR, LF or other control characters)",
+            )
+        out[name] = value
+    return out
+
+
+def encode_body(
+    *, json: object, body: object, content_type: object, max_body_bytes: int
+) -> tuple[bytes, str]:
+    """Return the body bytes and content type from exactly one of ``json``/``body``."""
+    if (json is None) == (body is None):
+        raise InvalidMessage("json", "give exactly one of json= or body=")
+    if json is not None:
+        try:
+            data = jsonlib.dumps(
+                json, allow_nan=False, separators=(",", ":"), ensure_ascii=False
+            ).encode("utf-8")
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidMessage("json", f"is not JSON serialisable ({exc})") from None
+        default_type = "application/json"
+        field = "json"
+    elif isinstance(body, str):
+        try:
+            data = body.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidMessage("body", "is not valid Unicode text") from None
+        default_type = "text/plain; charset=utf-8"
+        field = "body"
+    elif isinstance(body, bytes | bytearray | memoryview):
+        data = bytes(body)
+        default_type = "application/octet-stream"
+        field = "body"
+    else:
+        raise InvalidMessage("body", f"must be bytes or str, not {type(body).__name__}")
+    if len(data) > max_body_bytes:
+        raise InvalidMessage(
+            field, f"is {len(data)} bytes, over the limit of {max_body_bytes} bytes"
+        )
+    if content_type is None:
+        return data, default_type
+    if (
+        not isinstance(content_type, str)
+        or len(content_type) > 255
+        or not _HEADER_VALUE.match(content_type)
+        or not _MEDIA_TYPE.match(content_type)
+    ):
+        raise InvalidMessage("content_type", "must be a media type such as application/json")
+    return data, content_type
+
+
+def check_max_attempts(value: object, default: int) -> int:
+    """Return the attempt budget, ``default`` when None."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidMessage("max_attempts", "must be an integer")
+    if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidMessage("max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT}")
+    return value
+
+
+def check_available_at(value: object) -> datetime | None:
+    """Return an aware datetime (or None)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidMessage("available_at", "must be a datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidMessage("available_at", "must be timezone-aware (naive datetimes are ambiguous)")
+    return value
+
+
+def build_message(
+    *,
+    url: object,
+    idempotency_key: object,
+    json: object,
+    body: object,
+    content_type: object,
+    method: object,
+    headers: object,
+    ordering_key: object,
+    available_at: object,
+    max_attempts: object,
+    default_max_attempts: int,
+    max_body_bytes: int,
+) -> NewMessage:
+    """Validate the arguments of ``enqueue`` and return the message to write."""
+    checked_url = check_url(url)
+    key = check_key(idempotency_key, "idempotency_key")
+    data, ctype = encode_body(
+        json=json, body=body, content_type=content_type, max_body_bytes=max_body_bytes
+    )
+    return NewMessage(
+        idempotency_key=key,
+        target=checked_url,
+        url=checked_url,
+        endpoint_id=None,
+        method=check_method(method),
+        headers=check_headers(headers),
+        body=data,
+        content_type=ctype,
+        event_type=None,
+        ordering_key=check_optional_key(ordering_key, "ordering_key"),
+        max_attempts=check_max_attempts(max_attempts, default_max_attempts),
+        available_at=check_available_at(available_at),
+    )

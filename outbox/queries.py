@@ -1,0 +1,96 @@
+"""Named SQL statements, loaded from ``queries.sql`` and bound to one schema.
+
+Statements are written once, in psycopg's ``%(name)s`` parameter style. The same
+text serves psycopg connections directly and SQLAlchemy connections through
+:func:`sqlalchemy.text`, after the parameters are rewritten as ``:name``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from psycopg import sql
+
+from outbox.errors import ConfigurationError
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_PYFORMAT = re.compile(r"%\((\w+)\)s")
+_SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
+
+
+def check_schema_name(schema: str) -> str:
+    """Return ``schema`` if it is a plain identifier, else raise ConfigurationError."""
+    if not isinstance(schema, str) or not _SCHEMA.match(schema):
+        raise ConfigurationError(
+            f"schema: {schema!r} is not a plain identifier (letters, digits and _, "
+            "starting with a letter or _, at most 48 characters)"
+        )
+    return schema
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One SQL statement: psycopg text, and the same text for SQLAlchemy."""
+
+    name: str
+    text: str
+
+    @functools.cached_property
+    def sqlalchemy(self) -> Any:
+        """The statement as a SQLAlchemy ``TextClause`` (built once)."""
+        from sqlalchemy import text
+
+        return text(_PYFORMAT.sub(r":\1", self.text))
+
+
+def _split(source: str) -> dict[str, str]:
+    parts = _NAME.split(source)
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    return {
+        name: body.strip()
+        for name, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
+
+
+@functools.cache
+def _source() -> dict[str, str]:
+    return _split(resources.files("outbox").joinpath("queries.sql").read_text("utf-8"))
+
+
+class Queries:
+    """All named statements of ``queries.sql`` for one schema."""
+
+    def __init__(self, schema: str) -> None:
+        check_schema_name(schema)
+        self.schema = schema
+        self.channel = f"{schema}_ready"
+        ident = sql.Identifier(schema)
+        notify = sql.SQL(", pg_notify({}, '')").format(sql.Literal(self.channel))
+        self._statements: dict[str, Statement] = {}
+        for name, body in _source().items():
+            if "{notify}" in body:
+                self._add(name, body, schema=ident, notify=sql.SQL(""))
+                self._add(f"{name}_notify", body, schema=ident, notify=notify)
+            else:
+                self._add(name, body, schema=ident)
+
+    def _add(self, name: str, body: str, **parts: sql.Composable) -> None:
+        text = sql.SQL(body).format(**parts).as_string(None)  # type: ignore[arg-type]
+        self._statements[name] = Statement(name, text)
+
+    def __getitem__(self, name: str) -> Statement:
+        return self._statements[name]
+
+    def names(self) -> list[str]:
+        """Names of every statement, in file order."""
+        return list(self._statements)
+
+
+@functools.lru_cache(maxsize=32)
+def queries_for(schema: str) -> Queries:
+    """The (cached) statements bound to ``schema``."""
+    return Queries(schema)
