@@ -1,0 +1,217 @@
+"""Classify one HTTP attempt, and decide the message's next state from it.
+
+Pure functions: the HTTP shell turns a response or an exception into an ``Outcome``
+(``classify_response`` / ``classify_exception``), and ``decide`` turns that outcome and
+the stored attempt count into a ``Decision`` the completion batch writes.
+
+Error texts are short, bounded, and never contain request or response payloads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from http import HTTPStatus
+from typing import Literal, assert_never
+
+import httpx
+
+from dispatchers.retry import RetryPolicy, parse_retry_after
+from dispatchers.ssrf import BlockedDestination
+
+__all__ = [
+    "DEFAULT_RETRY_STATUSES",
+    "MAX_ERROR_LENGTH",
+    "Decision",
+    "Outcome",
+    "Verdict",
+    "classify_exception",
+    "classify_response",
+    "decide",
+]
+
+DEFAULT_RETRY_STATUSES: frozenset[int] = frozenset({408, 425, 429})
+"""Non-5xx statuses worth retrying: Request Timeout, Too Early, Too Many Requests."""
+
+MAX_ERROR_LENGTH = 500
+"""Longest ``Outcome.error`` text, in characters."""
+
+_MAX_CHAIN = 16
+"""How many chained or grouped exceptions to inspect when looking for a blocked destination."""
+
+_TIMEOUT_NAMES: tuple[tuple[type[httpx.TimeoutException], str], ...] = (
+    (httpx.ConnectTimeout, "connect timeout"),
+    (httpx.ReadTimeout, "read timeout"),
+    (httpx.WriteTimeout, "write timeout"),
+    (httpx.PoolTimeout, "pool timeout"),
+)
+
+
+class Verdict(StrEnum):
+    """What one attempt amounted to."""
+
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"
+    FAILED = "failed"
+    """Permanent failure: the message is dead."""
+    GONE = "gone"
+    """HTTP 410: permanent, and the endpoint must be disabled."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The classified result of one HTTP attempt.
+
+    ``error_class`` is a stable machine label (``"http_500"``, ``"timeout"``, ...);
+    ``error`` is short human-readable text; ``retry_after`` is the server's requested
+    delay in seconds, when it sent a usable one with a retryable status.
+    """
+
+    verdict: Verdict
+    status: int | None
+    error: str | None
+    error_class: str | None
+    retry_after: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The message's next state: ``delay`` is in seconds and is 0 unless ``ready``."""
+
+    state: Literal["succeeded", "ready", "dead"]
+    delay: float
+    disable_endpoint: bool
+
+
+def classify_response(
+    status: int,
+    headers: Mapping[str, str],
+    *,
+    now: datetime,
+    retry_statuses: frozenset[int] = DEFAULT_RETRY_STATUSES,
+) -> Outcome:
+    """Classify a response by status.
+
+    2xx succeed; 5xx and ``retry_statuses`` retry, carrying any ``Retry-After``; 410 is
+    gone; 3xx (never followed) and every other status fail permanently. A status listed
+    in ``retry_statuses`` retries even when it is 410 or 3xx.
+    """
+    if 200 <= status <= 299:
+        return Outcome(Verdict.SUCCEEDED, status, None, None, None)
+    if status in retry_statuses or 500 <= status <= 599:
+        retry_after = parse_retry_after(_header(headers, "retry-after"), now=now)
+        return Outcome(Verdict.RETRY, status, _status_text(status), f"http_{status}", retry_after)
+    if 300 <= status <= 399:
+        return Outcome(
+            Verdict.FAILED, status, f"redirect not followed (HTTP {status})", "redirect", None
+        )
+    if status == 410:
+        return Outcome(Verdict.GONE, status, _status_text(status), "http_410", None)
+    if 100 <= status <= 599:
+        return Outcome(Verdict.FAILED, status, _status_text(status), f"http_{status}", None)
+    return Outcome(Verdict.FAILED, status, f"invalid HTTP status {status}", "invalid_status", None)
+
+
+def classify_exception(exc: BaseException) -> Outcome:
+    """Classify an exception raised while sending a request or reading its response.
+
+    A ``BlockedDestination`` anywhere in the cause/context chain fails permanently.
+    Timeouts, connection, protocol and other transport errors retry; an invalid URL or
+    unsupported scheme fails; anything unexpected retries as ``internal_error`` with only
+    the exception's type name as text. Non-``Exception`` errors such as cancellation
+    should normally propagate instead; if classified they retry as ``interrupted``.
+    """
+    blocked = _find_blocked(exc)
+    if blocked is not None:
+        return _failed("blocked_destination", _bounded(str(blocked)))
+    if isinstance(exc, httpx.InvalidURL):
+        return _failed("invalid_url", _described("invalid URL", exc))
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return _failed("unsupported_protocol", _described("unsupported protocol", exc))
+    if isinstance(exc, httpx.TooManyRedirects):
+        return _failed("redirect", _described("redirect not followed", exc))
+    if isinstance(exc, httpx.TimeoutException):
+        name = next((n for t, n in _TIMEOUT_NAMES if isinstance(exc, t)), "timeout")
+        return _retry("timeout", _described(name, exc))
+    if isinstance(exc, httpx.ConnectError):
+        return _retry("connect_error", _described("connect error", exc))
+    if isinstance(exc, httpx.ProtocolError):
+        return _retry("protocol_error", _described("protocol error", exc))
+    if isinstance(exc, httpx.TransportError):
+        return _retry("network_error", _described("network error", exc))
+    if isinstance(exc, Exception):
+        return _retry("internal_error", _bounded(f"internal error: {type(exc).__name__}"))
+    return _retry("interrupted", _bounded(f"interrupted: {type(exc).__name__}"))
+
+
+def decide(outcome: Outcome, *, attempts: int, max_attempts: int, policy: RetryPolicy) -> Decision:
+    """Next state after an attempt; ``attempts`` counts attempts made, this one included."""
+    match outcome.verdict:
+        case Verdict.SUCCEEDED:
+            return Decision("succeeded", 0.0, disable_endpoint=False)
+        case Verdict.FAILED:
+            return Decision("dead", 0.0, disable_endpoint=False)
+        case Verdict.GONE:
+            return Decision("dead", 0.0, disable_endpoint=True)
+        case Verdict.RETRY:
+            if attempts >= max_attempts:
+                return Decision("dead", 0.0, disable_endpoint=False)
+            delay = policy.delay(attempts, retry_after=outcome.retry_after)
+            return Decision("ready", delay if delay > 0 else 0.0, disable_endpoint=False)
+        case _:
+            assert_never(outcome.verdict)
+
+
+def _find_blocked(exc: BaseException) -> BlockedDestination | None:
+    """The first ``BlockedDestination`` among ``exc``, its causes, contexts and group members."""
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending and len(seen) < _MAX_CHAIN:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, BlockedDestination):
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return None
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive header lookup that works for plain dicts too."""
+    value = headers.get(name)
+    if value is not None:
+        return value
+    return next((v for k, v in headers.items() if k.lower() == name), None)
+
+
+def _status_text(status: int) -> str:
+    try:
+        return f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
+def _described(label: str, exc: BaseException) -> str:
+    detail = str(exc)
+    return _bounded(f"{label}: {detail}" if detail else label)
+
+
+def _bounded(text: str) -> str:
+    """Collapse whitespace and truncate to ``MAX_ERROR_LENGTH`` characters."""
+    text = " ".join(text.split())
+    if len(text) > MAX_ERROR_LENGTH:
+        return text[: MAX_ERROR_LENGTH - 3] + "..."
+    return text
+
+
+def _failed(error_class: str, error: str) -> Outcome:
+    return Outcome(Verdict.FAILED, None, error, error_class, None)
+
+
+def _retry(error_class: str, error: str) -> Outcome:
+    return Outcome(Verdict.RETRY, None, error, error_class, None)

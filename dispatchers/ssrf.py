@@ -1,0 +1,339 @@
+"""SSRF guard: refuse destinations that resolve to non-public addresses.
+
+The guard sits in httpcore's network backend, below the connection pool. For every new
+connection it resolves the host name itself, checks each resolved address against an
+:class:`AddressPolicy`, and then connects to the checked IP literal, so the name is never
+resolved a second time (DNS rebinding cannot swap in another address between check and
+connect). TLS is unaffected: httpcore passes the URL's host, not the address connected
+to, as ``server_hostname`` to ``start_tls``, so SNI and certificate host name checks
+still use the original name.
+
+A refused request raises :class:`BlockedDestination` itself out of
+``httpx.AsyncClient.send`` (and ``get``, ``post``, ...): httpx re-raises exceptions it
+does not recognise unchanged, so it is *not* an ``httpx.HTTPError`` and is not wrapped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+
+import httpcore
+import httpx
+
+from outbox.errors import ConfigurationError, OutboxError
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "AddressPolicy",
+    "BlockedDestination",
+    "GuardedNetworkBackend",
+    "guarded_transport",
+]
+
+IPAddress = IPv4Address | IPv6Address
+IPNetwork = IPv4Network | IPv6Network
+
+# Connection pool limits used when the caller gives none (the same values as httpx's).
+DEFAULT_LIMITS = httpx.Limits(
+    max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0
+)
+
+# IPv4 blocks that are not global unicast (IANA special-purpose registry, plus multicast
+# and the old class E space). Kept here rather than relying on ``ipaddress.is_global``,
+# whose tables differ between Python patch releases.
+_IPV4_NON_GLOBAL = tuple(
+    IPv4Network(cidr)
+    for cidr in (
+        "0.0.0.0/8",  # "this network", including the unspecified address
+        "10.0.0.0/8",  # RFC 1918 private
+        "100.64.0.0/10",  # shared address space (carrier-grade NAT)
+        "127.0.0.0/8",  # loopback
+        "169.254.0.0/16",  # link-local (cloud metadata services live here)
+        "172.16.0.0/12",  # RFC 1918 private
+        "192.0.0.0/24",  # IETF protocol assignments
+        "192.0.2.0/24",  # documentation (TEST-NET-1)
+        "192.88.99.0/24",  # deprecated 6to4 relay anycast
+        "192.168.0.0/16",  # RFC 1918 private
+        "198.18.0.0/15",  # benchmarking
+        "198.51.100.0/24",  # documentation (TEST-NET-2)
+        "203.0.113.0/24",  # documentation (TEST-NET-3)
+        "224.0.0.0/4",  # multicast
+        "240.0.0.0/4",  # reserved, including the limited broadcast 255.255.255.255
+    )
+)
+
+# Only 2000::/3 holds global unicast IPv6; this excludes ::, ::1, 100::/64, fc00::/7,
+# fe80::/10, fec0::/10, ff00::/8 and the rest of the unassigned space in one test.
+_IPV6_GLOBAL_UNICAST = IPv6Network("2000::/3")
+_IPV6_NON_GLOBAL = tuple(
+    IPv6Network(cidr)
+    for cidr in (
+        "2001::/23",  # IETF protocol assignments: Teredo, benchmarking, ORCHID, ...
+        "2001:db8::/32",  # documentation
+        "3fff::/20",  # documentation (RFC 9637)
+    )
+)
+# Forms that carry an IPv4 address in their low bits; judged by that IPv4 address.
+_IPV4_COMPATIBLE = IPv6Network("::/96")  # deprecated; also holds :: and ::1
+_NAT64_WELL_KNOWN = IPv6Network("64:ff9b::/96")
+
+
+class BlockedDestination(OutboxError):
+    """The destination resolved only to addresses the guard refuses.
+
+    ``host`` is the name (or literal) that was asked for and ``address`` the first
+    refused address; both are ``None`` when not applicable (a Unix socket).
+    """
+
+    def __init__(
+        self, message: str, *, host: str | None = None, address: IPAddress | None = None
+    ) -> None:
+        super().__init__(message)
+        self.host = host
+        self.address = address
+
+
+def _embedded_ipv4(address: IPv6Address) -> IPv4Address | None:
+    """The IPv4 address inside an IPv4-mapped, -compatible, 6to4 or NAT64 address."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _IPV4_COMPATIBLE or address in _NAT64_WELL_KNOWN:
+        return IPv4Address(int(address) & 0xFFFF_FFFF)
+    return None
+
+
+def _is_global_unicast(address: IPAddress) -> bool:
+    """Whether ``address`` is a public unicast address, reachable across the Internet."""
+    if isinstance(address, IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return _is_global_unicast(embedded)
+        return address in _IPV6_GLOBAL_UNICAST and not any(
+            address in network for network in _IPV6_NON_GLOBAL
+        )
+    return not any(address in network for network in _IPV4_NON_GLOBAL)
+
+
+def _blocked(host: str, address: IPAddress) -> BlockedDestination:
+    return BlockedDestination(
+        f"refusing to connect to {host!r}: it resolves to {address}, which is not a public"
+        " unicast address; to allow it, use --allow-private-networks or add a CIDR"
+        " containing it to the allow-list",
+        host=host,
+        address=address,
+    )
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    """Which destination addresses the guard lets the dispatcher connect to.
+
+    Global unicast addresses are always allowed. ``allow`` lists extra CIDRs that are
+    permitted although non-global (an IPv6 address that embeds an IPv4 one matches if
+    either form is inside a CIDR); ``allow_private_networks`` permits every address.
+    """
+
+    allow_private_networks: bool = False
+    allow: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def from_strings(
+        cls, allow: Iterable[str], *, allow_private_networks: bool = False
+    ) -> AddressPolicy:
+        """Build a policy from CIDR strings such as ``"10.0.0.0/8"`` or ``"::1"``.
+
+        Raises ``ConfigurationError`` naming the first string that is not a CIDR, or
+        that has host bits set (``"10.0.0.1/8"``).
+        """
+        if isinstance(allow, str):
+            raise ConfigurationError(
+                f"allow-list must be a list of CIDRs, not the string {allow!r}"
+            )
+        networks: list[IPNetwork] = []
+        for cidr in allow:
+            try:
+                networks.append(ipaddress.ip_network(cidr.strip(), strict=True))
+            except ValueError as exc:
+                raise ConfigurationError(f"invalid allow-list CIDR {cidr!r}: {exc}") from exc
+        return cls(allow_private_networks=allow_private_networks, allow=tuple(networks))
+
+    def is_allowed(self, address: IPAddress) -> bool:
+        """Whether the guard may connect to ``address``."""
+        if self.allow_private_networks or _is_global_unicast(address):
+            return True
+        forms: list[IPAddress] = [address]
+        if isinstance(address, IPv6Address):
+            embedded = _embedded_ipv4(address)
+            if embedded is not None:
+                forms.append(embedded)
+        return any(form in network for form in forms for network in self.allow)
+
+    def check(self, host: str, address: IPAddress) -> None:
+        """Raise ``BlockedDestination`` unless ``address`` (resolved from ``host``) is allowed."""
+        if not self.is_allowed(address):
+            raise _blocked(host, address)
+
+
+def _ip_literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
+    """An httpcore network backend that connects only to addresses ``policy`` allows.
+
+    Host names are resolved here with the running asyncio loop, so this backend works
+    under asyncio only. Connections are made by ``inner`` (default
+    ``httpcore.AnyIOBackend()``) to IP literals.
+    """
+
+    def __init__(
+        self, policy: AddressPolicy, *, inner: httpcore.AsyncNetworkBackend | None = None
+    ) -> None:
+        self._policy = policy
+        self._inner = inner if inner is not None else httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        """Resolve ``host``, drop refused addresses, connect to the first that answers.
+
+        ``timeout`` bounds resolution and connection attempts together.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        literal = _ip_literal(host)
+        if literal is not None:
+            self._policy.check(host, literal)
+            candidates = [literal]
+        else:
+            resolved = await self._resolve(host, port, deadline)
+            candidates = [address for address in resolved if self._policy.is_allowed(address)]
+            if not candidates:
+                raise _blocked(host, resolved[0])
+
+        options = None if socket_options is None else list(socket_options)
+        *others, last = candidates
+        for address in others:
+            try:
+                return await self._attempt(host, address, port, deadline, local_address, options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout):
+                continue
+        return await self._attempt(host, last, port, deadline, local_address, options)
+
+    async def _resolve(self, host: str, port: int, deadline: float | None) -> list[IPAddress]:
+        """Addresses ``host`` resolves to, without duplicates, in resolver order."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(deadline):
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except TimeoutError as exc:  # before OSError: TimeoutError is a subclass
+            raise httpcore.ConnectTimeout(f"resolving {host!r} timed out") from exc
+        except OSError as exc:
+            raise httpcore.ConnectError(f"could not resolve {host!r}: {exc}") from exc
+        addresses: list[IPAddress] = []
+        for family, _type, _proto, _canonname, sockaddr in infos:
+            if family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            address = ipaddress.ip_address(sockaddr[0])
+            if address not in addresses:
+                addresses.append(address)
+        if not addresses:
+            raise httpcore.ConnectError(f"{host!r} resolved to no IP addresses")
+        return addresses
+
+    async def _attempt(
+        self,
+        host: str,
+        address: IPAddress,
+        port: int,
+        deadline: float | None,
+        local_address: str | None,
+        socket_options: list[httpcore.SOCKET_OPTION] | None,
+    ) -> httpcore.AsyncNetworkStream:
+        remaining = None
+        if deadline is not None:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise httpcore.ConnectTimeout(f"connecting to {host!r} timed out")
+        return await self._inner.connect_tcp(
+            str(address),
+            port,
+            timeout=remaining,
+            local_address=local_address,
+            socket_options=socket_options,
+        )
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        """Always refuse: a Unix socket bypasses every address check."""
+        raise BlockedDestination(
+            f"refusing to connect to Unix socket {path!r}: the SSRF guard allows TCP only"
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        """Delegate to the inner backend."""
+        await self._inner.sleep(seconds)
+
+
+class _GuardedTransport(httpx.AsyncHTTPTransport):
+    """``httpx.AsyncHTTPTransport`` whose connection pool uses ``GuardedNetworkBackend``."""
+
+    def __init__(
+        self,
+        policy: AddressPolicy,
+        *,
+        verify: ssl.SSLContext | bool,
+        limits: httpx.Limits,
+        http2: bool,
+    ) -> None:
+        # trust_env=False: environment variables are read only by the CLI entry point.
+        ssl_context = httpx.create_ssl_context(verify=verify, trust_env=False)
+        super().__init__(verify=ssl_context, trust_env=False, limits=limits, http2=http2)
+        # httpx has no public way to choose httpcore's network backend, so replace the
+        # pool it just built (still unused, holding no connections) with an identical
+        # one that connects through the guard. This is the only private attribute we touch.
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=http2,
+            network_backend=GuardedNetworkBackend(policy),
+        )
+
+
+def guarded_transport(
+    policy: AddressPolicy,
+    *,
+    verify: ssl.SSLContext | bool = True,
+    limits: httpx.Limits = DEFAULT_LIMITS,
+    http2: bool = False,
+) -> httpx.AsyncHTTPTransport:
+    """An httpx transport that connects only to addresses ``policy`` allows.
+
+    ``verify`` is an ``ssl.SSLContext``, ``True`` (certifi's CA bundle) or ``False``;
+    proxies are not supported, and none are taken from the environment. A refused
+    request raises ``BlockedDestination`` unchanged out of the client.
+    """
+    return _GuardedTransport(policy, verify=verify, limits=limits, http2=http2)
