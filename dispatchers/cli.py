@@ -96,6 +96,157 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dispatch(args: argparse.Namespace) -> int:
+    from dispatchers.config import DispatcherConfig
+    from dispatchers.log import EventLog
+    from dispatchers.pool import run_dispatcher
+
+    config = DispatcherConfig(
+        schema=args.schema,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+        lease=args.lease,
+        request_timeout=args.request_timeout,
+        connect_timeout=min(args.connect_timeout, args.request_timeout),
+        grace=args.grace,
+        poll_interval=args.poll_interval,
+        listen=args.listen,
+        allow_private_networks=args.allow_private_networks,
+        allow_networks=tuple(args.allow_network),
+        idempotency_key_format=args.idempotency_key_format,
+        prepare=args.prepared_statements,
+    )
+    log = EventLog(format=args.log_format, level=args.log_level)
+    db = resolve_database(args)
+    stats = run_dispatcher(db.url, config, drain=args.drain, log=log)
+    print(
+        f"outbox dispatch: stopped; delivered {stats.delivered}, retried {stats.retried}, "
+        f"dead {stats.dead}, released {stats.released}, leases lost {stats.lease_lost}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def add_dispatch_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "dispatch",
+        help="run a dispatcher: claim ready messages and deliver them over HTTP",
+        description="Run a dispatcher process. Run more copies (on any hosts) to scale "
+        "out; each claims with leases, so no two deliver the same message at once. "
+        "SIGTERM or SIGINT stops claiming at once and gives in-flight deliveries "
+        "--grace seconds before releasing them.",
+    )
+    add_database_options(p)
+    p.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=64,
+        help="deliveries in flight at once (default: 64)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=100,
+        help="most messages claimed by one statement (default: 100)",
+    )
+    p.add_argument(
+        "--lease",
+        type=positive_float,
+        default=30.0,
+        help="lease length in seconds, renewed every third (default: 30)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        default=10.0,
+        help="bound on one HTTP attempt, connect to last byte (default: 10)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=positive_float,
+        default=5.0,
+        help="bound on opening a connection (default: 5)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        help="seconds in-flight deliveries get at shutdown (default: 10)",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=positive_float,
+        default=1.0,
+        help="seconds between polls when no notification arrives (default: 1)",
+    )
+    p.add_argument(
+        "--no-listen",
+        dest="listen",
+        action="store_false",
+        help="do not LISTEN for enqueue notifications; poll only "
+        "(needed behind PgBouncer in transaction mode)",
+    )
+    p.add_argument(
+        "--no-prepared-statements",
+        dest="prepared_statements",
+        action="store_false",
+        help="never prepare statements (for poolers that cannot keep them)",
+    )
+    p.add_argument("--drain", action="store_true", help="exit 0 once no message is due or running")
+    p.add_argument(
+        "--allow-private-networks",
+        action="store_true",
+        help="turn the SSRF guard off: allow loopback and private addresses",
+    )
+    p.add_argument(
+        "--allow-network",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="allow this non-public network (repeatable), e.g. 10.0.0.0/8",
+    )
+    p.add_argument(
+        "--idempotency-key-format",
+        choices=("structured", "raw"),
+        default="structured",
+        help='Idempotency-Key as an RFC 8941 string ("key", per the IETF '
+        "draft; default) or the raw key",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("json", "text"),
+        default=None,
+        help="json lines (default when stdout is not a terminal) or text",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="least important event to log (default: info)",
+    )
+    p.set_defaults(handler=cmd_dispatch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="outbox",
@@ -108,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_database_options(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=cmd_migrate)
+
+    add_dispatch_parser(sub)
     return parser
 
 

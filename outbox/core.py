@@ -35,12 +35,16 @@ class Outbox:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         self.queries: Queries = queries_for(schema)
-        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or (
-            max_body_bytes < 1
+        if (
+            isinstance(max_body_bytes, bool)
+            or not isinstance(max_body_bytes, int)
+            or (max_body_bytes < 1)
         ):
             raise ConfigurationError("max_body_bytes: must be a positive integer")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not (
-            1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+        if (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not (1 <= max_attempts <= MAX_ATTEMPTS_LIMIT)
         ):
             raise ConfigurationError(f"max_attempts: must be between 1 and {MAX_ATTEMPTS_LIMIT}")
         self.schema = schema

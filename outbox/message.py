@@ -46,12 +46,12 @@ RESERVED_HEADERS = frozenset(
 )
 RESERVED_PREFIXES = ("webhook-",)
 
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 # visible ASCII and space: safe in an HTTP header and in logs
-_PRINTABLE = re.compile(r"^[\x20-\x7e]+$")
+_PRINTABLE = re.compile(r"^[\x20-\x7e]+\Z")
 # header values: visible ASCII, space and tab
-_HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]*$")
-_MEDIA_TYPE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+/[!#$%&'*+\-.^_`|~0-9A-Za-z]+(\s*;.*)?$")
+_HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]*\Z")
+_MEDIA_TYPE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+/[!#$%&'*+\-.^_`|~0-9A-Za-z]+(\s*;.*)?\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +114,7 @@ def check_url(url: object, field: str = "url") -> str:
         raise InvalidMessage(field, "must include a host")
     if port == 0:
         raise InvalidMessage(field, "port 0 is not a valid destination")
-    if parts.fragment:
+    if "#" in url:  # an empty fragment ("...#") too: it is never sent either
         raise InvalidMessage(field, "must not contain a fragment (#...); it is never sent")
     return url
 
@@ -244,7 +244,9 @@ def check_available_at(value: object) -> datetime | None:
     if not isinstance(value, datetime):
         raise InvalidMessage("available_at", "must be a datetime")
     if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidMessage("available_at", "must be timezone-aware (naive datetimes are ambiguous)")
+        raise InvalidMessage(
+            "available_at", "must be timezone-aware (naive datetimes are ambiguous)"
+        )
     return value
 
 

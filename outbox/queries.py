@@ -50,10 +50,7 @@ class Statement:
 def _split(source: str) -> dict[str, str]:
     parts = _NAME.split(source)
     # parts = [preamble, name1, body1, name2, body2, ...]
-    return {
-        name: body.strip()
-        for name, body in zip(parts[1::2], parts[2::2], strict=True)
-    }
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
 @functools.cache
@@ -79,7 +76,7 @@ class Queries:
                 self._add(name, body, schema=ident)
 
     def _add(self, name: str, body: str, **parts: sql.Composable) -> None:
-        text = sql.SQL(body).format(**parts).as_string(None)  # type: ignore[arg-type]
+        text = sql.SQL(body).format(**parts).as_string(None)
         self._statements[name] = Statement(name, text)
 
     def __getitem__(self, name: str) -> Statement:

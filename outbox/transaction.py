@@ -26,7 +26,7 @@ ASYNC_KINDS = "a SQLAlchemy AsyncSession or AsyncConnection, or a psycopg AsyncC
 
 
 def _sqlalchemy_kind(tx: object) -> str | None:
-    """"sync" or "async" for a SQLAlchemy session/connection, else None.
+    """ "sync" or "async" for a SQLAlchemy session/connection, else None.
 
     SQLAlchemy is only looked at if the application imported it, so psycopg-only
     applications never pay for importing it.

@@ -1,0 +1,120 @@
+"""Dispatcher settings: one value object, validated as a whole at start-up."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from dispatchers.retry import ExponentialBackoff, RetryPolicy
+from outbox.errors import ConfigurationError
+from outbox.queries import check_schema_name
+
+LEASE_BUDGET_FACTOR = 1.5
+"""The lease must be this many times the longest a delivery can take to finish and
+be recorded (request timeout + flush interval + statement timeout), so a delivery
+never outlives its lease even when every heartbeat in between fails."""
+
+
+@dataclass(frozen=True)
+class DispatcherConfig:
+    """Every knob of a dispatcher process. Times are in seconds.
+
+    ``lease`` is renewed every ``lease / 3``. ``batch_size`` bounds one claim
+    statement; a dispatcher claims at most its free capacity
+    (``concurrency`` minus deliveries in flight or awaiting their outcome write).
+    """
+
+    schema: str = "outbox"
+    concurrency: int = 64
+    batch_size: int = 100
+    lease: float = 30.0
+    request_timeout: float = 10.0
+    connect_timeout: float = 5.0
+    flush_interval: float = 0.05
+    flush_batch: int = 500
+    grace: float = 10.0
+    poll_interval: float = 1.0
+    listen: bool = True
+    rescue_interval: float = 5.0
+    claim_timeout: float = 2.0
+    statement_timeout: float = 3.0
+    lock_timeout: float = 1.0
+    idle_in_transaction_timeout: float = 5.0
+    db_connect_timeout: float = 5.0
+    max_response_bytes: int = 64 * 1024
+    excerpt_bytes: int = 1024
+    allow_private_networks: bool = False
+    allow_networks: tuple[str, ...] = ()
+    verify_tls: bool = True
+    idempotency_key_format: str = "structured"
+    user_agent: str = "outbox-dispatcher"
+    retry_policy: RetryPolicy = field(default_factory=ExponentialBackoff)
+    retry_statuses: frozenset[int] = frozenset({408, 425, 429})
+    prepare: bool = True
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def renew_interval(self) -> float:
+        return self.lease / 3
+
+    @property
+    def completion_budget(self) -> float:
+        """Longest time from claim to a recorded outcome when nothing renews."""
+        return self.request_timeout + self.flush_interval + self.statement_timeout
+
+    def validate(self) -> None:
+        """Raise ConfigurationError naming the first setting that cannot work."""
+        check_schema_name(self.schema)
+        for name in ("concurrency", "batch_size", "flush_batch", "max_response_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"{name}: must be a positive integer, got {value!r}")
+        if self.excerpt_bytes < 0 or self.excerpt_bytes > self.max_response_bytes:
+            raise ConfigurationError("excerpt_bytes: must be between 0 and max_response_bytes")
+        for name in (
+            "lease",
+            "request_timeout",
+            "connect_timeout",
+            "flush_interval",
+            "poll_interval",
+            "rescue_interval",
+            "claim_timeout",
+            "statement_timeout",
+            "lock_timeout",
+            "idle_in_transaction_timeout",
+            "db_connect_timeout",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value > 0 or value != value:
+                raise ConfigurationError(f"{name}: must be a positive number of seconds")
+        if self.grace < 0:
+            raise ConfigurationError("grace: must not be negative")
+        if self.connect_timeout > self.request_timeout:
+            raise ConfigurationError("connect_timeout: must not exceed request_timeout")
+        needed = LEASE_BUDGET_FACTOR * self.completion_budget
+        if self.lease < needed:
+            raise ConfigurationError(
+                f"lease: {self.lease:g} s is too short. A delivery may take up to the request "
+                f"timeout ({self.request_timeout:g} s) plus the flush interval "
+                f"({self.flush_interval:g} s) plus the statement timeout "
+                f"({self.statement_timeout:g} s) to be recorded, and the lease must be at "
+                f"least {LEASE_BUDGET_FACTOR:g}x that ({needed:g} s), or duplicates are "
+                "certain under load. Raise --lease or lower --request-timeout."
+            )
+        for name in ("claim_timeout", "statement_timeout", "lock_timeout"):
+            if getattr(self, name) * 3 > self.lease:
+                raise ConfigurationError(f"{name}: must be at most a third of the lease")
+        if self.idempotency_key_format not in ("structured", "raw"):
+            raise ConfigurationError(
+                "idempotency_key_format: must be 'structured' (an RFC 8941 string, as the "
+                "IETF Idempotency-Key draft specifies) or 'raw'"
+            )
+        for cidr in self.allow_networks:
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ConfigurationError(
+                    f"allow_networks: {cidr!r} is not a CIDR ({exc})"
+                ) from None

@@ -1,0 +1,203 @@
+"""The dispatcher's database access: a small pool, bounded statements, and the
+classification of database errors as transient or not.
+
+Every statement runs in its own short transaction whose timeouts are set with
+``set_config(..., is_local => true)``: no session state and no startup parameters,
+so the dispatcher works behind PgBouncer in transaction mode. The statements
+themselves live in ``outbox/queries.sql``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg.rows import TupleRow
+
+from dispatchers.config import DispatcherConfig
+from outbox.queries import Statement, queries_for
+
+# SQLSTATE classes and codes worth retrying: the connection went away, the server
+# is starting or stopping, it ran out of resources, or a statement lost a race.
+_TRANSIENT_CLASSES = ("08", "53", "40", "57P")
+_TRANSIENT_CODES = frozenset({"57014", "55P03", "58000", "58030"})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for database errors that a later try may not meet again.
+
+    Classified by SQLSTATE, never by message text. A psycopg error without a
+    SQLSTATE is a client-side connection failure.
+    """
+    if isinstance(exc, psycopg_pool.PoolTimeout | psycopg_pool.TooManyRequests):
+        return True
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate
+        if state is None:
+            return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_CODES
+    return isinstance(exc, OSError | TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A claimed message: what to send, and the attempt number that fences it."""
+
+    id: int
+    idempotency_key: str
+    url: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+    content_type: str
+    attempts: int
+    max_attempts: int
+    endpoint_id: int | None
+    event_type: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The outcome of one claim, as the completion batch writes it."""
+
+    id: int
+    attempt: int
+    state: str  # succeeded | ready | dead
+    outcome: str  # succeeded | retry | failed | gone | released
+    sent: bool
+    delay: float = 0.0
+    status: int | None = None
+    error_class: str | None = None
+    error: str | None = None
+    started_at: datetime | None = None
+    duration_ms: int | None = None
+    excerpt: str | None = None
+
+
+class Store:
+    """The statements one dispatcher runs, on a pool of a few connections."""
+
+    def __init__(self, conninfo: str, config: DispatcherConfig) -> None:
+        self.config = config
+        self.queries = queries_for(config.schema)
+        self._timeouts = (
+            f"{int(config.statement_timeout * 1000)}ms",
+            f"{int(config.lock_timeout * 1000)}ms",
+            f"{int(config.idle_in_transaction_timeout * 1000)}ms",
+        )
+        self._claim_timeouts = (f"{int(config.claim_timeout * 1000)}ms", *self._timeouts[1:])
+        kwargs: dict[str, Any] = {"connect_timeout": max(1, int(config.db_connect_timeout))}
+        if not config.prepare:
+            kwargs["prepare_threshold"] = None
+        self.pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[TupleRow]] = (
+            psycopg_pool.AsyncConnectionPool(
+                conninfo,
+                min_size=1,
+                max_size=4,
+                kwargs=kwargs,
+                open=False,
+                timeout=config.statement_timeout,
+                name="outbox-dispatcher",
+            )
+        )
+
+    async def open(self) -> None:
+        await self.pool.open(wait=False)
+
+    async def close(self) -> None:
+        await self.pool.close(timeout=self.config.statement_timeout)
+
+    async def _run(
+        self,
+        statement: Statement,
+        params: dict[str, Any],
+        *,
+        timeouts: tuple[str, ...] | None = None,
+    ) -> list[TupleRow]:
+        """Run one statement in its own bounded transaction; return its rows."""
+        async with self.pool.connection() as conn:
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute(
+                    "SELECT set_config('statement_timeout', %s, true),"
+                    " set_config('lock_timeout', %s, true),"
+                    " set_config('idle_in_transaction_session_timeout', %s, true)",
+                    timeouts or self._timeouts,
+                )
+                cur = await conn.execute(statement.text, params)
+                rows = await cur.fetchall()
+            return rows
+
+    async def claim(self, owner: str, limit: int) -> list[Job]:
+        rows = await self._run(
+            self.queries["claim"],
+            {"owner": owner, "limit": limit, "lease_s": self.config.lease},
+            timeouts=self._claim_timeouts,
+        )
+        return [
+            Job(
+                id=r[0],
+                idempotency_key=r[1],
+                url=r[2],
+                method=r[3],
+                headers=r[4],
+                body=r[5],
+                content_type=r[6],
+                attempts=r[7],
+                max_attempts=r[8],
+                endpoint_id=r[9],
+                event_type=r[10],
+                created_at=r[11],
+            )
+            for r in rows
+        ]
+
+    async def renew(self, owner: str, held: Sequence[tuple[int, int]]) -> set[int]:
+        """Extend every lease in ``held`` (id, attempt); return the ids still held."""
+        rows = await self._run(
+            self.queries["renew"],
+            {
+                "owner": owner,
+                "lease_s": self.config.lease,
+                "ids": [h[0] for h in held],
+                "attempts": [h[1] for h in held],
+            },
+        )
+        return {r[0] for r in rows}
+
+    async def complete(self, owner: str, batch: Sequence[Completion]) -> set[int]:
+        """Record a batch of outcomes; return the ids whose outcome was applied."""
+        rows = await self._run(
+            self.queries["complete"],
+            {
+                "owner": owner,
+                "ids": [c.id for c in batch],
+                "attempts": [c.attempt for c in batch],
+                "states": [c.state for c in batch],
+                "delays": [c.delay for c in batch],
+                "sent": [c.sent for c in batch],
+                "statuses": [c.status for c in batch],
+                "outcomes": [c.outcome for c in batch],
+                "error_classes": [c.error_class for c in batch],
+                "errors": [c.error for c in batch],
+                "started": [c.started_at for c in batch],
+                "durations": [c.duration_ms for c in batch],
+                "excerpts": [c.excerpt for c in batch],
+            },
+        )
+        return {r[0] for r in rows}
+
+    async def rescue(self, limit: int = 1000) -> list[tuple[int, str]]:
+        """Return expired leases to ready (or dead); return (id, new state) pairs."""
+        rows = await self._run(self.queries["rescue"], {"limit": limit})
+        return [(r[0], r[1]) for r in rows]
+
+    async def work_remaining(self) -> tuple[int, int, int]:
+        """(due now, running, scheduled later) across all dispatchers."""
+        rows = await self._run(self.queries["work_remaining"], {})
+        due, running, scheduled = rows[0]
+        return int(due), int(running), int(scheduled)

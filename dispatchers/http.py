@@ -1,0 +1,168 @@
+"""HTTP delivery: one attempt of one claimed message, classified.
+
+The sender never raises for a failed delivery: every response and every transport
+error becomes an :class:`~dispatchers.outcome.Outcome`. It reads at most
+``max_response_bytes`` of a response body, keeps a short excerpt of it, bounds
+the whole attempt by ``request_timeout`` (httpx's timeouts are per operation, so a
+trickling response could otherwise last forever) and never follows redirects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import Job
+from dispatchers.outcome import Outcome, Verdict, classify_exception, classify_response
+from dispatchers.ssrf import AddressPolicy, guarded_transport
+
+TASKS_PER_CLIENT = 16
+"""httpx's pool scans every connection per request, so one client shared by many
+concurrent tasks becomes the bottleneck; a client per small group scales."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One HTTP attempt: its outcome, timing and a bounded response excerpt."""
+
+    outcome: Outcome
+    started_at: datetime
+    duration_ms: int
+    excerpt: str | None
+
+
+def idempotency_header(key: str, form: str) -> str:
+    """The ``Idempotency-Key`` value: an RFC 8941 string (``"..."``) or the raw key."""
+    if form == "raw":
+        return key
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+HeaderHook = Callable[[Job, dict[str, str]], None]
+
+
+class Sender:
+    """Sends claimed messages with pooled httpx clients.
+
+    :param transport: an httpx transport to use instead of the guarded default
+        (for tests, or a custom network stack); the SSRF guard is then the
+        transport's business. A transport passed in is never closed here.
+    :param header_hook: called with each job and its request headers just
+        before sending, to add per-attempt headers (webhook signatures).
+    """
+
+    def __init__(
+        self,
+        config: DispatcherConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        header_hook: HeaderHook | None = None,
+    ) -> None:
+        self.config = config
+        self.header_hook = header_hook
+        timeout = httpx.Timeout(
+            connect=config.connect_timeout,
+            read=config.request_timeout,
+            write=config.request_timeout,
+            pool=config.request_timeout,
+        )
+        if transport is not None:
+            self._clients = [self._client(transport, timeout)]
+            self._owns_transports = False
+        else:
+            policy = AddressPolicy.from_strings(
+                config.allow_networks, allow_private_networks=config.allow_private_networks
+            )
+            count = max(1, -(-config.concurrency // TASKS_PER_CLIENT))
+            per_client = -(-config.concurrency // count)
+            limits = httpx.Limits(
+                max_connections=per_client,
+                max_keepalive_connections=per_client,
+                keepalive_expiry=30.0,
+            )
+            self._clients = [
+                self._client(
+                    guarded_transport(policy, verify=config.verify_tls, limits=limits), timeout
+                )
+                for _ in range(count)
+            ]
+            self._owns_transports = True
+
+    @staticmethod
+    def _client(transport: httpx.AsyncBaseTransport, timeout: httpx.Timeout) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            transport=transport, timeout=timeout, follow_redirects=False, trust_env=False
+        )
+
+    async def aclose(self) -> None:
+        if self._owns_transports:
+            for client in self._clients:
+                await client.aclose()
+
+    def request_headers(self, job: Job) -> dict[str, str]:
+        headers = dict(job.headers)
+        headers["Content-Type"] = job.content_type
+        headers["Idempotency-Key"] = idempotency_header(
+            job.idempotency_key, self.config.idempotency_key_format
+        )
+        headers.setdefault("User-Agent", self.config.user_agent)
+        headers.setdefault("Accept-Encoding", "identity")
+        if self.header_hook is not None:
+            self.header_hook(job, headers)
+        return headers
+
+    async def send(self, job: Job) -> Attempt:
+        """Make one attempt at delivering ``job``. Raises only CancelledError."""
+        started_at = datetime.now(UTC)
+        start = time.monotonic()
+        client = self._clients[job.id % len(self._clients)]
+        excerpt: str | None = None
+        try:
+            async with asyncio.timeout(self.config.request_timeout):
+                request = client.build_request(
+                    job.method, job.url, content=job.body, headers=self.request_headers(job)
+                )
+                response = await client.send(request, stream=True)
+                try:
+                    body = await self._read_bounded(response)
+                finally:
+                    await response.aclose()
+            outcome = classify_response(
+                response.status_code,
+                response.headers,
+                now=datetime.now(UTC),
+                retry_statuses=self.config.retry_statuses,
+            )
+            if self.config.excerpt_bytes and body:
+                excerpt = body[: self.config.excerpt_bytes].decode("utf-8", errors="replace")
+        except TimeoutError:
+            outcome = Outcome(
+                verdict=Verdict.RETRY,
+                status=None,
+                error=f"no complete response within {self.config.request_timeout:g} s",
+                error_class="timeout",
+                retry_after=None,
+            )
+        except Exception as exc:
+            outcome = classify_exception(exc)
+        duration_ms = int((time.monotonic() - start) * 1000)
+        return Attempt(outcome, started_at, duration_ms, excerpt)
+
+    async def _read_bounded(self, response: httpx.Response) -> bytes:
+        """Read up to ``max_response_bytes`` of the body; the rest is never read
+        (closing the response then drops the connection instead of reusing it)."""
+        limit = self.config.max_response_bytes
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_raw():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= limit:
+                break
+        return b"".join(chunks)[:limit]

@@ -1,0 +1,540 @@
+"""The dispatcher pool: claim, deliver, renew, record, rescue, shut down.
+
+One process runs up to ``concurrency`` deliveries at once on one asyncio loop:
+
+- the **claimer** claims up to the free capacity in one statement (committed
+  before any HTTP work) and starts a delivery task per message;
+- the **heartbeat** renews every lease the process holds in one statement per
+  ``lease / 3``; a lease missing from the result is lost: its delivery is
+  cancelled and its outcome dropped;
+- the **flusher** writes outcomes in batches, each fenced by owner and attempt;
+  a slot stays taken (and its lease renewed) until its outcome is written;
+- the **rescuer** returns expired leases of dead dispatchers to ``ready``;
+- the **listener** turns ``NOTIFY`` into an immediate claim; polling every
+  ``poll_interval`` is the fallback.
+
+Transient database errors pause claiming and are retried; outcomes are kept
+until written (writing them twice is harmless: the fence makes it a no-op).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httpx
+import psycopg
+import tenacity
+from psycopg import sql
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import Completion, Job, Store, is_transient
+from dispatchers.http import Attempt, HeaderHook, Sender
+from dispatchers.log import EventLog
+from dispatchers.outcome import decide
+
+
+def make_owner() -> str:
+    """A lease owner id unique to this process: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+@dataclass
+class Stats:
+    """Counters of one dispatcher's life, for logs, tests and benchmarks."""
+
+    claimed: int = 0
+    delivered: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    lease_lost: int = 0
+    rescued: int = 0
+    claims: int = 0
+    flushes: int = 0
+    db_errors: int = 0
+
+
+@dataclass(eq=False)
+class _Flight:
+    job: Job
+    task: asyncio.Task[None] | None = None
+    started: bool = False
+
+
+@dataclass
+class _Backoff:
+    """Bounded exponential pause after a database error."""
+
+    initial: float = 0.05
+    maximum: float = 5.0
+    current: float = field(default=0.0)
+
+    def next(self) -> float:
+        self.current = min(self.maximum, self.current * 2 if self.current else self.initial)
+        return self.current
+
+    def reset(self) -> None:
+        self.current = 0.0
+
+
+class Dispatcher:
+    """Delivers outbox messages from one PostgreSQL database.
+
+    :param conninfo: a libpq connection string or URL.
+    :param config: settings (validated on construction).
+    :param transport: an httpx transport to send with, instead of the default
+        SSRF-guarded one.
+    :param log: where events go (default: JSON lines on stdout).
+    :param header_hook: adds per-attempt headers (used for webhook signatures).
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        config: DispatcherConfig | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        log: EventLog | None = None,
+        owner: str | None = None,
+        header_hook: HeaderHook | None = None,
+    ) -> None:
+        self.conninfo = conninfo
+        self.config = config or DispatcherConfig()
+        self.owner = owner or make_owner()
+        self.log = log or EventLog()
+        self.stats = Stats()
+        self._transport = transport
+        self._header_hook = header_hook
+        self._store: Store | None = None
+        self._sender: Sender | None = None
+        self._inflight: dict[int, _Flight] = {}
+        self._pending: dict[int, Completion] = {}
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._capacity = asyncio.Event()
+        self._pending_ready = asyncio.Event()
+        self._write_lock = asyncio.Lock()
+        self._flush_lock = asyncio.Lock()
+        self._shutting_down = False
+
+    # -- control -------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming now; in-flight deliveries get the grace period."""
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    async def run(self, *, drain: bool = False) -> Stats:
+        """Run until :meth:`stop` (or, with ``drain``, until no message is due or
+        running anywhere); then shut down gracefully and return the counters."""
+        self._store = Store(self.conninfo, self.config)
+        self._sender = Sender(self.config, transport=self._transport, header_hook=self._header_hook)
+        await self._store.open()
+        helpers = [
+            asyncio.create_task(self._heartbeat_loop(), name="outbox-heartbeat"),
+            asyncio.create_task(self._flush_loop(), name="outbox-flusher"),
+            asyncio.create_task(self._rescue_loop(), name="outbox-rescuer"),
+        ]
+        if self.config.listen:
+            helpers.append(asyncio.create_task(self._listen_loop(), name="outbox-listener"))
+        try:
+            await self._claim_loop(drain=drain)
+            await self._shutdown()
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            for flight in self._inflight.values():
+                if flight.task is not None:
+                    flight.task.cancel()
+            await self._sender.aclose()
+            await self._store.close()
+        return self.stats
+
+    # -- claiming --------------------------------------------------------------
+
+    async def _claim_loop(self, *, drain: bool) -> None:
+        assert self._store is not None
+        config = self.config
+        low_water = max(1, min(config.batch_size, config.concurrency) // 4)
+        backoff = _Backoff()
+        while not self._stop.is_set():
+            free = config.concurrency - len(self._inflight)
+            if free <= 0 or (free < low_water and self._inflight):
+                # Wait for capacity rather than claiming a handful at a time.
+                self._capacity.clear()
+                await self._wait(
+                    self._capacity, seconds=config.flush_interval if free > 0 else None
+                )
+                continue
+            want = min(free, config.batch_size)
+            self._wake.clear()
+            try:
+                jobs = await self._store.claim(self.owner, want)
+            except Exception as exc:
+                await self._db_error("claim", exc)
+                await self._wait(self._stop, seconds=backoff.next())
+                continue
+            backoff.reset()
+            self.stats.claims += 1
+            if self._stop.is_set():
+                # The claim committed after the stop signal: release, never start.
+                self._release_unstarted(jobs)
+                break
+            for job in jobs:
+                self._start(job)
+            if len(jobs) < want:
+                if drain and not self._inflight and await self._drained():
+                    break
+                await self._wait(self._wake, seconds=config.poll_interval)
+
+    async def _drained(self) -> bool:
+        assert self._store is not None
+        try:
+            due, running, scheduled = await self._store.work_remaining()
+        except Exception as exc:
+            await self._db_error("drain_check", exc)
+            return False
+        if due == 0 and running == 0:
+            self.log.event("drained", scheduled_later=scheduled)
+            return True
+        return False
+
+    def _start(self, job: Job) -> None:
+        flight = _Flight(job)
+        self._inflight[job.id] = flight
+        self.stats.claimed += 1
+        if self.log.enabled("claimed"):
+            self.log.event("claimed", message_id=job.id, attempt=job.attempts)
+        flight.task = asyncio.create_task(self._deliver(flight))
+
+    def _release_unstarted(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            self._inflight[job.id] = _Flight(job)
+            self._queue(
+                Completion(
+                    id=job.id, attempt=job.attempts, state="ready", outcome="released", sent=False
+                )
+            )
+
+    # -- delivering ------------------------------------------------------------
+
+    async def _deliver(self, flight: _Flight) -> None:
+        assert self._sender is not None
+        job = flight.job
+        flight.started = True
+        try:
+            attempt = await self._sender.send(job)
+        except asyncio.CancelledError:
+            if self._shutting_down and self._inflight.get(job.id) is flight:
+                # Grace expired: give the message back, fenced; the attempt counts,
+                # since the request may have reached the receiver.
+                self._queue(
+                    Completion(
+                        id=job.id,
+                        attempt=job.attempts,
+                        state="ready",
+                        outcome="released",
+                        sent=True,
+                        error_class="shutdown",
+                        error="released at shutdown before the response arrived",
+                    )
+                )
+            raise
+        if self._inflight.get(job.id) is not flight:
+            return  # lease lost while sending: the outcome is dropped
+        self._queue(self._completion(job, attempt))
+
+    def _completion(self, job: Job, attempt: Attempt) -> Completion:
+        outcome = attempt.outcome
+        decision = decide(
+            outcome,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            policy=self.config.retry_policy,
+        )
+        return Completion(
+            id=job.id,
+            attempt=job.attempts,
+            state=decision.state,
+            outcome=str(outcome.verdict),
+            sent=True,
+            delay=decision.delay,
+            status=outcome.status,
+            error_class=outcome.error_class,
+            error=outcome.error,
+            started_at=attempt.started_at,
+            duration_ms=attempt.duration_ms,
+            excerpt=attempt.excerpt,
+        )
+
+    def _queue(self, completion: Completion) -> None:
+        self._pending[completion.id] = completion
+        self._pending_ready.set()
+
+    # -- recording outcomes ----------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._pending_ready.wait()
+            self._pending_ready.clear()
+            await self._flush_pending()
+
+    async def _flush_pending(self) -> None:
+        """Write every pending outcome, in batches, retrying transient errors."""
+        async with self._flush_lock:
+            while self._pending:
+                batch = list(self._pending.values())[: self.config.flush_batch]
+                if not await self._write_outcomes(batch):
+                    return
+
+    async def _write_outcomes(self, batch: list[Completion]) -> bool:
+        """Record ``batch``; False if a non-transient error left it pending."""
+        assert self._store is not None
+        store = self._store
+
+        async def write() -> None:
+            async with self._write_lock:
+                applied = await store.complete(self.owner, batch)
+                # Settle the books before the heartbeat can look at them again.
+                self.stats.flushes += 1
+                for completion in batch:
+                    if self._pending.get(completion.id) is completion:
+                        del self._pending[completion.id]
+                    flight = self._inflight.pop(completion.id, None)
+                    if completion.id in applied:
+                        self._log_outcome(completion, flight)
+                    else:
+                        self._log_lost(completion.id, completion.attempt, "outcome fenced out")
+            self._capacity.set()
+            if not self._inflight:
+                self._wake.set()  # idle now: look for more work (and let --drain finish)
+
+        retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(is_transient),
+            wait=tenacity.wait_exponential_jitter(initial=0.05, max=5.0),
+            before_sleep=lambda state: self._note_db_error("complete", state),
+            reraise=True,
+        )
+        try:
+            await retrying(write)
+            return True
+        except Exception as exc:
+            # Not transient (a bug or a schema problem): keep the outcomes, log,
+            # and try again later. If the leases expire meanwhile, the heartbeat
+            # reports them lost and the rescuer hands the messages on.
+            await self._db_error("complete", exc)
+            await asyncio.sleep(1.0)
+            self._pending_ready.set()
+            return False
+
+    def _log_outcome(self, c: Completion, flight: _Flight | None) -> None:
+        job_host = urlsplit(flight.job.url).hostname if flight else None
+        if c.outcome == "released":
+            self.stats.released += 1
+            self.log.event("released", message_id=c.id, attempt=c.attempt, sent=c.sent)
+        elif c.state == "succeeded":
+            self.stats.delivered += 1
+            self.log.event(
+                "delivered",
+                message_id=c.id,
+                attempt=c.attempt,
+                status=c.status,
+                ms=c.duration_ms,
+                host=job_host,
+            )
+        elif c.state == "ready":
+            self.stats.retried += 1
+            self.log.event(
+                "retried",
+                message_id=c.id,
+                attempt=c.attempt,
+                status=c.status,
+                error_class=c.error_class,
+                delay_s=round(c.delay, 3),
+                host=job_host,
+            )
+        else:
+            self.stats.dead += 1
+            self.log.event(
+                "dead",
+                message_id=c.id,
+                attempt=c.attempt,
+                status=c.status,
+                error_class=c.error_class,
+                error=c.error,
+                host=job_host,
+            )
+
+    def _log_lost(self, message_id: int, attempt: int, reason: str) -> None:
+        self.stats.lease_lost += 1
+        self.log.event("lease_lost", message_id=message_id, attempt=attempt, reason=reason)
+
+    # -- leases ----------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        assert self._store is not None
+        while True:
+            await asyncio.sleep(self.config.renew_interval)
+            if not self._inflight:
+                continue
+            async with self._write_lock:
+                held = [(mid, f.job.attempts) for mid, f in self._inflight.items()]
+                try:
+                    alive = await self._store.renew(self.owner, held)
+                except Exception as exc:
+                    await self._db_error("renew", exc)
+                    continue
+            for message_id, attempt in held:
+                if message_id not in alive:
+                    self._lose(message_id, attempt)
+
+    def _lose(self, message_id: int, attempt: int) -> None:
+        flight = self._inflight.pop(message_id, None)
+        if flight is None:
+            return
+        self._pending.pop(message_id, None)
+        if flight.task is not None and not flight.task.done():
+            flight.task.cancel()
+        self._log_lost(message_id, attempt, "lease not renewed")
+        self._capacity.set()
+
+    async def _rescue_loop(self) -> None:
+        assert self._store is not None
+        while True:
+            try:
+                rescued = await self._store.rescue()
+            except Exception as exc:
+                await self._db_error("rescue", exc)
+                rescued = []
+            for message_id, state in rescued:
+                self.stats.rescued += 1
+                self.log.event("rescued", message_id=message_id, state=state)
+            if rescued:
+                self._wake.set()
+            await asyncio.sleep(self.config.rescue_interval)
+
+    # -- wake-ups ---------------------------------------------------------------
+
+    async def _listen_loop(self) -> None:
+        channel = sql.SQL("LISTEN {}").format(sql.Identifier(f"{self.config.schema}_ready"))
+        backoff = _Backoff(initial=0.5, maximum=10.0)
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.conninfo,
+                    autocommit=True,
+                    connect_timeout=max(1, int(self.config.db_connect_timeout)),
+                )
+                async with conn:
+                    await conn.execute(channel)
+                    backoff.reset()
+                    # Anything enqueued while we were not listening is found by this claim.
+                    self._wake.set()
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.log.event("listen_error", error=type(exc).__name__)
+                await asyncio.sleep(backoff.next())
+
+    # -- shutdown ---------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        """Give in-flight deliveries the grace period, release the rest, record all."""
+        self._shutting_down = True
+        running = [
+            f.task for f in self._inflight.values() if f.task is not None and not f.task.done()
+        ]
+        if running:
+            _, late = await asyncio.wait(running, timeout=self.config.grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        deadline = asyncio.get_running_loop().time() + max(5.0, 3 * self.config.statement_timeout)
+        while self._pending and asyncio.get_running_loop().time() < deadline:
+            remaining = deadline - asyncio.get_running_loop().time()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._flush_pending()
+        if self._pending:
+            self.log.event(
+                "db_error",
+                operation="shutdown_flush",
+                error="outcomes not recorded before exit; their leases will expire and "
+                "the messages will be delivered again",
+                count=len(self._pending),
+            )
+
+    # -- helpers ------------------------------------------------------------------
+
+    async def _wait(self, event: asyncio.Event, *, seconds: float | None) -> None:
+        """Wait for ``event`` or the stop signal, at most ``seconds``."""
+        waiters: list[Awaitable[object]] = [event.wait()]
+        if event is not self._stop:
+            waiters.append(self._stop.wait())
+        tasks = [asyncio.ensure_future(w) for w in waiters]
+        try:
+            await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def _db_error(self, operation: str, exc: BaseException) -> None:
+        self.stats.db_errors += 1
+        self.log.event(
+            "db_error",
+            operation=operation,
+            error_class=type(exc).__name__,
+            sqlstate=getattr(exc, "sqlstate", None),
+            transient=is_transient(exc),
+        )
+
+    def _note_db_error(self, operation: str, state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        self.stats.db_errors += 1
+        self.log.event(
+            "db_error",
+            operation=operation,
+            error_class=type(exc).__name__ if exc else None,
+            sqlstate=getattr(exc, "sqlstate", None),
+            transient=True,
+            retry=state.attempt_number,
+        )
+
+
+def run_dispatcher(
+    conninfo: str,
+    config: DispatcherConfig,
+    *,
+    drain: bool = False,
+    log: EventLog | None = None,
+    on_start: Callable[[Dispatcher], None] | None = None,
+) -> Stats:
+    """Run a dispatcher on a fresh event loop with SIGTERM/SIGINT handlers."""
+
+    async def main() -> Stats:
+        dispatcher = Dispatcher(conninfo, config, log=log)
+        dispatcher.install_signal_handlers()
+        if on_start is not None:
+            on_start(dispatcher)
+        return await dispatcher.run(drain=drain)
+
+    return asyncio.run(main())
