@@ -23,6 +23,8 @@ EVENT_LEVELS = {
     "released": "info",
     "rescued": "warning",
     "db_error": "error",
+    "internal_error": "error",
+    "outcome_dropped": "error",
     "listen_error": "warning",
 }
 

@@ -25,8 +25,10 @@ import os
 import secrets
 import signal
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 import httpx
@@ -239,12 +241,15 @@ class Dispatcher:
         assert self._sender is not None
         job = flight.job
         flight.started = True
+        started_at = datetime.now(UTC)
+        start = time.monotonic()
         try:
             attempt = await self._sender.send(job)
         except asyncio.CancelledError:
             if self._shutting_down and self._inflight.get(job.id) is flight:
                 # Grace expired: give the message back, fenced; the attempt counts,
-                # since the request may have reached the receiver.
+                # since the request may have reached the receiver. Its attempt row
+                # needs a start time (attempts.started_at is NOT NULL).
                 self._queue(
                     Completion(
                         id=job.id,
@@ -254,12 +259,31 @@ class Dispatcher:
                         sent=True,
                         error_class="shutdown",
                         error="released at shutdown before the response arrived",
+                        started_at=started_at,
+                        duration_ms=int((time.monotonic() - start) * 1000),
                     )
                 )
             raise
         if self._inflight.get(job.id) is not flight:
             return  # lease lost while sending: the outcome is dropped
-        self._queue(self._completion(job, attempt))
+        try:
+            completion = self._completion(job, attempt)
+        except Exception as exc:  # a retry policy that raised: retry soon rather than stall
+            self._internal_error("decide", exc)
+            completion = Completion(
+                id=job.id,
+                attempt=job.attempts,
+                state="ready" if job.attempts < job.max_attempts else "dead",
+                outcome=str(attempt.outcome.verdict),
+                sent=True,
+                delay=60.0,
+                status=attempt.outcome.status,
+                error_class="internal_error",
+                error=f"retry policy failed: {type(exc).__name__}",
+                started_at=attempt.started_at,
+                duration_ms=attempt.duration_ms,
+            )
+        self._queue(completion)
 
     def _completion(self, job: Job, attempt: Attempt) -> Completion:
         outcome = attempt.outcome
@@ -294,18 +318,22 @@ class Dispatcher:
         while True:
             await self._pending_ready.wait()
             self._pending_ready.clear()
-            await self._flush_pending()
+            try:
+                await self._flush_pending()
+            except Exception as exc:  # never let the flusher die: outcomes stay pending
+                self._internal_error("flush", exc)
+                await asyncio.sleep(1.0)
+                self._pending_ready.set()
 
     async def _flush_pending(self) -> None:
         """Write every pending outcome, in batches, retrying transient errors."""
         async with self._flush_lock:
             while self._pending:
                 batch = list(self._pending.values())[: self.config.flush_batch]
-                if not await self._write_outcomes(batch):
-                    return
+                await self._write_outcomes(batch)
 
-    async def _write_outcomes(self, batch: list[Completion]) -> bool:
-        """Record ``batch``; False if a non-transient error left it pending."""
+    async def _write_outcomes(self, batch: list[Completion]) -> None:
+        """Record ``batch``, retrying transient errors until they pass."""
         assert self._store is not None
         store = self._store
 
@@ -328,21 +356,36 @@ class Dispatcher:
 
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception(is_transient),
-            wait=tenacity.wait_exponential_jitter(initial=0.05, max=5.0),
+            wait=tenacity.wait_random_exponential(multiplier=0.05, max=5.0),
             before_sleep=lambda state: self._note_db_error("complete", state),
             reraise=True,
         )
         try:
             await retrying(write)
-            return True
         except Exception as exc:
-            # Not transient (a bug or a schema problem): keep the outcomes, log,
-            # and try again later. If the leases expire meanwhile, the heartbeat
-            # reports them lost and the rescuer hands the messages on.
+            # Not transient: a bug, or one outcome the database refuses. Isolate it
+            # by writing the batch one by one; an outcome that still cannot be
+            # written is dropped and its lease no longer renewed, so the rescuer
+            # hands the message on (it is delivered again, never lost), instead of
+            # one bad row blocking every outcome behind it.
             await self._db_error("complete", exc)
-            await asyncio.sleep(1.0)
-            self._pending_ready.set()
-            return False
+            if len(batch) > 1:
+                for completion in batch:
+                    await self._write_outcomes([completion])
+            else:
+                self._drop(batch[0])
+
+    def _drop(self, completion: Completion) -> None:
+        self._pending.pop(completion.id, None)
+        self._inflight.pop(completion.id, None)
+        self._capacity.set()
+        self.log.event(
+            "outcome_dropped",
+            message_id=completion.id,
+            attempt=completion.attempt,
+            reason="the outcome could not be written; the lease will expire and the "
+            "message will be delivered again",
+        )
 
     def _log_outcome(self, c: Completion, flight: _Flight | None) -> None:
         job_host = urlsplit(flight.job.url).hostname if flight else None
@@ -392,18 +435,26 @@ class Dispatcher:
         assert self._store is not None
         while True:
             await asyncio.sleep(self.config.renew_interval)
-            if not self._inflight:
-                continue
-            async with self._write_lock:
-                held = [(mid, f.job.attempts) for mid, f in self._inflight.items()]
-                try:
-                    alive = await self._store.renew(self.owner, held)
-                except Exception as exc:
-                    await self._db_error("renew", exc)
-                    continue
-            for message_id, attempt in held:
-                if message_id not in alive:
-                    self._lose(message_id, attempt)
+            try:
+                await self._renew()
+            except Exception as exc:  # never let the heartbeat die
+                self._internal_error("renew", exc)
+
+    async def _renew(self) -> None:
+        """Renew every lease held; cancel the deliveries whose lease is gone."""
+        assert self._store is not None
+        if not self._inflight:
+            return
+        async with self._write_lock:
+            held = [(mid, f.job.attempts) for mid, f in self._inflight.items()]
+            try:
+                alive = await self._store.renew(self.owner, held)
+            except Exception as exc:
+                await self._db_error("renew", exc)
+                return
+        for message_id, attempt in held:
+            if message_id not in alive:
+                self._lose(message_id, attempt)
 
     def _lose(self, message_id: int, attempt: int) -> None:
         flight = self._inflight.pop(message_id, None)
@@ -496,6 +547,9 @@ class Dispatcher:
         finally:
             for task in tasks:
                 task.cancel()
+
+    def _internal_error(self, operation: str, exc: BaseException) -> None:
+        self.log.event("internal_error", operation=operation, error_class=type(exc).__name__)
 
     async def _db_error(self, operation: str, exc: BaseException) -> None:
         self.stats.db_errors += 1

@@ -191,6 +191,8 @@ WITH expired AS (
            'lease_expired', 'lease expired: the dispatcher stopped renewing it'
     FROM expired
     JOIN rescued USING (id)
+    -- informational only: never let a stray row stop the rescue of the rest
+    ON CONFLICT (message_id, attempt) DO NOTHING
 )
 SELECT id, state FROM rescued
 

@@ -38,7 +38,9 @@ class PgServer:
 
     def create_database(self, name: str, *, template: str | None = None) -> str:
         with self.admin() as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
             if template:
                 conn.execute(
                     sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
@@ -51,7 +53,9 @@ class PgServer:
 
     def drop_database(self, name: str) -> None:
         with self.admin() as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,488 @@
+"""The dispatcher in-process against real PostgreSQL and a real HTTP receiver."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import Completion, Store
+from dispatchers.log import NullLog
+from dispatchers.pool import Dispatcher
+from dispatchers.retry import ExponentialBackoff
+from outbox import Outbox
+from tests.receiver import Received, Receiver, Reply
+
+FAST_RETRY = ExponentialBackoff(base=0.05, cap=0.1, jitter=0.0)
+
+
+def config(**overrides: Any) -> DispatcherConfig:
+    settings: dict[str, Any] = {
+        "lease": 3.0,
+        "request_timeout": 1.0,
+        "connect_timeout": 0.5,
+        "statement_timeout": 0.5,
+        "claim_timeout": 0.5,
+        "lock_timeout": 0.5,
+        "poll_interval": 0.1,
+        "rescue_interval": 0.2,
+        "allow_private_networks": True,
+        "retry_policy": FAST_RETRY,
+        "concurrency": 8,
+    }
+    settings.update(overrides)
+    return DispatcherConfig(**settings)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as r:
+        yield r
+
+
+class Db:
+    """The test's database: enqueue and query with short-lived connections."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def enqueue(self, url: str, key: str, **kwargs: Any) -> int:
+        kwargs.setdefault("json", {"key": key})
+        with psycopg.connect(self.url) as conn:
+            return Outbox().enqueue(conn, url=url, idempotency_key=key, **kwargs)
+
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url) as conn:
+            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+    def expire(self, message_id: int) -> None:
+        self.query(
+            "UPDATE outbox.messages SET lease_until = now() - interval '1 second'"
+            " WHERE id = %s RETURNING id",
+            message_id,
+        )
+
+
+@pytest.fixture
+def db(database_url: str) -> Db:
+    return Db(database_url)
+
+
+async def drain(db: Db, cfg: DispatcherConfig, **kwargs: Any) -> Dispatcher:
+    dispatcher = Dispatcher(db.url, cfg, log=NullLog(), **kwargs)
+    async with asyncio.timeout(30):
+        await dispatcher.run(drain=True)
+    return dispatcher
+
+
+async def test_success_delivers_once_with_headers_and_moves_to_history(
+    db: Db,
+    receiver: Receiver,
+) -> None:
+    mid = db.enqueue(
+        receiver.url + "/orders",
+        "order-1",
+        json={"total": 10},
+        headers={"X-Tenant": "acme"},
+    )
+    dispatcher = await drain(db, config())
+    assert dispatcher.stats.delivered == 1
+    (req,) = receiver.requests
+    assert req.method == "POST"
+    assert req.path == "/orders"
+    assert req.body == b'{"total":10}'
+    assert req.headers["idempotency-key"] == '"order-1"'
+    assert req.headers["content-type"] == "application/json"
+    assert req.headers["x-tenant"] == "acme"
+    assert db.query("SELECT count(*) FROM outbox.messages") == [(0,)]
+    assert db.query("SELECT id, attempts, last_status FROM outbox.delivered") == [(mid, 1, 200)]
+    assert db.query("SELECT attempt, outcome, status, owner FROM outbox.attempts") == [
+        (1, "succeeded", 200, dispatcher.owner)
+    ]
+
+
+async def test_retry_then_success_sends_the_same_idempotency_key(
+    db: Db, receiver: Receiver
+) -> None:
+    replies = iter([Reply(status=503), Reply(status=200)])
+    receiver.responder = lambda req: next(replies)
+    mid = db.enqueue(receiver.url, "k-retry")
+    dispatcher = Dispatcher(db.url, config(), log=NullLog())
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        await asyncio.to_thread(receiver.wait_for, 2, 10.0)
+        await _wait_until(lambda: db.query("SELECT count(*) FROM outbox.delivered") == [(1,)])
+    finally:
+        dispatcher.stop()
+        await task
+    keys = [r.headers["idempotency-key"] for r in receiver.requests]
+    assert keys == ['"k-retry"', '"k-retry"']
+    assert db.query("SELECT attempt, outcome, status FROM outbox.attempts ORDER BY attempt") == [
+        (1, "retry", 503),
+        (2, "succeeded", 200),
+    ]
+    assert db.query("SELECT attempts FROM outbox.delivered WHERE id = %s", mid) == [(2,)]
+
+
+async def test_client_error_is_dead_after_one_attempt(db: Db, receiver: Receiver) -> None:
+    receiver.responder = lambda req: Reply(status=422, body=b"bad field: total")
+    mid = db.enqueue(receiver.url, "k-422")
+    await drain(db, config())
+    assert len(receiver.requests) == 1
+    assert db.query(
+        "SELECT state, attempts, last_status, lease_owner FROM outbox.messages WHERE id = %s", mid
+    ) == [("dead", 1, 422, None)]
+    assert db.query("SELECT outcome, error_class, response_excerpt FROM outbox.attempts") == [
+        ("failed", "http_422", "bad field: total")
+    ]
+
+
+async def test_retries_end_dead_when_attempts_are_spent(db: Db, receiver: Receiver) -> None:
+    receiver.responder = lambda req: Reply(status=500)
+    mid = db.enqueue(receiver.url, "k-500", max_attempts=3)
+    dispatcher = Dispatcher(db.url, config(), log=NullLog())
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        await _wait_until(
+            lambda: db.query("SELECT state FROM outbox.messages WHERE id = %s", mid) == [("dead",)]
+        )
+    finally:
+        dispatcher.stop()
+        await task
+    assert len(receiver.requests) == 3
+    assert db.query(
+        "SELECT attempts, last_status, last_error FROM outbox.messages WHERE id = %s", mid
+    ) == [(3, 500, "HTTP 500 Internal Server Error")]
+    assert [r[0] for r in db.query("SELECT outcome FROM outbox.attempts ORDER BY attempt")] == [
+        "retry",
+        "retry",
+        "retry",
+    ]
+
+
+async def test_429_retry_after_is_honoured(db: Db, receiver: Receiver) -> None:
+    receiver.responder = lambda req: Reply(status=429, headers={"Retry-After": "30"})
+    mid = db.enqueue(receiver.url, "k-429")
+    before = datetime.now(UTC)
+    await drain(db, config())
+    ((state, available_at, last_status),) = db.query(
+        "SELECT state, available_at, last_status FROM outbox.messages WHERE id = %s", mid
+    )
+    assert (state, last_status) == ("ready", 429)
+    # the policy alone would wait at most 0.1 s; the server asked for 30 s
+    assert available_at - before >= timedelta(seconds=29)
+    assert available_at - before <= timedelta(seconds=40)
+
+
+async def test_timeout_is_retried(db: Db, receiver: Receiver) -> None:
+    receiver.responder = lambda req: Reply(delay=2.5)
+    mid = db.enqueue(receiver.url, "k-slow")
+    started = time.monotonic()
+    await drain(db, config(retry_policy=ExponentialBackoff(base=60, cap=60, jitter=0)))
+    assert time.monotonic() - started < 2.4  # the attempt was cut at request_timeout
+    assert db.query("SELECT state, attempts FROM outbox.messages WHERE id = %s", mid) == [
+        ("ready", 1)
+    ]
+    assert db.query("SELECT outcome, error_class FROM outbox.attempts") == [("retry", "timeout")]
+
+
+async def test_connection_reset_is_retried(db: Db, receiver: Receiver) -> None:
+    receiver.responder = lambda req: Reply(reset=True)
+    mid = db.enqueue(receiver.url, "k-reset")
+    await drain(db, config(retry_policy=ExponentialBackoff(base=60, cap=60, jitter=0)))
+    assert db.query(
+        "SELECT state, attempts, last_status FROM outbox.messages WHERE id = %s", mid
+    ) == [("ready", 1, None)]
+    ((outcome, error_class),) = db.query("SELECT outcome, error_class FROM outbox.attempts")
+    assert outcome == "retry"
+    assert error_class in ("network_error", "protocol_error")
+
+
+async def test_ssrf_guard_refuses_loopback_by_default(db: Db, receiver: Receiver) -> None:
+    mid = db.enqueue(receiver.url, "k-ssrf")
+    await drain(db, config(allow_private_networks=False))
+    assert receiver.requests == []
+    ((state, error),) = db.query("SELECT state, last_error FROM outbox.messages WHERE id = %s", mid)
+    assert state == "dead"
+    assert "127.0.0.1" in error
+    assert db.query("SELECT error_class FROM outbox.attempts") == [("blocked_destination",)]
+
+
+async def test_response_excerpt_is_bounded(db: Db, receiver: Receiver) -> None:
+    receiver.responder = lambda req: Reply(status=400, body=b"x" * 200_000)
+    db.enqueue(receiver.url, "k-big")
+    await drain(db, config())
+    ((excerpt,),) = db.query("SELECT response_excerpt FROM outbox.attempts")
+    assert excerpt == "x" * 1024
+
+
+async def test_notify_wakes_an_idle_dispatcher_before_the_poll_interval(
+    db: Db,
+    receiver: Receiver,
+) -> None:
+    dispatcher = Dispatcher(db.url, config(poll_interval=30.0), log=NullLog())
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        await asyncio.sleep(1.0)  # listening and idle, the first poll long done
+        sent = time.monotonic()
+        db.enqueue(receiver.url, "k-wake")
+        (req,) = await asyncio.to_thread(receiver.wait_for, 1, 10.0)
+        assert req.at - sent < 5.0
+    finally:
+        dispatcher.stop()
+        await task
+
+
+async def test_ordering_key_delivers_one_at_a_time_in_id_order(db: Db, receiver: Receiver) -> None:
+    active = 0
+    overlap = False
+    lock = threading.Lock()
+
+    def respond(req: Received) -> Reply:
+        nonlocal active, overlap
+        with lock:
+            active += 1
+            overlap = overlap or active > 1
+        time.sleep(0.05)
+        with lock:
+            active -= 1
+        return Reply()
+
+    receiver.responder = respond
+    ids = [db.enqueue(receiver.url, f"acct-{i}", ordering_key="acct") for i in range(5)]
+    await drain(db, config(concurrency=16))
+    assert [r.body for r in receiver.requests] == [
+        f'{{"key":"acct-{i}"}}'.encode() for i in range(5)
+    ]
+    assert not overlap
+    assert sorted(r[0] for r in db.query("SELECT id FROM outbox.delivered")) == ids
+
+
+async def test_dead_message_does_not_block_its_ordering_key(db: Db, receiver: Receiver) -> None:
+    receiver.responder = lambda req: Reply(status=400 if b"first" in req.body else 200)
+    first = db.enqueue(receiver.url, "o-1", json="first", ordering_key="k")
+    second = db.enqueue(receiver.url, "o-2", json="second", ordering_key="k")
+    await drain(db, config())
+    assert db.query("SELECT id, state FROM outbox.messages") == [(first, "dead")]
+    assert db.query("SELECT id FROM outbox.delivered") == [(second,)]
+
+
+async def test_claim_respects_ordering_and_batch_limit(db: Db) -> None:
+    url = "https://example.com/x"
+    a1 = db.enqueue(url, "a1", ordering_key="a")
+    db.enqueue(url, "a2", ordering_key="a")
+    b1 = db.enqueue(url, "b1")
+    db.enqueue(url, "b2")
+    store = Store(db.url, config())
+    await store.open()
+    try:
+        jobs = await store.claim("owner-x", 3)
+        assert [j.id for j in jobs] == [a1, b1, b1 + 1]
+        assert [j.attempts for j in jobs] == [1, 1, 1]
+        assert await store.claim("owner-x", 10) == []  # a2 waits for a1
+    finally:
+        await store.close()
+
+
+async def test_stale_outcome_of_another_owner_changes_nothing(db: Db) -> None:
+    mid = db.enqueue("https://example.com/x", "fence-1")
+    store = Store(db.url, config())
+    await store.open()
+    try:
+        (job,) = await store.claim("owner-a", 1)
+        db.expire(mid)
+        assert await store.rescue() == [(mid, "ready")]
+        (job_b,) = await store.claim("owner-b", 1)
+        assert job_b.attempts == 2
+        stale = Completion(
+            id=mid,
+            attempt=job.attempts,
+            state="succeeded",
+            outcome="succeeded",
+            sent=True,
+            status=200,
+            started_at=datetime.now(UTC),
+            duration_ms=5,
+        )
+        assert await store.complete("owner-a", [stale]) == set()
+        assert db.query(
+            "SELECT state, lease_owner, attempts FROM outbox.messages WHERE id = %s", mid
+        ) == [("running", "owner-b", 2)]
+        assert db.query("SELECT attempt, owner, outcome FROM outbox.attempts") == [
+            (1, "owner-a", "lease_expired")
+        ]
+        assert await store.renew("owner-a", [(mid, 1)]) == set()
+        assert await store.renew("owner-b", [(mid, 2)]) == {mid}
+    finally:
+        await store.close()
+
+
+async def test_stale_outcome_of_the_same_owner_is_fenced_by_attempt(db: Db) -> None:
+    mid = db.enqueue("https://example.com/x", "fence-2")
+    store = Store(db.url, config())
+    await store.open()
+    try:
+        (first,) = await store.claim("owner-a", 1)
+        db.expire(mid)
+        await store.rescue()
+        (second,) = await store.claim("owner-a", 1)
+        assert (first.attempts, second.attempts) == (1, 2)
+        now = datetime.now(UTC)
+        stale = Completion(
+            id=mid,
+            attempt=1,
+            state="dead",
+            outcome="failed",
+            sent=True,
+            status=400,
+            started_at=now,
+            duration_ms=1,
+        )
+        assert await store.complete("owner-a", [stale]) == set()
+        assert db.query("SELECT state, attempts FROM outbox.messages WHERE id = %s", mid) == [
+            ("running", 2)
+        ]
+        fresh = Completion(
+            id=mid,
+            attempt=2,
+            state="succeeded",
+            outcome="succeeded",
+            sent=True,
+            status=200,
+            started_at=now,
+            duration_ms=1,
+        )
+        assert await store.complete("owner-a", [fresh]) == {mid}
+        assert db.query("SELECT attempts, last_status FROM outbox.delivered") == [(2, 200)]
+        assert db.query("SELECT attempt, outcome FROM outbox.attempts ORDER BY attempt") == [
+            (1, "lease_expired"),
+            (2, "succeeded"),
+        ]
+    finally:
+        await store.close()
+
+
+async def test_frozen_delivery_past_its_lease_cannot_complete(db: Db, receiver: Receiver) -> None:
+    release = threading.Event()
+    receiver.responder = lambda req: (release.wait(10), Reply())[1]
+    mid = db.enqueue(receiver.url, "frozen")
+    # A long lease: no heartbeat fires during the test; the test expires the lease.
+    dispatcher = Dispatcher(db.url, config(lease=60.0, rescue_interval=60.0), log=NullLog())
+    task = asyncio.create_task(dispatcher.run())
+    store = Store(db.url, config())
+    await store.open()
+    try:
+        await asyncio.to_thread(receiver.wait_for, 1, 10.0)
+        db.expire(mid)
+        assert await store.rescue() == [(mid, "ready")]
+        (job_b,) = await store.claim("owner-b", 1)
+        release.set()  # the frozen delivery now finishes with 200
+        await _wait_until(lambda: dispatcher.stats.lease_lost == 1)
+        assert dispatcher.stats.delivered == 0
+        assert db.query(
+            "SELECT state, lease_owner, attempts FROM outbox.messages WHERE id = %s", mid
+        ) == [("running", "owner-b", 2)]
+        assert db.query("SELECT count(*) FROM outbox.delivered") == [(0,)]
+        assert db.query("SELECT attempt, owner, outcome FROM outbox.attempts") == [
+            (1, dispatcher.owner, "lease_expired")
+        ]
+        assert job_b.attempts == 2
+    finally:
+        release.set()
+        dispatcher.stop()
+        await task
+        await store.close()
+
+
+async def test_heartbeat_cancels_a_delivery_whose_lease_was_lost(
+    db: Db, receiver: Receiver
+) -> None:
+    release = threading.Event()
+    receiver.responder = lambda req: (release.wait(10), Reply())[1]
+    mid = db.enqueue(receiver.url, "lost")
+    dispatcher = Dispatcher(
+        db.url, config(lease=6.0, request_timeout=3.0, rescue_interval=60.0), log=NullLog()
+    )
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        await asyncio.to_thread(receiver.wait_for, 1, 10.0)
+        # Another party takes the message over while the request hangs.
+        db.query(
+            "UPDATE outbox.messages SET lease_owner = 'thief', attempts = attempts + 1 "
+            "WHERE id = %s RETURNING id",
+            mid,
+        )
+        await _wait_until(lambda: dispatcher.stats.lease_lost == 1, seconds=5.0)
+        assert dispatcher.in_flight == 0
+    finally:
+        release.set()
+        dispatcher.stop()
+        await task
+    assert dispatcher.stats.delivered == 0
+    assert dispatcher.stats.retried == 0
+    assert db.query("SELECT lease_owner, attempts FROM outbox.messages") == [("thief", 2)]
+    assert db.query("SELECT count(*) FROM outbox.attempts") == [(0,)]
+
+
+async def test_claim_uses_the_partial_index(db: Db) -> None:
+    with psycopg.connect(db.url) as conn:
+        conn.execute(
+            "INSERT INTO outbox.messages (idempotency_key, target, url, body, content_type,"
+            " state, max_attempts, completed_at)"
+            " SELECT 'k' || g, 'https://example.com', 'https://example.com', '', 'text/plain',"
+            " CASE WHEN g % 100 = 0 THEN 'ready' ELSE 'dead' END, 5,"
+            " CASE WHEN g % 100 = 0 THEN NULL ELSE now() END"
+            " FROM generate_series(1, 20000) AS g"
+        )
+        conn.execute("ANALYZE outbox.messages")
+        claim = Outbox().queries["claim"].text
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN " + claim, {"owner": "o", "limit": 10, "lease_s": 30.0}
+            ).fetchall()
+        )
+    assert "messages_claimable_idx" in plan, plan
+    assert "Seq Scan on messages" not in plan, plan
+
+
+async def _wait_until(predicate: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def test_an_outcome_the_database_refuses_does_not_block_the_others(
+    db: Db, receiver: Receiver
+) -> None:
+    bad = db.enqueue(receiver.url, "refused")
+    good = db.enqueue(receiver.url, "fine")
+    # A stray attempt row makes the first outcome of `bad` violate the primary key.
+    db.query(
+        "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
+        " VALUES (%s, 1, 'someone', now(), 'stray') RETURNING message_id",
+        bad,
+    )
+    dispatcher = Dispatcher(db.url, config(), log=NullLog())
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        await _wait_until(lambda: db.query("SELECT count(*) FROM outbox.delivered") == [(2,)])
+    finally:
+        dispatcher.stop()
+        await task
+    # `good` went through at once; `bad` was dropped, rescued after its lease and sent again
+    assert db.query("SELECT id, attempts FROM outbox.delivered ORDER BY id") == [
+        (bad, 2),
+        (good, 1),
+    ]
+    assert dispatcher.stats.rescued == 1
+    assert [r.headers["idempotency-key"] for r in receiver.requests].count('"refused"') == 2

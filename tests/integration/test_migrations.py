@@ -1,0 +1,482 @@
+"""Schema migrations, the ``outbox migrate`` command, packaging and the embedded server."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tomllib
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from outbox import ConfigurationError, MigrationError, Outbox, migrate
+from outbox.embedded import EmbeddedPostgres
+from outbox.migrations import Migration, _lock_key, applied_versions, load_migrations
+
+REPO = Path(__file__).resolve().parents[2]
+TABLES = {"messages", "delivered", "message_keys", "attempts", "endpoints", "schema_migrations"}
+
+
+def connect(url: str) -> psycopg.Connection[tuple[Any, ...]]:
+    return psycopg.connect(url, autocommit=True)
+
+
+def tables(url: str, schema: str) -> set[str]:
+    with connect(url) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+def recorded(url: str, schema: str = "outbox") -> list[tuple[int, str, str]]:
+    with connect(url) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT version, name, checksum FROM {}.schema_migrations ORDER BY 1").format(
+                sql.Identifier(schema)
+            )
+        ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def outbox_command() -> list[str]:
+    """The installed ``outbox`` console script of this interpreter's environment."""
+    script = Path(sys.executable).parent / "outbox"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "dispatchers.cli"]
+
+
+# -- the runner ----------------------------------------------------------------------
+
+
+def test_migrate_creates_the_schema_on_an_empty_database(empty_database_url: str) -> None:
+    applied = migrate(empty_database_url)
+
+    expected = load_migrations()
+    assert [(m.version, m.name) for m in applied] == [(m.version, m.name) for m in expected]
+    assert applied[0] == Migration(
+        1, "initial", (REPO / "sql" / "0001_initial.sql").read_text("utf-8")
+    )
+    assert tables(empty_database_url, "outbox") == TABLES
+    assert recorded(empty_database_url) == [(m.version, m.name, m.checksum) for m in expected]
+    assert applied_versions(empty_database_url) == [m.version for m in expected]
+
+    with connect(empty_database_url) as conn:
+        indexes = dict(
+            conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes"
+                " WHERE schemaname = 'outbox' AND tablename = 'messages'"
+            ).fetchall()
+        )
+    assert "WHERE (state = 'ready'::text)" in indexes["messages_claimable_idx"]
+    assert "(available_at, id)" in indexes["messages_claimable_idx"]
+    assert "WHERE (state = 'running'::text)" in indexes["messages_lease_idx"]
+    assert "(lease_until)" in indexes["messages_lease_idx"]
+
+
+def test_second_migrate_applies_nothing(empty_database_url: str) -> None:
+    first = migrate(empty_database_url)
+    with connect(empty_database_url) as conn:
+        before = conn.execute("SELECT * FROM outbox.schema_migrations ORDER BY 1").fetchall()
+
+    assert first != []
+    assert migrate(empty_database_url) == []
+
+    with connect(empty_database_url) as conn:
+        after = conn.execute("SELECT * FROM outbox.schema_migrations ORDER BY 1").fetchall()
+    assert after == before
+
+
+def test_applied_versions_of_a_database_never_migrated_is_empty(empty_database_url: str) -> None:
+    assert applied_versions(empty_database_url) == []
+
+
+def test_concurrent_migrate_commands_both_succeed_and_apply_once(empty_database_url: str) -> None:
+    command = [*outbox_command(), "migrate", "--database-url", empty_database_url, "--json"]
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        with (
+            connect(empty_database_url) as holder,
+            connect(empty_database_url) as watcher,  # pg_stat_activity is per-transaction
+            holder.transaction(),
+        ):
+            # Hold the migration lock so that both commands are certainly waiting at once.
+            holder.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("outbox"),))
+            procs = [
+                subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(2)
+            ]
+            deadline = time.monotonic() + 30
+            while watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event = 'advisory'"
+            ).fetchone() != (2,):
+                assert [p.poll() for p in procs] == [None, None], "a command exited early"
+                assert time.monotonic() < deadline, "the commands never waited for the lock"
+                time.sleep(0.02)
+        # The lock is released: both go ahead, one after the other.
+        results = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+    assert [p.returncode for p in procs] == [0, 0], results
+    outputs = sorted((json.loads(out)["applied"] for out, _ in results), key=len)
+    assert outputs == [[], ["0001_initial"]]
+    assert [v for v, _, _ in recorded(empty_database_url)] == [1]
+
+
+def test_custom_schema_is_migrated_and_used_by_outbox(empty_database_url: str) -> None:
+    applied = migrate(empty_database_url, schema="custom_box")
+
+    assert [m.version for m in applied] == [1]
+    assert tables(empty_database_url, "custom_box") == TABLES
+    assert tables(empty_database_url, "outbox") == set()
+    assert applied_versions(empty_database_url, schema="custom_box") == [1]
+    assert applied_versions(empty_database_url) == []
+
+    box = Outbox(schema="custom_box")
+    assert box.queries.channel == "custom_box_ready"
+    with psycopg.connect(empty_database_url) as conn:
+        message_id = box.enqueue(
+            conn, url="https://example.com/", idempotency_key="k", json={"x": 1}
+        )
+        conn.commit()
+    with connect(empty_database_url) as conn:
+        rows = conn.execute("SELECT id, body FROM custom_box.messages").fetchall()
+        keys = conn.execute("SELECT message_id FROM custom_box.message_keys").fetchall()
+    assert rows == [(message_id, b'{"x":1}')]
+    assert keys == [(message_id,)]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    ["", "1box", "out-box", "out box", 'x"; DROP TABLE t; --', "a" * 49, "bo\u00eete", "a.b"],
+)
+def test_bad_schema_name_raises_configuration_error(empty_database_url: str, schema: str) -> None:
+    with pytest.raises(ConfigurationError, match="schema"):
+        migrate(empty_database_url, schema=schema)
+    with pytest.raises(ConfigurationError, match="schema"):
+        Outbox(schema=schema)
+    with pytest.raises(ConfigurationError, match="schema"):
+        applied_versions(empty_database_url, schema=schema)
+    with connect(empty_database_url) as conn:
+        created = conn.execute(
+            "SELECT nspname FROM pg_namespace"
+            " WHERE nspname NOT LIKE 'pg\\_%' AND nspname NOT IN ('public', 'information_schema')"
+        ).fetchall()
+    assert created == []
+
+
+def test_longest_valid_schema_name_is_accepted(empty_database_url: str) -> None:
+    schema = "s" * 48
+    assert [m.version for m in migrate(empty_database_url, schema=schema)] == [1]
+    assert Outbox(schema=schema).queries.channel == schema + "_ready"
+
+
+def test_migration_changed_after_it_was_applied_raises_migration_error(
+    empty_database_url: str,
+) -> None:
+    original = load_migrations()
+    migrate(empty_database_url, migrations=original)
+    changed = [
+        Migration(m.version, m.name, m.sql + "\nCREATE TABLE sneaky (id int);\n") for m in original
+    ]
+
+    with pytest.raises(MigrationError, match="0001_initial was changed after it was applied"):
+        migrate(empty_database_url, migrations=changed)
+    assert "sneaky" not in tables(empty_database_url, "outbox")
+    assert recorded(empty_database_url) == [(m.version, m.name, m.checksum) for m in original]
+
+
+def test_failing_migration_is_rolled_back_and_not_recorded(empty_database_url: str) -> None:
+    broken = Migration(2, "broken", "CREATE TABLE half_done (id int);\nSELECT 1 / 0;\n")
+
+    with pytest.raises(MigrationError, match="0002_broken failed"):
+        migrate(empty_database_url, migrations=[*load_migrations(), broken])
+
+    assert [v for v, _, _ in recorded(empty_database_url)] == [1]
+    assert "half_done" not in tables(empty_database_url, "outbox")
+
+
+def test_migration_files_are_numbered_without_gaps(tmp_path: Path) -> None:
+    for name in ("0001_initial.sql", "0003_later.sql"):
+        (tmp_path / name).write_text("SELECT 1;")
+    with pytest.raises(MigrationError, match="0003 follows 0001"):
+        load_migrations(tmp_path)
+    (tmp_path / "0003_later.sql").unlink()
+    (tmp_path / "2_bad-name.sql").write_text("SELECT 1;")
+    with pytest.raises(MigrationError, match=r"2_bad-name\.sql"):
+        load_migrations(tmp_path)
+
+
+CATALOG = {
+    "columns": """
+        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
+               a.attnotnull, a.attidentity, a.attgenerated, pg_get_expr(d.adbin, d.adrelid)
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p', 'v', 'm')
+          AND a.attnum > 0 AND NOT a.attisdropped
+          AND c.relname <> 'schema_migrations'
+        ORDER BY 1, 2
+    """,
+    "constraints": """
+        SELECT c.relname, con.conname, con.contype, pg_get_constraintdef(con.oid)
+        FROM pg_constraint con
+        JOIN pg_class c ON c.oid = con.conrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND c.relname <> 'schema_migrations'
+        ORDER BY 1, 2
+    """,
+    "indexes": """
+        SELECT tablename, indexname, indexdef FROM pg_indexes
+        WHERE schemaname = %(schema)s AND tablename <> 'schema_migrations'
+        ORDER BY 1, 2
+    """,
+    "sequences": """
+        SELECT sequencename, data_type::text, start_value, increment_by, cycle
+        FROM pg_sequences WHERE schemaname = %(schema)s
+        ORDER BY 1
+    """,
+    "other_objects": """
+        SELECT c.relname, c.relkind FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND c.relname <> 'schema_migrations'
+          AND c.relname NOT LIKE 'schema_migrations%%'
+        ORDER BY 1
+    """,
+    "functions": """
+        SELECT p.proname, pg_get_function_identity_arguments(p.oid)
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = %(schema)s ORDER BY 1, 2
+    """,
+}
+
+
+def catalog(
+    conn: psycopg.Connection[tuple[Any, ...]], schema: str
+) -> dict[str, list[tuple[Any, ...]]]:
+    """What ``schema`` contains, with its own name replaced by SCHEMA."""
+    own_name = re.compile(rf'(?<![\w"])"?{re.escape(schema)}"?\.')
+
+    def normalise(value: Any) -> Any:
+        return own_name.sub("SCHEMA.", value) if isinstance(value, str) else value
+
+    return {
+        part: [
+            tuple(normalise(v) for v in row)
+            for row in conn.execute(query, {"schema": schema}).fetchall()
+        ]
+        for part, query in CATALOG.items()
+    }
+
+
+def test_migrated_schema_equals_what_the_migration_files_describe(
+    empty_database_url: str,
+) -> None:
+    migrate(empty_database_url, schema="by_runner")
+    with connect(empty_database_url) as conn:
+        conn.execute("CREATE SCHEMA by_hand")
+        conn.execute("SET search_path TO by_hand")
+        files = sorted((REPO / "sql").glob("*.sql"))
+        assert [f.name for f in files][:1] == ["0001_initial.sql"]
+        for path in files:
+            conn.execute(path.read_bytes())
+        conn.execute("SET search_path TO public")
+
+        by_runner = catalog(conn, "by_runner")
+        by_hand = catalog(conn, "by_hand")
+
+    assert {t for t, *_ in by_runner["columns"]} == TABLES - {"schema_migrations"}
+    assert ("messages", "messages_claimable_idx") in {i[:2] for i in by_runner["indexes"]}
+    assert any("REFERENCES SCHEMA.endpoints(id)" in c[3] for c in by_runner["constraints"])
+    for part in CATALOG:
+        assert by_runner[part] == by_hand[part], part
+
+
+# -- the command ---------------------------------------------------------------------
+
+
+def test_migrate_command_prints_json_and_is_idempotent(empty_database_url: str) -> None:
+    command = [*outbox_command(), "migrate", "--database-url", empty_database_url, "--json"]
+
+    first = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert first.returncode == 0, first.stderr
+    report = json.loads(first.stdout)
+    assert report["applied"] == ["0001_initial"]
+    assert report["schema"] == "outbox"
+    assert report["version"] == 1
+
+    second = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert second.returncode == 0, second.stderr
+    again = json.loads(second.stdout)
+    assert (again["applied"], again["version"]) == ([], 1)
+    assert tables(empty_database_url, "outbox") == TABLES
+
+
+def test_migrate_command_reports_a_bad_schema_and_exits_non_zero(empty_database_url: str) -> None:
+    command = [*outbox_command(), "migrate", "--database-url", empty_database_url]
+    result = subprocess.run(
+        [*command, "--schema", "bad-name"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert "schema" in result.stderr
+    assert result.stdout == ""
+
+
+# -- packaging -----------------------------------------------------------------------
+
+# pip's output when the isolated build environment cannot get the build backend.
+_NO_BACKEND = re.compile(
+    r"No matching distribution found for hatchling|Failed to establish a new connection"
+    r"|Temporary failure in name resolution|Network is unreachable|ProxyError"
+    r"|Could not fetch URL|connection broken",
+    re.IGNORECASE,
+)
+
+
+def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None:
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env=env,
+        check=False,
+    )
+    if build.returncode != 0:
+        output = build.stdout + build.stderr
+        if _NO_BACKEND.search(output):
+            pytest.skip(f"the build backend could not be fetched:\n{output[-2000:]}")
+        pytest.fail(f"building the wheel failed:\n{output[-4000:]}")
+
+    wheels = list(tmp_path.glob("outbox-*.whl"))
+    assert len(wheels) == 1, wheels
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        names = set(wheel.namelist())
+        packaged_sql = wheel.read("outbox/_sql/0001_initial.sql")
+    for required in (
+        "outbox/_sql/0001_initial.sql",
+        "outbox/queries.sql",
+        "outbox/py.typed",
+        "dispatchers/py.typed",
+    ):
+        assert required in names
+    assert packaged_sql == (REPO / "sql" / "0001_initial.sql").read_bytes()
+    assert {n for n in names if n.startswith("outbox/_sql/")} == {
+        f"outbox/_sql/{p.name}" for p in (REPO / "sql").glob("*.sql")
+    }
+
+
+# -- the embedded server -------------------------------------------------------------
+
+
+def test_embedded_server_starts_and_is_shared_by_every_handle_on_its_path(tmp_path: Path) -> None:
+    path = tmp_path / "pg"
+    server = EmbeddedPostgres(path, delete=True)
+    try:
+        with psycopg.connect(server.url) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+        assert EmbeddedPostgres(path).url == server.url
+
+        # Another process gets the same server, and leaving does not stop it for us.
+        other = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from outbox.embedded import EmbeddedPostgres;"
+                " print(EmbeddedPostgres(sys.argv[1]).url)",
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert other.stdout.strip() == server.url
+        with psycopg.connect(server.url) as conn:
+            assert conn.execute("SELECT 2").fetchone() == (2,)
+    finally:
+        server.cleanup()
+    assert not path.exists(), "delete=True removes the data directory with the last user"
+
+
+# -- import direction ----------------------------------------------------------------
+
+
+def _imported_modules(tree: ast.AST) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id == "__import__")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            )
+        ):
+            found.add(node.args[0].value)
+    return found
+
+
+def test_the_library_never_imports_the_dispatchers() -> None:
+    files = sorted((REPO / "outbox").rglob("*.py"))
+    assert REPO / "outbox" / "core.py" in files
+    offenders = {
+        str(path.relative_to(REPO)): sorted(
+            m
+            for m in _imported_modules(ast.parse(path.read_text("utf-8"), str(path)))
+            if m == "dispatchers" or m.startswith("dispatchers.")
+        )
+        for path in files
+    }
+    assert {f: m for f, m in offenders.items() if m} == {}
+
+    linter = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["tool"]["importlinter"]
+    contracts = [
+        (c["type"], c["forbidden_modules"])
+        for c in linter["contracts"]
+        if c.get("source_modules") == ["outbox"]
+    ]
+    assert contracts == [("forbidden", ["dispatchers"])]
+
+
+def test_import_scan_sees_every_form_of_import() -> None:
+    source = (
+        "import dispatchers\n"
+        "from dispatchers.cli import main\n"
+        "import importlib\n"
+        "importlib.import_module('dispatchers.pool')\n"
+        "__import__('dispatchers.http')\n"
+        "from . import sibling\n"
+    )
+    assert _imported_modules(ast.parse(source)) == {
+        "dispatchers",
+        "dispatchers.cli",
+        "importlib",
+        "dispatchers.pool",
+        "dispatchers.http",
+    }

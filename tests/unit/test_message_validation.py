@@ -1,0 +1,544 @@
+"""Validation of new messages (outbox.message), without a database.
+
+Every rejection must raise :class:`outbox.InvalidMessage` whose ``field`` names the
+argument at fault and whose text starts with that field; every accepted form must
+produce exactly the bytes, content type and method that will be sent.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from outbox import InvalidMessage, Outbox, OutboxError
+from outbox.message import MAX_URL_LENGTH, NewMessage, build_message
+
+VALID: dict[str, Any] = {
+    "url": "https://example.com/hook",
+    "idempotency_key": "order-1",
+    "json": {"a": 1},
+}
+
+
+def arguments(**overrides: Any) -> dict[str, Any]:
+    """Every keyword argument of ``Outbox.enqueue``: ``VALID`` with ``overrides``."""
+    return {
+        "json": None,
+        "body": None,
+        "content_type": None,
+        "method": "POST",
+        "headers": None,
+        "ordering_key": None,
+        "available_at": None,
+        "max_attempts": None,
+        **VALID,
+        **overrides,
+    }
+
+
+def build(box: Outbox | None = None, **overrides: Any) -> NewMessage:
+    """Validate the arguments with ``box``'s settings, as ``Outbox.enqueue`` does."""
+    box = box or Outbox()
+    return build_message(
+        **arguments(**overrides),
+        default_max_attempts=box.max_attempts,
+        max_body_bytes=box.max_body_bytes,
+    )
+
+
+def rejected(field: str, box: Outbox | None = None, **overrides: Any) -> InvalidMessage:
+    """Assert that ``overrides`` are rejected for ``field``; return the error.
+
+    ``Outbox.enqueue`` must reject them too before it looks at its transaction: an
+    object that is no transaction at all gets InvalidMessage, not TypeError.
+    """
+    box = box or Outbox()
+    with pytest.raises(InvalidMessage) as info:
+        build(box, **overrides)
+    error = info.value
+    with pytest.raises(InvalidMessage) as via_enqueue:
+        box.enqueue(object(), **arguments(**overrides))
+    assert via_enqueue.value.field == field
+    assert error.field == field
+    assert str(error).startswith(f"{field}: ")
+    assert error.problem and error.problem in str(error)
+    assert isinstance(error, OutboxError)
+    assert isinstance(error, ValueError)
+    return error
+
+
+# -- url ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/x",
+        "file:///etc/passwd",
+        "javascript:alert(1)",
+        "gopher://example.com/",
+        "example.com/hook",
+        "//example.com/hook",
+    ],
+)
+def test_url_without_http_scheme_is_rejected(url: str) -> None:
+    error = rejected("url", url=url)
+    assert "http or https" in error.problem
+
+
+@pytest.mark.parametrize("url", ["http://", "https:///path", "http://:8080/x", "http://?q=1"])
+def test_url_without_host_is_rejected(url: str) -> None:
+    error = rejected("url", url=url)
+    assert "host" in error.problem
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:secret@example.com/hook",
+        "https://user@example.com/hook",
+        "https://:secret@example.com/hook",
+    ],
+)
+def test_url_with_userinfo_is_rejected(url: str) -> None:
+    error = rejected("url", url=url)
+    assert "credentials" in error.problem
+    assert "secret" not in str(error)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.com/a b",
+        " https://example.com/",
+        "https://example.com/\n",
+        "https://example.com/\r\nX-Injected: 1",
+        "https://example.com/\t",
+        "https://example.com/\x00",
+        "https://example.com/\x7f",
+        "https://exämple.com/",
+    ],
+)
+def test_url_with_spaces_or_control_characters_is_rejected(url: str) -> None:
+    error = rejected("url", url=url)
+    assert "spaces, control or non-ASCII" in error.problem
+
+
+@pytest.mark.parametrize(
+    "url", ["https://example.com/hook#frag", "https://example.com/#", "https://example.com#x"]
+)
+def test_url_with_fragment_is_rejected(url: str) -> None:
+    error = rejected("url", url=url)
+    assert "fragment" in error.problem
+
+
+def test_url_longer_than_the_limit_is_rejected() -> None:
+    base = "https://example.com/"
+    longest = base + "a" * (MAX_URL_LENGTH - len(base))
+    assert build(url=longest).url == longest
+    error = rejected("url", url=longest + "a")
+    assert str(MAX_URL_LENGTH) in error.problem
+
+
+@pytest.mark.parametrize("url", ["", None, b"https://example.com/", 42])
+def test_url_that_is_not_a_non_empty_string_is_rejected(url: object) -> None:
+    rejected("url", url=url)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://example.com:99999/", "https://example.com:abc/", "http://[::1/"]
+)
+def test_url_that_does_not_parse_is_rejected(url: str) -> None:
+    rejected("url", url=url)
+
+
+def test_url_with_port_zero_is_rejected() -> None:
+    rejected("url", url="https://example.com:0/")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://example.com",
+        "HTTPS://Example.COM:8443/a/b?x=1&y=%20",
+        "http://127.0.0.1:8080/hook",
+        "http://[::1]:8080/hook",
+    ],
+)
+def test_absolute_http_urls_are_accepted_unchanged(url: str) -> None:
+    message = build(url=url)
+    assert message.url == url
+    assert message.target == url
+    assert message.endpoint_id is None
+
+
+# -- headers -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["X Space", "X:Colon", "X(paren)", "X/Slash", 'X"Quote', "X@At"])
+def test_header_name_that_is_not_a_token_is_rejected(name: str) -> None:
+    error = rejected(f"headers[{name}]", headers={name: "v"})
+    assert "header name" in error.problem
+
+
+@pytest.mark.parametrize("name", ["X-A\r", "X-A\n", "X-A\r\nX-B", "\nX-A", "X-A\x00", "X-\u00c4"])
+def test_header_name_with_cr_lf_nul_or_non_ascii_is_rejected_and_shown_escaped(name: str) -> None:
+    error = rejected(f"headers[{name!r}]", headers={name: "v"})
+    assert "\r" not in str(error)
+    assert "\n" not in str(error)
+
+
+@pytest.mark.parametrize("name", ["", 7, None, b"X-A"])
+def test_header_name_that_is_not_a_non_empty_string_is_rejected(name: object) -> None:
+    rejected("headers", headers={name: "v"})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "a\rb",
+        "a\nb",
+        "a\r\nX-Injected: 1",
+        "trailing\n",
+        "trailing\r\n",
+        "\nleading",
+        "nul\x00",
+        "bell\x07",
+        "del\x7f",
+        "caf\u00e9",
+        "snow\u2603",
+    ],
+)
+def test_header_value_with_cr_lf_nul_control_or_non_ascii_is_rejected(value: str) -> None:
+    error = rejected("headers[X-Custom]", headers={"X-Custom": value})
+    assert "printable ASCII" in error.problem
+
+
+def test_header_value_that_is_not_a_string_is_rejected() -> None:
+    rejected("headers[X-Count]", headers={"X-Count": 3})
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Host",
+        "host",
+        "HOST",
+        "Content-Length",
+        "Transfer-Encoding",
+        "transfer-encoding",
+        "Connection",
+        "Idempotency-Key",
+        "IDEMPOTENCY-KEY",
+        "Content-Type",
+        "content-type",
+        "webhook-id",
+        "Webhook-Id",
+        "Webhook-Signature",
+        "WEBHOOK-TIMESTAMP",
+        "Keep-Alive",
+        "Upgrade",
+        "TE",
+    ],
+)
+def test_reserved_header_is_rejected_whatever_its_case(name: str) -> None:
+    error = rejected(f"headers[{name}]", headers={name: "x"})
+    assert "set by the outbox itself" in error.problem
+
+
+def test_content_type_header_points_at_the_content_type_argument() -> None:
+    error = rejected("headers[Content-Type]", headers={"Content-Type": "text/plain"})
+    assert "content_type=" in error.problem
+
+
+def test_header_names_differing_only_in_case_are_rejected() -> None:
+    error = rejected("headers[x-trace]", headers={"X-Trace": "1", "x-trace": "2"})
+    assert "more than once" in error.problem
+
+
+def test_headers_that_are_not_a_mapping_are_rejected() -> None:
+    rejected("headers", headers=[("X-A", "1")])
+
+
+def test_too_many_headers_are_rejected() -> None:
+    rejected("headers", headers={f"X-H{i}": "v" for i in range(65)})
+
+
+def test_valid_headers_are_kept_as_given() -> None:
+    headers = {"X-Trace": "abc\t123", "Authorization": "Bearer t0k3n", "X-Empty": ""}
+    message = build(headers=headers)
+    assert message.headers == headers
+    assert message.headers is not headers
+    assert json.loads(message.params()["headers"]) == headers
+
+
+# -- idempotency key, ordering key ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("", "must not be empty"),
+        ("k" * 256, "longer than 255"),
+        ("tab\tkey", "printable ASCII"),
+        ("new\nline", "printable ASCII"),
+        ("trailing-newline\n", "printable ASCII"),
+        ("cr\r", "printable ASCII"),
+        ("nul\x00", "printable ASCII"),
+        ("caf\u00e9", "printable ASCII"),
+        (" leading", "start or end with a space"),
+        ("trailing ", "start or end with a space"),
+        (None, "must be a string"),
+        (42, "must be a string"),
+    ],
+)
+def test_bad_idempotency_key_is_rejected(key: object, problem: str) -> None:
+    error = rejected("idempotency_key", idempotency_key=key)
+    assert problem in error.problem
+
+
+def test_idempotency_key_of_255_printable_characters_is_accepted() -> None:
+    key = "k" * 254 + "~"
+    assert build(idempotency_key=key).idempotency_key == key
+    assert build(idempotency_key="a b").idempotency_key == "a b"
+
+
+@pytest.mark.parametrize("key", ["", "o" * 256, "line\n", " x"])
+def test_bad_ordering_key_is_rejected(key: str) -> None:
+    rejected("ordering_key", ordering_key=key)
+
+
+def test_ordering_key_is_optional() -> None:
+    assert build().ordering_key is None
+    assert build(ordering_key="customer-7").ordering_key == "customer-7"
+
+
+# -- json / body -------------------------------------------------------------------
+
+
+def test_both_json_and_body_are_rejected() -> None:
+    error = rejected("json", json={"a": 1}, body=b"x")
+    assert "exactly one of json= or body=" in error.problem
+
+
+def test_neither_json_nor_body_is_rejected() -> None:
+    error = rejected("json", json=None, body=None)
+    assert "exactly one of json= or body=" in error.problem
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        object(),
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        {"nested": [1, {"x": float("nan")}]},
+        {"set": {1, 2}},
+        {"bytes": b"x"},
+        {(1, 2): "tuple key"},
+        "\ud800",
+    ],
+)
+def test_json_that_is_not_serialisable_is_rejected(value: object) -> None:
+    error = rejected("json", json=value)
+    assert "not JSON serialisable" in error.problem
+
+
+def test_json_with_a_reference_cycle_is_rejected() -> None:
+    cycle: list[object] = []
+    cycle.append(cycle)
+    rejected("json", json=cycle)
+
+
+def test_body_of_another_type_is_rejected() -> None:
+    error = rejected("body", json=None, body=12)
+    assert "bytes or str" in error.problem
+
+
+def test_body_over_the_limit_is_rejected() -> None:
+    box = Outbox(max_body_bytes=10)
+    assert build(box, json=None, body=b"x" * 10).body == b"x" * 10
+    error = rejected("body", box, json=None, body=b"x" * 11)
+    assert error.problem == "is 11 bytes, over the limit of 10 bytes"
+
+
+def test_str_body_over_the_limit_is_measured_in_utf8_bytes() -> None:
+    box = Outbox(max_body_bytes=10)
+    # 5 characters, 10 bytes: accepted; one more character: 12 bytes, rejected.
+    assert build(box, json=None, body="\u00e9" * 5).body == "\u00e9".encode() * 5
+    error = rejected("body", box, json=None, body="\u00e9" * 6)
+    assert error.problem == "is 12 bytes, over the limit of 10 bytes"
+
+
+def test_json_over_the_limit_is_rejected_for_json() -> None:
+    box = Outbox(max_body_bytes=10)
+    assert build(box, json=[1, 2, 3, 40]).body == b"[1,2,3,40]"
+    error = rejected("json", box, json=[1, 2, 3, 4, 5])
+    assert error.problem == "is 11 bytes, over the limit of 10 bytes"
+
+
+def test_json_is_encoded_compactly_as_utf8_with_its_content_type() -> None:
+    message = build(json={"b": [1, 2.5, None, True], "a": "\u00e9\u2603"})
+    assert message.body == '{"b":[1,2.5,null,true],"a":"\u00e9\u2603"}'.encode()
+    assert message.content_type == "application/json"
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [(0, b"0"), (False, b"false"), ("", b'""'), ([], b"[]"), ({}, b"{}")],
+)
+def test_falsy_json_values_are_sent_not_mistaken_for_no_body(value: object, encoded: bytes) -> None:
+    assert build(json=value).body == encoded
+
+
+def test_str_body_is_sent_as_utf8_text() -> None:
+    message = build(json=None, body="h\u00e9llo \u2603")
+    assert message.body == "h\u00e9llo \u2603".encode()
+    assert message.content_type == "text/plain; charset=utf-8"
+
+
+def test_str_body_that_is_not_valid_unicode_is_rejected() -> None:
+    rejected("body", json=None, body="\udcff")
+
+
+@pytest.mark.parametrize("body", [b"\x00\xff", bytearray(b"\x00\xff"), memoryview(b"\x00\xff")])
+def test_binary_body_is_sent_as_octet_stream(body: bytes | bytearray | memoryview) -> None:
+    message = build(json=None, body=body)
+    assert message.body == b"\x00\xff"
+    assert type(message.body) is bytes
+    assert message.content_type == "application/octet-stream"
+
+
+def test_empty_body_is_accepted() -> None:
+    message = build(json=None, body=b"")
+    assert message.body == b""
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/cloudevents+json",
+        "text/csv; charset=utf-8",
+        "application/x-www-form-urlencoded",
+    ],
+)
+def test_explicit_content_type_is_kept(content_type: str) -> None:
+    assert build(content_type=content_type).content_type == content_type
+    assert build(json=None, body=b"x", content_type=content_type).content_type == content_type
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "",
+        "json",
+        "application/",
+        "/json",
+        "text/plain\r\nX-Injected: 1",
+        "text/plain\n",
+        "text/plain; charset=\u00e9",
+        "text/plain; a=\x00",
+        "x/" + "y" * 300,
+        42,
+    ],
+)
+def test_bad_content_type_is_rejected(content_type: object) -> None:
+    error = rejected("content_type", content_type=content_type)
+    assert "media type" in error.problem
+
+
+# -- max_attempts, available_at, method --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (0, "between 1 and 1000"),
+        (-1, "between 1 and 1000"),
+        (1001, "between 1 and 1000"),
+        (True, "must be an integer"),
+        (False, "must be an integer"),
+        ("3", "must be an integer"),
+        (3.0, "must be an integer"),
+    ],
+)
+def test_bad_max_attempts_is_rejected(value: object, problem: str) -> None:
+    error = rejected("max_attempts", max_attempts=value)
+    assert problem in error.problem
+
+
+def test_max_attempts_defaults_to_the_outbox_setting() -> None:
+    assert build().max_attempts == 12
+    assert build(Outbox(max_attempts=3)).max_attempts == 3
+    assert build(max_attempts=1).max_attempts == 1
+    assert build(max_attempts=1000).max_attempts == 1000
+
+
+def test_naive_available_at_is_rejected() -> None:
+    error = rejected("available_at", available_at=datetime(2030, 1, 1, 12, 0))
+    assert "timezone-aware" in error.problem
+
+
+def test_available_at_that_is_not_a_datetime_is_rejected() -> None:
+    rejected("available_at", available_at="2030-01-01T00:00:00Z")
+    rejected("available_at", available_at=1_900_000_000)
+
+
+def test_aware_available_at_is_kept() -> None:
+    when = datetime(2030, 1, 1, 12, 0, tzinfo=timezone(timedelta(hours=2)))
+    assert build(available_at=when).available_at == when
+    assert build().available_at is None
+
+
+@pytest.mark.parametrize("method", ["HEAD", "OPTIONS", "TRACE", "CONNECT", "", "P OST", None, 1])
+def test_bad_method_is_rejected(method: object) -> None:
+    error = rejected("method", method=method)
+    assert error.problem == "must be one of DELETE, GET, PATCH, POST, PUT"
+
+
+@pytest.mark.parametrize(
+    ("method", "sent"),
+    [("get", "GET"), ("Post", "POST"), ("put", "PUT"), ("patch", "PATCH"), ("DELETE", "DELETE")],
+)
+def test_method_is_upper_cased(method: str, sent: str) -> None:
+    assert build(method=method).method == sent
+
+
+# -- order and result --------------------------------------------------------------
+
+
+def test_the_url_is_reported_before_other_bad_fields() -> None:
+    rejected("url", url="ftp://x", idempotency_key="", method="HEAD")
+
+
+def test_a_valid_message_has_the_parameters_of_the_enqueue_statement() -> None:
+    when = datetime(2030, 1, 1, tzinfo=UTC)
+    message = build(
+        url="https://example.com/pay",
+        idempotency_key="pay-9",
+        json={"amount": 5},
+        method="put",
+        headers={"X-Tenant": "t1"},
+        ordering_key="acct-1",
+        available_at=when,
+        max_attempts=4,
+    )
+    assert message.params() == {
+        "idempotency_key": "pay-9",
+        "target": "https://example.com/pay",
+        "endpoint_id": None,
+        "url": "https://example.com/pay",
+        "method": "PUT",
+        "headers": '{"X-Tenant":"t1"}',
+        "body": b'{"amount":5}',
+        "content_type": "application/json",
+        "event_type": None,
+        "ordering_key": "acct-1",
+        "state": "ready",
+        "max_attempts": 4,
+        "available_at": when,
+    }
