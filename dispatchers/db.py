@@ -85,6 +85,7 @@ class Store:
     def __init__(self, conninfo: str, config: DispatcherConfig) -> None:
         self.config = config
         self.queries = queries_for(config.schema)
+        self.round_trips = 0  # statements sent; each is one network round trip
         self._timeouts = (
             f"{int(config.statement_timeout * 1000)}ms",
             f"{int(config.lock_timeout * 1000)}ms",
@@ -119,7 +120,12 @@ class Store:
         *,
         timeouts: tuple[str, ...] | None = None,
     ) -> list[TupleRow]:
-        """Run one statement in its own bounded transaction; return its rows."""
+        """Run one statement in its own bounded transaction; return its rows.
+
+        BEGIN, the timeouts, the statement and COMMIT go out as one pipeline, so
+        a statement costs one network round trip; the rows are read after it.
+        """
+        self.round_trips += 1
         async with self.pool.connection() as conn:
             async with conn.pipeline(), conn.transaction():
                 await conn.execute(
@@ -129,8 +135,7 @@ class Store:
                     timeouts or self._timeouts,
                 )
                 cur = await conn.execute(statement.text, params)
-                rows = await cur.fetchall()
-            return rows
+            return await cur.fetchall()
 
     async def claim(self, owner: str, limit: int) -> list[Job]:
         rows = await self._run(

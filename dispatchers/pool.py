@@ -61,7 +61,9 @@ class Stats:
     rescued: int = 0
     claims: int = 0
     flushes: int = 0
+    renewals: int = 0
     db_errors: int = 0
+    round_trips: int = 0
 
 
 @dataclass(eq=False)
@@ -167,6 +169,7 @@ class Dispatcher:
                     flight.task.cancel()
             await self._sender.aclose()
             await self._store.close()
+            self.stats.round_trips = self._store.round_trips
         return self.stats
 
     # -- claiming --------------------------------------------------------------
@@ -452,6 +455,7 @@ class Dispatcher:
             except Exception as exc:
                 await self._db_error("renew", exc)
                 return
+            self.stats.renewals += 1
         for message_id, attempt in held:
             if message_id not in alive:
                 self._lose(message_id, attempt)
