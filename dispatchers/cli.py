@@ -127,6 +127,13 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from dispatchers.demo import run_demo
+
+    db = resolve_database(args)
+    return run_demo(db.url, events=args.events, rate=args.rate, seed=args.seed)
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -261,6 +268,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_migrate)
 
     add_dispatch_parser(sub)
+
+    p = sub.add_parser(
+        "demo",
+        help="run the whole contract end to end on this machine (embedded database)",
+        description="Publish order events from business transactions (some rolled back), "
+        "deliver them as signed webhooks to a local receiver that fails some requests "
+        "once after applying them, and check every invariant. Uses the schemas "
+        "outbox_demo and outbox_demo_inbox (dropped and recreated). Exit 0 only if "
+        "every invariant held.",
+    )
+    p.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="PostgreSQL URL (default: $OUTBOX_DATABASE_URL, $DATABASE_URL, "
+        "else the embedded server in ./.outbox/pg)",
+    )
+    p.add_argument("--events", type=positive_int, default=1000, help="events (default: 1000)")
+    p.add_argument(
+        "--rate",
+        type=positive_float,
+        default=150.0,
+        help="business transactions per second (default: 150)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable run")
+    p.set_defaults(handler=cmd_demo)
     return parser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from dispatchers.retry import ExponentialBackoff, RetryPolicy
+from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
 from outbox.errors import ConfigurationError
 from outbox.queries import check_schema_name
 
@@ -51,6 +51,8 @@ class DispatcherConfig:
     retry_policy: RetryPolicy = field(default_factory=ExponentialBackoff)
     retry_statuses: frozenset[int] = frozenset({408, 425, 429})
     prepare: bool = True
+    disable_after: float = 5 * 24 * 3600.0
+    webhook_retry_policy: RetryPolicy = field(default_factory=lambda: STANDARD_WEBHOOKS_SCHEDULE)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -85,6 +87,7 @@ class DispatcherConfig:
             "lock_timeout",
             "idle_in_transaction_timeout",
             "db_connect_timeout",
+            "disable_after",
         ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0 or value != value:

@@ -59,6 +59,10 @@ class Job:
     endpoint_id: int | None
     event_type: str | None
     created_at: datetime
+    secrets: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:  # never show secrets or payloads
+        return f"Job(id={self.id}, attempts={self.attempts}, endpoint_id={self.endpoint_id})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,7 @@ class Completion:
     started_at: datetime | None = None
     duration_ms: int | None = None
     excerpt: str | None = None
+    endpoint_id: int | None = None
 
 
 class Store:
@@ -157,6 +162,7 @@ class Store:
                 endpoint_id=r[9],
                 event_type=r[10],
                 created_at=r[11],
+                secrets=tuple(r[12] or ()),
             )
             for r in rows
         ]
@@ -174,13 +180,16 @@ class Store:
         )
         return {r[0] for r in rows}
 
-    async def complete(self, owner: str, batch: Sequence[Completion]) -> set[int]:
-        """Record a batch of outcomes; return the ids whose outcome was applied."""
+    async def complete(self, owner: str, batch: Sequence[Completion]) -> tuple[set[int], set[int]]:
+        """Record a batch of outcomes; return the ids whose outcome was applied and
+        the endpoints that are now disabled (410 Gone, or failing too long)."""
         rows = await self._run(
             self.queries["complete"],
             {
                 "owner": owner,
+                "disable_after_s": self.config.disable_after,
                 "ids": [c.id for c in batch],
+                "endpoint_ids": [c.endpoint_id for c in batch],
                 "attempts": [c.attempt for c in batch],
                 "states": [c.state for c in batch],
                 "delays": [c.delay for c in batch],
@@ -194,7 +203,9 @@ class Store:
                 "excerpts": [c.excerpt for c in batch],
             },
         )
-        return {r[0] for r in rows}
+        applied = {r[0] for r in rows if r[0] is not None}
+        disabled = {r[1] for r in rows if r[1] is not None}
+        return applied, disabled
 
     async def rescue(self, limit: int = 1000) -> list[tuple[int, str]]:
         """Return expired leases to ready (or dead); return (id, new state) pairs."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -20,6 +19,7 @@ import httpx
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Job
 from dispatchers.outcome import Outcome, Verdict, classify_exception, classify_response
+from dispatchers.signing import webhook_headers
 from dispatchers.ssrf import AddressPolicy, guarded_transport
 
 TASKS_PER_CLIENT = 16
@@ -44,17 +44,17 @@ def idempotency_header(key: str, form: str) -> str:
     return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-HeaderHook = Callable[[Job, dict[str, str]], None]
-
-
 class Sender:
     """Sends claimed messages with pooled httpx clients.
+
+    Webhook messages (those with an endpoint) are signed per Standard Webhooks
+    at each attempt: ``webhook-id`` is the message's idempotency key (stable
+    across retries and replays), ``webhook-timestamp`` the attempt's time, and
+    ``webhook-signature`` one ``v1`` signature per secret in force.
 
     :param transport: an httpx transport to use instead of the guarded default
         (for tests, or a custom network stack); the SSRF guard is then the
         transport's business. A transport passed in is never closed here.
-    :param header_hook: called with each job and its request headers just
-        before sending, to add per-attempt headers (webhook signatures).
     """
 
     def __init__(
@@ -62,10 +62,8 @@ class Sender:
         config: DispatcherConfig,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
-        header_hook: HeaderHook | None = None,
     ) -> None:
         self.config = config
-        self.header_hook = header_hook
         timeout = httpx.Timeout(
             connect=config.connect_timeout,
             read=config.request_timeout,
@@ -113,8 +111,15 @@ class Sender:
         )
         headers.setdefault("User-Agent", self.config.user_agent)
         headers.setdefault("Accept-Encoding", "identity")
-        if self.header_hook is not None:
-            self.header_hook(job, headers)
+        if job.endpoint_id is not None:
+            headers.update(
+                webhook_headers(
+                    job.secrets,
+                    msg_id=job.idempotency_key,
+                    timestamp=int(time.time()),
+                    body=job.body,
+                )
+            )
         return headers
 
     async def send(self, job: Job) -> Attempt:

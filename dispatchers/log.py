@@ -25,6 +25,7 @@ EVENT_LEVELS = {
     "db_error": "error",
     "internal_error": "error",
     "outcome_dropped": "error",
+    "endpoint_disabled": "warning",
     "listen_error": "warning",
 }
 

@@ -38,7 +38,7 @@ from psycopg import sql
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Job, Store, is_transient
-from dispatchers.http import Attempt, HeaderHook, Sender
+from dispatchers.http import Attempt, Sender
 from dispatchers.log import EventLog
 from dispatchers.outcome import decide
 
@@ -97,7 +97,6 @@ class Dispatcher:
     :param transport: an httpx transport to send with, instead of the default
         SSRF-guarded one.
     :param log: where events go (default: JSON lines on stdout).
-    :param header_hook: adds per-attempt headers (used for webhook signatures).
     """
 
     def __init__(
@@ -108,7 +107,6 @@ class Dispatcher:
         transport: httpx.AsyncBaseTransport | None = None,
         log: EventLog | None = None,
         owner: str | None = None,
-        header_hook: HeaderHook | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.config = config or DispatcherConfig()
@@ -116,7 +114,6 @@ class Dispatcher:
         self.log = log or EventLog()
         self.stats = Stats()
         self._transport = transport
-        self._header_hook = header_hook
         self._store: Store | None = None
         self._sender: Sender | None = None
         self._inflight: dict[int, _Flight] = {}
@@ -148,7 +145,7 @@ class Dispatcher:
         """Run until :meth:`stop` (or, with ``drain``, until no message is due or
         running anywhere); then shut down gracefully and return the counters."""
         self._store = Store(self.conninfo, self.config)
-        self._sender = Sender(self.config, transport=self._transport, header_hook=self._header_hook)
+        self._sender = Sender(self.config, transport=self._transport)
         await self._store.open()
         helpers = [
             asyncio.create_task(self._heartbeat_loop(), name="outbox-heartbeat"),
@@ -290,11 +287,12 @@ class Dispatcher:
 
     def _completion(self, job: Job, attempt: Attempt) -> Completion:
         outcome = attempt.outcome
+        webhook = job.endpoint_id is not None
         decision = decide(
             outcome,
             attempts=job.attempts,
             max_attempts=job.max_attempts,
-            policy=self.config.retry_policy,
+            policy=self.config.webhook_retry_policy if webhook else self.config.retry_policy,
         )
         return Completion(
             id=job.id,
@@ -309,6 +307,7 @@ class Dispatcher:
             started_at=attempt.started_at,
             duration_ms=attempt.duration_ms,
             excerpt=attempt.excerpt,
+            endpoint_id=job.endpoint_id,
         )
 
     def _queue(self, completion: Completion) -> None:
@@ -342,7 +341,9 @@ class Dispatcher:
 
         async def write() -> None:
             async with self._write_lock:
-                applied = await store.complete(self.owner, batch)
+                applied, disabled = await store.complete(self.owner, batch)
+                for endpoint_id in disabled:
+                    self.log.event("endpoint_disabled", endpoint_id=endpoint_id)
                 # Settle the books before the heartbeat can look at them again.
                 self.stats.flushes += 1
                 for completion in batch:

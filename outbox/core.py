@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from outbox.errors import ConfigurationError, OutboxError
-from outbox.message import DEFAULT_MAX_BODY_BYTES, MAX_ATTEMPTS_LIMIT, NewMessage, build_message
+from outbox.endpoints import check_event_type
+from outbox.errors import ConfigurationError, InvalidMessage, OutboxError
+from outbox.message import (
+    DEFAULT_MAX_BODY_BYTES,
+    MAX_ATTEMPTS_LIMIT,
+    NewMessage,
+    build_message,
+    check_max_attempts,
+    check_optional_key,
+    encode_body,
+)
 from outbox.queries import Queries, queries_for
 from outbox.transaction import Plan, run_async, run_sync
 
 DEFAULT_SCHEMA = "outbox"
 DEFAULT_MAX_ATTEMPTS = 12
+MAX_EVENT_KEY = 200  # the endpoint id is appended to make each message's key
+DEFAULT_WEBHOOK_MAX_ATTEMPTS = 8
+"""An immediate attempt plus the seven retries of the Standard Webhooks schedule
+(5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h): about a day."""
 
 
 class Outbox:
@@ -24,6 +38,7 @@ class Outbox:
         dispatchers only poll, for example behind PgBouncer in transaction mode.
     :param max_body_bytes: the largest body ``enqueue`` accepts.
     :param max_attempts: the attempt budget of a message that does not give one.
+    :param webhook_max_attempts: the attempt budget of each published webhook.
     """
 
     def __init__(
@@ -33,6 +48,7 @@ class Outbox:
         notify: bool = True,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        webhook_max_attempts: int = DEFAULT_WEBHOOK_MAX_ATTEMPTS,
     ) -> None:
         self.queries: Queries = queries_for(schema)
         if (
@@ -51,6 +67,7 @@ class Outbox:
         self.notify = bool(notify)
         self.max_body_bytes = max_body_bytes
         self.max_attempts = max_attempts
+        self.webhook_max_attempts = check_max_attempts(webhook_max_attempts, 1)
 
     def __repr__(self) -> str:
         return f"Outbox(schema={self.schema!r}, notify={self.notify})"
@@ -134,3 +151,70 @@ class Outbox:
                 "was it removed concurrently by retention?"
             )
         return int(rows[0][0])
+
+    def publish(
+        self,
+        tx: Any,
+        event_type: str,
+        payload: Any,
+        *,
+        idempotency_key: str | None = None,
+        ordering_key: str | None = None,
+    ) -> list[int]:
+        """Fan an event out to every enabled endpoint subscribed to ``event_type``,
+        in the caller's transaction; return one message id per endpoint.
+
+        The body is the Standard Webhooks envelope
+        ``{"type": ..., "timestamp": ..., "data": payload}``. Each endpoint's
+        message is keyed ``"<idempotency_key>:<endpoint id>"`` (that is also its
+        ``webhook-id``); publishing the same key again writes nothing and returns
+        the existing ids. Without a key, a random one is made (no dedupe).
+        """
+        params = self._event(event_type, payload, idempotency_key, ordering_key)
+        return run_sync(tx, self._publish_plan(params))
+
+    async def publish_async(
+        self,
+        tx: Any,
+        event_type: str,
+        payload: Any,
+        *,
+        idempotency_key: str | None = None,
+        ordering_key: str | None = None,
+    ) -> list[int]:
+        """As :meth:`publish`, on an asynchronous transaction."""
+        params = self._event(event_type, payload, idempotency_key, ordering_key)
+        return await run_async(tx, self._publish_plan(params))
+
+    def _event(
+        self, event_type: object, payload: object, key: object, ordering_key: object
+    ) -> dict[str, Any]:
+        event_type = check_event_type(event_type)
+        event_key = check_optional_key(key, "idempotency_key")
+        if event_key is not None and len(event_key) > MAX_EVENT_KEY:
+            raise InvalidMessage(
+                "idempotency_key", f"is longer than {MAX_EVENT_KEY} characters (events)"
+            )
+        envelope = {
+            "type": event_type,
+            "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "data": payload,
+        }
+        try:
+            body, _ = encode_body(
+                json=envelope, body=None, content_type=None, max_body_bytes=self.max_body_bytes
+            )
+        except InvalidMessage as exc:
+            raise InvalidMessage("payload", exc.problem) from None
+        return {
+            "event_type": event_type,
+            "event_key": event_key or "evt_" + uuid.uuid4().hex,
+            "body": body,
+            "ordering_key": check_optional_key(ordering_key, "ordering_key"),
+            "max_attempts": self.webhook_max_attempts,
+            "channel": self.queries.channel,
+        }
+
+    def _publish_plan(self, params: dict[str, Any]) -> Plan[list[int]]:
+        rows = yield self.queries["publish_notify" if self.notify else "publish"], params
+        return sorted({int(r[0]) for r in rows})

@@ -49,11 +49,15 @@ WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
 -- A message with an ordering key waits while an earlier message of the same key
 -- is ready, running or paused; a dead one no longer holds its successors back.
 -- attempts + 1 is the fencing token every later write of this claim must match.
+-- A webhook message whose endpoint was disabled after it was written waits (the
+-- disable pauses the rows it can see; this catches the ones committed later).
 WITH candidates AS (
-    SELECT m.id
+    SELECT m.id, m.endpoint_id
     FROM {schema}.messages AS m
     WHERE m.state = 'ready'
       AND m.available_at <= now()
+      AND (m.endpoint_id IS NULL OR EXISTS (
+            SELECT 1 FROM {schema}.endpoints AS e WHERE e.id = m.endpoint_id AND e.enabled))
       AND (m.ordering_key IS NULL OR NOT EXISTS (
             SELECT 1
             FROM {schema}.messages AS earlier
@@ -70,11 +74,16 @@ SET state = 'running',
     lease_until = now() + make_interval(secs => %(lease_s)s),
     attempts = m.attempts + 1
 FROM candidates
+LEFT JOIN {schema}.endpoints AS e ON e.id = candidates.endpoint_id
 WHERE m.id = candidates.id
-RETURNING m.id, m.idempotency_key,
-          COALESCE(m.url, (SELECT e.url FROM {schema}.endpoints AS e WHERE e.id = m.endpoint_id)),
+RETURNING m.id, m.idempotency_key, COALESCE(m.url, e.url),
           m.method, m.headers, m.body, m.content_type, m.attempts, m.max_attempts,
-          m.endpoint_id, m.event_type, m.created_at
+          m.endpoint_id, m.event_type, m.created_at,
+          -- the signing secrets still in force (several during a rotation)
+          ARRAY(SELECT s.value ->> 'secret'
+                FROM jsonb_array_elements(e.secrets) AS s
+                WHERE s.value ->> 'expires_at' IS NULL
+                   OR CAST(s.value ->> 'expires_at' AS timestamptz) > now())
 
 -- name: renew
 -- One heartbeat for every lease a dispatcher holds. A row missing from the result
@@ -99,6 +108,7 @@ WITH outcome AS (
     SELECT *
     FROM unnest(
         CAST(%(ids)s AS bigint[]),
+        CAST(%(endpoint_ids)s AS bigint[]),
         CAST(%(attempts)s AS integer[]),
         CAST(%(states)s AS text[]),
         CAST(%(delays)s AS double precision[]),
@@ -110,8 +120,57 @@ WITH outcome AS (
         CAST(%(started)s AS timestamptz[]),
         CAST(%(durations)s AS integer[]),
         CAST(%(excerpts)s AS text[])
-    ) AS o(id, attempt, state, delay_s, sent, status, outcome, error_class, error,
-           started_at, duration_ms, excerpt)
+    ) AS o(id, endpoint_id, attempt, state, delay_s, sent, status, outcome, error_class,
+           error, started_at, duration_ms, excerpt)
+), health AS (
+    -- Endpoint health: per endpoint in this batch, did any attempt succeed, did
+    -- any fail, did one answer 410 Gone.
+    SELECT endpoint_id,
+           bool_or(outcome = 'succeeded') AS any_success,
+           count(*) FILTER (WHERE sent AND outcome IN ('retry', 'failed', 'gone')) AS failures,
+           bool_or(outcome = 'gone') AS gone
+    FROM outcome
+    WHERE endpoint_id IS NOT NULL
+    GROUP BY endpoint_id
+), endpoint_update AS (
+    -- A success clears the failure streak; failures extend it. 410 Gone disables
+    -- the endpoint at once; failing without a success for disable_after disables
+    -- it too. Successes on a healthy endpoint skip the write (hot endpoints would
+    -- otherwise serialise every flush on their row).
+    UPDATE {schema}.endpoints AS e
+    SET failure_streak = CASE WHEN h.any_success THEN 0 ELSE e.failure_streak + h.failures END,
+        failing_since = CASE WHEN h.any_success THEN NULL
+                             ELSE COALESCE(e.failing_since, now()) END,
+        last_success_at = CASE WHEN h.any_success THEN now() ELSE e.last_success_at END,
+        enabled = e.enabled AND NOT h.gone AND NOT (
+            NOT h.any_success
+            AND COALESCE(e.failing_since, now()) < now() - make_interval(secs => %(disable_after_s)s)),
+        disabled_reason = CASE
+            WHEN NOT e.enabled THEN e.disabled_reason
+            WHEN h.gone THEN 'the endpoint answered 410 Gone'
+            WHEN NOT h.any_success
+                 AND COALESCE(e.failing_since, now()) < now() - make_interval(secs => %(disable_after_s)s)
+                THEN 'every attempt failed since ' || to_char(e.failing_since, 'YYYY-MM-DD HH24:MI:SS TZ')
+            END,
+        disabled_at = CASE WHEN NOT e.enabled THEN e.disabled_at
+                           WHEN h.gone OR (NOT h.any_success
+                                AND COALESCE(e.failing_since, now())
+                                    < now() - make_interval(secs => %(disable_after_s)s))
+                           THEN now() END,
+        updated_at = now()
+    FROM health AS h
+    WHERE e.id = h.endpoint_id
+      AND (h.gone OR NOT h.any_success OR NOT e.enabled OR e.failure_streak > 0
+           OR e.last_success_at IS NULL OR e.last_success_at <= now() - interval '10 seconds')
+    RETURNING e.id, e.enabled, e.disabled_at = now() AS newly_disabled
+), disabled AS (
+    SELECT id FROM endpoint_update WHERE NOT enabled
+), paused AS (
+    -- Pause the waiting messages of endpoints disabled by this batch.
+    UPDATE {schema}.messages AS m
+    SET state = 'paused'
+    FROM disabled
+    WHERE m.endpoint_id = disabled.id AND m.state = 'ready'
 ), done AS (
     DELETE FROM {schema}.messages AS m
     USING outcome AS o
@@ -130,7 +189,8 @@ WITH outcome AS (
     FROM done
 ), updated AS (
     UPDATE {schema}.messages AS m
-    SET state = o.state,
+    SET state = CASE WHEN o.state = 'ready' AND m.endpoint_id IN (SELECT id FROM disabled)
+                     THEN 'paused' ELSE o.state END,
         attempts = CASE WHEN o.sent THEN m.attempts ELSE m.attempts - 1 END,
         available_at = CASE WHEN o.state = 'ready'
                             THEN now() + make_interval(secs => o.delay_s)
@@ -159,7 +219,9 @@ WITH outcome AS (
     JOIN applied USING (id)
     WHERE o.sent
 )
-SELECT id FROM applied
+SELECT id, NULL AS disabled_endpoint FROM applied
+UNION ALL
+SELECT NULL, id FROM endpoint_update WHERE newly_disabled
 
 -- name: rescue
 -- Return messages whose lease expired (their dispatcher died, froze or lost the
@@ -202,3 +264,144 @@ SELECT
     (SELECT count(*) FROM {schema}.messages WHERE state = 'ready' AND available_at <= now()) AS due,
     (SELECT count(*) FROM {schema}.messages WHERE state = 'running') AS running,
     (SELECT count(*) FROM {schema}.messages WHERE state = 'ready' AND available_at > now()) AS scheduled
+
+-- name: publish
+-- Fan one event out to every enabled endpoint subscribed to its type, in the
+-- caller's transaction: one message per endpoint, keyed "<event key>:<endpoint>"
+-- so that publishing the same event again writes nothing. A subscription is an
+-- exact type or a "prefix.*" pattern; an endpoint with none gets every type.
+-- Returns the new message ids, then (created = false) the ids that existed.
+WITH subscribed AS (
+    SELECT e.id,
+           'endpoint:' || e.id AS target,
+           %(event_key)s || ':' || e.id AS idempotency_key
+    FROM {schema}.endpoints AS e
+    WHERE e.enabled
+      AND (cardinality(e.event_types) = 0
+           OR %(event_type)s = ANY (e.event_types)
+           OR EXISTS (
+                SELECT 1 FROM unnest(e.event_types) AS pattern
+                WHERE right(pattern, 2) = '.*'
+                  AND starts_with(%(event_type)s, left(pattern, -1))))
+), new_key AS (
+    INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
+    SELECT target, idempotency_key, nextval('{schema}.messages_id_seq')
+    FROM subscribed
+    ORDER BY id
+    ON CONFLICT DO NOTHING
+    RETURNING target, idempotency_key, message_id
+), new_message AS (
+    INSERT INTO {schema}.messages (
+        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        content_type, event_type, ordering_key, state, max_attempts
+    )
+    SELECT k.message_id, k.idempotency_key, k.target, s.id, NULL, 'POST',
+           CAST('{{}}' AS jsonb), CAST(%(body)s AS bytea), 'application/json',
+           CAST(%(event_type)s AS text), CAST(%(ordering_key)s AS text), 'ready',
+           CAST(%(max_attempts)s AS integer)
+    FROM new_key AS k
+    JOIN subscribed AS s USING (target)
+    RETURNING id
+)
+SELECT id, true AS created{notify} FROM new_message
+UNION ALL
+SELECT k.message_id, false{notify}
+FROM subscribed AS s
+JOIN {schema}.message_keys AS k USING (target, idempotency_key)
+
+-- name: endpoint_insert
+INSERT INTO {schema}.endpoints (url, description, event_types, secrets, metadata, max_concurrency)
+VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]), CAST(%(secrets)s AS jsonb),
+        CAST(%(metadata)s AS jsonb), %(max_concurrency)s)
+RETURNING id
+
+-- name: endpoint_get
+SELECT id, url, description, event_types, secrets, metadata, enabled, disabled_reason,
+       disabled_at, failure_streak, failing_since, last_success_at, max_concurrency,
+       created_at, updated_at, now()
+FROM {schema}.endpoints
+WHERE id = %(id)s
+
+-- name: endpoint_lock
+SELECT id, url, description, event_types, secrets, metadata, enabled, disabled_reason,
+       disabled_at, failure_streak, failing_since, last_success_at, max_concurrency,
+       created_at, updated_at, now()
+FROM {schema}.endpoints
+WHERE id = %(id)s
+FOR UPDATE
+
+-- name: endpoint_list
+SELECT id, url, description, event_types, secrets, metadata, enabled, disabled_reason,
+       disabled_at, failure_streak, failing_since, last_success_at, max_concurrency,
+       created_at, updated_at, now()
+FROM {schema}.endpoints
+ORDER BY id
+
+-- name: endpoint_update
+UPDATE {schema}.endpoints
+SET url = %(url)s,
+    description = %(description)s,
+    event_types = CAST(%(event_types)s AS text[]),
+    secrets = CAST(%(secrets)s AS jsonb),
+    metadata = CAST(%(metadata)s AS jsonb),
+    max_concurrency = %(max_concurrency)s,
+    updated_at = now()
+WHERE id = %(id)s
+RETURNING id
+
+-- name: endpoint_disable
+-- Disable an endpoint and pause its waiting messages: they are neither attempted
+-- nor dead, and resume when it is enabled again. Deliveries in flight finish;
+-- a retry of theirs is paused by the completion batch.
+WITH endpoint AS (
+    UPDATE {schema}.endpoints
+    SET enabled = false,
+        disabled_reason = %(reason)s,
+        disabled_at = now(),
+        updated_at = now()
+    WHERE id = %(id)s
+    RETURNING id
+), paused AS (
+    UPDATE {schema}.messages AS m
+    SET state = 'paused'
+    FROM endpoint
+    WHERE m.endpoint_id = endpoint.id AND m.state = 'ready'
+    RETURNING m.id
+)
+SELECT (SELECT count(*) FROM endpoint), (SELECT count(*) FROM paused)
+
+-- name: endpoint_enable
+WITH endpoint AS (
+    UPDATE {schema}.endpoints
+    SET enabled = true,
+        disabled_reason = NULL,
+        disabled_at = NULL,
+        failure_streak = 0,
+        failing_since = NULL,
+        updated_at = now()
+    WHERE id = %(id)s
+    RETURNING id
+), resumed AS (
+    UPDATE {schema}.messages AS m
+    SET state = 'ready', available_at = now()
+    FROM endpoint
+    WHERE m.endpoint_id = endpoint.id AND m.state = 'paused'
+    RETURNING m.id
+)
+SELECT (SELECT count(*) FROM endpoint), (SELECT count(*) FROM resumed){notify}
+
+-- name: endpoint_detach
+-- Before deleting an endpoint: its messages keep its URL (history stays
+-- readable), and the ones still waiting become dead.
+UPDATE {schema}.messages AS m
+SET url = e.url,
+    state = CASE WHEN m.state IN ('ready', 'paused') THEN 'dead' ELSE m.state END,
+    last_error = CASE WHEN m.state IN ('ready', 'paused') THEN 'endpoint deleted'
+                      ELSE m.last_error END,
+    completed_at = CASE WHEN m.state IN ('ready', 'paused') THEN now() ELSE m.completed_at END
+FROM {schema}.endpoints AS e
+WHERE e.id = %(id)s AND m.endpoint_id = e.id
+RETURNING m.id
+
+-- name: endpoint_delete
+DELETE FROM {schema}.endpoints WHERE id = %(id)s RETURNING id

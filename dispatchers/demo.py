@@ -1,0 +1,344 @@
+"""``outbox demo``: the whole contract, end to end, on one machine in seconds.
+
+It migrates a throwaway schema, starts a webhook receiver on 127.0.0.1 that
+verifies Standard Webhooks signatures and applies each event's effect once (the
+effect row and the inbox claim commit together), registers two endpoints, then
+publishes events from business transactions while a dispatcher delivers them:
+
+- some business transactions roll back on purpose: their events must never arrive;
+- some deliveries fail once *after* the receiver applied the effect (it answers
+  500): the retry is a duplicate, which the inbox suppresses.
+
+It ends with a summary and exits 0 only if every invariant held: every committed
+event's effect applied exactly once per subscribed endpoint, nothing from a
+rolled-back transaction sent, nothing dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.log import NullLog
+from dispatchers.pool import Dispatcher
+from dispatchers.retry import Schedule
+from outbox import Outbox, migrate
+from outbox.endpoints import Endpoints
+from outbox.receiver import Inbox, InvalidSignature, verify
+
+SCHEMA = "outbox_demo"
+INBOX_SCHEMA = "outbox_demo_inbox"
+
+
+@dataclass
+class Tally:
+    """What the receiver saw (filled from its threads)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    requests: int = 0
+    applied: int = 0
+    duplicates: int = 0
+    bad_signatures: int = 0
+    failed_on_purpose: int = 0
+    arrival: dict[str, float] = field(default_factory=dict)  # event key -> first arrival
+    keys_seen: set[str] = field(default_factory=set)
+
+
+class DemoReceiver:
+    """Two webhook endpoints (/billing, /analytics) on one local HTTP server."""
+
+    def __init__(self, database_url: str, fail_once: set[str]) -> None:
+        self.database_url = database_url
+        self.secrets: dict[str, str] = {}
+        self.fail_once = fail_once
+        self.failed: set[str] = set()
+        self.tally = Tally()
+        self.inbox = Inbox(schema=INBOX_SCHEMA)
+        self._local = threading.local()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                status = receiver.handle(self.path, dict(self.headers.items()), body)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 256
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def _conn(self) -> psycopg.Connection[tuple[Any, ...]]:
+        conn: psycopg.Connection[tuple[Any, ...]] | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            conn = psycopg.connect(self.database_url)
+            self._local.conn = conn
+        return conn
+
+    def handle(self, path: str, headers: dict[str, str], body: bytes) -> int:
+        tally = self.tally
+        with tally.lock:
+            tally.requests += 1
+        secret = self.secrets.get(path)
+        if secret is None:
+            return 404
+        try:
+            verify(secret, headers, body)
+        except InvalidSignature:
+            with tally.lock:
+                tally.bad_signatures += 1
+            return 401
+        webhook_id = next(v for k, v in headers.items() if k.lower() == "webhook-id")
+        event = json.loads(body)
+        conn = self._conn()
+        with conn.transaction():
+            first = self.inbox.claim(conn, webhook_id)
+            if first:
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {}.effects (webhook_id, endpoint, order_id) "
+                        "VALUES (%s, %s, %s)"
+                    ).format(sql.Identifier(INBOX_SCHEMA)),
+                    (webhook_id, path, event["data"]["order_id"]),
+                )
+        event_key = webhook_id.rsplit(":", 1)[0]
+        now = time.time()
+        with tally.lock:
+            tally.keys_seen.add(event_key)
+            tally.arrival.setdefault(webhook_id, now)
+            if first:
+                tally.applied += 1
+            else:
+                tally.duplicates += 1
+            # Fail once after the effect committed: the retry must be deduplicated.
+            if event_key in self.fail_once and webhook_id not in self.failed:
+                self.failed.add(webhook_id)
+                tally.failed_on_purpose += 1
+                return 500
+        return 200
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _prepare(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for schema in (SCHEMA, INBOX_SCHEMA):
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    migrate(database_url, schema=SCHEMA)
+    with psycopg.connect(database_url) as conn:
+        Inbox(schema=INBOX_SCHEMA).ensure_schema(conn)
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {}.orders (id bigint PRIMARY KEY, total integer NOT NULL)"
+            ).format(sql.Identifier(SCHEMA))
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {}.effects (webhook_id text PRIMARY KEY, endpoint text NOT NULL,"
+                " order_id bigint NOT NULL)"
+            ).format(sql.Identifier(INBOX_SCHEMA))
+        )
+
+
+def _progress(done: int, total: int, started: float, *, final: bool = False) -> None:
+    width = 30
+    filled = int(width * done / total) if total else width
+    rate = done / max(time.monotonic() - started, 1e-6)
+    line = f"  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} delivered  {rate:,.0f}/s"
+    if sys.stderr.isatty():
+        sys.stderr.write("\r" + line + ("\n" if final else ""))
+    else:
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def run_demo(
+    database_url: str, *, events: int = 1000, rate: float = 150.0, seed: int | None = None
+) -> int:
+    """Run the demo; return the process exit code (0 when every invariant held).
+
+    Events are published at ``rate`` per second (a steady load, so the latency
+    figures mean something), each in its own business transaction.
+    """
+    rng = random.Random(seed)
+    print(f"outbox demo: {events} order events, 2 webhook endpoints", file=sys.stderr)
+    _prepare(database_url)
+    keys = [f"order-{i}" for i in range(events)]
+    rolled_back = {k for k in keys if rng.random() < 0.1}
+    fail_once = {k for k in keys if k not in rolled_back and rng.random() < 0.05}
+    receiver = DemoReceiver(database_url, fail_once)
+    receiver.start()
+    box = Outbox(schema=SCHEMA)
+    endpoints = Endpoints(schema=SCHEMA)
+    with psycopg.connect(database_url) as conn:
+        billing = endpoints.add(
+            conn,
+            url=receiver.url + "/billing",
+            event_types=["order.*"],
+            description="billing service",
+        )
+        analytics = endpoints.add(
+            conn, url=receiver.url + "/analytics", description="analytics (every event)"
+        )
+    receiver.secrets = {
+        "/billing": billing.secrets[0].secret,
+        "/analytics": analytics.secrets[0].secret,
+    }
+    committed_at: dict[str, float] = {}
+    committed = len(keys) - len(rolled_back)
+    expected = committed * 2
+
+    def publish_all() -> None:
+        start = time.monotonic()
+        with psycopg.connect(database_url) as conn:
+            for i, key in enumerate(keys):
+                pause = start + i / rate - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                with conn.transaction(force_rollback=key in rolled_back):
+                    conn.execute(
+                        sql.SQL("INSERT INTO {}.orders (id, total) VALUES (%s, %s)").format(
+                            sql.Identifier(SCHEMA)
+                        ),
+                        (i, rng.randint(100, 10_000)),
+                    )
+                    box.publish(conn, "order.created", {"order_id": i}, idempotency_key=key)
+                if key not in rolled_back:
+                    committed_at[key] = time.time()
+
+    config = DispatcherConfig(
+        schema=SCHEMA,
+        concurrency=32,
+        allow_networks=("127.0.0.0/8",),  # the demo's own receiver; the guard stays on
+        webhook_retry_policy=Schedule(delays=(0.5, 1.0, 2.0), jitter=0.1),
+        poll_interval=0.2,
+    )
+    dispatcher = Dispatcher(database_url, config, log=NullLog())
+    started = time.monotonic()
+
+    async def main() -> None:
+        task = asyncio.create_task(dispatcher.run())
+        publisher = asyncio.create_task(asyncio.to_thread(publish_all))
+        deadline = time.monotonic() + 60 + events / rate
+        interval = 0.25 if sys.stderr.isatty() else 1.0
+        try:
+            while time.monotonic() < deadline:
+                await asyncio.sleep(interval)
+                _progress(dispatcher.stats.delivered, expected, started)
+                if publisher.done() and dispatcher.stats.delivered >= expected:
+                    break
+        finally:
+            dispatcher.stop()
+            await task
+            await publisher
+        _progress(dispatcher.stats.delivered, expected, started, final=True)
+
+    try:
+        asyncio.run(main())
+    finally:
+        receiver.stop()
+    elapsed = time.monotonic() - started
+    return _summarise(
+        database_url, receiver, dispatcher, committed_at, rolled_back, expected, elapsed
+    )
+
+
+def _summarise(
+    database_url: str,
+    receiver: DemoReceiver,
+    dispatcher: Dispatcher,
+    committed_at: dict[str, float],
+    rolled_back: set[str],
+    expected: int,
+    elapsed: float,
+) -> int:
+    tally = receiver.tally
+    with psycopg.connect(database_url) as conn:
+        effects = conn.execute(
+            sql.SQL("SELECT count(*), count(DISTINCT webhook_id) FROM {}.effects").format(
+                sql.Identifier(INBOX_SCHEMA)
+            )
+        ).fetchone() or (0, 0)
+        dead = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.messages WHERE state = 'dead'").format(
+                sql.Identifier(SCHEMA)
+            )
+        ).fetchone() or (0,)
+    latencies = sorted(
+        (tally.arrival[wid] - committed_at[wid.rsplit(":", 1)[0]]) * 1000
+        for wid in tally.arrival
+        if wid.rsplit(":", 1)[0] in committed_at
+    )
+    leaked = tally.keys_seen & rolled_back
+    p50 = statistics.median(latencies) if latencies else float("nan")
+    p99 = (
+        latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        if latencies
+        else float("nan")
+    )
+    rows = [
+        ("events committed", f"{len(committed_at)}"),
+        ("deliveries expected (2 endpoints)", f"{expected}"),
+        ("delivered", f"{dispatcher.stats.delivered}"),
+        ("retried (receiver failed once)", f"{dispatcher.stats.retried}"),
+        ("duplicates suppressed by the inbox", f"{tally.duplicates}"),
+        ("effects applied", f"{effects[0]}"),
+        (
+            "rolled back, correctly never sent",
+            f"{len(rolled_back) - len(leaked)} of {len(rolled_back)}",
+        ),
+        ("dead", f"{dead[0]}"),
+        ("bad signatures", f"{tally.bad_signatures}"),
+        ("commit-to-delivery p50", f"{p50:.1f} ms"),
+        ("commit-to-delivery p99", f"{p99:.1f} ms"),
+        ("elapsed", f"{elapsed:.1f} s"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}")
+    checks = {
+        "every committed event applied exactly once per endpoint": effects[0] == expected
+        and effects[1] == expected,
+        "every delivery recorded as delivered": dispatcher.stats.delivered == expected,
+        "no event from a rolled-back transaction was sent": not leaked,
+        "no message dead": dead[0] == 0,
+        "every signature verified": tally.bad_signatures == 0,
+        "every duplicate suppressed": tally.duplicates >= tally.failed_on_purpose,
+    }
+    ok = all(checks.values())
+    for name, passed in checks.items():
+        print(f"  {'ok  ' if passed else 'FAIL'} {name}")
+    print("outbox demo: " + ("every invariant held" if ok else "an invariant failed"))
+    return 0 if ok else 1

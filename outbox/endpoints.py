@@ -1,0 +1,340 @@
+"""Webhook endpoints: where published events go, and the secrets that sign them.
+
+All functions run in the caller's transaction (a SQLAlchemy ``Session`` or
+``Connection``, or a psycopg ``Connection``) and never commit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from outbox.errors import InvalidMessage
+from outbox.message import check_url
+from outbox.queries import Queries, queries_for
+from outbox.secrets import check_secret, generate_secret
+from outbox.transaction import Plan, Row, run_sync
+
+DEFAULT_ROTATION_OVERLAP = timedelta(hours=24)
+MAX_DESCRIPTION = 1000
+_EVENT_TYPE = re.compile(r"^[\x21-\x7e]{1,255}\Z")
+
+
+def check_event_type(value: object, field: str = "event_type") -> str:
+    """An event type: 1-255 printable characters, no whitespace."""
+    if not isinstance(value, str) or not _EVENT_TYPE.match(value):
+        raise InvalidMessage(field, "must be 1-255 printable characters without whitespace")
+    if "*" in value:
+        raise InvalidMessage(field, "must not contain '*'")
+    return value
+
+
+def check_subscriptions(values: object) -> list[str]:
+    """Event type subscriptions: exact types or ``prefix.*`` patterns; empty = all."""
+    if values is None:
+        return []
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise InvalidMessage("event_types", "must be a list of event types")
+    out: list[str] = []
+    for value in values:
+        if isinstance(value, str) and value.endswith(".*") and len(value) > 2:
+            check_event_type(value[:-2], "event_types")
+        else:
+            check_event_type(value, "event_types")
+        if value not in out:
+            out.append(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A signing secret; ``expires_at`` is set on the old one during rotation."""
+
+    secret: str = field(repr=False)
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One webhook endpoint, as stored."""
+
+    id: int
+    url: str
+    description: str
+    event_types: list[str]
+    secrets: list[Secret] = field(repr=False)
+    metadata: dict[str, Any]
+    enabled: bool
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    failure_streak: int
+    failing_since: datetime | None
+    last_success_at: datetime | None
+    max_concurrency: int | None
+    created_at: datetime
+    updated_at: datetime
+
+    def active_secrets(self, now: datetime) -> list[str]:
+        """The secrets that sign right now (more than one during a rotation)."""
+        return [s.secret for s in self.secrets if s.expires_at is None or s.expires_at > now]
+
+    def as_dict(self, *, show_secrets: bool = False) -> dict[str, Any]:
+        """A JSON-friendly view; secrets are masked unless asked for."""
+        return {
+            "id": self.id,
+            "url": self.url,
+            "description": self.description,
+            "event_types": self.event_types,
+            "secrets": [
+                {
+                    "secret": s.secret if show_secrets else s.secret[:10] + "…",
+                    "expires_at": s.expires_at,
+                }
+                for s in self.secrets
+            ],
+            "metadata": self.metadata,
+            "enabled": self.enabled,
+            "disabled_reason": self.disabled_reason,
+            "disabled_at": self.disabled_at,
+            "failure_streak": self.failure_streak,
+            "failing_since": self.failing_since,
+            "last_success_at": self.last_success_at,
+            "max_concurrency": self.max_concurrency,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+def _parse_time(value: object) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
+def _endpoint(row: Row) -> Endpoint:
+    raw_secrets = row[4]
+    if isinstance(raw_secrets, str):  # drivers that do not decode jsonb
+        raw_secrets = json.loads(raw_secrets)
+    metadata = row[5]
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata)
+    return Endpoint(
+        id=row[0],
+        url=row[1],
+        description=row[2],
+        event_types=list(row[3]),
+        secrets=[Secret(s["secret"], _parse_time(s.get("expires_at"))) for s in raw_secrets],
+        metadata=metadata,
+        enabled=row[6],
+        disabled_reason=row[7],
+        disabled_at=row[8],
+        failure_streak=row[9],
+        failing_since=row[10],
+        last_success_at=row[11],
+        max_concurrency=row[12],
+        created_at=row[13],
+        updated_at=row[14],
+    )
+
+
+def _secrets_json(secrets: Sequence[Secret]) -> str:
+    return json.dumps(
+        [
+            {
+                "secret": s.secret,
+                "expires_at": s.expires_at.isoformat() if s.expires_at else None,
+            }
+            for s in secrets
+        ]
+    )
+
+
+def _check_metadata(metadata: object) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidMessage("metadata", "must be a mapping")
+    try:
+        json.dumps(metadata, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage("metadata", f"is not JSON serialisable ({exc})") from None
+    return dict(metadata)
+
+
+def _check_max_concurrency(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+        raise InvalidMessage("max_concurrency", "must be an integer between 1 and 10000")
+    return value
+
+
+def _check_description(value: object) -> str:
+    if not isinstance(value, str) or len(value) > MAX_DESCRIPTION:
+        raise InvalidMessage("description", f"must be a string of at most {MAX_DESCRIPTION}")
+    return value
+
+
+class Endpoints:
+    """Manage webhook endpoints in ``schema``."""
+
+    def __init__(self, *, schema: str = "outbox") -> None:
+        self.queries: Queries = queries_for(schema)
+
+    def add(
+        self,
+        tx: Any,
+        *,
+        url: str,
+        event_types: Iterable[str] | None = None,
+        secret: str | None = None,
+        description: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        max_concurrency: int | None = None,
+    ) -> Endpoint:
+        """Create an endpoint; a ``whsec_`` secret is generated unless given."""
+        params = {
+            "url": check_url(url),
+            "event_types": check_subscriptions(event_types),
+            "secrets": _secrets_json(
+                [Secret(check_secret(secret) if secret is not None else generate_secret())]
+            ),
+            "description": _check_description(description),
+            "metadata": json.dumps(_check_metadata(metadata)),
+            "max_concurrency": _check_max_concurrency(max_concurrency),
+        }
+        return run_sync(tx, self._insert_plan(params))
+
+    def _insert_plan(self, params: dict[str, Any]) -> Plan[Endpoint]:
+        rows = yield self.queries["endpoint_insert"], params
+        rows = yield self.queries["endpoint_get"], {"id": rows[0][0]}
+        return _endpoint(rows[0])
+
+    def get(self, tx: Any, endpoint_id: int) -> Endpoint | None:
+        """The endpoint, or None if there is no such id."""
+        return run_sync(tx, self._get_plan(endpoint_id))
+
+    def _get_plan(self, endpoint_id: int) -> Plan[Endpoint | None]:
+        rows = yield self.queries["endpoint_get"], {"id": endpoint_id}
+        return _endpoint(rows[0]) if rows else None
+
+    def require(self, tx: Any, endpoint_id: int) -> Endpoint:
+        """The endpoint; raises InvalidMessage naming ``endpoint_id`` if absent."""
+        found = self.get(tx, endpoint_id)
+        if found is None:
+            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+        return found
+
+    def all(self, tx: Any) -> list[Endpoint]:
+        """Every endpoint, by id."""
+        return run_sync(tx, self._list_plan())
+
+    def _list_plan(self) -> Plan[list[Endpoint]]:
+        rows = yield self.queries["endpoint_list"], {}
+        return [_endpoint(r) for r in rows]
+
+    def update(
+        self,
+        tx: Any,
+        endpoint_id: int,
+        *,
+        url: str | None = None,
+        event_types: Iterable[str] | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        max_concurrency: int | None = None,
+        clear_max_concurrency: bool = False,
+    ) -> Endpoint:
+        """Change the given fields; the others keep their value."""
+        changes: dict[str, Any] = {}
+        if url is not None:
+            changes["url"] = check_url(url)
+        if event_types is not None:
+            changes["event_types"] = check_subscriptions(event_types)
+        if description is not None:
+            changes["description"] = _check_description(description)
+        if metadata is not None:
+            changes["metadata"] = _check_metadata(metadata)
+        if max_concurrency is not None:
+            changes["max_concurrency"] = _check_max_concurrency(max_concurrency)
+        elif clear_max_concurrency:
+            changes["max_concurrency"] = None
+        return run_sync(tx, self._update_plan(endpoint_id, changes, rotate=None))
+
+    def rotate_secret(
+        self,
+        tx: Any,
+        endpoint_id: int,
+        *,
+        secret: str | None = None,
+        overlap: timedelta = DEFAULT_ROTATION_OVERLAP,
+    ) -> Endpoint:
+        """Sign with a new secret from now on; the previous ones keep signing for
+        ``overlap`` (so receivers can switch), then are dropped."""
+        new = check_secret(secret) if secret is not None else generate_secret()
+        if overlap < timedelta(0):
+            raise InvalidMessage("overlap", "must not be negative")
+        return run_sync(tx, self._update_plan(endpoint_id, {}, rotate=(new, overlap)))
+
+    def _update_plan(
+        self, endpoint_id: int, changes: dict[str, Any], rotate: tuple[str, timedelta] | None
+    ) -> Plan[Endpoint]:
+        rows = yield self.queries["endpoint_lock"], {"id": endpoint_id}
+        if not rows:
+            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+        current = _endpoint(rows[0])
+        now: datetime = rows[0][15]
+        secrets = current.secrets
+        if rotate is not None:
+            new, overlap = rotate
+            kept = [
+                Secret(s.secret, s.expires_at or now + overlap)
+                for s in secrets
+                if (s.expires_at is None or s.expires_at > now) and s.secret != new
+            ]
+            secrets = [Secret(new), *kept]
+        params = {
+            "id": endpoint_id,
+            "url": changes.get("url", current.url),
+            "event_types": changes.get("event_types", current.event_types),
+            "description": changes.get("description", current.description),
+            "metadata": json.dumps(changes.get("metadata", current.metadata)),
+            "max_concurrency": changes.get("max_concurrency", current.max_concurrency),
+            "secrets": _secrets_json(secrets),
+        }
+        yield self.queries["endpoint_update"], params
+        rows = yield self.queries["endpoint_get"], {"id": endpoint_id}
+        return _endpoint(rows[0])
+
+    def disable(self, tx: Any, endpoint_id: int, *, reason: str = "disabled by an operator") -> int:
+        """Disable the endpoint and pause its waiting messages; return how many."""
+        if not isinstance(reason, str) or not reason or len(reason) > MAX_DESCRIPTION:
+            raise InvalidMessage("reason", "must be a non-empty string")
+        return run_sync(tx, self._toggle_plan("endpoint_disable", endpoint_id, reason))
+
+    def enable(self, tx: Any, endpoint_id: int, *, notify: bool = True) -> int:
+        """Enable the endpoint, clear its failure streak and resume its paused
+        messages; return how many resumed."""
+        name = "endpoint_enable_notify" if notify else "endpoint_enable"
+        return run_sync(tx, self._toggle_plan(name, endpoint_id, None))
+
+    def _toggle_plan(self, name: str, endpoint_id: int, reason: str | None) -> Plan[int]:
+        rows = yield self.queries[name], {"id": endpoint_id, "reason": reason}
+        found, moved = rows[0][0], rows[0][1]
+        if not found:
+            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+        return int(moved)
+
+    def delete(self, tx: Any, endpoint_id: int) -> int:
+        """Delete the endpoint; its waiting messages become dead. Returns how many
+        messages it had (delivered history is kept)."""
+        return run_sync(tx, self._delete_plan(endpoint_id))
+
+    def _delete_plan(self, endpoint_id: int) -> Plan[int]:
+        detached = yield self.queries["endpoint_detach"], {"id": endpoint_id}
+        rows = yield self.queries["endpoint_delete"], {"id": endpoint_id}
+        if not rows:
+            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+        return len(detached)

@@ -1,0 +1,268 @@
+"""The receiving half: verify Standard Webhooks signatures, dedupe inside your transaction.
+
+A receiver of outbox deliveries does two things before acting on a request::
+
+    verify(secrets, request.headers, raw_body)           # raises InvalidSignature
+    with conn.transaction():
+        if inbox.claim(conn, request.headers["webhook-id"]):  # or idempotency_key(...)
+            apply_the_effect(conn)                       # same transaction as the claim
+
+Delivery is at least once; because the claim commits or rolls back with the
+effect, each key's effect happens exactly once in the receiver's database.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psycopg import sql
+
+from outbox.errors import ConfigurationError, InvalidMessage, OutboxError
+from outbox.message import check_key
+from outbox.queries import Statement, check_schema_name
+from outbox.secrets import parse_secret, signature
+from outbox.transaction import Plan, run_async, run_sync
+
+__all__ = [
+    "DEFAULT_INBOX_SCHEMA",
+    "DEFAULT_TOLERANCE",
+    "Inbox",
+    "InvalidSignature",
+    "idempotency_key",
+    "verify",
+]
+
+DEFAULT_TOLERANCE = 300.0
+DEFAULT_INBOX_SCHEMA = "outbox_inbox"
+
+_DIGITS = re.compile(r"^[0-9]{1,12}\Z")
+_BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}\Z")
+# RFC 8941 sf-string: printable ASCII in double quotes; only \" and \\ escapes
+_SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"\Z')
+_SF_UNESCAPE = re.compile(r"\\([\"\\])")
+
+
+class InvalidSignature(OutboxError):
+    """A request failed Standard Webhooks verification; the message says why."""
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """The value of header ``name``, looked up case-insensitively.
+
+    The same name given twice (in different cases) with different values is
+    ambiguous, so it is rejected rather than resolved either way.
+    """
+    values = {value for key, value in headers.items() if key.lower() == name}
+    if len(values) > 1:
+        raise InvalidSignature(f"conflicting {name} headers")
+    return values.pop() if values else None
+
+
+def _required(headers: Mapping[str, str], name: str) -> str:
+    value = _header(headers, name)
+    if not value:
+        raise InvalidSignature(f"missing {name} header")
+    return value
+
+
+def _keys(secret_or_secrets: str | Sequence[str]) -> list[bytes]:
+    if isinstance(secret_or_secrets, str):
+        return [parse_secret(secret_or_secrets)]
+    if not isinstance(secret_or_secrets, Sequence) or not secret_or_secrets:
+        raise InvalidMessage("secret", "give one secret or a non-empty sequence of them")
+    return [parse_secret(secret) for secret in secret_or_secrets]
+
+
+def verify(
+    secret_or_secrets: str | Sequence[str],
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    now: float | None = None,
+) -> None:
+    """Check a request's Standard Webhooks signature; raise :class:`InvalidSignature` if bad.
+
+    ``body`` is the raw request body, byte for byte as received. ``headers`` is
+    any mapping (its names are matched case-insensitively). The request passes
+    if any ``v1`` signature it lists matches any of the secrets, compared in
+    constant time; entries of other versions are ignored. Its timestamp must be
+    within ``tolerance`` seconds of ``now`` (default: the current time). A
+    malformed secret raises :class:`outbox.InvalidMessage`, as it is the
+    receiver's configuration that is wrong, not the request.
+    """
+    keys = _keys(secret_or_secrets)
+    if not isinstance(body, bytes):
+        raise TypeError(f"body must be the raw request bytes, not {type(body).__name__}")
+    if tolerance < 0:
+        raise ConfigurationError("tolerance: must not be negative")
+    msg_id = _required(headers, "webhook-id")
+    stamp = _required(headers, "webhook-timestamp")
+    listed = _required(headers, "webhook-signature")
+    if not _DIGITS.match(stamp):
+        raise InvalidSignature("webhook-timestamp is not an integer number of seconds")
+    current = time.time() if now is None else now
+    if int(stamp) < current - tolerance:
+        raise InvalidSignature("webhook-timestamp is too old")
+    if int(stamp) > current + tolerance:
+        raise InvalidSignature("webhook-timestamp is too far in the future")
+    expected = [signature(key, msg_id=msg_id, timestamp=stamp, body=body) for key in keys]
+    matched = False
+    for entry in listed.split():
+        version, _, encoded = entry.partition(",")
+        if version != "v1" or not _BASE64.match(encoded):
+            continue
+        try:
+            given = base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            continue
+        for digest in expected:
+            matched |= hmac.compare_digest(digest, given)
+    if not matched:
+        raise InvalidSignature("no signature matches")
+
+
+def idempotency_key(headers: Mapping[str, str]) -> str | None:
+    """The request's ``Idempotency-Key`` header, or None if it has none.
+
+    An RFC 8941 string (``"abc"``, with ``\\"`` and ``\\\\`` escapes, as the
+    dispatcher sends it by default) is unwrapped; any other value is returned
+    as is, less surrounding spaces. A malformed quoted value raises
+    :class:`outbox.InvalidMessage`.
+
+    For Standard Webhooks deliveries the ``webhook-id`` header is the natural
+    dedupe key: it is the same on every retry of a message, and it is covered by
+    the signature, which ``Idempotency-Key`` is not.
+    """
+    values = {value for key, value in headers.items() if key.lower() == "idempotency-key"}
+    if len(values) > 1:
+        raise InvalidMessage("Idempotency-Key", "given more than once with different values")
+    if not values:
+        return None
+    value = values.pop().strip(" \t")
+    if not value.startswith('"'):
+        return value or None
+    match = _SF_STRING.match(value)
+    if not match:
+        raise InvalidMessage("Idempotency-Key", "is not a valid RFC 8941 string")
+    return _SF_UNESCAPE.sub(r"\1", match.group(1))
+
+
+class Inbox:
+    """Processed idempotency keys in the receiver's own database.
+
+    :param schema: the schema of the ``inbox`` table (created by
+        :meth:`ensure_schema`, or by running :meth:`create_sql` yourself).
+
+    Every method runs in the caller's transaction (a SQLAlchemy ``Session``,
+    ``Connection``, ``AsyncSession`` or ``AsyncConnection``, or a psycopg
+    ``Connection`` or ``AsyncConnection``) and never commits.
+    """
+
+    def __init__(self, schema: str = DEFAULT_INBOX_SCHEMA) -> None:
+        self.schema = check_schema_name(schema)
+        schema_id = sql.Identifier(schema)
+        table = sql.Identifier(schema, "inbox")
+        self._table_name = table.as_string(None)
+        self._lock_key = int.from_bytes(
+            hashlib.sha256(f"outbox.inbox:{schema}".encode()).digest()[:8], "big", signed=True
+        )
+
+        def statement(name: str, text: str) -> Statement:
+            query = sql.SQL(text).format(schema=schema_id, table=table)
+            return Statement(name, query.as_string(None))
+
+        # whether the table exists, so that a ready inbox needs no lock and no DDL
+        # (CREATE ... IF NOT EXISTS still needs the CREATE privilege)
+        self._exists = statement("inbox_exists", "SELECT to_regclass(%(table)s) IS NOT NULL")
+        # IF NOT EXISTS alone races on the catalogs: serialize creators first
+        self._lock = statement(
+            "inbox_lock", "SELECT pg_advisory_xact_lock(CAST(%(lock)s AS bigint))"
+        )
+        self._create_schema = statement(
+            "inbox_create_schema", "CREATE SCHEMA IF NOT EXISTS {schema}"
+        )
+        self._create_table = statement(
+            "inbox_create_table",
+            "CREATE TABLE IF NOT EXISTS {table} ("
+            "key text PRIMARY KEY, "
+            "received_at timestamptz NOT NULL DEFAULT now())",
+        )
+        # a concurrent claim of the same key waits here until the first one's
+        # transaction ends: then it inserts (rolled back) or returns no row (committed)
+        self._claim = statement(
+            "inbox_claim",
+            "INSERT INTO {table} (key) VALUES (%(key)s) ON CONFLICT (key) DO NOTHING RETURNING 1",
+        )
+
+    def __repr__(self) -> str:
+        return f"Inbox(schema={self.schema!r})"
+
+    def create_sql(self) -> str:
+        """The DDL :meth:`ensure_schema` runs, for applications that run their own migrations."""
+        return f"{self._create_schema.text};\n{self._create_table.text};\n"
+
+    def ensure_schema(self, tx: Any) -> None:
+        """Create the schema and ``inbox`` table if missing (idempotent, concurrency-safe)."""
+        run_sync(tx, self._ensure_plan())
+
+    async def ensure_schema_async(self, tx: Any) -> None:
+        """As :meth:`ensure_schema`, on an asynchronous transaction."""
+        await run_async(tx, self._ensure_plan())
+
+    def claim(self, tx: Any, key: str) -> bool:
+        """True the first time ``key`` is claimed in this database, False after.
+
+        The claim belongs to ``tx``: if it rolls back, the key is claimable
+        again. A concurrent claim of the same key waits for ``tx`` to end.
+        Raises :class:`outbox.InvalidMessage` for a bad key (nothing is sent).
+        """
+        plan = self._claim_plan(check_key(key, "key"))
+        try:
+            return run_sync(tx, plan)
+        except Exception as exc:
+            error = self._missing_table(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    async def claim_async(self, tx: Any, key: str) -> bool:
+        """As :meth:`claim`, on an asynchronous transaction."""
+        plan = self._claim_plan(check_key(key, "key"))
+        try:
+            return await run_async(tx, plan)
+        except Exception as exc:
+            error = self._missing_table(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    def _missing_table(self, exc: Exception) -> ConfigurationError | None:
+        """A missing table (SQLSTATE 42P01) becomes a ConfigurationError saying what to do."""
+        sqlstate = getattr(exc, "sqlstate", None) or getattr(
+            getattr(exc, "orig", None), "sqlstate", None
+        )
+        if sqlstate == "42P01":
+            return ConfigurationError(
+                f"{self._table_name} does not exist: call Inbox.ensure_schema first"
+            )
+        return None
+
+    def _ensure_plan(self) -> Plan[None]:
+        rows = yield self._exists, {"table": self._table_name}
+        if rows and rows[0][0]:
+            return
+        yield self._lock, {"lock": self._lock_key}
+        yield self._create_schema, {}
+        yield self._create_table, {}
+
+    def _claim_plan(self, key: str) -> Plan[bool]:
+        rows = yield self._claim, {"key": key}
+        return bool(rows)

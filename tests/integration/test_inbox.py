@@ -1,0 +1,337 @@
+"""The receiver's inbox: claim a key once, inside the receiver's own transaction.
+
+Runs on all six transaction kinds. Committed state is read through a separate
+autocommit connection (``observer``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.pq import TransactionStatus
+from sqlalchemy import create_engine
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
+
+from outbox import ConfigurationError, InvalidMessage
+from outbox.dsn import sqlalchemy_url
+from outbox.receiver import Inbox
+
+Observer = psycopg.Connection[tuple[Any, ...]]
+
+KINDS = [
+    "sqlalchemy-session",
+    "sqlalchemy-connection",
+    "sqlalchemy-async-session",
+    "sqlalchemy-async-connection",
+    "psycopg-connection",
+    "psycopg-async-connection",
+]
+BAD_KEYS: list[object] = ["", "x" * 256, "line\nbreak", " padded", "caf\u00e9", 42, None]
+
+
+@dataclass
+class Tx:
+    """One of the six transaction kinds, driven the same way from an async test."""
+
+    kind: str
+    raw: Any
+    is_async: bool
+
+    async def ensure(self, inbox: Inbox) -> None:
+        if self.is_async:
+            await inbox.ensure_schema_async(self.raw)
+        else:
+            inbox.ensure_schema(self.raw)
+
+    async def claim(self, inbox: Inbox, key: Any) -> bool:
+        if self.is_async:
+            return await inbox.claim_async(self.raw, key)
+        return inbox.claim(self.raw, key)
+
+    async def claim_in_the_other_mode(self, inbox: Inbox, key: str) -> bool:
+        if self.is_async:
+            return inbox.claim(self.raw, key)
+        return await inbox.claim_async(self.raw, key)
+
+    async def commit(self) -> None:
+        await _settle(self.raw.commit())
+
+    async def rollback(self) -> None:
+        await _settle(self.raw.rollback())
+
+    def in_transaction(self) -> bool:
+        """Whether anything was sent to the server since the last commit/rollback."""
+        if isinstance(self.raw, psycopg.Connection | psycopg.AsyncConnection):
+            return self.raw.info.transaction_status != TransactionStatus.IDLE
+        return bool(self.raw.in_transaction())
+
+
+async def _settle(result: Any) -> None:
+    if inspect.isawaitable(result):
+        await result
+
+
+async def open_tx(kind: str, url: str, stack: AsyncExitStack) -> Tx:
+    """Open a transaction handle of ``kind``; ``stack`` closes it (never commits)."""
+    if kind.startswith("sqlalchemy-async"):
+        engine = create_async_engine(sqlalchemy_url(url))
+        stack.push_async_callback(engine.dispose)
+        if kind == "sqlalchemy-async-session":
+            session = AsyncSession(engine)
+            stack.push_async_callback(session.close)
+            return Tx(kind, session, is_async=True)
+        connection = await engine.connect()
+        stack.push_async_callback(connection.close)
+        return Tx(kind, connection, is_async=True)
+    if kind.startswith("sqlalchemy"):
+        sync_engine = create_engine(sqlalchemy_url(url))
+        stack.callback(sync_engine.dispose)
+        if kind == "sqlalchemy-session":
+            sync_session = Session(sync_engine)
+            stack.callback(sync_session.close)
+            return Tx(kind, sync_session, is_async=False)
+        sync_connection = sync_engine.connect()
+        stack.callback(sync_connection.close)
+        return Tx(kind, sync_connection, is_async=False)
+    if kind == "psycopg-async-connection":
+        aconn = await psycopg.AsyncConnection.connect(url)
+        stack.push_async_callback(aconn.close)
+        return Tx(kind, aconn, is_async=True)
+    conn = psycopg.connect(url)
+    stack.callback(conn.close)
+    return Tx(kind, conn, is_async=False)
+
+
+@pytest.fixture(params=KINDS)
+async def tx(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[Tx]:
+    async with AsyncExitStack() as stack:
+        yield await open_tx(request.param, database_url, stack)
+
+
+@pytest.fixture
+def observer(database_url: str) -> Iterator[Observer]:
+    """A separate autocommit connection: sees committed rows only."""
+    conn = psycopg.connect(database_url, autocommit=True)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def inbox(observer: Observer) -> Inbox:
+    """The default inbox, its table created and committed."""
+    box = Inbox()
+    box.ensure_schema(observer)
+    return box
+
+
+def claimed(observer: Observer, schema: str = "outbox_inbox") -> list[str]:
+    query = sql.SQL("SELECT key FROM {} ORDER BY key").format(sql.Identifier(schema, "inbox"))
+    return [row[0] for row in observer.execute(query)]
+
+
+def table_exists(observer: Observer, schema: str) -> bool:
+    name = sql.Identifier(schema, "inbox").as_string(None)
+    row = observer.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
+    return bool(row and row[0])
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def blocked_by(observer: Observer, waiter: int, holder: int) -> bool:
+    row = observer.execute("SELECT %s = ANY(pg_blocking_pids(%s))", (holder, waiter)).fetchone()
+    return bool(row and row[0])
+
+
+# --- on every transaction kind ------------------------------------------------------------
+
+
+async def test_claim_is_true_the_first_time_and_false_in_later_transactions(
+    tx: Tx, inbox: Inbox, observer: Observer
+) -> None:
+    assert await tx.claim(inbox, "order-1") is True
+    await tx.commit()
+    assert await tx.claim(inbox, "order-1") is False
+    assert await tx.claim(inbox, "order-2") is True
+    await tx.commit()
+    assert await tx.claim(inbox, "order-2") is False
+    await tx.commit()
+    assert claimed(observer) == ["order-1", "order-2"]
+
+
+async def test_claim_is_false_for_a_key_claimed_earlier_in_the_same_transaction(
+    tx: Tx, inbox: Inbox, observer: Observer
+) -> None:
+    assert await tx.claim(inbox, "k") is True
+    assert await tx.claim(inbox, "k") is False
+    assert claimed(observer) == []
+    await tx.commit()
+    assert claimed(observer) == ["k"]
+
+
+async def test_rolled_back_claim_leaves_the_key_claimable(
+    tx: Tx, inbox: Inbox, observer: Observer
+) -> None:
+    assert await tx.claim(inbox, "msg_1") is True
+    await tx.rollback()
+    assert claimed(observer) == []
+    assert await tx.claim(inbox, "msg_1") is True
+    await tx.commit()
+    assert claimed(observer) == ["msg_1"]
+
+
+async def test_bad_key_raises_invalid_message_and_sends_nothing(
+    tx: Tx, inbox: Inbox, observer: Observer
+) -> None:
+    for key in BAD_KEYS:
+        with pytest.raises(InvalidMessage) as info:
+            await tx.claim(inbox, key)
+        assert info.value.field == "key", key
+        assert not tx.in_transaction(), key
+    assert claimed(observer) == []
+
+
+async def test_claim_in_the_wrong_mode_raises_type_error(tx: Tx, inbox: Inbox) -> None:
+    with pytest.raises(TypeError):
+        await tx.claim_in_the_other_mode(inbox, "k")
+
+
+async def test_ensure_schema_creates_a_custom_schema_and_is_idempotent(
+    tx: Tx, observer: Observer
+) -> None:
+    inbox = Inbox(schema="receiver_inbox")
+    await tx.ensure(inbox)
+    await tx.ensure(inbox)
+    await tx.commit()
+    await tx.ensure(inbox)
+    assert await tx.claim(inbox, "k") is True
+    await tx.commit()
+    assert claimed(observer, "receiver_inbox") == ["k"]
+    assert not table_exists(observer, "outbox_inbox")
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first_ends_with", ["commit", "rollback"])
+def test_a_concurrent_claim_waits_for_the_first_transaction(
+    database_url: str, inbox: Inbox, observer: Observer, first_ends_with: str
+) -> None:
+    with (
+        psycopg.connect(database_url) as first,
+        psycopg.connect(database_url) as second,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        assert inbox.claim(first, "k") is True
+        pending = pool.submit(inbox.claim, second, "k")
+        wait_until(lambda: blocked_by(observer, second.info.backend_pid, first.info.backend_pid))
+        assert not pending.done()
+        if first_ends_with == "commit":
+            first.commit()
+        else:
+            first.rollback()
+        second_claimed = pending.result(timeout=10)
+        second.commit()
+    assert second_claimed is (first_ends_with == "rollback")
+    assert claimed(observer) == ["k"]
+
+
+def test_exactly_one_of_two_racing_transactions_claims_a_key(
+    database_url: str, inbox: Inbox, observer: Observer
+) -> None:
+    start = threading.Barrier(2)
+
+    def claim_and_commit(key: str) -> bool:
+        with psycopg.connect(database_url) as conn:
+            start.wait(timeout=10)
+            won = inbox.claim(conn, key)
+            conn.commit()
+            return won
+
+    keys = [f"race-{i}" for i in range(20)]
+    with ThreadPoolExecutor(2) as pool:
+        for key in keys:
+            results = sorted(pool.map(claim_and_commit, [key, key]))
+            assert results == [False, True], key
+    assert claimed(observer) == sorted(keys)
+
+
+def test_ensure_schema_from_many_transactions_at_once_succeeds(
+    database_url: str, observer: Observer
+) -> None:
+    inbox = Inbox(schema="racing_inbox")
+    workers = 8
+    start = threading.Barrier(workers)
+
+    def ensure() -> None:
+        with psycopg.connect(database_url) as conn:
+            start.wait(timeout=10)
+            inbox.ensure_schema(conn)
+            conn.commit()
+
+    with ThreadPoolExecutor(workers) as pool:
+        for done in [pool.submit(ensure) for _ in range(workers)]:
+            done.result(timeout=30)
+    assert table_exists(observer, "racing_inbox")
+
+
+def test_ensure_schema_takes_no_lock_once_the_table_exists(database_url: str, inbox: Inbox) -> None:
+    with psycopg.connect(database_url) as conn:
+        inbox.ensure_schema(conn)
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        ).fetchone()
+        assert row == (0,)
+
+
+# --- setup and errors -------------------------------------------------------------------------
+
+
+def test_create_sql_builds_the_same_table_as_ensure_schema(
+    database_url: str, observer: Observer
+) -> None:
+    inbox = Inbox(schema="migrated_inbox")
+    observer.execute(inbox.create_sql())
+    observer.execute(inbox.create_sql())
+    with psycopg.connect(database_url) as conn:
+        inbox.ensure_schema(conn)
+        assert inbox.claim(conn, "k") is True
+        conn.commit()
+    row = observer.execute(
+        "SELECT received_at IS NOT NULL, received_at <= now() FROM migrated_inbox.inbox"
+    ).fetchone()
+    assert row == (True, True)
+
+
+def test_claim_before_ensure_schema_says_what_to_do(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn, pytest.raises(ConfigurationError, match="ensure"):
+        Inbox(schema="never_created").claim(conn, "k")
+
+
+async def test_claim_async_before_ensure_schema_says_what_to_do(database_url: str) -> None:
+    async with AsyncExitStack() as stack:
+        tx = await open_tx("sqlalchemy-async-session", database_url, stack)
+        with pytest.raises(ConfigurationError, match="ensure"):
+            await tx.claim(Inbox(schema="never_created"), "k")
+
+
+@pytest.mark.parametrize("schema", ["", "bad-name", 'x"; DROP TABLE y; --', "a" * 49])
+def test_inbox_rejects_a_schema_that_is_not_a_plain_identifier(schema: str) -> None:
+    with pytest.raises(ConfigurationError, match="schema"):
+        Inbox(schema=schema)
