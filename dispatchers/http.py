@@ -10,6 +10,7 @@ trickling response could otherwise last forever) and never follows redirects.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,9 +23,11 @@ from dispatchers.outcome import Outcome, Verdict, classify_exception, classify_r
 from dispatchers.signing import webhook_headers
 from dispatchers.ssrf import AddressPolicy, guarded_transport
 
-TASKS_PER_CLIENT = 16
-"""httpx's pool scans every connection per request, so one client shared by many
-concurrent tasks becomes the bottleneck; a client per small group scales."""
+TASKS_PER_CLIENT = 4
+"""httpcore's pool scans every connection (with a readability probe each) per
+request start and close, so its cost grows with the pool: a client per small
+group of tasks keeps each pool small. Measured with benchmarks/drain.py: 4 tasks
+per client used about half the CPU per message of 16."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +87,14 @@ class Sender:
                 max_keepalive_connections=per_client,
                 keepalive_expiry=30.0,
             )
+            # one TLS context for every client: building one per client is costly
+            tls: ssl.SSLContext | bool = (
+                httpx.create_ssl_context(verify=True, trust_env=False)
+                if config.verify_tls
+                else False
+            )
             self._clients = [
-                self._client(
-                    guarded_transport(policy, verify=config.verify_tls, limits=limits), timeout
-                )
+                self._client(guarded_transport(policy, verify=tls, limits=limits), timeout)
                 for _ in range(count)
             ]
             self._owns_transports = True

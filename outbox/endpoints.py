@@ -209,7 +209,9 @@ class Endpoints:
 
     def _insert_plan(self, params: dict[str, Any]) -> Plan[Endpoint]:
         rows = yield self.queries["endpoint_insert"], params
-        rows = yield self.queries["endpoint_get"], {"id": rows[0][0]}
+        endpoint_id = rows[0][0]
+        yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}
+        rows = yield self.queries["endpoint_get"], {"id": endpoint_id}
         return _endpoint(rows[0])
 
     def get(self, tx: Any, endpoint_id: int) -> Endpoint | None:
@@ -305,6 +307,7 @@ class Endpoints:
             "secrets": _secrets_json(secrets),
         }
         yield self.queries["endpoint_update"], params
+        yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}
         rows = yield self.queries["endpoint_get"], {"id": endpoint_id}
         return _endpoint(rows[0])
 

@@ -23,7 +23,18 @@ from outbox.embedded import EmbeddedPostgres
 from outbox.migrations import Migration, _lock_key, applied_versions, load_migrations
 
 REPO = Path(__file__).resolve().parents[2]
-TABLES = {"messages", "delivered", "message_keys", "attempts", "endpoints", "schema_migrations"}
+TABLES = {
+    "messages",
+    "delivered",
+    "message_keys",
+    "attempts",
+    "endpoints",
+    "endpoint_slots",
+    "schema_migrations",
+}
+MIGRATIONS = load_migrations()
+NAMES = [f"{m.version:04d}_{m.name}" for m in MIGRATIONS]
+VERSIONS = [m.version for m in MIGRATIONS]
 
 
 def connect(url: str) -> psycopg.Connection[tuple[Any, ...]]:
@@ -134,17 +145,17 @@ def test_concurrent_migrate_commands_both_succeed_and_apply_once(empty_database_
 
     assert [p.returncode for p in procs] == [0, 0], results
     outputs = sorted((json.loads(out)["applied"] for out, _ in results), key=len)
-    assert outputs == [[], ["0001_initial"]]
-    assert [v for v, _, _ in recorded(empty_database_url)] == [1]
+    assert outputs == [[], NAMES]
+    assert [v for v, _, _ in recorded(empty_database_url)] == VERSIONS
 
 
 def test_custom_schema_is_migrated_and_used_by_outbox(empty_database_url: str) -> None:
     applied = migrate(empty_database_url, schema="custom_box")
 
-    assert [m.version for m in applied] == [1]
+    assert [m.version for m in applied] == VERSIONS
     assert tables(empty_database_url, "custom_box") == TABLES
     assert tables(empty_database_url, "outbox") == set()
-    assert applied_versions(empty_database_url, schema="custom_box") == [1]
+    assert applied_versions(empty_database_url, schema="custom_box") == VERSIONS
     assert applied_versions(empty_database_url) == []
 
     box = Outbox(schema="custom_box")
@@ -182,7 +193,7 @@ def test_bad_schema_name_raises_configuration_error(empty_database_url: str, sch
 
 def test_longest_valid_schema_name_is_accepted(empty_database_url: str) -> None:
     schema = "s" * 48
-    assert [m.version for m in migrate(empty_database_url, schema=schema)] == [1]
+    assert [m.version for m in migrate(empty_database_url, schema=schema)] == VERSIONS
     assert Outbox(schema=schema).queries.channel == schema + "_ready"
 
 
@@ -202,12 +213,13 @@ def test_migration_changed_after_it_was_applied_raises_migration_error(
 
 
 def test_failing_migration_is_rolled_back_and_not_recorded(empty_database_url: str) -> None:
-    broken = Migration(2, "broken", "CREATE TABLE half_done (id int);\nSELECT 1 / 0;\n")
+    version = len(MIGRATIONS) + 1
+    broken = Migration(version, "broken", "CREATE TABLE half_done (id int);\nSELECT 1 / 0;\n")
 
-    with pytest.raises(MigrationError, match="0002_broken failed"):
-        migrate(empty_database_url, migrations=[*load_migrations(), broken])
+    with pytest.raises(MigrationError, match=f"{version:04d}_broken failed"):
+        migrate(empty_database_url, migrations=[*MIGRATIONS, broken])
 
-    assert [v for v, _, _ in recorded(empty_database_url)] == [1]
+    assert [v for v, _, _ in recorded(empty_database_url)] == VERSIONS
     assert "half_done" not in tables(empty_database_url, "outbox")
 
 
@@ -318,14 +330,14 @@ def test_migrate_command_prints_json_and_is_idempotent(empty_database_url: str) 
     first = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert first.returncode == 0, first.stderr
     report = json.loads(first.stdout)
-    assert report["applied"] == ["0001_initial"]
+    assert report["applied"] == NAMES
     assert report["schema"] == "outbox"
-    assert report["version"] == 1
+    assert report["version"] == VERSIONS[-1]
 
     second = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert second.returncode == 0, second.stderr
     again = json.loads(second.stdout)
-    assert (again["applied"], again["version"]) == ([], 1)
+    assert (again["applied"], again["version"]) == ([], VERSIONS[-1])
     assert tables(empty_database_url, "outbox") == TABLES
 
 
