@@ -12,8 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from dispatchers import pool
 from dispatchers.config import DispatcherConfig
-from dispatchers.db import Completion, Store
+from dispatchers.db import Completion, Job, Store
 from dispatchers.log import NullLog
 from dispatchers.pool import Dispatcher
 from dispatchers.retry import ExponentialBackoff
@@ -486,3 +487,33 @@ async def test_an_outcome_the_database_refuses_does_not_block_the_others(
     ]
     assert dispatcher.stats.rescued == 1
     assert [r.headers["idempotency-key"] for r in receiver.requests].count('"refused"') == 2
+
+
+async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
+    db: Db, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [db.enqueue(receiver.url, f"late-{i}") for i in range(3)]
+    dispatchers: list[Dispatcher] = []
+
+    class StopDuringClaim(pool.Store):
+        """The real store; the stop signal arrives while the claim commits."""
+
+        async def claim(self, owner: str, limit: int) -> list[Job]:
+            jobs = await super().claim(owner, limit)
+            dispatchers[0].stop()
+            return jobs
+
+    monkeypatch.setattr(pool, "Store", StopDuringClaim)
+    dispatcher = Dispatcher(db.url, config(), log=NullLog())
+    dispatchers.append(dispatcher)
+    async with asyncio.timeout(20):
+        stats = await dispatcher.run()
+    assert stats.claimed == 0
+    assert stats.released == 3
+    assert receiver.requests == []
+    # back to ready at once, the attempt refunded (nothing was sent), no attempt rows
+    assert db.query(
+        "SELECT id, state, attempts, lease_owner, available_at <= now() FROM outbox.messages"
+        " ORDER BY id"
+    ) == [(i, "ready", 0, None, True) for i in ids]
+    assert db.query("SELECT count(*) FROM outbox.attempts") == [(0,)]

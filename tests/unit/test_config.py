@@ -1,0 +1,57 @@
+"""Dispatcher settings are validated as a whole, naming the setting at fault."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dispatchers.config import DispatcherConfig
+from outbox.errors import ConfigurationError
+
+
+def test_defaults_are_valid_and_keep_the_documented_budgets() -> None:
+    config = DispatcherConfig()
+    assert (config.lease, config.renew_interval) == (30.0, 10.0)
+    assert (config.claim_timeout, config.statement_timeout, config.lock_timeout) == (2.0, 3.0, 1.0)
+    assert config.idle_in_transaction_timeout == 5.0
+    assert config.completion_budget == pytest.approx(10.0 + 0.05 + 3.0)
+
+
+def test_lease_shorter_than_the_completion_budget_is_refused_with_the_numbers() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        DispatcherConfig(lease=30.0, request_timeout=20.0)
+    message = str(info.value)
+    assert message.startswith("lease: 30 s is too short")
+    assert "request timeout (20 s)" in message
+    assert "(34.575 s)" in message  # 1.5 x (20 + 0.05 + 3)
+
+
+def test_lease_exactly_at_the_budget_is_accepted() -> None:
+    config = DispatcherConfig(lease=1.5 * (8.0 + 0.05 + 3.0), request_timeout=8.0)
+    assert config.lease == pytest.approx(16.575)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": True}, "concurrency"),
+        ({"batch_size": -1}, "batch_size"),
+        ({"flush_batch": 0}, "flush_batch"),
+        ({"request_timeout": 0}, "request_timeout"),
+        ({"poll_interval": float("nan")}, "poll_interval"),
+        ({"connect_timeout": 11.0}, "connect_timeout"),
+        ({"grace": -1.0}, "grace"),
+        ({"lease": 60.0, "claim_timeout": 25.0}, "claim_timeout"),
+        ({"idempotency_key_format": "quoted"}, "idempotency_key_format"),
+        ({"allow_networks": ("10.0.0.1/8",)}, "allow_networks"),
+        ({"allow_networks": ("not-a-cidr",)}, "allow_networks"),
+        ({"schema": "bad-name"}, "schema"),
+        ({"excerpt_bytes": 10**9}, "excerpt_bytes"),
+        ({"disable_after": 0}, "disable_after"),
+    ],
+)
+def test_each_bad_setting_is_named(overrides: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"^{field}: "):
+        DispatcherConfig(**overrides)
