@@ -180,7 +180,9 @@ class Store:
         )
         return {r[0] for r in rows}
 
-    async def complete(self, owner: str, batch: Sequence[Completion]) -> tuple[set[int], set[int]]:
+    async def complete(
+        self, owner: str, batch: Sequence[Completion]
+    ) -> tuple[set[int], dict[int, str]]:
         """Record a batch of outcomes; return the ids whose outcome was applied and
         the endpoints that are now disabled (410 Gone, or failing too long)."""
         rows = await self._run(
@@ -204,7 +206,7 @@ class Store:
             },
         )
         applied = {r[0] for r in rows if r[0] is not None}
-        disabled = {r[1] for r in rows if r[1] is not None}
+        disabled = {r[1]: r[2] for r in rows if r[1] is not None}
         return applied, disabled
 
     async def rescue(self, limit: int = 1000) -> list[tuple[int, str]]:

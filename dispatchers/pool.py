@@ -342,8 +342,8 @@ class Dispatcher:
         async def write() -> None:
             async with self._write_lock:
                 applied, disabled = await store.complete(self.owner, batch)
-                for endpoint_id in disabled:
-                    self.log.event("endpoint_disabled", endpoint_id=endpoint_id)
+                for endpoint_id, reason in disabled.items():
+                    self.log.event("endpoint_disabled", endpoint_id=endpoint_id, reason=reason)
                 # Settle the books before the heartbeat can look at them again.
                 self.stats.flushes += 1
                 for completion in batch:

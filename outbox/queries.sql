@@ -201,7 +201,7 @@ WITH outcome AS (
     WHERE e.id = h.endpoint_id
       AND (h.gone OR NOT h.any_success OR NOT e.enabled OR e.failure_streak > 0
            OR e.last_success_at IS NULL OR e.last_success_at <= now() - interval '10 seconds')
-    RETURNING e.id, e.enabled, e.disabled_at = now() AS newly_disabled
+    RETURNING e.id, e.enabled, e.disabled_at = now() AS newly_disabled, e.disabled_reason
 ), disabled AS (
     SELECT id FROM endpoint_update WHERE NOT enabled
 ), paused AS (
@@ -262,9 +262,9 @@ WITH outcome AS (
     JOIN applied USING (id)
     WHERE o.sent
 )
-SELECT id, NULL AS disabled_endpoint FROM applied
+SELECT id, NULL AS disabled_endpoint, NULL AS reason FROM applied
 UNION ALL
-SELECT NULL, id FROM endpoint_update WHERE newly_disabled
+SELECT NULL, id, disabled_reason FROM endpoint_update WHERE newly_disabled
 
 -- name: rescue
 -- Return messages whose lease expired (their dispatcher died, froze or lost the
@@ -327,7 +327,10 @@ SELECT
 -- caller's transaction: one message per endpoint, keyed "<event key>:<endpoint>"
 -- so that publishing the same event again writes nothing. A subscription is an
 -- exact type or a "prefix.*" pattern; an endpoint with none gets every type.
--- Returns the new message ids, then (created = false) the ids that existed.
+-- Returns the new message ids, then (created = false) the ids that existed. A key
+-- that a concurrent transaction committed while this statement waited for it is
+-- not in this statement's snapshot: it comes back with a NULL id, and the caller
+-- looks it up with publish_existing (as enqueue does with enqueue_existing).
 WITH subscribed AS (
     SELECT e.id,
            'endpoint:' || e.id AS target,
@@ -360,10 +363,22 @@ WITH subscribed AS (
     JOIN subscribed AS s USING (target)
     RETURNING id
 )
-SELECT id, true AS created{notify} FROM new_message
+SELECT id, true AS created, NULL AS target, NULL AS idempotency_key{notify}
+FROM new_message
 UNION ALL
-SELECT k.message_id, false{notify}
+SELECT k.message_id, false, s.target, s.idempotency_key{notify}
 FROM subscribed AS s
+LEFT JOIN {schema}.message_keys AS k USING (target, idempotency_key)
+WHERE NOT EXISTS (
+    SELECT 1 FROM new_key AS n
+    WHERE n.target = s.target AND n.idempotency_key = s.idempotency_key)
+
+-- name: publish_existing
+-- Runs as a separate statement after publish met keys it could not see, so that
+-- in READ COMMITTED it sees the rows the concurrent transaction committed.
+SELECT k.message_id
+FROM unnest(CAST(%(targets)s AS text[]), CAST(%(idempotency_keys)s AS text[]))
+     AS wanted(target, idempotency_key)
 JOIN {schema}.message_keys AS k USING (target, idempotency_key)
 
 -- name: endpoint_insert

@@ -312,7 +312,7 @@ async def test_stale_outcome_of_another_owner_changes_nothing(db: Db) -> None:
             started_at=datetime.now(UTC),
             duration_ms=5,
         )
-        assert await store.complete("owner-a", [stale]) == (set(), set())
+        assert await store.complete("owner-a", [stale]) == (set(), {})
         assert db.query(
             "SELECT state, lease_owner, attempts FROM outbox.messages WHERE id = %s", mid
         ) == [("running", "owner-b", 2)]
@@ -346,7 +346,7 @@ async def test_stale_outcome_of_the_same_owner_is_fenced_by_attempt(db: Db) -> N
             started_at=now,
             duration_ms=1,
         )
-        assert await store.complete("owner-a", [stale]) == (set(), set())
+        assert await store.complete("owner-a", [stale]) == (set(), {})
         assert db.query("SELECT state, attempts FROM outbox.messages WHERE id = %s", mid) == [
             ("running", 2)
         ]
@@ -360,7 +360,7 @@ async def test_stale_outcome_of_the_same_owner_is_fenced_by_attempt(db: Db) -> N
             started_at=now,
             duration_ms=1,
         )
-        assert await store.complete("owner-a", [fresh]) == ({mid}, set())
+        assert await store.complete("owner-a", [fresh]) == ({mid}, {})
         assert db.query("SELECT attempts, last_status FROM outbox.delivered") == [(2, 200)]
         assert db.query("SELECT attempt, outcome FROM outbox.attempts ORDER BY attempt") == [
             (1, "lease_expired"),
