@@ -139,6 +139,8 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         allow_networks=tuple(args.allow_network),
         idempotency_key_format=args.idempotency_key_format,
         prepare=args.prepared_statements,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
     log = EventLog(format=args.log_format, level=args.log_level)
     db = resolve_database(args)
@@ -262,6 +264,18 @@ def add_dispatch_parser(sub: Any) -> None:
         default="structured",
         help='Idempotency-Key as an RFC 8941 string ("key", per the IETF '
         "draft; default) or the raw key",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus /metrics and /healthz on this port (default: off)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address for --metrics-port (default: 127.0.0.1; 0.0.0.0 in a container)",
     )
     p.add_argument(
         "--log-format",

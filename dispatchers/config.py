@@ -52,6 +52,8 @@ class DispatcherConfig:
     retry_statuses: frozenset[int] = frozenset({408, 425, 429})
     prepare: bool = True
     disable_after: float = 5 * 24 * 3600.0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     webhook_retry_policy: RetryPolicy = field(default_factory=lambda: STANDARD_WEBHOOKS_SCHEDULE)
 
     def __post_init__(self) -> None:
@@ -92,6 +94,8 @@ class DispatcherConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0 or value != value:
                 raise ConfigurationError(f"{name}: must be a positive number of seconds")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigurationError("metrics_port: must be between 0 and 65535")
         if self.grace < 0:
             raise ConfigurationError("grace: must not be negative")
         if self.connect_timeout > self.request_timeout:

@@ -40,6 +40,7 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Job, Store, is_transient
 from dispatchers.http import Attempt, Sender
 from dispatchers.log import EventLog
+from dispatchers.metrics import Metrics, serve
 from dispatchers.outcome import decide
 
 
@@ -113,6 +114,9 @@ class Dispatcher:
         self.owner = owner or make_owner()
         self.log = log or EventLog()
         self.stats = Stats()
+        self.metrics = Metrics()
+        self.metrics.in_flight.set_function(lambda: len(self._inflight))
+        self.metrics_server: asyncio.Server | None = None
         self._transport = transport
         self._store: Store | None = None
         self._sender: Sender | None = None
@@ -141,12 +145,24 @@ class Dispatcher:
     def in_flight(self) -> int:
         return len(self._inflight)
 
+    def healthy(self) -> bool:
+        """The database answered within the last lease period."""
+        since = time.monotonic() - self.metrics.last_db_success
+        return since < max(self.config.lease, 3 * self.config.poll_interval)
+
     async def run(self, *, drain: bool = False) -> Stats:
         """Run until :meth:`stop` (or, with ``drain``, until no message is due or
         running anywhere); then shut down gracefully and return the counters."""
         self._store = Store(self.conninfo, self.config)
         self._sender = Sender(self.config, transport=self._transport)
         await self._store.open()
+        if self.config.metrics_port is not None:
+            self.metrics_server = await serve(
+                self.metrics,
+                host=self.config.metrics_host,
+                port=self.config.metrics_port,
+                healthy=self.healthy,
+            )
         helpers = [
             asyncio.create_task(self._heartbeat_loop(), name="outbox-heartbeat"),
             asyncio.create_task(self._flush_loop(), name="outbox-flusher"),
@@ -164,6 +180,8 @@ class Dispatcher:
             for flight in self._inflight.values():
                 if flight.task is not None:
                     flight.task.cancel()
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             await self._sender.aclose()
             await self._store.close()
             self.stats.round_trips = self._store.round_trips
@@ -195,6 +213,9 @@ class Dispatcher:
                 continue
             backoff.reset()
             self.stats.claims += 1
+            self.metrics.database_answered()
+            self.metrics.claims.inc()
+            self.metrics.claim_batch.observe(len(jobs))
             if self._stop.is_set():
                 # The claim committed after the stop signal: release, never start.
                 self._release_unstarted(jobs)
@@ -342,6 +363,8 @@ class Dispatcher:
         async def write() -> None:
             async with self._write_lock:
                 applied, disabled = await store.complete(self.owner, batch)
+                self.metrics.database_answered()
+                self.metrics.flush_batch.observe(len(batch))
                 for endpoint_id, reason in disabled.items():
                     self.log.event("endpoint_disabled", endpoint_id=endpoint_id, reason=reason)
                 # Settle the books before the heartbeat can look at them again.
@@ -393,6 +416,13 @@ class Dispatcher:
 
     def _log_outcome(self, c: Completion, flight: _Flight | None) -> None:
         job_host = urlsplit(flight.job.url).hostname if flight else None
+        metrics = self.metrics
+        metrics.deliveries.labels(c.outcome).inc()
+        if c.duration_ms is not None:
+            metrics.attempt_seconds.observe(c.duration_ms / 1000)
+        if c.state == "succeeded" and flight is not None:
+            waited = datetime.now(UTC) - flight.job.created_at
+            metrics.commit_to_delivery_seconds.observe(max(0.0, waited.total_seconds()))
         if c.outcome == "released":
             self.stats.released += 1
             self.log.event("released", message_id=c.id, attempt=c.attempt, sent=c.sent)
@@ -431,6 +461,7 @@ class Dispatcher:
 
     def _log_lost(self, message_id: int, attempt: int, reason: str) -> None:
         self.stats.lease_lost += 1
+        self.metrics.lease_lost.inc()
         self.log.event("lease_lost", message_id=message_id, attempt=attempt, reason=reason)
 
     # -- leases ----------------------------------------------------------------
@@ -558,6 +589,7 @@ class Dispatcher:
 
     async def _db_error(self, operation: str, exc: BaseException) -> None:
         self.stats.db_errors += 1
+        self.metrics.db_errors.labels(operation).inc()
         self.log.event(
             "db_error",
             operation=operation,
@@ -569,6 +601,7 @@ class Dispatcher:
     def _note_db_error(self, operation: str, state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
         self.stats.db_errors += 1
+        self.metrics.db_errors.labels(operation).inc()
         self.log.event(
             "db_error",
             operation=operation,

@@ -1,0 +1,101 @@
+"""Prometheus metrics and a health endpoint for one dispatcher process.
+
+``outbox dispatch --metrics-port N`` serves, on 127.0.0.1 unless told otherwise:
+
+- ``/metrics``: deliveries by outcome, attempt latency, commit-to-delivery latency,
+  in-flight deliveries, claims and their batch sizes, outcome batch sizes, lease
+  losses, database errors by operation;
+- ``/healthz``: 200 while the process runs and the database answered within the
+  last lease period, 503 otherwise (for container orchestrators' probes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+
+class Metrics:
+    """The dispatcher's instruments, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.deliveries = Counter(
+            "outbox_deliveries", "Delivery attempts by outcome", ["outcome"], registry=r
+        )
+        self.attempt_seconds = Histogram(
+            "outbox_attempt_duration_seconds",
+            "Duration of one HTTP attempt",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.commit_to_delivery_seconds = Histogram(
+            "outbox_commit_to_delivery_seconds",
+            "From the message's insert to its successful delivery being recorded",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge("outbox_in_flight", "Claimed messages not yet recorded", registry=r)
+        self.claims = Counter("outbox_claims", "Claim statements run", registry=r)
+        self.claim_batch = Histogram(
+            "outbox_claim_batch_size", "Messages per claim", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.flush_batch = Histogram(
+            "outbox_outcome_batch_size",
+            "Outcomes per completion statement",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.lease_lost = Counter(
+            "outbox_lease_lost", "Deliveries abandoned because their lease was lost", registry=r
+        )
+        self.db_errors = Counter(
+            "outbox_db_errors", "Database errors by operation", ["operation"], registry=r
+        )
+        self.last_db_success = time.monotonic()
+
+    def database_answered(self) -> None:
+        self.last_db_success = time.monotonic()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def serve(
+    metrics: Metrics, *, host: str, port: int, healthy: Callable[[], bool]
+) -> asyncio.Server:
+    """Start the /metrics and /healthz server on the running loop."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(5):
+                request = await reader.readuntil(b"\r\n\r\n")
+            path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b""
+            if path == b"/metrics":
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, metrics.render()
+            elif path == b"/healthz":
+                ok = healthy()
+                status = "200 OK" if ok else "503 Service Unavailable"
+                ctype, body = "text/plain", b"ok\n" if ok else b"database unreachable\n"
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode("ascii") + body)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, host, port, limit=16 * 1024)

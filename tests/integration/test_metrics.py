@@ -1,0 +1,61 @@
+"""The metrics endpoint reports deliveries, and /healthz the database's reachability."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import httpx
+import psycopg
+
+from dispatchers.log import NullLog
+from dispatchers.pool import Dispatcher
+from outbox import Outbox
+from tests.integration.test_dispatcher import _wait_until, config
+from tests.receiver import Receiver, Reply
+
+
+def sample(text: str, name: str, labels: str = "") -> float:
+    match = re.search(rf"^{re.escape(name + labels)} (\S+)$", text, re.MULTILINE)
+    assert match, f"{name}{labels} missing"
+    return float(match.group(1))
+
+
+async def test_metrics_change_as_messages_are_delivered(database_url: str) -> None:
+    replies = iter([Reply(status=503)] + [Reply()] * 10)
+    with Receiver(lambda req: next(replies)) as receiver:
+        dispatcher = Dispatcher(database_url, config(metrics_port=0), log=NullLog())
+        task = asyncio.create_task(dispatcher.run())
+        try:
+            await _wait_until(lambda: dispatcher.metrics_server is not None)
+            assert dispatcher.metrics_server is not None
+            port = dispatcher.metrics_server.sockets[0].getsockname()[1]
+            base = f"http://127.0.0.1:{port}"
+            async with httpx.AsyncClient() as client:
+                before = (await client.get(base + "/metrics")).text
+                assert (
+                    sample(before, "outbox_deliveries_total", '{outcome="succeeded"}') == 0
+                    if ('outcome="succeeded"' in before)
+                    else True
+                )
+                assert (await client.get(base + "/healthz")).status_code == 200
+                with psycopg.connect(database_url) as conn:
+                    for i in range(3):
+                        Outbox().enqueue(conn, url=receiver.url, idempotency_key=f"m{i}", json={})
+                await _wait_until(lambda: dispatcher.stats.delivered == 3)
+                after = (await client.get(base + "/metrics")).text
+                assert (await client.get(base + "/nope")).status_code == 404
+                # no database answer for longer than a lease: unhealthy
+                dispatcher.stop()
+                dispatcher.metrics.last_db_success -= 1000
+                assert (await client.get(base + "/healthz")).status_code == 503
+        finally:
+            dispatcher.stop()
+            await task
+    assert sample(after, "outbox_deliveries_total", '{outcome="succeeded"}') == 3
+    assert sample(after, "outbox_deliveries_total", '{outcome="retry"}') == 1
+    assert sample(after, "outbox_attempt_duration_seconds_count") == 4
+    assert sample(after, "outbox_commit_to_delivery_seconds_count") == 3
+    assert sample(after, "outbox_claims_total") >= 2
+    assert sample(after, "outbox_in_flight") == 0
+    assert sample(after, "outbox_lease_lost_total") == 0
