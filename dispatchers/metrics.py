@@ -5,8 +5,10 @@
 - ``/metrics``: deliveries by outcome, attempt latency, commit-to-delivery latency,
   in-flight deliveries, claims and their batch sizes, outcome batch sizes, lease
   losses, database errors by operation;
-- ``/healthz``: 200 while the process runs and the database answered within the
-  last lease period, 503 otherwise (for container orchestrators' probes).
+- ``/healthz``: 200 while the database answered within the last lease period,
+  503 otherwise (a readiness probe: the process is alive but cannot work);
+- ``/livez``: 200 while the event loop runs (a liveness probe: restarting a
+  dispatcher does not bring a database back).
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ async def serve(
             path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b""
             if path == b"/metrics":
                 status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, metrics.render()
+            elif path == b"/livez":
+                status, ctype, body = "200 OK", "text/plain", b"alive\n"
             elif path == b"/healthz":
                 ok = healthy()
                 status = "200 OK" if ok else "503 Service Unavailable"

@@ -49,6 +49,7 @@ async def test_metrics_change_as_messages_are_delivered(database_url: str) -> No
                 dispatcher.stop()
                 dispatcher.metrics.last_db_success -= 1000
                 assert (await client.get(base + "/healthz")).status_code == 503
+                assert (await client.get(base + "/livez")).status_code == 200
         finally:
             dispatcher.stop()
             await task

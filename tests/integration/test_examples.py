@@ -1,0 +1,137 @@
+"""Every runnable example runs; the deployment files keep their safety margins."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from dispatchers.signing import webhook_headers
+from outbox.secrets import generate_secret
+from tests.receiver import Receiver
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+GRACE = 10  # the --grace both deployment files pass
+
+
+def run_example(name: str, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_order_examples_write_the_order_and_its_message_together(database_url: str) -> None:
+    with Receiver() as payments:
+        sync_url, async_url = payments.url + "/sync", payments.url + "/async"
+        out = run_example(
+            "orders_sync.py", "--database-url", database_url, "--payments-url", sync_url
+        )
+        assert "order 1 committed with its outbox message" in out
+        out = run_example(
+            "orders_async.py", "--database-url", database_url, "--payments-url", async_url
+        )
+        assert "order 1 committed with its outbox message" in out
+        drain = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dispatchers.cli",
+                "dispatch",
+                "--database-url",
+                database_url,
+                "--drain",
+                "--allow-private-networks",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert drain.returncode == 0, drain.stderr
+    received = sorted((r.path, r.headers["idempotency-key"]) for r in payments.requests)
+    assert received == [("/async", '"order-1-charge"'), ("/sync", '"order-1-charge"')]
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT url, body FROM outbox.delivered ORDER BY url").fetchall()
+    assert [url for url, _ in rows] == [async_url, sync_url]
+    assert b'"amount":990' in rows[0][1] and b'"amount":4200' in rows[1][1]
+
+
+def test_webhook_receiver_example_verifies_and_applies_once(database_url: str) -> None:
+    secret = generate_secret()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLES / "webhook_receiver.py"),
+            "--database-url",
+            database_url,
+            "--secret",
+            secret,
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        assert match, line + (proc.stderr.read() if proc.stderr else "")
+        url = f"http://127.0.0.1:{match.group(1)}/hooks"
+        body = b'{"type":"order.created","timestamp":"2026-01-01T00:00:00Z","data":{"id":1}}'
+        headers = webhook_headers([secret], msg_id="evt-1:1", timestamp=int(time.time()), body=body)
+        with httpx.Client(timeout=10) as client:
+            first = client.post(url, content=body, headers=headers)
+            again = client.post(url, content=body, headers=headers)
+            forged = client.post(url, content=body + b" ", headers=headers)
+        assert (first.status_code, first.text) == (200, "applied")
+        assert (again.status_code, again.text) == (200, "duplicate")
+        assert forged.status_code == 401
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT webhook_id FROM crm_inbox.events").fetchall() == [("evt-1:1",)]
+
+
+def test_systemd_unit_is_hardened_and_outlasts_the_grace_period() -> None:
+    unit = (EXAMPLES / "deploy" / "outbox-dispatch.service").read_text()
+    for directive in (
+        "User=outbox",
+        "NoNewPrivileges=true",
+        "ProtectSystem=strict",
+        "KillSignal=SIGTERM",
+        f"--grace {GRACE}",
+    ):
+        assert directive in unit
+    match = re.search(r"^TimeoutStopSec=(\d+)s$", unit, re.MULTILINE)
+    assert match and int(match.group(1)) > GRACE + 5
+
+
+def test_container_and_kubernetes_files_run_unprivileged_with_a_long_enough_grace() -> None:
+    container = (EXAMPLES / "deploy" / "Containerfile").read_text()
+    assert re.search(r"^USER 10001$", container, re.MULTILINE)
+    assert f'"--grace", "{GRACE}"' in container
+    k8s = (EXAMPLES / "deploy" / "kubernetes.yaml").read_text()
+    match = re.search(r"terminationGracePeriodSeconds: (\d+)", k8s)
+    assert match and int(match.group(1)) > GRACE + 5
+    for needle in (
+        "runAsNonRoot: true",
+        "allowPrivilegeEscalation: false",
+        "path: /healthz",
+        "path: /livez",
+        "readOnlyRootFilesystem: true",
+    ):
+        assert needle in k8s
