@@ -22,12 +22,15 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from outbox.dsn import libpq_url, redact
 from outbox.errors import InvalidMessage, OutboxError
+
+if TYPE_CHECKING:
+    from outbox.endpoints import Endpoint
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -124,6 +127,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     from dispatchers.config import DispatcherConfig
     from dispatchers.log import EventLog
     from dispatchers.pool import run_dispatcher
+    from dispatchers.retry import ExponentialBackoff
 
     config = DispatcherConfig(
         schema=args.schema,
@@ -132,6 +136,10 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         lease=args.lease,
         request_timeout=args.request_timeout,
         connect_timeout=min(args.connect_timeout, args.request_timeout),
+        claim_timeout=args.claim_timeout,
+        statement_timeout=args.statement_timeout,
+        lock_timeout=args.lock_timeout,
+        retry_policy=ExponentialBackoff(base=args.retry_base, cap=args.retry_cap),
         grace=args.grace,
         poll_interval=args.poll_interval,
         listen=args.listen,
@@ -219,6 +227,37 @@ def add_dispatch_parser(sub: Any) -> None:
         type=positive_float,
         default=5.0,
         help="bound on opening a connection (default: 5)",
+    )
+    p.add_argument(
+        "--claim-timeout",
+        type=positive_float,
+        default=2.0,
+        help="bound on the claim statement, in seconds (default: 2)",
+    )
+    p.add_argument(
+        "--statement-timeout",
+        type=positive_float,
+        default=3.0,
+        help="bound on every other statement, in seconds (default: 3)",
+    )
+    p.add_argument(
+        "--lock-timeout",
+        type=positive_float,
+        default=1.0,
+        help="bound on waiting for a row lock, in seconds (default: 1)",
+    )
+    p.add_argument(
+        "--retry-base",
+        type=positive_float,
+        default=2.0,
+        help="delay before the first retry of a failed delivery, in seconds; it doubles "
+        "with each attempt, with jitter (default: 2)",
+    )
+    p.add_argument(
+        "--retry-cap",
+        type=positive_float,
+        default=3600.0,
+        help="longest delay between retries, in seconds (default: 3600)",
     )
     p.add_argument(
         "--grace",
@@ -352,6 +391,7 @@ def parse_metadata(text: str | None) -> dict[str, Any] | None:
 
 
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e\u00a0-\uffff]")
+_UNPRINTABLE_TEXT = re.compile(r"[^\n\t\x20-\x7e\u00a0-\uffff]")
 
 
 def cell(value: object, width: int = 60) -> str:
@@ -414,10 +454,7 @@ def confirm(args: argparse.Namespace, action: str, question: Callable[[], str]) 
 # -- outbox endpoints ---------------------------------------------------------
 
 
-def _endpoint_fields(endpoint: Any, *, show_secrets: bool) -> str:
-    from outbox.endpoints import Endpoint
-
-    ep: Endpoint = endpoint
+def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
     pairs: list[tuple[str, object]] = [
         ("id", ep.id),
         ("url", ep.url),
@@ -808,7 +845,9 @@ def add_dead_parser(sub: Any) -> None:
     p = actions.add_parser("list", help="list dead messages, newest first")
     add_database_options(p)
     filters(p)
-    p.add_argument("--limit", type=positive_int, default=100, help="at most N (default: 100)")
+    p.add_argument(
+        "--limit", type=positive_int, default=100, metavar="N", help="at most N (default: 100)"
+    )
     p.add_argument("--json", action="store_true", help="print the messages as JSON")
     p.set_defaults(handler=cmd_dead_list, name="dead list")
 
@@ -917,7 +956,7 @@ def cmd_messages_show(args: argparse.Namespace) -> int:
     if args.show_body:
         body = data.get("body")
         text += "\n\nbody:\n" + (
-            _UNPRINTABLE.sub("?", body) if body is not None else "(binary) " + data["body_hex"]
+            _UNPRINTABLE_TEXT.sub("?", body) if body is not None else "(binary) " + data["body_hex"]
         )
     emit(args, data, text)
     return 0

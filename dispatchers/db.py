@@ -9,6 +9,10 @@ themselves live in ``outbox/queries.sql``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +29,42 @@ from outbox.queries import Statement, queries_for
 # is starting or stopping, it ran out of resources, or a statement lost a race.
 _TRANSIENT_CLASSES = ("08", "53", "40", "57P")
 _TRANSIENT_CODES = frozenset({"57014", "55P03", "58000", "58030"})
+
+
+def answer_bound(timeout: float) -> float:
+    """How long to wait for the answer to a statement that PostgreSQL bounds by
+    ``timeout``: that, plus as much again (at least 1 s) for the network."""
+    return timeout + max(1.0, timeout)
+
+
+class _Deadline:
+    """Ends the wait for a statement's answer after ``seconds``, however it is stuck.
+
+    PostgreSQL's statement_timeout cannot end a statement that is stuck on the way
+    to the server or an answer stuck on the way back (a stalled network or pooler).
+    Past the bound, the connection's socket is shut down: the wait ends at once with
+    a connection error, the connection is discarded, and the caller sees a transient
+    error. Cancelling the task instead would make psycopg send a cancel request and
+    wait for it, over the same stalled network.
+    """
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._conn = conn
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        with contextlib.suppress(OSError, psycopg.Error):
+            dup = socket.socket(fileno=os.dup(self._conn.fileno()))
+            try:
+                dup.shutdown(socket.SHUT_RDWR)
+            finally:
+                dup.close()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -59,6 +99,7 @@ class Job:
     endpoint_id: int | None
     event_type: str | None
     created_at: datetime
+    retry_base: int = 0
     secrets: tuple[str, ...] = ()
 
     def __repr__(self) -> str:  # never show secrets or payloads
@@ -97,6 +138,10 @@ class Store:
             f"{int(config.idle_in_transaction_timeout * 1000)}ms",
         )
         self._claim_timeouts = (f"{int(config.claim_timeout * 1000)}ms", *self._timeouts[1:])
+        self._bounds: dict[tuple[str, ...], float] = {
+            self._timeouts: answer_bound(config.statement_timeout),
+            self._claim_timeouts: answer_bound(config.claim_timeout),
+        }
         kwargs: dict[str, Any] = {"connect_timeout": max(1, int(config.db_connect_timeout))}
         if not config.prepare:
             kwargs["prepare_threshold"] = None
@@ -129,18 +174,37 @@ class Store:
 
         BEGIN, the timeouts, the statement and COMMIT go out as one pipeline, so
         a statement costs one network round trip; the rows are read after it.
+        The answer is awaited at most :func:`answer_bound` of the statement's
+        timeout; past that, :class:`TimeoutError` (transient), and the statement
+        may or may not have committed.
         """
         self.round_trips += 1
+        timeouts = timeouts or self._timeouts
         async with self.pool.connection() as conn:
-            async with conn.pipeline(), conn.transaction():
-                await conn.execute(
-                    "SELECT set_config('statement_timeout', %s, true),"
-                    " set_config('lock_timeout', %s, true),"
-                    " set_config('idle_in_transaction_session_timeout', %s, true)",
-                    timeouts or self._timeouts,
-                )
-                cur = await conn.execute(statement.text, params)
-            return await cur.fetchall()
+            bound = self._bounds.get(timeouts) or answer_bound(self.config.statement_timeout)
+            deadline = _Deadline(conn, bound)
+            try:
+                async with conn.pipeline(), conn.transaction():
+                    await conn.execute(
+                        "SELECT set_config('statement_timeout', %s, true),"
+                        " set_config('lock_timeout', %s, true),"
+                        " set_config('idle_in_transaction_session_timeout', %s, true)",
+                        timeouts,
+                    )
+                    cur = await conn.execute(statement.text, params)
+                rows = await cur.fetchall()
+            except psycopg.Error as exc:
+                if not deadline.expired:
+                    raise
+                await conn.close()
+                raise TimeoutError(
+                    f"no answer from the database within {deadline.seconds:g} s"
+                ) from exc
+            finally:
+                deadline.cancel()
+            if deadline.expired:  # answered just as the bound passed: do not reuse it
+                await conn.close()
+            return rows
 
     async def claim(self, owner: str, limit: int) -> list[Job]:
         rows = await self._run(
@@ -162,7 +226,8 @@ class Store:
                 endpoint_id=r[9],
                 event_type=r[10],
                 created_at=r[11],
-                secrets=tuple(r[12] or ()),
+                retry_base=r[12],
+                secrets=tuple(r[13] or ()),
             )
             for r in rows
         ]

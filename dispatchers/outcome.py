@@ -146,8 +146,19 @@ def classify_exception(exc: BaseException) -> Outcome:
     return _retry("interrupted", _bounded(f"interrupted: {type(exc).__name__}"))
 
 
-def decide(outcome: Outcome, *, attempts: int, max_attempts: int, policy: RetryPolicy) -> Decision:
-    """Next state after an attempt; ``attempts`` counts attempts made, this one included."""
+def decide(
+    outcome: Outcome,
+    *,
+    attempts: int,
+    max_attempts: int,
+    policy: RetryPolicy,
+    retry_base: int = 0,
+) -> Decision:
+    """Next state after an attempt; ``attempts`` counts attempts made, this one included.
+
+    The retry delay is the policy's for ``attempts - retry_base``: the attempts of
+    the current budget (a redriven message starts its schedule again).
+    """
     match outcome.verdict:
         case Verdict.SUCCEEDED:
             return Decision("succeeded", 0.0, disable_endpoint=False)
@@ -158,7 +169,7 @@ def decide(outcome: Outcome, *, attempts: int, max_attempts: int, policy: RetryP
         case Verdict.RETRY:
             if attempts >= max_attempts:
                 return Decision("dead", 0.0, disable_endpoint=False)
-            delay = policy.delay(attempts, retry_after=outcome.retry_after)
+            delay = policy.delay(max(1, attempts - retry_base), retry_after=outcome.retry_after)
             return Decision("ready", delay if delay > 0 else 0.0, disable_endpoint=False)
         case _:
             assert_never(outcome.verdict)

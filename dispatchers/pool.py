@@ -71,7 +71,6 @@ class Stats:
 class _Flight:
     job: Job
     task: asyncio.Task[None] | None = None
-    started: bool = False
 
 
 @dataclass
@@ -117,9 +116,9 @@ class Dispatcher:
         self.metrics = Metrics()
         self.metrics.in_flight.set_function(lambda: len(self._inflight))
         self.metrics_server: asyncio.Server | None = None
-        self._transport = transport
-        self._store: Store | None = None
-        self._sender: Sender | None = None
+        # Built here, opened by run(): a Dispatcher runs once.
+        self._store = Store(conninfo, self.config)
+        self._sender = Sender(self.config, transport=transport)
         self._inflight: dict[int, _Flight] = {}
         self._pending: dict[int, Completion] = {}
         self._stop = asyncio.Event()
@@ -153,8 +152,6 @@ class Dispatcher:
     async def run(self, *, drain: bool = False) -> Stats:
         """Run until :meth:`stop` (or, with ``drain``, until no message is due or
         running anywhere); then shut down gracefully and return the counters."""
-        self._store = Store(self.conninfo, self.config)
-        self._sender = Sender(self.config, transport=self._transport)
         await self._store.open()
         if self.config.metrics_port is not None:
             self.metrics_server = await serve(
@@ -190,7 +187,6 @@ class Dispatcher:
     # -- claiming --------------------------------------------------------------
 
     async def _claim_loop(self, *, drain: bool) -> None:
-        assert self._store is not None
         config = self.config
         low_water = max(1, min(config.batch_size, config.concurrency) // 4)
         backoff = _Backoff()
@@ -228,7 +224,6 @@ class Dispatcher:
                 await self._wait(self._wake, seconds=config.poll_interval)
 
     async def _drained(self) -> bool:
-        assert self._store is not None
         try:
             due, running, scheduled = await self._store.work_remaining()
         except Exception as exc:
@@ -240,6 +235,11 @@ class Dispatcher:
         return False
 
     def _start(self, job: Job) -> None:
+        stale = self._inflight.get(job.id)
+        if stale is not None:
+            # Claimed again while an older attempt is still held here (its lease ran
+            # out while this process could not write): that attempt is lost.
+            self._lose(job.id, stale.job.attempts, "claimed again")
         flight = _Flight(job)
         self._inflight[job.id] = flight
         self.stats.claimed += 1
@@ -259,9 +259,7 @@ class Dispatcher:
     # -- delivering ------------------------------------------------------------
 
     async def _deliver(self, flight: _Flight) -> None:
-        assert self._sender is not None
         job = flight.job
-        flight.started = True
         started_at = datetime.now(UTC)
         start = time.monotonic()
         try:
@@ -314,6 +312,7 @@ class Dispatcher:
             attempts=job.attempts,
             max_attempts=job.max_attempts,
             policy=self.config.webhook_retry_policy if webhook else self.config.retry_policy,
+            retry_base=job.retry_base,
         )
         return Completion(
             id=job.id,
@@ -357,7 +356,6 @@ class Dispatcher:
 
     async def _write_outcomes(self, batch: list[Completion]) -> None:
         """Record ``batch``, retrying transient errors until they pass."""
-        assert self._store is not None
         store = self._store
 
         async def write() -> None:
@@ -372,10 +370,10 @@ class Dispatcher:
                 for completion in batch:
                     if self._pending.get(completion.id) is completion:
                         del self._pending[completion.id]
-                    flight = self._inflight.pop(completion.id, None)
+                    flight = self._settle(completion)
                     if completion.id in applied:
                         self._log_outcome(completion, flight)
-                    else:
+                    elif flight is not None:  # a flight gone already was logged as lost
                         self._log_lost(completion.id, completion.attempt, "outcome fenced out")
             self._capacity.set()
             if not self._inflight:
@@ -402,9 +400,19 @@ class Dispatcher:
             else:
                 self._drop(batch[0])
 
+    def _settle(self, completion: Completion) -> _Flight | None:
+        """Stop tracking the flight ``completion`` belongs to and return it; a newer
+        claim of the same message (another attempt number) is left alone."""
+        flight = self._inflight.get(completion.id)
+        if flight is None or flight.job.attempts != completion.attempt:
+            return None
+        del self._inflight[completion.id]
+        return flight
+
     def _drop(self, completion: Completion) -> None:
-        self._pending.pop(completion.id, None)
-        self._inflight.pop(completion.id, None)
+        if self._pending.get(completion.id) is completion:
+            del self._pending[completion.id]
+        self._settle(completion)
         self._capacity.set()
         self.log.event(
             "outcome_dropped",
@@ -467,7 +475,6 @@ class Dispatcher:
     # -- leases ----------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        assert self._store is not None
         while True:
             await asyncio.sleep(self.config.renew_interval)
             try:
@@ -477,7 +484,6 @@ class Dispatcher:
 
     async def _renew(self) -> None:
         """Renew every lease held; cancel the deliveries whose lease is gone."""
-        assert self._store is not None
         if not self._inflight:
             return
         async with self._write_lock:
@@ -492,18 +498,17 @@ class Dispatcher:
             if message_id not in alive:
                 self._lose(message_id, attempt)
 
-    def _lose(self, message_id: int, attempt: int) -> None:
+    def _lose(self, message_id: int, attempt: int, reason: str = "lease not renewed") -> None:
         flight = self._inflight.pop(message_id, None)
         if flight is None:
             return
         self._pending.pop(message_id, None)
         if flight.task is not None and not flight.task.done():
             flight.task.cancel()
-        self._log_lost(message_id, attempt, "lease not renewed")
+        self._log_lost(message_id, attempt, reason)
         self._capacity.set()
 
     async def _rescue_loop(self) -> None:
-        assert self._store is not None
         while True:
             try:
                 rescued = await self._store.rescue()

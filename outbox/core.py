@@ -217,4 +217,18 @@ class Outbox:
 
     def _publish_plan(self, params: dict[str, Any]) -> Plan[list[int]]:
         rows = yield self.queries["publish_notify" if self.notify else "publish"], params
-        return sorted({int(r[0]) for r in rows})
+        ids = {int(r[0]) for r in rows if r[0] is not None}
+        unseen = [(r[2], r[3]) for r in rows if r[0] is None]
+        if unseen:
+            # keys a concurrent transaction committed while this one waited for them
+            found = yield (
+                self.queries["publish_existing"],
+                {"targets": [u[0] for u in unseen], "idempotency_keys": [u[1] for u in unseen]},
+            )
+            if len(found) < len(unseen):
+                raise OutboxError(
+                    "idempotency key conflicted but no message holds it; "
+                    "was it removed concurrently by retention?"
+                )
+            ids.update(int(r[0]) for r in found)
+        return sorted(ids)

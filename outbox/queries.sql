@@ -117,7 +117,7 @@ LEFT JOIN {schema}.endpoints AS e ON e.id = claimable.endpoint_id
 WHERE m.id = claimable.id
 RETURNING m.id, m.idempotency_key, COALESCE(m.url, e.url),
           m.method, m.headers, m.body, m.content_type, m.attempts, m.max_attempts,
-          m.endpoint_id, m.event_type, m.created_at,
+          m.endpoint_id, m.event_type, m.created_at, m.retry_base,
           -- the signing secrets still in force (several during a rotation)
           ARRAY(SELECT s.value ->> 'secret'
                 FROM jsonb_array_elements(e.secrets) AS s
@@ -227,8 +227,13 @@ WITH outcome AS (
            created_at, now()
     FROM done
 ), updated AS (
+    -- A webhook whose endpoint was deleted while it was in flight (the delete set
+    -- its endpoint_id to NULL) is dead like the endpoint's waiting messages, never
+    -- retried: it would go unsigned to the deleted endpoint's URL.
     UPDATE {schema}.messages AS m
-    SET state = CASE WHEN o.state = 'ready' AND m.endpoint_id IN (SELECT id FROM disabled)
+    SET state = CASE WHEN o.state = 'ready' AND m.endpoint_id IS NULL
+                          AND starts_with(m.target, 'endpoint:') THEN 'dead'
+                     WHEN o.state = 'ready' AND m.endpoint_id IN (SELECT id FROM disabled)
                      THEN 'paused' ELSE o.state END,
         attempts = CASE WHEN o.sent THEN m.attempts ELSE m.attempts - 1 END,
         available_at = CASE WHEN o.state = 'ready'
@@ -236,9 +241,13 @@ WITH outcome AS (
                             ELSE m.available_at END,
         lease_owner = NULL,
         lease_until = NULL,
-        last_error = CASE WHEN o.sent THEN o.error ELSE m.last_error END,
+        last_error = CASE WHEN o.state = 'ready' AND m.endpoint_id IS NULL
+                               AND starts_with(m.target, 'endpoint:') THEN 'endpoint deleted'
+                          WHEN o.sent THEN o.error ELSE m.last_error END,
         last_status = CASE WHEN o.sent THEN o.status ELSE m.last_status END,
-        completed_at = CASE WHEN o.state = 'dead' THEN now() END
+        completed_at = CASE WHEN o.state = 'dead'
+                              OR (m.endpoint_id IS NULL AND starts_with(m.target, 'endpoint:'))
+                            THEN now() END
     FROM outcome AS o
     WHERE m.id = o.id AND m.attempts = o.attempt AND m.lease_owner = %(owner)s
       AND m.state = 'running' AND o.state <> 'succeeded'
@@ -271,8 +280,10 @@ SELECT NULL, id, disabled_reason FROM endpoint_update WHERE newly_disabled
 -- database) to ready, or to dead when their attempts are spent. Walks the lease
 -- index; SKIP LOCKED keeps concurrent rescuers and completions out of each
 -- other's way. The lost attempt is recorded against the owner that held it.
+-- A webhook whose endpoint was deleted meanwhile is dead, as in complete.
 WITH expired AS (
-    SELECT id, lease_owner, attempts
+    SELECT id, lease_owner, attempts,
+           endpoint_id IS NULL AND starts_with(target, 'endpoint:') AS orphaned
     FROM {schema}.messages
     WHERE state = 'running' AND lease_until < now()
     ORDER BY lease_until
@@ -280,13 +291,16 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), rescued AS (
     UPDATE {schema}.messages AS m
-    SET state = CASE WHEN m.attempts >= m.max_attempts THEN 'dead' ELSE 'ready' END,
+    SET state = CASE WHEN m.attempts >= m.max_attempts OR expired.orphaned THEN 'dead'
+                     ELSE 'ready' END,
         available_at = now(),
         lease_owner = NULL,
         lease_until = NULL,
-        last_error = 'lease expired: the dispatcher stopped renewing it',
+        last_error = CASE WHEN expired.orphaned THEN 'endpoint deleted'
+                          ELSE 'lease expired: the dispatcher stopped renewing it' END,
         last_status = NULL,
-        completed_at = CASE WHEN m.attempts >= m.max_attempts THEN now() END
+        completed_at = CASE WHEN m.attempts >= m.max_attempts OR expired.orphaned
+                            THEN now() END
     FROM expired
     WHERE m.id = expired.id
     RETURNING m.id, m.state
@@ -317,8 +331,15 @@ SELECT id, state FROM rescued
 
 -- name: work_remaining
 -- For --drain: is anything due now or in flight, and how much is scheduled later.
+-- "Due" skips what claim skips: a ready webhook whose endpoint is disabled (one
+-- committed after the disable paused the rest) waits, and must not keep a drain
+-- from ever finishing.
 SELECT
-    (SELECT count(*) FROM {schema}.messages WHERE state = 'ready' AND available_at <= now()) AS due,
+    (SELECT count(*) FROM {schema}.messages AS m
+     WHERE m.state = 'ready' AND m.available_at <= now()
+       AND (m.endpoint_id IS NULL OR EXISTS (
+             SELECT 1 FROM {schema}.endpoints AS e WHERE e.id = m.endpoint_id AND e.enabled)))
+        AS due,
     (SELECT count(*) FROM {schema}.messages WHERE state = 'running') AS running,
     (SELECT count(*) FROM {schema}.messages WHERE state = 'ready' AND available_at > now()) AS scheduled
 
@@ -562,6 +583,7 @@ WITH chosen AS (
         max_attempts = m.attempts + CASE WHEN m.endpoint_id IS NULL
                                          THEN CAST(%(budget)s AS integer)
                                          ELSE CAST(%(webhook_budget)s AS integer) END,
+        retry_base = m.attempts,
         available_at = now(),
         completed_at = NULL
     FROM chosen
@@ -630,11 +652,11 @@ WITH chosen AS (
     INSERT INTO {schema}.messages (
         id, idempotency_key, target, endpoint_id, url, method, headers, body,
         content_type, event_type, ordering_key, state, attempts, max_attempts,
-        available_at, last_status, created_at
+        retry_base, available_at, last_status, created_at
     )
     SELECT id, idempotency_key, target, endpoint_id, url, method, headers, body,
            content_type, event_type, ordering_key, 'ready', attempts,
-           attempts + CAST(%(budget)s AS integer), now(), last_status, created_at
+           attempts + CAST(%(budget)s AS integer), attempts, now(), last_status, created_at
     FROM moved
     RETURNING id
 )

@@ -18,7 +18,7 @@ from dispatchers.outcome import (
     classify_response,
     decide,
 )
-from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff
+from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, Schedule
 from dispatchers.ssrf import BlockedDestination
 
 NOW = datetime(2015, 10, 21, 7, 26, 0, tzinfo=UTC)
@@ -457,3 +457,14 @@ def test_decide_with_standard_schedule_and_retry_after_from_response() -> None:
     assert decide(outcome, attempts=3, max_attempts=8, policy=policy) == Decision(
         "ready", 1800.0, disable_endpoint=False
     )
+
+
+def test_redriven_message_restarts_its_schedule_from_the_budget_base() -> None:
+    schedule = Schedule(delays=(5.0, 300.0, 1800.0), jitter=0.0)
+    retry = Outcome(Verdict.RETRY, 503, "HTTP 503", "http_503", None)
+    # attempt 9 overall, the first of a budget that began after attempt 8
+    redriven = decide(retry, attempts=9, max_attempts=16, policy=schedule, retry_base=8)
+    assert (redriven.state, redriven.delay) == ("ready", 5.0)
+    # without the base, the same attempt would wait at the end of the schedule
+    plain = decide(retry, attempts=9, max_attempts=16, policy=schedule)
+    assert plain.delay == 1800.0

@@ -1,0 +1,555 @@
+"""Operator functions (outbox.admin) on a real database, with the dispatcher
+delivering to a real HTTP receiver where a redrive must end in a delivery."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.log import NullLog
+from dispatchers.pool import Dispatcher
+from dispatchers.retry import ExponentialBackoff, Schedule
+from outbox import InvalidMessage, Outbox
+from outbox.admin import (
+    dead_count,
+    dead_list,
+    dead_purge,
+    dead_retry,
+    message_show,
+    replay,
+    status,
+)
+from outbox.core import DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_MAX_ATTEMPTS
+from outbox.endpoints import Endpoints
+from outbox.queries import queries_for
+from tests.receiver import Receiver
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+def fast_config() -> DispatcherConfig:
+    return DispatcherConfig(
+        lease=3.0,
+        request_timeout=1.0,
+        connect_timeout=0.5,
+        statement_timeout=0.5,
+        claim_timeout=0.5,
+        lock_timeout=0.5,
+        poll_interval=0.05,
+        rescue_interval=0.2,
+        allow_private_networks=True,
+        retry_policy=ExponentialBackoff(base=0.05, cap=0.1, jitter=0.0),
+        webhook_retry_policy=Schedule(delays=(0.05,), jitter=0),
+        concurrency=4,
+    )
+
+
+async def drain(url: str) -> Dispatcher:
+    dispatcher = Dispatcher(url, fast_config(), log=NullLog())
+    async with asyncio.timeout(20):
+        await dispatcher.run(drain=True)
+    return dispatcher
+
+
+class Db:
+    """Short-lived connections, each one transaction committed on success."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def tx(self) -> Conn:
+        return psycopg.connect(self.url)
+
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with self.tx() as conn:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+
+    def enqueue(self, key: str, url: str = "https://example.com/hook", **kwargs: Any) -> int:
+        kwargs.setdefault("json", {"key": key})
+        with self.tx() as conn:
+            return Outbox().enqueue(conn, url=url, idempotency_key=key, **kwargs)
+
+    def endpoint(self, url: str = "https://example.com/wh", **kwargs: Any) -> int:
+        with self.tx() as conn:
+            return Endpoints().add(conn, url=url, **kwargs).id
+
+    def publish(self, event_type: str, key: str) -> list[int]:
+        with self.tx() as conn:
+            return Outbox().publish(conn, event_type, {"key": key}, idempotency_key=key)
+
+    def kill(
+        self,
+        message_id: int,
+        *,
+        attempts: int = 3,
+        died: timedelta = timedelta(0),
+        error: str = "HTTP 500 Internal Server Error",
+    ) -> None:
+        """Make the message dead after ``attempts`` recorded failed attempts."""
+        self.query(
+            "UPDATE outbox.messages SET state = 'dead', attempts = %s, last_status = 500,"
+            " last_error = %s, completed_at = now() - %s WHERE id = %s",
+            attempts,
+            error,
+            died,
+            message_id,
+        )
+        for n in range(1, attempts + 1):
+            self.query(
+                "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at,"
+                " duration_ms, status, outcome, error_class, error)"
+                " VALUES (%s, %s, 'test:1:x', now(), 5, 500, %s, 'http_500', %s)",
+                message_id,
+                n,
+                "failed" if n == attempts else "retry",
+                error,
+            )
+
+    def row(self, message_id: int) -> tuple[Any, ...]:
+        (row,) = self.query(
+            "SELECT state, attempts, max_attempts, completed_at IS NULL,"
+            " available_at <= now(), idempotency_key FROM outbox.messages WHERE id = %s",
+            message_id,
+        )
+        return row
+
+
+@pytest.fixture
+def db(database_url: str) -> Db:
+    return Db(database_url)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as r:
+        yield r
+
+
+# -- dead_list ---------------------------------------------------------------
+
+
+def test_dead_list_is_newest_first_and_filters(db: Db) -> None:
+    ep = db.endpoint(event_types=["order.created", "order.paid"])
+    old = db.enqueue("old")
+    new = db.enqueue("new")
+    (created,) = db.publish("order.created", "e1")
+    (paid,) = db.publish("order.paid", "e2")
+    db.enqueue("alive")
+    db.kill(old, died=timedelta(hours=3))
+    db.kill(new, died=timedelta(minutes=1))
+    db.kill(created, died=timedelta(minutes=2))
+    db.kill(paid, died=timedelta(hours=2))
+
+    with db.tx() as conn:
+        everything = dead_list(conn)
+        assert [m.id for m in everything] == [new, created, paid, old]
+        first = everything[0]
+        assert (first.idempotency_key, first.url, first.attempts, first.max_attempts) == (
+            "new",
+            "https://example.com/hook",
+            3,
+            DEFAULT_MAX_ATTEMPTS,
+        )
+        assert first.last_status == 500
+        assert first.last_error == "HTTP 500 Internal Server Error"
+        by_endpoint = dead_list(conn, endpoint_id=ep)
+        assert [m.id for m in by_endpoint] == [created, paid]
+        assert by_endpoint[0].url == "https://example.com/wh"
+        assert by_endpoint[0].endpoint_id == ep
+        assert [m.id for m in dead_list(conn, event_type="order.paid")] == [paid]
+        since = datetime.now(UTC) - timedelta(minutes=30)
+        assert [m.id for m in dead_list(conn, since=since)] == [new, created]
+        assert [m.id for m in dead_list(conn, limit=2)] == [new, created]
+
+
+def test_dead_list_rejects_bad_input_naming_the_field(db: Db) -> None:
+    with db.tx() as conn:
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"since": datetime(2024, 1, 1)}, "since"),  # naive on purpose
+            ({"limit": 0}, "limit"),
+            ({"endpoint_id": -1}, "endpoint_id"),
+            ({"event_type": "has space"}, "event_type"),
+        ]
+        for kwargs, field in cases:
+            with pytest.raises(InvalidMessage) as info:
+                dead_list(conn, **kwargs)
+            assert info.value.field == field
+
+
+def test_dead_list_walks_the_dead_index(db: Db) -> None:
+    with db.tx() as conn:
+        conn.execute("SET LOCAL enable_seqscan = off")
+        statement = queries_for("outbox")["dead_list"]
+        params = {"endpoint_id": None, "event_type": None, "since": None, "limit": 10}
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement.text, params).fetchall())
+    assert "messages_dead_idx" in plan
+
+
+# -- dead_retry --------------------------------------------------------------
+
+
+def test_dead_retry_refuses_an_empty_selection(db: Db) -> None:
+    mid = db.enqueue("k")
+    db.kill(mid)
+    with db.tx() as conn:
+        with pytest.raises(InvalidMessage) as info:
+            dead_retry(conn)
+        assert info.value.field == "ids"
+        with pytest.raises(InvalidMessage):
+            dead_retry(conn, ids=[])
+        with pytest.raises(InvalidMessage) as info:
+            dead_retry(conn, ids=[mid], all_=True)
+        assert info.value.field == "all_"
+        with pytest.raises(InvalidMessage) as info:
+            dead_retry(conn, ids=[mid], budget=0)
+        assert info.value.field == "budget"
+    assert db.row(mid)[0] == "dead"
+
+
+def test_dead_retry_keeps_attempts_and_raises_the_budget(db: Db) -> None:
+    mid = db.enqueue("k1", max_attempts=3)
+    other = db.enqueue("k2")
+    db.kill(mid, attempts=3)
+    db.kill(other, attempts=2)
+    with db.tx() as conn:
+        assert dead_retry(conn, ids=[mid]) == 1
+    state, attempts, max_attempts, cleared, due, key = db.row(mid)
+    assert (state, attempts, max_attempts, cleared, due, key) == (
+        "ready",
+        3,
+        3 + DEFAULT_MAX_ATTEMPTS,
+        True,
+        True,
+        "k1",
+    )
+    assert db.row(other)[0] == "dead"  # not selected
+    # the new budget starts the retry schedule again
+    assert db.query("SELECT retry_base FROM outbox.messages WHERE id = %s", mid) == [(3,)]
+    with db.tx() as conn:
+        assert dead_retry(conn, ids=[other], budget=2) == 1
+        assert dead_retry(conn, ids=[other]) == 0  # not dead any more
+    assert db.row(other)[:3] == ("ready", 2, 4)
+
+
+def test_retried_message_is_claimed_with_the_next_attempt_number_and_delivered(
+    db: Db, receiver: Receiver
+) -> None:
+    mid = db.enqueue("redrive-me", url=receiver.url + "/x", max_attempts=2)
+    db.kill(mid, attempts=2)
+    with db.tx() as conn:
+        assert dead_retry(conn, ids=[mid]) == 1
+
+    with db.tx() as conn:
+        claimed = conn.execute(
+            queries_for("outbox")["claim"].text, {"owner": "test:2:y", "limit": 10, "lease_s": 30}
+        ).fetchall()
+    assert [(r[0], r[7], r[8]) for r in claimed] == [(mid, 3, 2 + DEFAULT_MAX_ATTEMPTS)]
+    # give it back, as a dispatcher whose lease expired would
+    db.query(
+        "UPDATE outbox.messages SET state = 'ready', attempts = attempts - 1,"
+        " lease_owner = NULL, lease_until = NULL WHERE id = %s",
+        mid,
+    )
+
+    asyncio.run(drain(db.url))
+    (request,) = receiver.requests
+    assert request.headers["idempotency-key"] == '"redrive-me"'
+    assert db.query("SELECT id, attempts FROM outbox.delivered") == [(mid, 3)]
+    assert db.query(
+        "SELECT attempt, outcome FROM outbox.attempts WHERE message_id = %s ORDER BY attempt",
+        mid,
+    ) == [(1, "retry"), (2, "failed"), (3, "succeeded")]
+
+
+def test_dead_retry_by_filters_and_all(db: Db) -> None:
+    ep = db.endpoint(event_types=["a.b", "c.d"])
+    (ab,) = db.publish("a.b", "e1")
+    (cd,) = db.publish("c.d", "e2")
+    plain_old = db.enqueue("p1")
+    plain_new = db.enqueue("p2")
+    for mid in (ab, cd, plain_new):
+        db.kill(mid)
+    db.kill(plain_old, died=timedelta(days=2))
+
+    with db.tx() as conn:
+        assert dead_count(conn, endpoint_id=ep, event_type="a.b") == 1
+        assert dead_retry(conn, endpoint_id=ep, event_type="a.b") == 1
+    assert db.row(ab)[:3] == ("ready", 3, 3 + DEFAULT_WEBHOOK_MAX_ATTEMPTS)
+    assert db.row(cd)[0] == "dead"
+
+    with db.tx() as conn:
+        assert dead_retry(conn, since=datetime.now(UTC) - timedelta(hours=1)) == 2
+    assert db.row(cd)[0] == "ready"
+    assert db.row(plain_new)[0] == "ready"
+    assert db.row(plain_old)[0] == "dead"
+
+    with db.tx() as conn:
+        assert dead_retry(conn, all_=True) == 1
+    assert db.query("SELECT count(*) FROM outbox.messages WHERE state = 'dead'") == [(0,)]
+
+
+def test_dead_retry_pauses_messages_of_a_disabled_endpoint(db: Db) -> None:
+    ep = db.endpoint()
+    (mid,) = db.publish("x.y", "e1")
+    db.kill(mid)
+    with db.tx() as conn:
+        Endpoints().disable(conn, ep, reason="maintenance")
+        assert dead_retry(conn, ids=[mid]) == 1
+    assert db.row(mid)[:3] == ("paused", 3, 3 + DEFAULT_WEBHOOK_MAX_ATTEMPTS)
+    with db.tx() as conn:
+        assert Endpoints().enable(conn, ep) == 1
+    assert db.row(mid)[0] == "ready"
+
+
+def test_dead_retry_leaves_messages_of_a_deleted_endpoint_dead(db: Db) -> None:
+    ep = db.endpoint()
+    (mid,) = db.publish("x.y", "e1")
+    with db.tx() as conn:
+        Endpoints().delete(conn, ep)
+    assert db.row(mid)[0] == "dead"
+    with db.tx() as conn:
+        assert [m.endpoint_id for m in dead_list(conn, endpoint_id=ep)] == [ep]
+        assert dead_retry(conn, all_=True) == 0
+    assert db.row(mid)[0] == "dead"
+
+
+# -- dead_purge --------------------------------------------------------------
+
+
+def test_dead_purge_deletes_messages_and_attempts_but_keeps_the_key(db: Db) -> None:
+    gone = db.enqueue("purge-me")
+    kept = db.enqueue("keep-me")
+    alive = db.enqueue("alive")
+    db.kill(gone)
+    db.kill(kept, died=timedelta(days=3))
+    with db.tx() as conn:
+        with pytest.raises(InvalidMessage):
+            dead_purge(conn)
+        assert dead_purge(conn, since=datetime.now(UTC) - timedelta(days=1)) == 1
+    assert db.query("SELECT id FROM outbox.messages ORDER BY id") == [(kept,), (alive,)]
+    assert db.query("SELECT DISTINCT message_id FROM outbox.attempts") == [(kept,)]
+    # the key stays used: enqueuing it again writes nothing and returns the old id
+    assert db.enqueue("purge-me") == gone
+    assert db.query("SELECT count(*) FROM outbox.messages WHERE id = %s", gone) == [(0,)]
+    with db.tx() as conn:
+        assert dead_purge(conn, ids=[kept, alive]) == 1  # alive is not dead
+        assert message_show(conn, kept) is None
+    assert db.query("SELECT id FROM outbox.messages") == [(alive,)]
+
+
+# -- replay ------------------------------------------------------------------
+
+
+async def test_replay_moves_history_back_and_redelivers_with_the_same_webhook_id(
+    db: Db, receiver: Receiver
+) -> None:
+    ep = db.endpoint(url=receiver.url + "/hook")
+    other = db.endpoint(url=receiver.url + "/other")
+    ids = db.publish("order.created", "evt-1") + db.publish("order.created", "evt-2")
+    mine = sorted(
+        i
+        for i in ids
+        if db.query("SELECT endpoint_id FROM outbox.messages WHERE id = %s", i) == [(ep,)]
+    )
+    await drain(db.url)
+    assert len(receiver.requests) == 4
+    first_ids = sorted(r.headers["webhook-id"] for r in receiver.requests if r.path == "/hook")
+    assert first_ids == [f"evt-1:{ep}", f"evt-2:{ep}"]
+
+    with db.tx() as conn:
+        assert replay(conn, endpoint_id=ep, since=datetime.now(UTC) - timedelta(hours=1)) == 2
+    assert db.query(
+        "SELECT id, state, attempts, max_attempts FROM outbox.messages ORDER BY id"
+    ) == [(i, "ready", 1, 1 + DEFAULT_WEBHOOK_MAX_ATTEMPTS) for i in mine]
+    assert db.query("SELECT count(*) FROM outbox.delivered WHERE endpoint_id = %s", ep) == [(0,)]
+    assert db.query("SELECT count(*) FROM outbox.delivered WHERE endpoint_id = %s", other) == [(2,)]
+
+    await drain(db.url)
+    again = sorted(r.headers["webhook-id"] for r in receiver.requests[4:])
+    assert again == first_ids
+    assert db.query(
+        "SELECT id, attempts FROM outbox.delivered WHERE endpoint_id = %s ORDER BY id", ep
+    ) == [(i, 2) for i in mine]
+    assert db.query(
+        "SELECT message_id, attempt, outcome FROM outbox.attempts WHERE message_id = %s"
+        " ORDER BY attempt",
+        mine[0],
+    ) == [(mine[0], 1, "succeeded"), (mine[0], 2, "succeeded")]
+
+
+def test_replay_takes_only_the_window_and_refuses_bad_endpoints(db: Db) -> None:
+    ep = db.endpoint()
+    now = datetime.now(UTC)
+    for i, age in enumerate((timedelta(days=3), timedelta(hours=5), timedelta(minutes=5))):
+        db.query(
+            "INSERT INTO outbox.delivered (id, idempotency_key, target, endpoint_id, method,"
+            " headers, body, content_type, event_type, attempts, max_attempts, last_status,"
+            " created_at, completed_at) VALUES (%s, %s, %s, %s, 'POST', '{}', '{}',"
+            " 'application/json', 't.x', 1, 8, 200, %s, %s)",
+            1000 + i,
+            f"evt-{i}:{ep}",
+            f"endpoint:{ep}",
+            ep,
+            now - age,
+            now - age,
+        )
+    with db.tx() as conn:
+        assert (
+            replay(
+                conn, endpoint_id=ep, since=now - timedelta(days=1), until=now - timedelta(hours=1)
+            )
+            == 1
+        )
+    assert db.query("SELECT id FROM outbox.messages") == [(1001,)]
+
+    with db.tx() as conn:
+        with pytest.raises(InvalidMessage) as info:
+            replay(conn, endpoint_id=ep + 1, since=now - timedelta(days=7))
+        assert info.value.field == "endpoint_id"
+        with pytest.raises(InvalidMessage) as info:
+            replay(conn, endpoint_id=ep, since=now, until=now - timedelta(hours=1))
+        assert info.value.field == "until"
+        with pytest.raises(InvalidMessage) as info:
+            replay(conn, endpoint_id=ep, since=now.replace(tzinfo=None))
+        assert info.value.field == "since"
+        Endpoints().disable(conn, ep)
+        with pytest.raises(InvalidMessage, match="disabled"):
+            replay(conn, endpoint_id=ep, since=now - timedelta(days=7))
+    assert db.query("SELECT count(*) FROM outbox.delivered") == [(2,)]
+
+
+# -- message_show and status ---------------------------------------------------
+
+
+def test_message_show_finds_waiting_dead_and_delivered_messages(db: Db) -> None:
+    mid = db.enqueue("show-me", headers={"X-Tenant": "acme"})
+    db.kill(mid, attempts=2)
+    db.query(
+        "INSERT INTO outbox.delivered (id, idempotency_key, target, url, method, headers,"
+        " body, content_type, attempts, max_attempts, last_status, created_at, completed_at)"
+        " VALUES (77, 'done', 'https://example.com/d', 'https://example.com/d', 'PUT', '{}',"
+        " 'hi', 'text/plain', 1, 12, 204, now(), now())"
+    )
+    with db.tx() as conn:
+        info = message_show(conn, mid)
+        delivered = message_show(conn, 77)
+        assert message_show(conn, 12345) is None
+        with pytest.raises(InvalidMessage):
+            message_show(conn, 0)
+    assert info is not None and delivered is not None
+    assert (info.state, info.idempotency_key, info.attempts, info.headers) == (
+        "dead",
+        "show-me",
+        2,
+        {"X-Tenant": "acme"},
+    )
+    assert info.body == b'{"key":"show-me"}'
+    assert [(a.attempt, a.outcome, a.status, a.owner) for a in info.attempt_log] == [
+        (1, "retry", 500, "test:1:x"),
+        (2, "failed", 500, "test:1:x"),
+    ]
+    assert info.as_dict()["headers"] == {"X-Tenant": "…"}
+    assert "body" not in info.as_dict()
+    assert info.as_dict(show_headers=True, show_body=True)["body"] == '{"key":"show-me"}'
+    assert (delivered.state, delivered.method, delivered.last_status, delivered.body) == (
+        "succeeded",
+        "PUT",
+        204,
+        b"hi",
+    )
+    assert delivered.attempt_log == []
+
+
+def test_status_counts_states_lag_recent_attempts_and_endpoints(db: Db) -> None:
+    ep = db.endpoint(event_types=["a.b"])
+    paused_ep = db.endpoint(url="https://example.com/paused", event_types=["p.q"])
+    (dead,) = db.publish("a.b", "e1")
+    db.publish("p.q", "e2")
+    with db.tx() as conn:
+        assert Endpoints().disable(conn, paused_ep) == 1
+    due = db.enqueue("due")
+    db.enqueue("later", available_at=datetime.now(UTC) + timedelta(hours=1))
+    live = db.enqueue("live")
+    expired = db.enqueue("expired")
+    db.kill(dead)
+    db.query(
+        "UPDATE outbox.messages SET available_at = now() - interval '90 seconds' WHERE id = %s",
+        due,
+    )
+    db.query(
+        "UPDATE outbox.messages SET state = 'running', attempts = 1, lease_owner = 'h:1:z',"
+        " lease_until = now() + interval '30 seconds' WHERE id = %s",
+        live,
+    )
+    db.query(
+        "UPDATE outbox.messages SET state = 'running', attempts = 1, lease_owner = 'h:1:z',"
+        " lease_until = now() - interval '30 seconds' WHERE id = %s",
+        expired,
+    )
+    db.query(
+        "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
+        " VALUES (500, 1, 'h', now(), 'succeeded'), (501, 1, 'h', now(), 'succeeded'),"
+        " (502, 1, 'h', now() - interval '1 hour', 'succeeded'),"
+        " (503, 1, 'h', now(), 'retry')"
+    )
+    db.query("UPDATE outbox.endpoints SET failure_streak = 4 WHERE id = %s", ep)
+
+    with db.tx() as conn:
+        snapshot = status(conn)
+    assert snapshot["messages"] == {
+        "ready": 1,
+        "scheduled": 1,
+        "running": 1,
+        "lease_expired": 1,
+        "paused": 1,
+        "dead": 1,
+    }
+    assert 89 <= snapshot["oldest_ready_age_s"] < 120
+    # db.kill wrote three recent failed attempts for the dead message
+    assert snapshot["last_5_minutes"] == {"delivered": 2, "failed": 1 + 3}
+    assert [
+        (e["id"], e["enabled"], e["failure_streak"], e["pending"], e["dead"])
+        for e in snapshot["endpoints"]
+    ] == [(ep, True, 4, 0, 1), (paused_ep, False, 0, 1, 0)]
+
+
+def test_status_of_an_empty_outbox(db: Db) -> None:
+    with db.tx() as conn:
+        snapshot = status(conn)
+    assert snapshot["oldest_ready_age_s"] is None
+    assert set(snapshot["messages"].values()) == {0}
+    assert snapshot["endpoints"] == []
+
+
+def test_admin_functions_run_in_a_sqlalchemy_session(db: Db) -> None:
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from outbox.dsn import sqlalchemy_url
+
+    ep = db.endpoint()
+    (webhook,) = db.publish("a.b", "e1")
+    plain = db.enqueue("plain")
+    db.kill(webhook)
+    db.kill(plain)
+    engine = create_engine(sqlalchemy_url(db.url))
+    try:
+        with Session(engine) as session, session.begin():
+            assert [m.id for m in dead_list(session, endpoint_id=ep)] == [webhook]
+            assert dead_retry(session, ids=[webhook, plain]) == 2
+            info = message_show(session, plain)
+            assert info is not None and info.state == "ready"
+            assert status(session)["messages"]["ready"] == 2
+        db.query("UPDATE outbox.messages SET state = 'dead' WHERE id = %s", plain)
+        with Session(engine) as session, session.begin():
+            assert dead_purge(session, endpoint_id=None, ids=[plain]) == 1
+    finally:
+        engine.dispose()
+    assert db.query("SELECT id, state FROM outbox.messages") == [(webhook, "ready")]

@@ -1,0 +1,361 @@
+"""The operator commands of the ``outbox`` CLI against a real database.
+
+Most cases call ``dispatchers.cli.main`` in-process (fast); a few run the real
+``python -m dispatchers.cli`` to pin exit statuses and output streams end to end.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from dispatchers.cli import main, parse_time
+from outbox import Outbox
+from outbox.endpoints import Endpoints
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Cli:
+    """Runs ``outbox ...`` in-process against the test's database."""
+
+    def __init__(self, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+        self.url = url
+        self.capsys = capsys
+
+    def __call__(self, *argv: str) -> tuple[int, str, str]:
+        self.capsys.readouterr()
+        try:
+            code = main([*argv, "--database-url", self.url])
+        except SystemExit as exc:  # argparse rejected the command line
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    def json(self, *argv: str) -> Any:
+        code, out, err = self(*argv, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url) as conn:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+
+
+@pytest.fixture
+def cli(database_url: str, capsys: pytest.CaptureFixture[str]) -> Cli:
+    return Cli(database_url, capsys)
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def run(*argv: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dispatchers.cli", *argv],
+        cwd=ROOT,
+        stdin=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def kill(cli: Cli, message_id: int, died: timedelta = timedelta(0)) -> None:
+    cli.query(
+        "UPDATE outbox.messages SET state = 'dead', attempts = 2, last_status = 503,"
+        " last_error = 'HTTP 503 Service Unavailable', completed_at = now() - %s WHERE id = %s",
+        died,
+        message_id,
+    )
+
+
+# -- TIME arguments --------------------------------------------------------------
+
+
+def test_time_accepts_offsets_z_and_spans_ago_and_rejects_naive_times() -> None:
+    import argparse
+
+    now = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    assert parse_time("2h", now=now) == now - timedelta(hours=2)
+    assert parse_time("30m", now=now) == now - timedelta(minutes=30)
+    assert parse_time("7d", now=now) == now - timedelta(days=7)
+    assert parse_time("45s", now=now) == now - timedelta(seconds=45)
+    assert parse_time("2024-05-01T10:00:00Z") == datetime(2024, 5, 1, 10, tzinfo=UTC)
+    assert parse_time("2024-05-01T12:00:00+02:00") == datetime(2024, 5, 1, 10, tzinfo=UTC)
+    for bad in ("2024-05-01T10:00:00", "2024-05-01", "yesterday", "2x", "-2h", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_time(bad)
+
+
+# -- endpoints -------------------------------------------------------------------
+
+
+def test_endpoints_lifecycle(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, err = cli(
+        "endpoints",
+        "add",
+        "https://example.com/hook",
+        "--event-type",
+        "order.created",
+        "--event-type",
+        "invoice.*",
+        "--description",
+        "billing",
+        "--metadata",
+        '{"team": "payments"}',
+        "--max-concurrency",
+        "4",
+    )
+    assert code == 0, err
+    ((ep_id, secret),) = cli.query("SELECT id, secrets -> 0 ->> 'secret' FROM outbox.endpoints")
+    assert f"created endpoint {ep_id}" in out
+    assert secret in out  # shown once, in full
+    added = cli.json("endpoints", "add", "https://example.org/second")
+    assert added["secret"].startswith("whsec_")
+    assert added["event_types"] == []
+
+    code, out, _ = cli("endpoints", "list")
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "ID", "URL", "ENABLED", "EVENT", "TYPES", "FAILURES", "LAST", "SUCCESS", "DESCRIPTION"
+    ]  # fmt: skip
+    assert "https://example.com/hook" in lines[1] and "order.created, invoice.*" in lines[1]
+    assert secret not in out
+    listed = cli.json("endpoints", "list")
+    assert [e["id"] for e in listed] == [ep_id, added["id"]]
+    assert secret not in json.dumps(listed)
+
+    code, out, _ = cli("endpoints", "show", str(ep_id))
+    assert code == 0 and "billing" in out and secret not in out
+    assert (
+        cli.json("endpoints", "show", str(ep_id), "--show-secrets")["secrets"][0]["secret"]
+        == secret
+    )
+
+    updated = cli.json(
+        "endpoints", "update", str(ep_id), "--description", "new", "--no-max-concurrency"
+    )
+    assert (updated["description"], updated["max_concurrency"]) == ("new", None)
+    assert updated["event_types"] == ["order.created", "invoice.*"]
+    assert cli.json("endpoints", "update", str(ep_id), "--all-event-types")["event_types"] == []
+    code, _, err = cli("endpoints", "update", str(ep_id))
+    assert code == 2 and "nothing to change" in err
+
+    assert cli.json("endpoints", "disable", str(ep_id), "--reason", "maintenance") == {
+        "id": ep_id,
+        "enabled": False,
+        "paused": 0,
+    }
+    assert cli.query(
+        "SELECT enabled, disabled_reason FROM outbox.endpoints WHERE id = %s", ep_id
+    ) == [(False, "maintenance")]
+    code, out, _ = cli("endpoints", "enable", str(ep_id))
+    assert code == 0 and "enabled endpoint" in out
+    assert cli.query("SELECT enabled FROM outbox.endpoints WHERE id = %s", ep_id) == [(True,)]
+
+    code, out, _ = cli("endpoints", "rotate-secret", str(ep_id), "--overlap", "2")
+    assert code == 0
+    ((new_secret, old_secret, old_expires),) = cli.query(
+        "SELECT secrets -> 0 ->> 'secret', secrets -> 1 ->> 'secret',"
+        " CAST(secrets -> 1 ->> 'expires_at' AS timestamptz) FROM outbox.endpoints"
+        " WHERE id = %s",
+        ep_id,
+    )
+    assert new_secret in out and old_secret == secret
+    assert timedelta(hours=1.9) < old_expires - datetime.now(UTC) <= timedelta(hours=2)
+
+    # delete: refused without a terminal, asks on one
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    code, _, err = cli("endpoints", "delete", str(ep_id))
+    assert code == 2 and "--yes" in err
+    monkeypatch.setattr(sys, "stdin", FakeTerminal("n\n"))
+    code, _, err = cli("endpoints", "delete", str(ep_id))
+    assert code == 1 and "https://example.com/hook" in err and "aborted" in err
+    assert cli.query("SELECT count(*) FROM outbox.endpoints") == [(2,)]
+    monkeypatch.setattr(sys, "stdin", FakeTerminal("y\n"))
+    code, out, _ = cli("endpoints", "delete", str(ep_id))
+    assert code == 0 and f"deleted endpoint {ep_id}" in out
+    assert cli.json("endpoints", "delete", str(added["id"]), "--yes")["deleted"] is True
+    assert cli.query("SELECT count(*) FROM outbox.endpoints") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["ftp://example.com/x"], "url"),
+        (["https://example.com/x", "--secret", "nope"], "secret"),
+        (["https://example.com/x", "--metadata", "{not json"], "metadata"),
+        (["https://example.com/x", "--metadata", "[1]"], "metadata"),
+        (["https://example.com/x", "--event-type", "a b"], "event_types"),
+        (["https://example.com/x", "--max-concurrency", "10001"], "max_concurrency"),
+    ],
+)
+def test_endpoints_add_rejects_bad_input_naming_the_field_and_writes_nothing(
+    cli: Cli, argv: list[str], field: str
+) -> None:
+    code, out, err = cli("endpoints", "add", *argv)
+    assert code == 2
+    assert out == ""
+    assert f"outbox endpoints add: {field}:" in err
+    assert cli.query("SELECT count(*) FROM outbox.endpoints") == [(0,)]
+
+
+def test_endpoint_commands_name_a_missing_endpoint(cli: Cli) -> None:
+    for argv in (["show", "9"], ["disable", "9"], ["enable", "9"], ["rotate-secret", "9"]):
+        code, _, err = cli("endpoints", *argv)
+        assert code == 2 and "endpoint_id: no endpoint with id 9" in err, argv
+
+
+# -- dead, replay, messages, status ------------------------------------------------
+
+
+def test_dead_list_retry_and_purge(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    with psycopg.connect(cli.url) as conn:
+        ids = [
+            Outbox().enqueue(conn, url="https://example.com/x", idempotency_key=f"k{i}", json=i)
+            for i in range(4)
+        ]
+    for i, mid in enumerate(ids):
+        kill(cli, mid, died=timedelta(hours=i))
+
+    code, out, _ = cli("dead", "list")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["ID", "DIED", "ATTEMPTS", "STATUS"]
+    assert [int(line.split()[0]) for line in lines[1:]] == ids
+    assert "2/12" in lines[1] and "HTTP 503 Service Unavailable" in lines[1]
+    listed = cli.json("dead", "list", "--since", "90m", "--limit", "5")
+    assert [m["id"] for m in listed] == ids[:2]
+    assert listed[0]["idempotency_key"] == "k0"
+    datetime.fromisoformat(listed[0]["completed_at"])  # ISO 8601 in JSON
+    code, out, _ = cli("dead", "list", "--limit", "1")
+    assert "--limit shows more" in out
+
+    code, _, err = cli("dead", "retry")
+    assert code == 2 and "--all" in err
+    code, _, err = cli("dead", "retry", str(ids[0]), "--all")
+    assert code == 2
+    assert cli.json("dead", "retry", str(ids[0]), "--attempts", "3") == {"retried": 1}
+    assert cli.query(
+        "SELECT state, attempts, max_attempts FROM outbox.messages WHERE id = %s", ids[0]
+    ) == [("ready", 2, 5)]
+
+    monkeypatch.setattr(sys, "stdin", FakeTerminal("no\n"))
+    code, _, err = cli("dead", "purge", "--since", "150m")
+    assert code == 1 and "Delete 2 dead message(s)" in err
+    monkeypatch.setattr(sys, "stdin", FakeTerminal("yes\n"))
+    code, out, _ = cli("dead", "purge", "--since", "150m")
+    assert code == 0 and "purged 2" in out
+    assert cli.json("dead", "purge", "--all", "--yes") == {"purged": 1}
+    code, out, _ = cli("dead", "list")
+    assert out.strip() == "no dead messages"
+
+
+def test_replay_messages_show_and_status(cli: Cli) -> None:
+    with psycopg.connect(cli.url) as conn:
+        ep = Endpoints().add(conn, url="https://example.com/wh").id
+    now = datetime.now(UTC)
+    cli.query(
+        "INSERT INTO outbox.delivered (id, idempotency_key, target, endpoint_id, method,"
+        " headers, body, content_type, event_type, attempts, max_attempts, last_status,"
+        " created_at, completed_at) VALUES (42, %s, %s, %s, 'POST', '{}', 'x',"
+        " 'application/json', 'a.b', 1, 8, 200, %s, %s)",
+        f"evt:{ep}",
+        f"endpoint:{ep}",
+        ep,
+        now - timedelta(hours=1),
+        now - timedelta(hours=1),
+    )
+    shown = cli.json("messages", "show", "42")
+    assert (shown["state"], shown["idempotency_key"], shown["url"]) == (
+        "succeeded",
+        f"evt:{ep}",
+        "https://example.com/wh",
+    )
+
+    code, _, err = cli("replay", "--endpoint", str(ep), "--since", "2024-01-01T00:00:00")
+    assert code == 2 and "--since" in err and "offset" in err
+    code, _, err = cli("replay", "--endpoint", str(ep + 1), "--since", "1d")
+    assert code == 2 and "endpoint_id" in err
+    assert cli.json("replay", "--endpoint", str(ep), "--since", "30m") == {
+        "replayed": 0,
+        "endpoint_id": ep,
+    }
+    code, out, _ = cli("replay", "--endpoint", str(ep), "--since", "2h", "--until", now.isoformat())
+    assert code == 0 and "replayed 1" in out
+
+    code, out, _ = cli("messages", "show", "42")
+    assert code == 0
+    assert "state            ready" in out
+    assert "attempts         1 of 9" in out
+    code, _, err = cli("messages", "show", "4242")
+    assert code == 2 and "no message with id 4242" in err
+
+    snapshot = cli.json("status")
+    assert snapshot["messages"]["ready"] == 1
+    assert snapshot["endpoints"][0]["pending"] == 1
+    assert isinstance(snapshot["oldest_ready_age_s"], float)
+    code, out, _ = cli("status")
+    assert code == 0 and "ready (due now)" in out and "https://example.com/wh" in out
+    code, out, err = cli("status", "--json", "--max-lag", "0")
+    assert code == 1 and "more than --max-lag" in err
+    assert json.loads(out)["max_lag_exceeded"] is True
+    code, _, _ = cli("status", "--max-lag", "3600")
+    assert code == 0
+
+
+def test_a_missing_schema_is_a_database_error_with_a_hint(cli: Cli) -> None:
+    code, _, err = cli("status", "--schema", "nowhere")
+    assert code == 1
+    assert "outbox migrate --schema nowhere" in err
+
+
+# -- real processes ---------------------------------------------------------------
+
+
+def test_process_endpoints_add_with_a_bad_url_exits_2_and_writes_nothing(
+    database_url: str,
+) -> None:
+    result = run("endpoints", "add", "not a url", "--database-url", database_url)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "url:" in result.stderr
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM outbox.endpoints").fetchone() == (0,)
+
+
+def test_process_dead_purge_without_yes_and_no_terminal_exits_2(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        mid = Outbox().enqueue(conn, url="https://example.com/x", idempotency_key="k", json=1)
+        conn.execute("UPDATE outbox.messages SET state = 'dead', completed_at = now()")
+    result = run("dead", "purge", "--all", "--database-url", database_url)
+    assert result.returncode == 2
+    assert "--yes" in result.stderr
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT id FROM outbox.messages").fetchall() == [(mid,)]
+
+
+def test_process_happy_path_prints_json(database_url: str) -> None:
+    added = run(
+        "endpoints", "add", "https://example.com/hook", "--json", "--database-url", database_url
+    )
+    assert added.returncode == 0, added.stderr
+    endpoint = json.loads(added.stdout)
+    assert endpoint["secret"].startswith("whsec_")
+    result = run("status", "--json", "--max-lag", "60", "--database-url", database_url)
+    assert result.returncode == 0, result.stderr
+    snapshot = json.loads(result.stdout)
+    assert snapshot["endpoints"][0]["id"] == endpoint["id"]
+    assert snapshot["max_lag_exceeded"] is False
