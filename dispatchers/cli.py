@@ -149,6 +149,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         prepare=args.prepared_statements,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        retention=args.retention,
     )
     log = EventLog(format=args.log_format, level=args.log_level)
     db = resolve_database(args)
@@ -305,6 +306,14 @@ def add_dispatch_parser(sub: Any) -> None:
         "draft; default) or the raw key",
     )
     p.add_argument(
+        "--retention",
+        type=parse_duration,
+        default=7 * 86400.0,
+        metavar="SPAN",
+        help="delete delivered messages, their attempts and keys this long after "
+        "delivery, in small batches (default: 7d; dead messages are kept until purged)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -345,6 +354,16 @@ def transaction(args: argparse.Namespace) -> Iterator[psycopg.Connection[Any]]:
 
 _RELATIVE_TIME = re.compile(r"^(\d{1,9})([smhdw])\Z")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from a span such as ``90s``, ``30m``, ``12h``, ``7d`` or ``2w``."""
+    match = _RELATIVE_TIME.match(text.strip())
+    if not match or int(match[1]) == 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive span like 30m, 12h or 7d (units s, m, h, d, w)"
+        )
+    return float(int(match[1]) * _UNIT_SECONDS[match[2]])
 
 
 def parse_time(text: str, *, now: datetime | None = None) -> datetime:

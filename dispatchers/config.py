@@ -52,6 +52,9 @@ class DispatcherConfig:
     retry_statuses: frozenset[int] = frozenset({408, 425, 429})
     prepare: bool = True
     disable_after: float = 5 * 24 * 3600.0
+    retention: float = 7 * 24 * 3600.0
+    retention_interval: float = 60.0
+    retention_batch: int = 5000
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     webhook_retry_policy: RetryPolicy = field(default_factory=lambda: STANDARD_WEBHOOKS_SCHEDULE)
@@ -71,7 +74,13 @@ class DispatcherConfig:
     def validate(self) -> None:
         """Raise ConfigurationError naming the first setting that cannot work."""
         check_schema_name(self.schema)
-        for name in ("concurrency", "batch_size", "flush_batch", "max_response_bytes"):
+        for name in (
+            "concurrency",
+            "batch_size",
+            "flush_batch",
+            "max_response_bytes",
+            "retention_batch",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name}: must be a positive integer, got {value!r}")
@@ -90,6 +99,8 @@ class DispatcherConfig:
             "idle_in_transaction_timeout",
             "db_connect_timeout",
             "disable_after",
+            "retention",
+            "retention_interval",
         ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0 or value != value:

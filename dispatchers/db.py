@@ -279,6 +279,14 @@ class Store:
         rows = await self._run(self.queries["rescue"], {"limit": limit})
         return [(r[0], r[1]) for r in rows]
 
+    async def remove_history(self, limit: int) -> int:
+        """Delete one batch of delivered history older than the retention period."""
+        rows = await self._run(
+            self.queries["retention"],
+            {"retention_s": self.config.retention, "limit": limit},
+        )
+        return int(rows[0][0])
+
     async def work_remaining(self) -> tuple[int, int, int]:
         """(due now, running, scheduled later) across all dispatchers."""
         rows = await self._run(self.queries["work_remaining"], {})

@@ -63,6 +63,7 @@ class Stats:
     claims: int = 0
     flushes: int = 0
     renewals: int = 0
+    history_removed: int = 0
     db_errors: int = 0
     round_trips: int = 0
 
@@ -164,6 +165,7 @@ class Dispatcher:
             asyncio.create_task(self._heartbeat_loop(), name="outbox-heartbeat"),
             asyncio.create_task(self._flush_loop(), name="outbox-flusher"),
             asyncio.create_task(self._rescue_loop(), name="outbox-rescuer"),
+            asyncio.create_task(self._retention_loop(), name="outbox-retention"),
         ]
         if self.config.listen:
             helpers.append(asyncio.create_task(self._listen_loop(), name="outbox-listener"))
@@ -521,6 +523,22 @@ class Dispatcher:
             if rescued:
                 self._wake.set()
             await asyncio.sleep(self.config.rescue_interval)
+
+    async def _retention_loop(self) -> None:
+        """Remove expired history in bounded batches, a few per interval, so that
+        no statement holds locks for long and a large backlog drains gradually."""
+        while True:
+            await asyncio.sleep(self.config.retention_interval)
+            for _ in range(20):
+                try:
+                    removed = await self._store.remove_history(self.config.retention_batch)
+                except Exception as exc:
+                    await self._db_error("retention", exc)
+                    break
+                self.stats.history_removed += removed
+                if removed < self.config.retention_batch:
+                    break
+                await asyncio.sleep(0.1)  # let claims and flushes in between
 
     # -- wake-ups ---------------------------------------------------------------
 

@@ -14,7 +14,7 @@
 WITH new_key AS (
     INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
     VALUES (%(target)s, %(idempotency_key)s, nextval('{schema}.messages_id_seq'))
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (target, idempotency_key) DO NOTHING
     RETURNING message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (
@@ -369,7 +369,7 @@ WITH subscribed AS (
     SELECT target, idempotency_key, nextval('{schema}.messages_id_seq')
     FROM subscribed
     ORDER BY id
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (target, idempotency_key) DO NOTHING
     RETURNING target, idempotency_key, message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (
@@ -726,3 +726,31 @@ FROM {schema}.endpoints AS e
 LEFT JOIN {schema}.messages AS m ON m.endpoint_id = e.id
 GROUP BY e.id
 ORDER BY e.id
+
+-- name: retention
+-- Remove one bounded batch of history: delivered messages completed before the
+-- retention period, with their attempt rows and idempotency keys (so the dedupe
+-- window of a key is the retention period). Dead messages are kept until purged.
+-- SKIP LOCKED lets every dispatcher run it without waiting on the others.
+WITH old AS (
+    SELECT id
+    FROM {schema}.delivered
+    WHERE completed_at < now() - make_interval(secs => %(retention_s)s)
+    ORDER BY completed_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), removed AS (
+    DELETE FROM {schema}.delivered AS d
+    USING old
+    WHERE d.id = old.id
+    RETURNING d.id
+), keys AS (
+    DELETE FROM {schema}.message_keys AS k
+    USING removed
+    WHERE k.message_id = removed.id
+), attempt_rows AS (
+    DELETE FROM {schema}.attempts AS a
+    USING removed
+    WHERE a.message_id = removed.id
+)
+SELECT count(*) FROM removed

@@ -1,0 +1,95 @@
+"""Retention removes old history in bounded batches; the claim never looks at it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+
+from dispatchers.log import NullLog
+from dispatchers.pool import Dispatcher
+from outbox import Outbox
+from tests.integration.test_dispatcher import _wait_until, config
+
+HISTORY = """
+INSERT INTO outbox.delivered (id, idempotency_key, target, url, method, headers, body,
+                              content_type, attempts, max_attempts, created_at, completed_at)
+SELECT g, 'old-' || g, 'https://example.com', 'https://example.com', 'POST', '{}', '',
+       'text/plain', 1, 5, now() - %(age)s::interval, now() - %(age)s::interval
+FROM generate_series(%(first)s, %(last)s) AS g;
+INSERT INTO outbox.message_keys (target, idempotency_key, message_id, created_at)
+SELECT 'https://example.com', 'old-' || g, g, now() - %(age)s::interval
+FROM generate_series(%(first)s, %(last)s) AS g;
+INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)
+SELECT g, 1, 'someone', now() - %(age)s::interval, 'succeeded'
+FROM generate_series(%(first)s, %(last)s) AS g;
+"""
+
+
+def add_history(
+    conn: psycopg.Connection[tuple[object, ...]], first: int, last: int, age: str
+) -> None:
+    for statement in HISTORY.strip().split(";\n"):
+        conn.execute(statement, {"first": first, "last": last, "age": age})
+
+
+async def test_history_past_retention_is_removed_in_batches_and_the_rest_kept(
+    database_url: str,
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        add_history(conn, 1_000_001, 1_002_500, "8 days")  # expired
+        add_history(conn, 2_000_001, 2_000_100, "6 days")  # kept
+        # a dead message's attempts are kept until it is purged
+        dead = Outbox().enqueue(conn, url="https://example.com/x", idempotency_key="dead", json={})
+        conn.execute(
+            "UPDATE outbox.messages SET state = 'dead', attempts = 1,"
+            " completed_at = now() - interval '30 days' WHERE id = %s",
+            (dead,),
+        )
+        conn.execute(
+            "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
+            " VALUES (%s, 1, 'someone', now() - interval '30 days', 'failed')",
+            (dead,),
+        )
+    cfg = config(retention=7 * 86400.0, retention_interval=0.1, retention_batch=1000)
+    dispatcher = Dispatcher(database_url, cfg, log=NullLog())
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        await _wait_until(lambda: dispatcher.stats.history_removed == 2500, seconds=20)
+    finally:
+        dispatcher.stop()
+        await task
+    with psycopg.connect(database_url) as conn:
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM outbox.delivered),"
+            " (SELECT count(*) FROM outbox.message_keys),"
+            " (SELECT count(*) FROM outbox.attempts),"
+            " (SELECT min(id) FROM outbox.delivered)"
+        ).fetchone()
+    # 100 recent history rows and their keys and attempts; the dead message, its key
+    # and its attempt row
+    assert counts == (100, 101, 101, 2_000_001)
+    # a key whose history expired can be used again
+    with psycopg.connect(database_url) as conn:
+        reused = Outbox().enqueue(
+            conn, url="https://example.com", idempotency_key="old-1000001", json={}
+        )
+    assert reused != 1_000_001
+
+
+def test_claim_plan_ignores_a_large_history(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        add_history(conn, 10_000_001, 10_200_000, "1 day")
+        for i in range(50):
+            Outbox().enqueue(conn, url="https://example.com/x", idempotency_key=f"k{i}", json={})
+        conn.execute("ANALYZE outbox.delivered")
+        conn.execute("ANALYZE outbox.messages")
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN " + Outbox().queries["claim"].text,
+                {"owner": "o", "limit": 10, "lease_s": 30.0},
+            ).fetchall()
+        )
+    assert "delivered" not in plan
+    assert "messages_claimable_idx" in plan or "Seq Scan on messages" in plan, plan
