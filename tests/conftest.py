@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 import psycopg
@@ -21,6 +22,7 @@ from psycopg import sql
 from outbox.dsn import with_database
 from outbox.embedded import EmbeddedPostgres
 from outbox.migrations import migrate
+from tests.transactions import KINDS, Tx, open_tx
 
 TEMPLATE = "outbox_test_template"
 _counter = itertools.count()
@@ -99,3 +101,10 @@ def empty_database_url(pg_server: PgServer) -> Iterator[str]:
     url = pg_server.create_database(name)
     yield url
     pg_server.drop_database(name)
+
+
+@pytest.fixture(params=KINDS)
+async def tx(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[Tx]:
+    """Each test that takes ``tx`` runs once per transaction kind."""
+    async with AsyncExitStack() as stack:
+        yield await open_tx(request.param, database_url, stack)

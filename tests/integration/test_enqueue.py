@@ -6,12 +6,9 @@ Every check of the database state goes through a separate autocommit connection
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,97 +17,19 @@ import pytest
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 from sqlalchemy import create_engine
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-from sqlalchemy.orm import Session
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from outbox import Outbox
 from outbox.dsn import sqlalchemy_url
+from tests.transactions import Observer, Tx
 
-Observer = psycopg.Connection[tuple[Any, ...]]
-
-KINDS = [
-    "sqlalchemy-session",
-    "sqlalchemy-connection",
-    "sqlalchemy-async-session",
-    "sqlalchemy-async-connection",
-    "psycopg-connection",
-    "psycopg-async-connection",
-]
 URL = "https://example.com/hook"
 MARKER = "end-of-test-marker"
 
 
-@dataclass
-class Tx:
-    """One of the six transaction kinds, driven the same way from an async test."""
-
-    kind: str
-    raw: Any
-    is_async: bool
-
-    async def enqueue(self, box: Outbox, **kwargs: Any) -> int:
-        if self.is_async:
-            return await box.enqueue_async(self.raw, **kwargs)
-        return box.enqueue(self.raw, **kwargs)
-
-    async def enqueue_in_the_other_mode(self, box: Outbox, **kwargs: Any) -> int:
-        if self.is_async:
-            return box.enqueue(self.raw, **kwargs)
-        return await box.enqueue_async(self.raw, **kwargs)
-
-    async def commit(self) -> None:
-        await _settle(self.raw.commit())
-
-    async def rollback(self) -> None:
-        await _settle(self.raw.rollback())
-
-    def in_transaction(self) -> bool:
-        """Whether anything was sent to the server since the last commit/rollback."""
-        if isinstance(self.raw, psycopg.Connection | psycopg.AsyncConnection):
-            return self.raw.info.transaction_status != TransactionStatus.IDLE
-        return bool(self.raw.in_transaction())
-
-
-async def _settle(result: Any) -> None:
-    if inspect.isawaitable(result):
-        await result
-
-
-async def open_tx(kind: str, url: str, stack: AsyncExitStack) -> Tx:
-    """Open a transaction handle of ``kind``; ``stack`` closes it (never commits)."""
-    if kind.startswith("sqlalchemy-async"):
-        engine = create_async_engine(sqlalchemy_url(url))
-        stack.push_async_callback(engine.dispose)
-        if kind == "sqlalchemy-async-session":
-            session = AsyncSession(engine)
-            stack.push_async_callback(session.close)
-            return Tx(kind, session, is_async=True)
-        connection = await engine.connect()
-        stack.push_async_callback(connection.close)
-        return Tx(kind, connection, is_async=True)
-    if kind.startswith("sqlalchemy"):
-        sync_engine = create_engine(sqlalchemy_url(url))
-        stack.callback(sync_engine.dispose)
-        if kind == "sqlalchemy-session":
-            sync_session = Session(sync_engine)
-            stack.callback(sync_session.close)
-            return Tx(kind, sync_session, is_async=False)
-        sync_connection = sync_engine.connect()
-        stack.callback(sync_connection.close)
-        return Tx(kind, sync_connection, is_async=False)
-    if kind == "psycopg-async-connection":
-        aconn = await psycopg.AsyncConnection.connect(url)
-        stack.push_async_callback(aconn.close)
-        return Tx(kind, aconn, is_async=True)
-    conn = psycopg.connect(url)
-    stack.callback(conn.close)
-    return Tx(kind, conn, is_async=False)
-
-
-@pytest.fixture(params=KINDS)
-async def tx(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[Tx]:
-    async with AsyncExitStack() as stack:
-        yield await open_tx(request.param, database_url, stack)
+async def enqueue(tx: Tx, box: Outbox, **kwargs: Any) -> int:
+    result: int = await tx.call(box.enqueue, box.enqueue_async, **kwargs)
+    return result
 
 
 @pytest.fixture
@@ -150,7 +69,7 @@ async def test_enqueued_message_is_visible_to_others_only_after_commit(
     tx: Tx, observer: Observer
 ) -> None:
     box = Outbox()
-    message_id = await tx.enqueue(box, url=URL, idempotency_key="k1", json={"n": 1})
+    message_id = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"n": 1})
 
     assert isinstance(message_id, int)
     assert message_id > 0
@@ -166,15 +85,15 @@ async def test_enqueued_message_is_visible_to_others_only_after_commit(
 
 async def test_rollback_leaves_no_message_and_no_key(tx: Tx, observer: Observer) -> None:
     box = Outbox()
-    first = await tx.enqueue(box, url=URL, idempotency_key="k1", json={"n": 1})
-    await tx.enqueue(box, url=URL, idempotency_key="k2", body="two")
+    first = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"n": 1})
+    await enqueue(tx, box, url=URL, idempotency_key="k2", body="two")
     await tx.rollback()
 
     assert count(observer, "messages") == 0
     assert count(observer, "message_keys") == 0
 
     # The key is free again: a new transaction writes a new message for it.
-    again = await tx.enqueue(box, url=URL, idempotency_key="k1", json={"n": 1})
+    again = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"n": 1})
     await tx.commit()
     assert again != first
     assert message_ids(observer) == [again]
@@ -184,8 +103,8 @@ async def test_same_key_and_url_in_the_same_transaction_returns_the_first_id(
     tx: Tx, observer: Observer
 ) -> None:
     box = Outbox()
-    first = await tx.enqueue(box, url=URL, idempotency_key="k1", json={"version": 1})
-    second = await tx.enqueue(box, url=URL, idempotency_key="k1", json={"version": 2})
+    first = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"version": 1})
+    second = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"version": 2})
     await tx.commit()
 
     assert second == first
@@ -199,12 +118,12 @@ async def test_same_key_and_url_in_a_later_transaction_returns_the_first_id(
     tx: Tx, observer: Observer
 ) -> None:
     box = Outbox()
-    first = await tx.enqueue(box, url=URL, idempotency_key="k1", json={"version": 1})
+    first = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"version": 1})
     await tx.commit()
 
-    second = await tx.enqueue(box, url=URL, idempotency_key="k1", json={"version": 2})
+    second = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"version": 2})
     await tx.commit()
-    third = await tx.enqueue(box, url=URL, idempotency_key="k1", body=b"other")
+    third = await enqueue(tx, box, url=URL, idempotency_key="k1", body=b"other")
     await tx.commit()
 
     assert second == first
@@ -215,9 +134,9 @@ async def test_same_key_and_url_in_a_later_transaction_returns_the_first_id(
 
 async def test_same_key_for_another_url_is_another_message(tx: Tx, observer: Observer) -> None:
     box = Outbox()
-    a = await tx.enqueue(box, url=URL, idempotency_key="k1", json={})
-    b = await tx.enqueue(box, url=URL + "/other", idempotency_key="k1", json={})
-    c = await tx.enqueue(box, url=URL, idempotency_key="k2", json={})
+    a = await enqueue(tx, box, url=URL, idempotency_key="k1", json={})
+    b = await enqueue(tx, box, url=URL + "/other", idempotency_key="k1", json={})
+    c = await enqueue(tx, box, url=URL, idempotency_key="k2", json={})
     await tx.commit()
 
     assert len({a, b, c}) == 3
@@ -247,7 +166,8 @@ def stored(observer: Observer, message_id: int) -> dict[str, Any]:
 async def test_stored_message_has_the_given_values(tx: Tx, observer: Observer) -> None:
     box = Outbox()
     when = datetime.now(UTC).replace(microsecond=123456) + timedelta(hours=1)
-    message_id = await tx.enqueue(
+    message_id = await enqueue(
+        tx,
         box,
         url="http://127.0.0.1:8080/pay?x=1",
         idempotency_key="pay-42",
@@ -286,10 +206,10 @@ async def test_stored_message_has_the_given_values(tx: Tx, observer: Observer) -
 
 async def test_stored_message_defaults(tx: Tx, observer: Observer) -> None:
     box = Outbox()
-    json_id = await tx.enqueue(box, url=URL, idempotency_key="j", json={"b": [1, "\u00e9"]})
-    text_id = await tx.enqueue(box, url=URL, idempotency_key="t", body="h\u00e9")
-    bytes_id = await tx.enqueue(
-        Outbox(max_attempts=5), url=URL, idempotency_key="b", body=b"raw", method="delete"
+    json_id = await enqueue(tx, box, url=URL, idempotency_key="j", json={"b": [1, "\u00e9"]})
+    text_id = await enqueue(tx, box, url=URL, idempotency_key="t", body="h\u00e9")
+    bytes_id = await enqueue(
+        tx, Outbox(max_attempts=5), url=URL, idempotency_key="b", body=b"raw", method="delete"
     )
     await tx.commit()
 
@@ -336,7 +256,9 @@ async def test_transaction_of_the_other_mode_raises_type_error_and_sends_nothing
         else "is synchronous: use the method without _async"
     )
     with pytest.raises(TypeError, match=expected):
-        await tx.enqueue_in_the_other_mode(box, url=URL, idempotency_key="k1", json={})
+        await tx.call_other_mode(
+            box.enqueue, box.enqueue_async, url=URL, idempotency_key="k1", json={}
+        )
 
     assert not tx.in_transaction(), "nothing may be sent to the server"
     await tx.commit()
@@ -453,8 +375,8 @@ async def test_notify_sends_one_notification_per_committed_transaction(
 ) -> None:
     box = Outbox(notify=True)
     for key in ("a", "b", "c"):
-        await tx.enqueue(box, url=URL, idempotency_key=key, json={})
-    await tx.enqueue(box, url=URL, idempotency_key="a", json={})  # duplicate: no insert
+        await enqueue(tx, box, url=URL, idempotency_key=key, json={})
+    await enqueue(tx, box, url=URL, idempotency_key="a", json={})  # duplicate: no insert
     assert notifications_before_marker(listener, observer) == [], "nothing before commit"
 
     await tx.commit()
@@ -466,7 +388,7 @@ async def test_rolled_back_transaction_sends_no_notification(
     tx: Tx, listener: Observer, observer: Observer
 ) -> None:
     box = Outbox(notify=True)
-    await tx.enqueue(box, url=URL, idempotency_key="a", json={})
+    await enqueue(tx, box, url=URL, idempotency_key="a", json={})
     await tx.rollback()
     assert notifications_before_marker(listener, observer) == []
 
@@ -476,7 +398,7 @@ async def test_notify_off_sends_no_notification(
 ) -> None:
     box = Outbox(notify=False)
     for key in ("a", "b", "c"):
-        await tx.enqueue(box, url=URL, idempotency_key=key, json={})
+        await enqueue(tx, box, url=URL, idempotency_key=key, json={})
     await tx.commit()
     assert notifications_before_marker(listener, observer) == []
     assert count(observer, "messages") == 3

@@ -6,117 +6,27 @@ autocommit connection (``observer``).
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.pq import TransactionStatus
-from sqlalchemy import create_engine
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-from sqlalchemy.orm import Session
 
 from outbox import ConfigurationError, InvalidMessage
-from outbox.dsn import sqlalchemy_url
 from outbox.receiver import Inbox
+from tests.transactions import Observer, Tx, open_tx
 
-Observer = psycopg.Connection[tuple[Any, ...]]
-
-KINDS = [
-    "sqlalchemy-session",
-    "sqlalchemy-connection",
-    "sqlalchemy-async-session",
-    "sqlalchemy-async-connection",
-    "psycopg-connection",
-    "psycopg-async-connection",
-]
 BAD_KEYS: list[object] = ["", "x" * 256, "line\nbreak", " padded", "caf\u00e9", 42, None]
 
 
-@dataclass
-class Tx:
-    """One of the six transaction kinds, driven the same way from an async test."""
-
-    kind: str
-    raw: Any
-    is_async: bool
-
-    async def ensure(self, inbox: Inbox) -> None:
-        if self.is_async:
-            await inbox.ensure_schema_async(self.raw)
-        else:
-            inbox.ensure_schema(self.raw)
-
-    async def claim(self, inbox: Inbox, key: Any) -> bool:
-        if self.is_async:
-            return await inbox.claim_async(self.raw, key)
-        return inbox.claim(self.raw, key)
-
-    async def claim_in_the_other_mode(self, inbox: Inbox, key: str) -> bool:
-        if self.is_async:
-            return inbox.claim(self.raw, key)
-        return await inbox.claim_async(self.raw, key)
-
-    async def commit(self) -> None:
-        await _settle(self.raw.commit())
-
-    async def rollback(self) -> None:
-        await _settle(self.raw.rollback())
-
-    def in_transaction(self) -> bool:
-        """Whether anything was sent to the server since the last commit/rollback."""
-        if isinstance(self.raw, psycopg.Connection | psycopg.AsyncConnection):
-            return self.raw.info.transaction_status != TransactionStatus.IDLE
-        return bool(self.raw.in_transaction())
-
-
-async def _settle(result: Any) -> None:
-    if inspect.isawaitable(result):
-        await result
-
-
-async def open_tx(kind: str, url: str, stack: AsyncExitStack) -> Tx:
-    """Open a transaction handle of ``kind``; ``stack`` closes it (never commits)."""
-    if kind.startswith("sqlalchemy-async"):
-        engine = create_async_engine(sqlalchemy_url(url))
-        stack.push_async_callback(engine.dispose)
-        if kind == "sqlalchemy-async-session":
-            session = AsyncSession(engine)
-            stack.push_async_callback(session.close)
-            return Tx(kind, session, is_async=True)
-        connection = await engine.connect()
-        stack.push_async_callback(connection.close)
-        return Tx(kind, connection, is_async=True)
-    if kind.startswith("sqlalchemy"):
-        sync_engine = create_engine(sqlalchemy_url(url))
-        stack.callback(sync_engine.dispose)
-        if kind == "sqlalchemy-session":
-            sync_session = Session(sync_engine)
-            stack.callback(sync_session.close)
-            return Tx(kind, sync_session, is_async=False)
-        sync_connection = sync_engine.connect()
-        stack.callback(sync_connection.close)
-        return Tx(kind, sync_connection, is_async=False)
-    if kind == "psycopg-async-connection":
-        aconn = await psycopg.AsyncConnection.connect(url)
-        stack.push_async_callback(aconn.close)
-        return Tx(kind, aconn, is_async=True)
-    conn = psycopg.connect(url)
-    stack.callback(conn.close)
-    return Tx(kind, conn, is_async=False)
-
-
-@pytest.fixture(params=KINDS)
-async def tx(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[Tx]:
-    async with AsyncExitStack() as stack:
-        yield await open_tx(request.param, database_url, stack)
+async def claim(tx: Tx, inbox: Inbox, key: Any) -> bool:
+    result: bool = await tx.call(inbox.claim, inbox.claim_async, key)
+    return result
 
 
 @pytest.fixture
@@ -165,12 +75,12 @@ def blocked_by(observer: Observer, waiter: int, holder: int) -> bool:
 async def test_claim_is_true_the_first_time_and_false_in_later_transactions(
     tx: Tx, inbox: Inbox, observer: Observer
 ) -> None:
-    assert await tx.claim(inbox, "order-1") is True
+    assert await claim(tx, inbox, "order-1") is True
     await tx.commit()
-    assert await tx.claim(inbox, "order-1") is False
-    assert await tx.claim(inbox, "order-2") is True
+    assert await claim(tx, inbox, "order-1") is False
+    assert await claim(tx, inbox, "order-2") is True
     await tx.commit()
-    assert await tx.claim(inbox, "order-2") is False
+    assert await claim(tx, inbox, "order-2") is False
     await tx.commit()
     assert claimed(observer) == ["order-1", "order-2"]
 
@@ -178,8 +88,8 @@ async def test_claim_is_true_the_first_time_and_false_in_later_transactions(
 async def test_claim_is_false_for_a_key_claimed_earlier_in_the_same_transaction(
     tx: Tx, inbox: Inbox, observer: Observer
 ) -> None:
-    assert await tx.claim(inbox, "k") is True
-    assert await tx.claim(inbox, "k") is False
+    assert await claim(tx, inbox, "k") is True
+    assert await claim(tx, inbox, "k") is False
     assert claimed(observer) == []
     await tx.commit()
     assert claimed(observer) == ["k"]
@@ -188,10 +98,10 @@ async def test_claim_is_false_for_a_key_claimed_earlier_in_the_same_transaction(
 async def test_rolled_back_claim_leaves_the_key_claimable(
     tx: Tx, inbox: Inbox, observer: Observer
 ) -> None:
-    assert await tx.claim(inbox, "msg_1") is True
+    assert await claim(tx, inbox, "msg_1") is True
     await tx.rollback()
     assert claimed(observer) == []
-    assert await tx.claim(inbox, "msg_1") is True
+    assert await claim(tx, inbox, "msg_1") is True
     await tx.commit()
     assert claimed(observer) == ["msg_1"]
 
@@ -201,7 +111,7 @@ async def test_bad_key_raises_invalid_message_and_sends_nothing(
 ) -> None:
     for key in BAD_KEYS:
         with pytest.raises(InvalidMessage) as info:
-            await tx.claim(inbox, key)
+            await claim(tx, inbox, key)
         assert info.value.field == "key", key
         assert not tx.in_transaction(), key
     assert claimed(observer) == []
@@ -209,18 +119,18 @@ async def test_bad_key_raises_invalid_message_and_sends_nothing(
 
 async def test_claim_in_the_wrong_mode_raises_type_error(tx: Tx, inbox: Inbox) -> None:
     with pytest.raises(TypeError):
-        await tx.claim_in_the_other_mode(inbox, "k")
+        await tx.call_other_mode(inbox.claim, inbox.claim_async, "k")
 
 
 async def test_ensure_schema_creates_a_custom_schema_and_is_idempotent(
     tx: Tx, observer: Observer
 ) -> None:
     inbox = Inbox(schema="receiver_inbox")
-    await tx.ensure(inbox)
-    await tx.ensure(inbox)
+    await tx.call(inbox.ensure_schema, inbox.ensure_schema_async)
+    await tx.call(inbox.ensure_schema, inbox.ensure_schema_async)
     await tx.commit()
-    await tx.ensure(inbox)
-    assert await tx.claim(inbox, "k") is True
+    await tx.call(inbox.ensure_schema, inbox.ensure_schema_async)
+    assert await claim(tx, inbox, "k") is True
     await tx.commit()
     assert claimed(observer, "receiver_inbox") == ["k"]
     assert not table_exists(observer, "outbox_inbox")
@@ -328,7 +238,7 @@ async def test_claim_async_before_ensure_schema_says_what_to_do(database_url: st
     async with AsyncExitStack() as stack:
         tx = await open_tx("sqlalchemy-async-session", database_url, stack)
         with pytest.raises(ConfigurationError, match="ensure"):
-            await tx.claim(Inbox(schema="never_created"), "k")
+            await claim(tx, Inbox(schema="never_created"), "k")
 
 
 @pytest.mark.parametrize("schema", ["", "bad-name", 'x"; DROP TABLE y; --', "a" * 49])
