@@ -6,6 +6,7 @@ All functions run in the caller's transaction (a SQLAlchemy ``Session`` or
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -91,7 +92,7 @@ class Endpoint:
             "event_types": self.event_types,
             "secrets": [
                 {
-                    "secret": s.secret if show_secrets else s.secret[:10] + "…",
+                    "secret": s.secret if show_secrets else _fingerprint(s.secret),
                     "expires_at": s.expires_at,
                 }
                 for s in self.secrets
@@ -107,6 +108,11 @@ class Endpoint:
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
+
+
+def _fingerprint(secret: str) -> str:
+    """A masked secret that still tells secrets apart (a hash prefix, not key bytes)."""
+    return "whsec_…" + hashlib.sha256(secret.encode()).hexdigest()[:8]
 
 
 def _parse_time(value: object) -> datetime | None:
