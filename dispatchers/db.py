@@ -31,6 +31,16 @@ _TRANSIENT_CLASSES = ("08", "53", "40", "57P")
 _TRANSIENT_CODES = frozenset({"57014", "55P03", "58000", "58030"})
 
 
+_TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idle_timeout")
+_SET_TIMEOUTS = (
+    "SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),"
+    " set_config('lock_timeout', %(outbox_lock_timeout)s, true),"
+    " set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true);\n"
+)
+"""Sent in the same message as each statement: local to its implicit transaction,
+so no session state is left behind (PgBouncer in transaction mode is fine)."""
+
+
 def answer_bound(timeout: float) -> float:
     """How long to wait for the answer to a statement that PostgreSQL bounds by
     ``timeout``: that, plus as much again (at least 1 s) for the network."""
@@ -142,7 +152,11 @@ class Store:
             self._timeouts: answer_bound(config.statement_timeout),
             self._claim_timeouts: answer_bound(config.claim_timeout),
         }
-        kwargs: dict[str, Any] = {"connect_timeout": max(1, int(config.db_connect_timeout))}
+        # autocommit: each statement is its own implicit transaction (see _run)
+        kwargs: dict[str, Any] = {
+            "connect_timeout": max(1, int(config.db_connect_timeout)),
+            "autocommit": True,
+        }
         if not config.prepare:
             kwargs["prepare_threshold"] = None
         self.pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[TupleRow]] = (
@@ -172,8 +186,16 @@ class Store:
     ) -> list[TupleRow]:
         """Run one statement in its own bounded transaction; return its rows.
 
-        BEGIN, the timeouts, the statement and COMMIT go out as one pipeline, so
-        a statement costs one network round trip; the rows are read after it.
+        The timeouts and the statement go out as one simple-protocol message
+        (values bound client-side), which PostgreSQL runs as one implicit
+        transaction and commits before it reads anything more from us: one
+        network round trip, and however the dispatcher stalls once it has sent
+        it (frozen, paused, cut off), the server never waits on it holding row
+        locks. A BEGIN ... COMMIT pipeline did: a dispatcher frozen before its
+        COMMIT went out kept its rows locked for as long as it stayed frozen, out
+        of reach of every timeout (a backend reading the rest of a pipeline is not
+        idle in transaction), so the rescuer skipped its leases and they never
+        expired.
         The answer is awaited at most :func:`answer_bound` of the statement's
         timeout; past that, :class:`TimeoutError` (transient), and the statement
         may or may not have committed.
@@ -184,14 +206,12 @@ class Store:
             bound = self._bounds.get(timeouts) or answer_bound(self.config.statement_timeout)
             deadline = _Deadline(conn, bound)
             try:
-                async with conn.pipeline(), conn.transaction():
-                    await conn.execute(
-                        "SELECT set_config('statement_timeout', %s, true),"
-                        " set_config('lock_timeout', %s, true),"
-                        " set_config('idle_in_transaction_session_timeout', %s, true)",
-                        timeouts,
-                    )
-                    cur = await conn.execute(statement.text, params)
+                cur = psycopg.AsyncClientCursor(conn)
+                await cur.execute(
+                    _SET_TIMEOUTS + statement.text,
+                    {**params, **dict(zip(_TIMEOUT_PARAMS, timeouts, strict=True))},
+                )
+                cur.nextset()  # past the set_config row, to the statement's rows
                 rows = await cur.fetchall()
             except psycopg.Error as exc:
                 if not deadline.expired:
