@@ -1086,6 +1086,28 @@ def add_operator_parsers(sub: Any) -> None:
     p.set_defaults(handler=cmd_status, name="status")
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from dispatchers.bench.runner import main as run_bench
+
+    return run_bench(args)
+
+
+def add_bench_parser(sub: Any) -> None:
+    from dispatchers.bench import add_arguments
+
+    p = sub.add_parser(
+        "bench",
+        help="measure throughput and latency on this machine (throwaway database)",
+        description="Run benchmark scenarios, each in a fresh schema dropped afterwards, "
+        "against a throwaway embedded PostgreSQL (or --database-url), with a fast "
+        "receiver on 127.0.0.1 in its own process. Prints one table (or --json). Exit "
+        "status 1 only if a message was lost or delivered twice; missed targets are "
+        "reported, not failed.",
+    )
+    add_arguments(p)
+    p.set_defaults(handler=cmd_bench, name="bench")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="outbox",
@@ -1101,6 +1123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_dispatch_parser(sub)
     add_operator_parsers(sub)
+    add_bench_parser(sub)
 
     p = sub.add_parser(
         "demo",

@@ -1,0 +1,206 @@
+"""``outbox bench``: throughput and latency of the outbox on this machine.
+
+Scenarios (see :mod:`dispatchers.bench.scenarios`): ``drain-http``,
+``drain-noop``, ``latency``, ``enqueue`` and ``history``; ``--baseline naive``
+runs the naive one-row-at-a-time design (:mod:`dispatchers.bench.naive`) beside
+the drain scenarios, interleaved. The runner (:mod:`dispatchers.bench.runner`)
+prints one table, or one JSON object with ``--json``.
+
+This module holds only the settings and the command-line options, so building
+the ``outbox`` parser imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+__all__ = ["SCENARIO_NAMES", "Settings", "add_arguments", "settings_from_args"]
+
+SCENARIO_NAMES = ("drain-http", "drain-noop", "latency", "enqueue", "history")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes and knobs of every scenario (the defaults take about 3 minutes on
+    2 cores; ``--baseline naive`` adds the baseline's drains)."""
+
+    messages: int = 20_000
+    concurrency: int = 64
+    batch_size: int = 100
+    repeat: int = 1
+    rate: float = 500.0
+    duration: float = 20.0
+    enqueue_count: int = 5_000
+    enqueue_batch: int = 100
+    commit_workers: int = 4
+    commit_seconds: float = 3.0
+    commit_rounds: int = 2
+    history_rows: int = 1_000_000
+    history_messages: int = 20_000
+    history_rounds: int = 2
+    baseline: str | None = None
+    pairs: int = 3
+    naive_workers: int = 32
+    drain_timeout: float = 300.0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``outbox bench``."""
+    d = Settings()
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="PostgreSQL URL to run on (each scenario makes its own schema and drops it); "
+        "default: a throwaway embedded server in a temporary directory. "
+        "$OUTBOX_DATABASE_URL and $DATABASE_URL are deliberately not used",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=SCENARIO_NAMES,
+        metavar="NAME",
+        help=f"run this scenario (repeatable; default: all of {', '.join(SCENARIO_NAMES)})",
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=("naive",),
+        help="also run the naive one-row-at-a-time design in the drain scenarios, "
+        "interleaved with ours (A B A B ...), and print the ratios",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    drains = parser.add_argument_group("drain-http, drain-noop")
+    drains.add_argument(
+        "-n",
+        "--messages",
+        type=_positive_int,
+        default=d.messages,
+        help=f"messages per drain (default: {d.messages})",
+    )
+    drains.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=d.concurrency,
+        help=f"dispatcher concurrency (default: {d.concurrency})",
+    )
+    drains.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=d.batch_size,
+        help=f"dispatcher claim batch (default: {d.batch_size})",
+    )
+    drains.add_argument(
+        "--repeat",
+        type=_positive_int,
+        default=d.repeat,
+        help=f"drains per scenario without a baseline (default: {d.repeat})",
+    )
+    drains.add_argument(
+        "--pairs",
+        type=_positive_int,
+        default=d.pairs,
+        help=f"(ours, baseline) pairs with --baseline (default: {d.pairs})",
+    )
+    drains.add_argument(
+        "--naive-workers",
+        type=_positive_int,
+        default=d.naive_workers,
+        help=f"workers of the naive baseline (default: {d.naive_workers})",
+    )
+    drains.add_argument(
+        "--drain-timeout",
+        type=_positive_float,
+        default=d.drain_timeout,
+        metavar="SECONDS",
+        help=f"a drain still running after this fails (default: {d.drain_timeout:g})",
+    )
+    lat = parser.add_argument_group("latency")
+    lat.add_argument(
+        "--rate",
+        type=_positive_float,
+        default=d.rate,
+        help=f"offered load, messages per second (default: {d.rate:g})",
+    )
+    lat.add_argument(
+        "--duration",
+        type=_positive_float,
+        default=d.duration,
+        metavar="SECONDS",
+        help=f"how long the load is offered (default: {d.duration:g})",
+    )
+    enq = parser.add_argument_group("enqueue")
+    enq.add_argument(
+        "--enqueue-count",
+        type=_positive_int,
+        default=d.enqueue_count,
+        help=f"enqueues timed with and without NOTIFY (default: {d.enqueue_count})",
+    )
+    enq.add_argument(
+        "--enqueue-batch",
+        type=_positive_int,
+        default=d.enqueue_batch,
+        help=f"enqueues per transaction while timing (default: {d.enqueue_batch})",
+    )
+    enq.add_argument(
+        "--commit-workers",
+        type=_positive_int,
+        default=d.commit_workers,
+        help=f"concurrent business connections (default: {d.commit_workers})",
+    )
+    enq.add_argument(
+        "--commit-seconds",
+        type=_positive_float,
+        default=d.commit_seconds,
+        metavar="SECONDS",
+        help=f"length of each commit-throughput phase (default: {d.commit_seconds:g})",
+    )
+    enq.add_argument(
+        "--commit-rounds",
+        type=_positive_int,
+        default=d.commit_rounds,
+        help=f"rounds of (plain, outbox, outbox without NOTIFY) (default: {d.commit_rounds})",
+    )
+    hist = parser.add_argument_group("history")
+    hist.add_argument(
+        "--history-rows",
+        type=_positive_int,
+        default=d.history_rows,
+        help=f"delivered messages in the history (default: {d.history_rows})",
+    )
+    hist.add_argument(
+        "--history-messages",
+        type=_positive_int,
+        default=d.history_messages,
+        help=f"messages per history drain (default: {d.history_messages})",
+    )
+    hist.add_argument(
+        "--history-rounds",
+        type=_positive_int,
+        default=d.history_rounds,
+        help=f"(empty, full) drains, alternating (default: {d.history_rounds})",
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The :class:`Settings` named by parsed ``outbox bench`` options."""
+    return Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})

@@ -1,0 +1,265 @@
+"""What every benchmark needs: a database, a fresh schema, a backlog, CPU clocks.
+
+- :func:`database` yields the given database, or a throwaway embedded PostgreSQL in
+  a temporary directory (removed afterwards).
+- :func:`fresh_schema` migrates a schema with a random name and drops it afterwards.
+- :func:`seed_backlog` writes ready messages with the real ``enqueue`` statement,
+  pipelined (``executemany``), since the drain is what is timed, not the writing.
+- :class:`CpuClock` reads the CPU time of a process (and its children) from
+  ``/proc``; :func:`postgres_clock` finds the server's postmaster when the server
+  runs on this host, so PostgreSQL's CPU per message can be reported.
+- :func:`bench_queries` loads the benchmark's own SQL (``queries.sql`` next to this
+  file, ``-- name:`` headers, ``{schema}`` placeholders) bound to one schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from outbox.dsn import libpq_url
+from outbox.message import build_message
+from outbox.migrations import migrate
+from outbox.queries import check_schema_name, queries_for
+
+CONNECT_TIMEOUT = 10  # seconds, for the benchmark's own connections
+STATEMENT_TIMEOUT = "300s"  # for the benchmark's own statements (seeding history is slow)
+SEED_COMMIT_EVERY = 5000
+DEFAULT_MAX_ATTEMPTS = 12
+
+
+def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
+    """A connection for the benchmark's own work, with its waits bounded."""
+    conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT)
+    conn.execute("SELECT set_config('statement_timeout', %s, false)", (STATEMENT_TIMEOUT,))
+    if not autocommit:
+        conn.commit()
+    return conn
+
+
+@dataclass(frozen=True)
+class Database:
+    """The database a benchmark runs against."""
+
+    url: str
+    embedded: bool
+
+
+@contextmanager
+def database(url: str | None) -> Iterator[Database]:
+    """The given database, or a throwaway embedded server in a temporary directory."""
+    if url:
+        yield Database(libpq_url(url), embedded=False)
+        return
+    from outbox.embedded import EmbeddedPostgres
+
+    with tempfile.TemporaryDirectory(prefix="outbox-bench-") as tmp:
+        server = EmbeddedPostgres(os.path.join(tmp, "pg"), delete=True)
+        try:
+            yield Database(server.url, embedded=True)
+        finally:
+            server.cleanup()
+
+
+@contextmanager
+def fresh_schema(url: str, prefix: str = "outbox_bench") -> Iterator[str]:
+    """A newly migrated schema with a random name, dropped (with all it holds) after."""
+    schema = check_schema_name(f"{prefix}_{uuid.uuid4().hex[:12]}")
+    try:
+        migrate(url, schema=schema)
+        yield schema
+    finally:
+        with connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def run_id() -> str:
+    """A short random tag that keeps the keys of one run apart from every other's."""
+    return uuid.uuid4().hex[:8]
+
+
+def payload(i: int) -> dict[str, Any]:
+    """The JSON body of benchmark message ``i``: a small, typical webhook."""
+    return {"order_id": i, "amount_cents": 1299, "currency": "EUR", "status": "paid"}
+
+
+def seed_backlog(url: str, schema: str, *, target: str, keys: list[str]) -> None:
+    """Write one ready message per key to ``target``, as ``Outbox.enqueue`` would.
+
+    Each message is validated by the same builder and written by the same
+    ``enqueue`` statement as ``Outbox.enqueue``; the statements are pipelined
+    (``executemany``) and committed every ``SEED_COMMIT_EVERY`` messages.
+    """
+    statement = queries_for(schema)["enqueue"]
+    with connect(url) as conn, conn.cursor() as cur:
+        for start in range(0, len(keys), SEED_COMMIT_EVERY):
+            params = []
+            for i, key in enumerate(keys[start : start + SEED_COMMIT_EVERY], start):
+                message = build_message(
+                    url=target,
+                    idempotency_key=key,
+                    json=payload(i),
+                    body=None,
+                    content_type=None,
+                    method="POST",
+                    headers=None,
+                    ordering_key=None,
+                    available_at=None,
+                    max_attempts=None,
+                    default_max_attempts=DEFAULT_MAX_ATTEMPTS,
+                    max_body_bytes=1 << 20,
+                )
+                params.append(message.params())
+            cur.executemany(statement.text, params)
+            conn.commit()
+
+
+def table_counts(url: str, schema: str, tables: tuple[str, ...]) -> dict[str, int]:
+    """Row counts of ``tables`` in ``schema``."""
+    counts: dict[str, int] = {}
+    with connect(url, autocommit=True) as conn:
+        for table in tables:
+            row = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}.{}").format(
+                    sql.Identifier(schema), sql.Identifier(table)
+                )
+            ).fetchone()
+            counts[table] = int(row[0]) if row else -1
+    return counts
+
+
+# -- the benchmark's own SQL ----------------------------------------------------------
+
+_NAME = re.compile(r"^-- name: ([\w-]+)\s*$", re.MULTILINE)
+
+
+@functools.cache
+def _bench_sql() -> dict[str, str]:
+    source = resources.files("dispatchers.bench").joinpath("queries.sql").read_text("utf-8")
+    parts = _NAME.split(source)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+@functools.lru_cache(maxsize=64)
+def bench_queries(schema: str) -> dict[str, str]:
+    """The benchmark's statements (``queries.sql`` here) with ``{schema}`` bound."""
+    ident = sql.Identifier(check_schema_name(schema))
+    return {
+        name: sql.SQL(body).format(schema=ident).as_string(None)
+        for name, body in _bench_sql().items()
+    }
+
+
+# -- CPU time from /proc -------------------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class _Stat:
+    state: str
+    ppid: int
+    own: float  # user + system CPU seconds
+    reaped: float  # user + system CPU seconds of the children it has waited for
+
+
+def _stat(pid: int) -> _Stat | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after it
+    fields = text[text.rindex(")") + 2 :].split()
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+    return _Stat(fields[0], int(fields[1]), (utime + stime) / _TICKS, (cutime + cstime) / _TICKS)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None:
+                parents.setdefault(stat.ppid, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class CpuClock:
+    """The CPU time (user + system, seconds) a process has used, read from /proc.
+
+    With ``tree``, the process's live descendants and the children it has reaped
+    count too (PostgreSQL: the postmaster, every backend and background process).
+    A child that has exited but is not yet reaped (a zombie) shows no CPU time in
+    /proc, so the reading waits (up to ``settle`` seconds) until there is none.
+    """
+
+    def __init__(self, pid: int, *, tree: bool = False, settle: float = 2.0) -> None:
+        self.pid = pid
+        self.tree = tree
+        self.settle = settle
+
+    def read(self) -> float | None:
+        deadline = time.monotonic() + self.settle
+        while True:
+            stat = _stat(self.pid)
+            if stat is None:
+                return None
+            if not self.tree:
+                return stat.own
+            children = [s for s in map(_stat, _descendants(self.pid)) if s is not None]
+            if any(s.state == "Z" for s in children) and time.monotonic() < deadline:
+                time.sleep(0.01)
+                continue
+            # a child that exited since the scan is in the reaped times, read last
+            live = sum(s.own for s in children if s.state != "Z")
+            after = _stat(self.pid)
+            reaped = after.reaped if after is not None else stat.reaped
+            return stat.own + reaped + live
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def postgres_clock(url: str) -> CpuClock | None:
+    """A clock on the server's postmaster and all its children, when the server runs
+    on this host and is visible in /proc (a Unix socket or a loopback address);
+    None otherwise (then PostgreSQL's CPU is not reported)."""
+    if not Path("/proc/self/stat").exists():
+        return None
+    with connect(url, autocommit=True) as conn:
+        host = conn.info.host
+        if not (host.startswith("/") or host in ("localhost", "127.0.0.1", "::1")):
+            return None
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        backend = int(row[0]) if row else 0
+        stat = _stat(backend)
+        if stat is None or "postgres" not in _cmdline(backend):
+            return None  # another PID namespace (a container), or not readable
+        postmaster = stat.ppid
+    if "postgres" not in _cmdline(postmaster) and "postmaster" not in _cmdline(postmaster):
+        return None
+    return CpuClock(postmaster, tree=True)

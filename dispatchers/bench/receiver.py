@@ -1,0 +1,402 @@
+"""A fast HTTP/1.1 receiver for benchmarks: 200 to everything, counted.
+
+It listens on 127.0.0.1 only, answers every request with ``200`` and an empty
+body, keeps connections alive, answers pipelined requests in order, reads
+``Content-Length`` bodies (chunked bodies are refused with 501 and a close), and
+counts requests. With key recording on (the default) it keeps every
+``Idempotency-Key`` value it sees with the time it first arrived
+(``time.time()``, taken once per read from the socket), so a key that arrives
+twice is a duplicate and the delay from commit to arrival can be measured.
+
+Requests to ``/_bench/...`` are the benchmark's own and are not counted:
+``GET /_bench/counts`` answers the counts so far as JSON, and
+``GET /_bench/arrivals?prefix=P`` the first arrival time of every key starting
+with ``P`` (structured-form keys unquoted).
+
+Run it in its own process (it imports the standard library only); it writes its
+port to ``--ready-file`` once it is listening, and on SIGTERM (or SIGINT) writes
+its counts as one JSON object to ``--stats-file`` (or stdout) and exits:
+
+    python dispatchers/bench/receiver.py --port 0 --ready-file /tmp/port
+
+It exits by itself after ``--max-seconds`` or when its parent process goes away,
+so a crashed benchmark never leaves it behind. :class:`ReceiverProcess` starts,
+queries and stops one from another process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, cast
+from urllib.parse import parse_qs, quote, urlsplit
+
+HOST = "127.0.0.1"
+MAX_HEAD_BYTES = 64 * 1024
+MAX_BODY_BYTES = 16 * 1024 * 1024
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+OK_CLOSE = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+CONTROL = b"/_bench/"
+
+
+def _error(status: bytes) -> bytes:
+    return b"HTTP/1.1 " + status + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+@dataclass
+class Counts:
+    requests: int = 0
+    distinct_keys: int = 0
+    duplicates: int = 0
+    without_key: int = 0
+    connections: int = 0
+    bad_requests: int = 0
+    # key -> first arrival (time.time())
+    keys: dict[bytes, float] = field(default_factory=dict, repr=False)
+
+    def report(self) -> dict[str, Any]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        data = asdict(self)
+        del data["keys"]
+        data["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 4)
+        return data
+
+    def arrivals(self, prefix: str) -> dict[str, float]:
+        """First arrival of every key starting with ``prefix`` (keys unquoted)."""
+        wanted = prefix.encode()
+        found: dict[str, float] = {}
+        for raw, at in self.keys.items():
+            key = raw[1:-1] if raw[:1] == b'"' and raw[-1:] == b'"' else raw
+            if key.startswith(wanted):
+                found[key.decode("ascii", "replace")] = at
+        return found
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parses requests out of a buffer and answers in order."""
+
+    def __init__(self, counts: Counts, record_keys: bool) -> None:
+        self.counts = counts
+        self.record_keys = record_keys
+        self.buffer = bytearray()
+        self.transport = cast(asyncio.Transport, None)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.counts.connections += 1
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        out: list[bytes] = []
+        pos = 0
+        close = False
+        now = time.time()
+        while True:
+            end = buffer.find(b"\r\n\r\n", pos)
+            if end < 0:
+                if len(buffer) - pos > MAX_HEAD_BYTES:
+                    out.append(_error(b"431 Request Header Fields Too Large"))
+                    self.counts.bad_requests += 1
+                    close = True
+                break
+            head = bytes(buffer[pos:end]).split(b"\r\n")
+            parsed = self._parse(head)
+            if parsed is None:
+                out.append(_error(b"400 Bad Request"))
+                self.counts.bad_requests += 1
+                close = True
+                break
+            target, length, key, keep_alive, chunked = parsed
+            if chunked:
+                out.append(_error(b"501 Not Implemented"))
+                self.counts.bad_requests += 1
+                close = True
+                break
+            if length > MAX_BODY_BYTES:
+                out.append(_error(b"413 Content Too Large"))
+                self.counts.bad_requests += 1
+                close = True
+                break
+            total = end + 4 + length
+            if len(buffer) < total:
+                break  # the body is still arriving
+            pos = total
+            if target.startswith(CONTROL):
+                out.append(self._control(target))
+                continue
+            self._count(key, now)
+            if not keep_alive:
+                out.append(OK_CLOSE)
+                close = True
+                break
+            out.append(OK)
+        del buffer[:pos]
+        if out:
+            self.transport.write(b"".join(out))
+        if close:
+            self.transport.close()
+
+    def _parse(self, head: list[bytes]) -> tuple[bytes, int, bytes | None, bool, bool] | None:
+        """(target, content length, idempotency key, keep alive, chunked), or None if
+        malformed."""
+        parts = head[0].split(b" ")
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            return None
+        keep_alive = parts[2] != b"HTTP/1.0"
+        length = 0
+        key: bytes | None = None
+        chunked = False
+        for line in head[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep:
+                return None
+            name = name.strip().lower()
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    return None
+                if length < 0:
+                    return None
+            elif name == b"idempotency-key":
+                key = value.strip()
+            elif name == b"connection":
+                token = value.strip().lower()
+                if token == b"close":
+                    keep_alive = False
+                elif token == b"keep-alive":
+                    keep_alive = True
+            elif name == b"transfer-encoding":
+                chunked = True
+        return parts[1], length, key, keep_alive, chunked
+
+    def _count(self, key: bytes | None, now: float) -> None:
+        counts = self.counts
+        counts.requests += 1
+        if key is None:
+            counts.without_key += 1
+        elif self.record_keys:
+            if key in counts.keys:
+                counts.duplicates += 1
+            else:
+                counts.keys[key] = now
+                counts.distinct_keys += 1
+
+    def _control(self, target: bytes) -> bytes:
+        """The answer to one of the benchmark's own requests."""
+        parts = urlsplit(target.decode("ascii", "replace"))
+        data: Any
+        if parts.path == "/_bench/counts":
+            data = self.counts.report()
+        elif parts.path == "/_bench/arrivals":
+            prefix = parse_qs(parts.query).get("prefix", [""])[0]
+            data = self.counts.arrivals(prefix)
+        else:
+            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+        body = json.dumps(data, separators=(",", ":")).encode()
+        return (
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+async def serve(
+    *,
+    port: int,
+    ready_file: Path | None,
+    record_keys: bool,
+    max_seconds: float,
+) -> Counts:
+    """Serve until SIGTERM/SIGINT, ``max_seconds``, or the parent's exit."""
+    loop = asyncio.get_running_loop()
+    counts = Counts()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    parent = os.getppid()
+    server = await loop.create_server(
+        lambda: _Connection(counts, record_keys), HOST, port, backlog=1024
+    )
+    bound = server.sockets[0].getsockname()[1]
+    if ready_file is not None:
+        _write_atomically(ready_file, f"{bound}\n")
+    else:
+        print(bound, flush=True)
+    deadline = loop.time() + max_seconds
+    async with server:
+        while not stop.is_set() and loop.time() < deadline and os.getppid() == parent:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=min(1.0, deadline - loop.time()))
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
+    parser.add_argument("--ready-file", type=Path, help="write the port here once listening")
+    parser.add_argument("--stats-file", type=Path, help="write the counts here (default stdout)")
+    parser.add_argument(
+        "--record-keys",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="remember Idempotency-Key values to count duplicates (default: on)",
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=3600.0, help="exit after this long (default 3600)"
+    )
+    args = parser.parse_args(argv)
+    counts = asyncio.run(
+        serve(
+            port=args.port,
+            ready_file=args.ready_file,
+            record_keys=args.record_keys,
+            max_seconds=args.max_seconds,
+        )
+    )
+    text = json.dumps(counts.report())
+    if args.stats_file is not None:
+        _write_atomically(args.stats_file, text + "\n")
+    else:
+        print(text, flush=True)
+    return 0
+
+
+class ReceiverProcess:
+    """Runs this receiver in a child process; a context manager.
+
+    ``port`` and ``url`` are known once entered; :meth:`counts` and
+    :meth:`arrivals` ask the running receiver; :meth:`stop` sends SIGTERM and
+    returns the final counts. Leaving the block always ends the process.
+    """
+
+    def __init__(self, *, record_keys: bool = True, start_timeout: float = 15.0) -> None:
+        self.record_keys = record_keys
+        self.start_timeout = start_timeout
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._dir = tempfile.TemporaryDirectory(prefix="outbox-receiver-")
+
+    @property
+    def pid(self) -> int:
+        return self._started().pid
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/hook"
+
+    def __enter__(self) -> ReceiverProcess:
+        try:
+            self.start()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.kill()
+
+    def start(self) -> None:
+        ready = Path(self._dir.name) / "port"
+        command = [
+            sys.executable,
+            "-I",  # standard library only: nothing from the caller's path or environment
+            str(Path(__file__).resolve()),
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+            "--stats-file",
+            str(Path(self._dir.name) / "stats.json"),
+            "--record-keys" if self.record_keys else "--no-record-keys",
+        ]
+        # our own interpreter and file, with fixed arguments
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL)  # noqa: S603
+        deadline = time.monotonic() + self.start_timeout
+        while not ready.exists():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"receiver exited with {self.process.returncode}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"receiver not ready within {self.start_timeout:g} s")
+            time.sleep(0.01)
+        self.port = int(ready.read_text())
+
+    def _get(self, path: str, timeout: float = 30.0) -> Any:
+        self._started()
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            body = response.read()
+            if response.status != 200:
+                raise RuntimeError(f"receiver answered {response.status} to {path}")
+            return json.loads(body)
+        finally:
+            conn.close()
+
+    def counts(self) -> dict[str, Any]:
+        """The counts so far (``requests``, ``distinct_keys``, ``duplicates``, ...)."""
+        result: dict[str, Any] = self._get("/_bench/counts")
+        return result
+
+    def arrivals(self, prefix: str) -> dict[str, float]:
+        """The first arrival time (``time.time()``) of every key starting with ``prefix``."""
+        result: dict[str, float] = self._get(f"/_bench/arrivals?prefix={quote(prefix)}")
+        return result
+
+    def stop(self, timeout: float = 10.0) -> dict[str, Any]:
+        """SIGTERM the receiver, wait for it, and return its counts."""
+        process = self._started()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=timeout)
+        stats = Path(self._dir.name) / "stats.json"
+        if not stats.exists():
+            raise RuntimeError(f"receiver exited with {process.returncode}, no counts")
+        result: dict[str, Any] = json.loads(stats.read_text())
+        return result
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self.process is None:
+            raise RuntimeError("receiver not started")
+        return self.process
+
+    def kill(self) -> None:
+        """End the process if it still runs (SIGTERM, then SIGKILL), and clean up."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5.0)
+        self._dir.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

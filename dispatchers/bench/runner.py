@@ -1,0 +1,339 @@
+"""Runs the chosen scenarios and prints one table (or one JSON object).
+
+Every figure is shown beside the issue's target where it has one; a missed target
+is reported, never hidden, but only a correctness failure (a message lost, left
+behind or delivered twice) makes the exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from typing import Any
+
+from dispatchers.bench import SCENARIO_NAMES, Settings, settings_from_args
+from dispatchers.bench.env import connect, database
+from dispatchers.bench.scenarios import SCENARIOS, Bench
+from outbox.dsn import redact
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal for one figure: ``at_least`` or ``at_most`` ``value``."""
+
+    op: str  # ">=" or "<="
+    value: float
+    text: str
+
+    def met(self, figure: float | None) -> bool | None:
+        if figure is None:
+            return None
+        return figure >= self.value if self.op == ">=" else figure <= self.value
+
+
+def at_least(value: float, text: str) -> Target:
+    return Target(">=", value, text)
+
+
+def at_most(value: float, text: str) -> Target:
+    return Target("<=", value, text)
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    measure: str
+    value: str
+    target: str = ""
+    met: bool | None = None
+
+
+def _num(value: float | None, spec: str = ",.0f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _list(values: list[float | None], spec: str) -> str:
+    return ", ".join(_num(v, spec) for v in values)
+
+
+def _row(
+    scenario: str, measure: str, value: float | None, spec: str, target: Target | None = None
+) -> Row:
+    if target is None:
+        return Row(scenario, measure, _num(value, spec))
+    return Row(scenario, measure, _num(value, spec), target.text, target.met(value))
+
+
+def _drain_rows(name: str, r: dict[str, Any], rate: Target) -> list[Row]:
+    rows = [
+        _row(
+            name,
+            "msgs/s" + (" (median)" if len(r["runs"]) > 1 else ""),
+            r["msgs_per_s"],
+            ",.0f",
+            rate,
+        ),
+        _row(
+            name,
+            "db round trips per msg",
+            r["round_trips_per_msg"],
+            ".4f",
+            at_most(0.05, "<= 0.05"),
+        ),
+        _row(name, "CPU us/msg, PostgreSQL", r["cpu_postgres_us_per_msg"], ",.0f"),
+        _row(name, "CPU us/msg, dispatcher", r["cpu_dispatcher_us_per_msg"], ",.0f"),
+    ]
+    if r["cpu_receiver_us_per_msg"] is not None:
+        rows.append(_row(name, "CPU us/msg, receiver", r["cpu_receiver_us_per_msg"], ",.0f"))
+    duplicates = "n/a" if r["duplicates"] is None else str(r["duplicates"])
+    rows.append(
+        Row(name, "delivered / duplicates", f"{r['delivered']} of {r['messages']} / {duplicates}")
+    )
+    if len(r["runs"]) > 1:
+        rows.append(
+            Row(name, "msgs/s per run", _list([x["msgs_per_s"] for x in r["runs"]], ",.0f"))
+        )
+    base = r.get("baseline")
+    if base:
+        label = f"naive baseline ({base['workers']} workers)"
+        rows += [
+            Row(
+                name,
+                f"{label}: msgs/s per run",
+                _list([x["msgs_per_s"] for x in base["runs"]], ",.0f"),
+            ),
+            _row(name, f"{label}: db round trips per msg", base["round_trips_per_msg"], ".4f"),
+            _row(name, f"{label}: CPU us/msg, PostgreSQL", base["cpu_postgres_us_per_msg"], ",.0f"),
+            _row(
+                name, f"{label}: CPU us/msg, dispatcher", base["cpu_dispatcher_us_per_msg"], ",.0f"
+            ),
+        ]
+        if base["cpu_receiver_us_per_msg"] is not None:
+            rows.append(
+                _row(
+                    name, f"{label}: CPU us/msg, receiver", base["cpu_receiver_us_per_msg"], ",.0f"
+                )
+            )
+        duplicates = "n/a" if base["duplicates"] is None else str(base["duplicates"])
+        rows += [
+            Row(
+                name,
+                f"{label}: delivered / duplicates",
+                f"{base['delivered']} of {base['messages']} / {duplicates}",
+            ),
+            Row(name, "ours / naive, per pair", _list(base["ratios"], ".2f")),
+            _row(name, "ours / naive, median", base["median_ratio"], ".2f", at_least(4, ">= 4x")),
+        ]
+    return rows
+
+
+def table_rows(report: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    results = report["scenarios"]
+    if "drain-http" in results and "runs" in results["drain-http"]:
+        rows += _drain_rows("drain-http", results["drain-http"], at_least(4000, ">= 4,000"))
+    if "drain-noop" in results and "runs" in results["drain-noop"]:
+        rows += _drain_rows("drain-noop", results["drain-noop"], at_least(10_000, ">= 10,000"))
+    r = results.get("latency")
+    if r and "p50_ms" in r:
+        n = "latency"
+        rows += [
+            Row(
+                n,
+                "offered / achieved msgs/s",
+                f"{r['offered_rate']:,.0f} / {_num(r['achieved_rate'])} for {r['duration_s']:g} s",
+            ),
+            _row(n, "commit -> receiver p50 ms", r["p50_ms"], ".1f", at_most(5, "<= 5")),
+            _row(n, "commit -> receiver p95 ms", r["p95_ms"], ".1f"),
+            _row(n, "commit -> receiver p99 ms", r["p99_ms"], ".1f", at_most(25, "<= 25")),
+            _row(n, "commit -> receiver max ms", r["max_ms"], ".1f"),
+            _row(
+                n, "producer's worst lateness ms (machine stalls)", r["producer_late_max_ms"], ".0f"
+            ),
+            _row(n, "CPU us/msg, dispatcher", r["cpu_dispatcher_us_per_msg"], ",.0f"),
+            _row(
+                n,
+                "CPU us/msg, PostgreSQL (enqueue + dispatch)",
+                r["cpu_postgres_us_per_msg"],
+                ",.0f",
+            ),
+            _row(n, "db round trips per msg (dispatcher)", r["round_trips_per_msg"], ".2f"),
+            _row(n, "msgs per claim", r["msgs_per_claim"], ".2f"),
+            Row(
+                n,
+                "received / duplicates",
+                f"{r['received']} of {r['messages']} / {r['duplicates']}",
+            ),
+        ]
+    r = results.get("enqueue")
+    if r and "notify" in r:
+        n = "enqueue"
+        c = r["commit_throughput"]
+        rows += [
+            _row(
+                n,
+                "enqueue median ms, no NOTIFY",
+                r["no_notify"]["median_ms"],
+                ".3f",
+                at_most(0.2, "<= 0.2"),
+            ),
+            _row(n, "enqueue p99 ms, no NOTIFY", r["no_notify"]["p99_ms"], ".3f"),
+            _row(
+                n,
+                "enqueue median ms, NOTIFY",
+                r["notify"]["median_ms"],
+                ".3f",
+                at_most(0.2, "<= 0.2"),
+            ),
+            _row(n, "enqueue p99 ms, NOTIFY", r["notify"]["p99_ms"], ".3f"),
+            _row(n, f"business tx/s, {c['workers']} conns, no outbox", c["plain_tx_per_s"], ",.0f"),
+            _row(n, "business tx/s + outbox row (NOTIFY)", c["outbox_tx_per_s"], ",.0f"),
+            _row(n, "  ratio to no outbox", c["ratio"], ".2f", at_least(0.85, ">= 0.85")),
+            _row(
+                n, "business tx/s + outbox row (no NOTIFY)", c["outbox_no_notify_tx_per_s"], ",.0f"
+            ),
+            _row(n, "  ratio to no outbox", c["ratio_no_notify"], ".2f", at_least(0.85, ">= 0.85")),
+        ]
+        for mode, label in (
+            ("plain", "no outbox"),
+            ("outbox", "+ outbox (NOTIFY)"),
+            ("outbox-no-notify", "+ outbox (no NOTIFY)"),
+        ):
+            app = c["client_cpu_us_per_tx"][mode]
+            pg = c["postgres_cpu_us_per_tx"][mode]
+            rows.append(Row(n, f"CPU us/tx {label}: app / PostgreSQL", f"{_num(app)} / {_num(pg)}"))
+    r = results.get("history")
+    if r and "ratio" in r:
+        n = "history"
+        rounds = f" (median of {r['rounds']})" if r["rounds"] > 1 else ""
+        rows += [
+            _row(n, f"drain-noop msgs/s, empty history{rounds}", r["empty_msgs_per_s"], ",.0f"),
+            _row(
+                n,
+                f"drain-noop msgs/s, {r['history_rows']:,} in history{rounds}",
+                r["full_msgs_per_s"],
+                ",.0f",
+            ),
+            Row(n, "  full / empty, per round", _list(r["ratios"], ".2f")),
+            _row(n, "  full / empty, of the medians", r["ratio"], ".2f", at_least(0.9, ">= 0.90")),
+            _row(n, "seeding the history, s", r["history_seed_s"], ".1f"),
+        ]
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    header = Row("scenario", "measure", "value", "target", None)
+    cells = [
+        (
+            r.scenario,
+            r.measure,
+            r.value,
+            r.target,
+            "" if r.met is None else ("met" if r.met else "MISSED"),
+        )
+        for r in [header, *rows]
+    ]
+    cells[0] = (*cells[0][:4], "")
+    widths = [max(len(c[i]) for c in cells) for i in range(5)]
+    lines = []
+    for i, c in enumerate(cells):
+        line = "  ".join(
+            [
+                c[0].ljust(widths[0]),
+                c[1].ljust(widths[1]),
+                c[2].rjust(widths[2]),
+                c[3].ljust(widths[3]),
+                c[4],
+            ]
+        )
+        lines.append(line.rstrip())
+        if i == 0:
+            lines.append("-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def run(
+    settings: Settings,
+    *,
+    scenarios: list[str],
+    database_url: str | None,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Run ``scenarios`` in order and return the report (JSON-ready)."""
+    results: dict[str, dict[str, Any]] = {}
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
+    with database(database_url) as db:
+        with connect(db.url, autocommit=True) as conn:
+            server_version = conn.info.parameter_status("server_version")
+        bench = Bench(db, settings, progress)
+        try:
+            for name in scenarios:
+                try:
+                    results[name] = SCENARIOS[name](bench)
+                except Exception as exc:  # report it and go on with the next scenario
+                    progress(f"{name}: failed: {type(exc).__name__}: {exc}")
+                    results[name] = {"ok": False, "failures": [f"{type(exc).__name__}: {exc}"]}
+        finally:
+            bench.close()
+        postgres_cpu_measured = bench.pg_clock is not None
+    report: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "postgres": server_version,
+            "psycopg": _version("psycopg"),
+            "httpx": _version("httpx"),
+            "httpcore": _version("httpcore"),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        },
+        "database": "embedded (throwaway)" if db.embedded else redact(db.url),
+        "postgres_cpu_measured": postgres_cpu_measured,
+        "settings": asdict(settings),
+        "scenarios": results,
+    }
+    rows = table_rows(report)
+    report["table"] = [asdict(r) for r in rows]
+    report["ok"] = all(r.get("ok", False) for r in results.values())
+    return report
+
+
+def main(args: argparse.Namespace) -> int:
+    """``outbox bench``: run, print, and exit 0 unless a scenario lost or duplicated
+    a message (a missed performance target does not fail the run)."""
+    settings = settings_from_args(args)
+    scenarios = list(dict.fromkeys(args.scenario or SCENARIO_NAMES))
+
+    def progress(text: str) -> None:
+        print(f"outbox bench: {text}", file=sys.stderr, flush=True)
+
+    report = run(settings, scenarios=scenarios, database_url=args.database_url, progress=progress)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        m = report["machine"]
+        load = m["load_average_before"]
+        print(
+            f"outbox bench: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, "
+            f"PostgreSQL {m['postgres']} ({report['database']}), psycopg {m['psycopg']}, "
+            f"httpx {m['httpx']}" + (f", load average {load[0]:.1f} at start" if load else "")
+        )
+        print(format_table(table_rows(report)))
+        for name, result in report["scenarios"].items():
+            for failure in result.get("failures", []):
+                print(f"FAILED {name}: {failure}")
+    return 0 if report["ok"] else 1
