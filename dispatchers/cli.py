@@ -146,7 +146,6 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         allow_private_networks=args.allow_private_networks,
         allow_networks=tuple(args.allow_network),
         idempotency_key_format=args.idempotency_key_format,
-        prepare=args.prepared_statements,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         retention=args.retention,
@@ -278,12 +277,6 @@ def add_dispatch_parser(sub: Any) -> None:
         action="store_false",
         help="do not LISTEN for enqueue notifications; poll only "
         "(needed behind PgBouncer in transaction mode)",
-    )
-    p.add_argument(
-        "--no-prepared-statements",
-        dest="prepared_statements",
-        action="store_false",
-        help="never prepare statements (for poolers that cannot keep them)",
     )
     p.add_argument("--drain", action="store_true", help="exit 0 once no message is due or running")
     p.add_argument(

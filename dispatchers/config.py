@@ -50,7 +50,6 @@ class DispatcherConfig:
     user_agent: str = "outbox-dispatcher"
     retry_policy: RetryPolicy = field(default_factory=ExponentialBackoff)
     retry_statuses: frozenset[int] = frozenset({408, 425, 429})
-    prepare: bool = True
     disable_after: float = 5 * 24 * 3600.0
     retention: float = 7 * 24 * 3600.0
     retention_interval: float = 60.0

@@ -157,8 +157,6 @@ class Store:
             "connect_timeout": max(1, int(config.db_connect_timeout)),
             "autocommit": True,
         }
-        if not config.prepare:
-            kwargs["prepare_threshold"] = None
         self.pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[TupleRow]] = (
             psycopg_pool.AsyncConnectionPool(
                 conninfo,

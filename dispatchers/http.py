@@ -172,9 +172,14 @@ class Sender:
         limit = self.config.max_response_bytes
         chunks: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_raw():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= limit:
-                break
+        try:
+            async for chunk in response.aiter_raw():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size >= limit:
+                    break
+        except httpx.StreamConsumed:
+            # a transport that returns an already-read response (such as
+            # httpx.MockTransport): the body is in memory, nothing to bound
+            return response.content[:limit]
         return b"".join(chunks)[:limit]

@@ -1,0 +1,83 @@
+"""The sender's request building and response reading, on httpx.MockTransport."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import httpx
+from standardwebhooks.webhooks import Webhook
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import Job
+from dispatchers.http import Attempt, Sender, idempotency_header
+from dispatchers.outcome import Verdict
+from outbox.secrets import generate_secret
+
+
+def job(**overrides: object) -> Job:
+    fields: dict[str, object] = {
+        "id": 7,
+        "idempotency_key": 'order-"7"',
+        "url": "https://example.com/hook",
+        "method": "POST",
+        "headers": {"X-Tenant": "acme"},
+        "body": b'{"n":7}',
+        "content_type": "application/json",
+        "attempts": 1,
+        "max_attempts": 3,
+        "endpoint_id": None,
+        "event_type": None,
+        "created_at": datetime.now(UTC),
+    }
+    fields.update(overrides)
+    return Job(**fields)  # type: ignore[arg-type]
+
+
+async def send(
+    config: DispatcherConfig, message: Job, reply: httpx.Response
+) -> tuple[list[httpx.Request], Attempt]:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return reply
+
+    sender = Sender(config, transport=httpx.MockTransport(handler))
+    attempt = await sender.send(message)
+    return seen, attempt
+
+
+def test_idempotency_key_is_an_rfc8941_string_or_raw() -> None:
+    assert idempotency_header('a"b\\c', "structured") == '"a\\"b\\\\c"'
+    assert idempotency_header('a"b\\c', "raw") == 'a"b\\c'
+
+
+async def test_request_carries_body_headers_and_key() -> None:
+    (request,), attempt = await send(DispatcherConfig(), job(), httpx.Response(201, content=b"ok"))
+    assert request.method == "POST"
+    assert request.content == b'{"n":7}'
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["idempotency-key"] == '"order-\\"7\\""'
+    assert request.headers["x-tenant"] == "acme"
+    assert request.headers["accept-encoding"] == "identity"
+    assert "webhook-signature" not in request.headers
+    assert attempt.outcome.verdict is Verdict.SUCCEEDED
+    assert attempt.excerpt == "ok"
+
+
+async def test_webhook_jobs_are_signed_with_every_secret_in_force() -> None:
+    old, new = generate_secret(), generate_secret()
+    message = job(endpoint_id=3, idempotency_key="evt-1:3", secrets=(new, old))
+    (request,), _ = await send(DispatcherConfig(), message, httpx.Response(200))
+    headers = dict(request.headers)
+    assert headers["webhook-id"] == "evt-1:3"
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (old, new):  # a receiver holding either one accepts it
+        Webhook(secret).verify(request.content, headers)
+
+
+async def test_response_excerpt_is_bounded_even_when_already_read() -> None:
+    config = DispatcherConfig(max_response_bytes=100, excerpt_bytes=10)
+    _, attempt = await send(config, job(), httpx.Response(500, content=b"y" * 5000))
+    assert attempt.outcome.verdict is Verdict.RETRY
+    assert attempt.excerpt == "y" * 10
