@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -975,6 +976,21 @@ def cmd_messages_show(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch is None:
+        return _status_once(args)
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() and not args.json else ""
+    try:
+        while True:
+            if clear:
+                sys.stdout.write(clear)
+            _status_once(args)
+            sys.stdout.flush()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _status_once(args: argparse.Namespace) -> int:
     from outbox.admin import status
 
     with transaction(args) as conn:
@@ -986,6 +1002,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         snapshot["max_lag_exceeded"] = lagging
     counts = snapshot["messages"]
     recent = snapshot["last_5_minutes"]
+    recent["delivered_per_s"] = round(recent["delivered"] / 300, 2)
     text = fields(
         [
             ("ready (due now)", counts["ready"]),
@@ -997,6 +1014,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             ("dead", counts["dead"]),
             ("delivered, last 5 min", recent["delivered"]),
             ("failed, last 5 min", recent["failed"]),
+            ("delivery rate, last 5 min", f"{recent['delivered_per_s']:g}/s"),
         ]
     )
     if snapshot["endpoints"]:
@@ -1075,6 +1093,13 @@ def add_operator_parsers(sub: Any) -> None:
         type=non_negative_float,
         metavar="SECONDS",
         help="exit 1 when the oldest due message has waited longer than this",
+    )
+    p.add_argument(
+        "--watch",
+        type=positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS until interrupted (one JSON object per refresh with --json)",
     )
     p.set_defaults(handler=cmd_status, name="status")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -359,3 +360,45 @@ def test_process_happy_path_prints_json(database_url: str) -> None:
     snapshot = json.loads(result.stdout)
     assert snapshot["endpoints"][0]["id"] == endpoint["id"]
     assert snapshot["max_lag_exceeded"] is False
+
+
+def test_status_watch_refreshes_until_interrupted(database_url: str) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dispatchers.cli",
+            "status",
+            "--database-url",
+            database_url,
+            "--json",
+            "--watch",
+            "0.2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        snapshots: list[dict[str, Any]] = []
+        decoder = json.JSONDecoder()
+        buffer = ""
+        while len(snapshots) < 2:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read() if proc.stderr else ""
+            buffer += line
+            try:
+                value, _ = decoder.raw_decode(buffer.strip())
+            except json.JSONDecodeError:
+                continue
+            snapshots.append(value)
+            buffer = ""
+        assert all(s["messages"]["ready"] == 0 for s in snapshots)
+        assert all(s["last_5_minutes"]["delivered_per_s"] == 0 for s in snapshots)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
