@@ -153,6 +153,10 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     )
     log = EventLog(format=args.log_format, level=args.log_level)
     db = resolve_database(args)
+    if args.processes > 1:
+        from dispatchers.supervisor import supervise
+
+        return supervise(args.argv, db.url, args.processes, drain=args.drain)
     stats = run_dispatcher(db.url, config, drain=args.drain, log=log)
     print(
         f"outbox dispatch: stopped; delivered {stats.delivered}, retried {stats.retried}, "
@@ -199,6 +203,13 @@ def add_dispatch_parser(sub: Any) -> None:
         "--grace seconds before releasing them.",
     )
     add_database_options(p)
+    p.add_argument(
+        "--processes",
+        type=positive_int,
+        default=1,
+        help="run this many dispatcher processes on this host (one core each); they "
+        "share the work as separate hosts would (default: 1)",
+    )
     p.add_argument(
         "--concurrency",
         type=positive_int,
@@ -1172,7 +1183,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # for commands that start copies of themselves
     handler: Handler = args.handler
     name = getattr(args, "name", args.command)
     try:

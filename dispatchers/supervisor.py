@@ -1,0 +1,84 @@
+"""``outbox dispatch --processes N``: run N dispatcher processes on one host.
+
+One asyncio loop uses one core; on a host with more, several processes share the
+work as separate hosts would (leases keep them apart). The supervisor starts the
+children with the parent's arguments, forwards SIGTERM/SIGINT to them so each
+shuts down gracefully, restarts a child that crashes (at most a few times a
+minute), and exits 0 once every child has exited 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+RESTARTS_PER_MINUTE = 5
+
+
+def child_argv(argv: Sequence[str], database_url: str) -> list[str]:
+    """The parent's ``dispatch`` arguments without ``--processes`` and with the
+    resolved database URL (so children share the parent's database, embedded
+    included, and never start one of their own)."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--processes" or arg == "--database-url":
+            skip = i + 1 < len(argv)
+            continue
+        if arg.startswith(("--processes=", "--database-url=")):
+            continue
+        out.append(arg)
+    return [*out, "--database-url", database_url]
+
+
+def supervise(argv: Sequence[str], database_url: str, processes: int, *, drain: bool) -> int:
+    """Run ``processes`` children until they all exit; return the exit code."""
+    command = [sys.executable, "-m", "dispatchers.cli", *child_argv(argv, database_url)]
+    children = [subprocess.Popen(command) for _ in range(processes)]  # noqa: S603
+    stopping = False
+    restarts: list[float] = []
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    failed = 0
+    try:
+        while any(child.poll() is None for child in children):
+            time.sleep(0.2)
+            for index, child in enumerate(children):
+                code = child.poll()
+                if code is None or code == 0 or stopping or drain:
+                    continue
+                now = time.monotonic()
+                restarts = [t for t in restarts if now - t < 60]
+                if len(restarts) >= RESTARTS_PER_MINUTE:
+                    print(
+                        f"outbox dispatch: a child exited {code}; too many restarts in a "
+                        "minute, stopping the others",
+                        file=sys.stderr,
+                    )
+                    forward(signal.SIGTERM, None)
+                    failed = code
+                    break
+                restarts.append(now)
+                print(f"outbox dispatch: a child exited {code}; restarting it", file=sys.stderr)
+                children[index] = subprocess.Popen(command)  # noqa: S603
+        codes = [child.wait() for child in children]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if failed:
+        return failed
+    return next((code for code in codes if code != 0), 0)

@@ -1,0 +1,109 @@
+"""`outbox dispatch --processes N` shares the work among N processes and stops them
+all on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+
+from dispatchers.supervisor import child_argv
+from outbox import Outbox
+from tests.receiver import Receiver
+
+
+def test_child_arguments_drop_processes_and_pin_the_database() -> None:
+    argv = [
+        "dispatch",
+        "--processes",
+        "3",
+        "--database-url",
+        "postgresql:///a",
+        "--concurrency=8",
+        "--processes=2",
+        "--drain",
+    ]
+    assert child_argv(argv, "postgresql:///b") == [
+        "dispatch",
+        "--concurrency=8",
+        "--drain",
+        "--database-url",
+        "postgresql:///b",
+    ]
+
+
+def test_processes_drain_the_backlog_together(database_url: str) -> None:
+    with Receiver() as receiver:
+        with psycopg.connect(database_url) as conn:
+            for i in range(300):
+                Outbox().enqueue(conn, url=receiver.url, idempotency_key=f"p-{i}", json={})
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dispatchers.cli",
+                "dispatch",
+                "--database-url",
+                database_url,
+                "--processes",
+                "3",
+                "--drain",
+                "--allow-private-networks",
+                "--log-format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+    assert result.returncode == 0, result.stderr
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT count(*), count(DISTINCT owner) FROM outbox.attempts"
+        ).fetchone()
+    assert rows is not None
+    delivered, distinct_owners = rows
+    assert delivered == 300
+    assert distinct_owners >= 2  # the work was shared, not done by one process
+    assert len({r.headers["idempotency-key"] for r in receiver.requests}) == 300
+
+
+def test_sigterm_stops_every_child(database_url: str) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dispatchers.cli",
+            "dispatch",
+            "--database-url",
+            database_url,
+            "--processes",
+            "2",
+            "--log-format",
+            "json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with psycopg.connect(database_url) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = ''"
+                    " AND datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchone()
+            if row and row[0] >= 4:  # both children connected (pool + listener)
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
