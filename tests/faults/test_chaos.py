@@ -38,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ import pytest
 
 from outbox import Outbox
 from tests.conftest import PgServer
-from tests.processes import DispatcherProcess, Fleet, query, scalar
+from tests.processes import DispatcherProcess, Fleet, query, scalar, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = 20240611
@@ -89,33 +89,6 @@ class Deadline:
     def left(self, cap: float) -> float:
         """At most ``cap`` seconds, and never past the deadline (at least 1 s)."""
         return max(1.0, min(cap, self.at - time.monotonic()))
-
-
-def wait_for(
-    probe: Callable[[], Any],
-    *,
-    timeout: float,
-    what: str,
-    processes: Sequence[DispatcherProcess] = (),
-    interval: float = 0.2,
-) -> Any:
-    """``probe()`` until truthy; database errors count as "not yet" (it may be down)."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        try:
-            value = probe()
-            if value:
-                return value
-            last = value
-        except psycopg.Error as exc:
-            last = exc
-        if time.monotonic() >= deadline:
-            details = "\n".join(p.describe() for p in processes)
-            raise AssertionError(
-                f"timed out after {timeout:g} s waiting for {what}; last: {last!r}\n{details}"
-            )
-        time.sleep(interval)
 
 
 # -- the receiver process ----------------------------------------------------------
@@ -160,7 +133,7 @@ class ChaosReceiver:
                 argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, cwd=workdir, env=env
             )
         try:
-            self.url: str = wait_for(
+            self.url: str = wait_until(
                 self._ready, timeout=30, what="the chaos receiver to listen", interval=0.05
             )
         except BaseException:
@@ -374,7 +347,7 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
         procs = [first, second, third]
 
         # 1. SIGKILL a dispatcher that holds leases; a new one takes its place.
-        wait_for(
+        wait_until(
             lambda: len(held_by(database_url, first)) >= 3,
             timeout=deadline.left(30),
             what="dispatcher-1 to hold leases",
@@ -390,7 +363,7 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
         procs.append(fourth)
 
         # 2. SIGSTOP another one until its leases have expired and been rescued.
-        wait_for(
+        wait_until(
             lambda: len(held_by(database_url, second)) >= 3,
             timeout=deadline.left(30),
             what="dispatcher-2 to hold leases",
@@ -404,7 +377,7 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
             chaos.frozen_rows = held_by(database_url, second)
             assert chaos.frozen_rows, "dispatcher-2 held no lease when it was frozen"
             wanted = set(chaos.frozen_rows.items())
-            wait_for(
+            wait_until(
                 lambda: wanted <= lease_expired_rows(database_url, second),
                 timeout=deadline.left(45),
                 what="the frozen dispatcher's leases to be rescued",
@@ -419,7 +392,7 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
 
         # 3. Stop and restart PostgreSQL under everyone's feet.
         if pg_server.embedded is not None:
-            wait_for(
+            wait_until(
                 lambda: (
                     scalar(
                         database_url, "SELECT count(*) FROM outbox.messages WHERE state = 'running'"
@@ -437,7 +410,7 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
             finally:
                 pg_server.embedded.start()
             before = delivered_count(database_url)
-            wait_for(
+            wait_until(
                 lambda: delivered_count(database_url) >= before + 100,
                 timeout=deadline.left(45),
                 what="deliveries after the database restart",
@@ -449,7 +422,7 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
         producer.join(deadline.left(60))
         assert not producer.is_alive(), "the producer did not finish"
         assert producer.error is None, repr(producer.error)
-        wait_for(
+        wait_until(
             lambda: settled(database_url, TOTAL),
             timeout=deadline.left(120),
             what="every message to be delivered or dead",
