@@ -11,6 +11,15 @@ still use the original name.
 A refused request raises :class:`BlockedDestination` itself out of
 ``httpx.AsyncClient.send`` (and ``get``, ``post``, ...): httpx re-raises exceptions it
 does not recognise unchanged, so it is *not* an ``httpx.HTTPError`` and is not wrapped.
+
+The aiohttp path (:func:`guarded_connector`) holds the same guard in two places of an
+``aiohttp.TCPConnector``. Its resolver, :class:`GuardedResolver`, resolves a name once,
+drops refused addresses and raises ``BlockedDestination`` when none remain; aiohttp
+then connects only to the addresses the resolver returned. Its socket factory checks
+every address just before a socket is made for it, which covers IP literals (aiohttp
+never hands those to the resolver). TLS verifies the certificate against the URL's
+host, as aiohttp passes that name, not the address, as ``server_hostname``.
+``BlockedDestination`` leaves ``aiohttp.ClientSession.request`` unchanged as well.
 """
 
 from __future__ import annotations
@@ -19,12 +28,15 @@ import asyncio
 import ipaddress
 import socket
 import ssl
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import Any
 
+import aiohttp
 import httpcore
 import httpx
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from outbox.errors import ConfigurationError, OutboxError
 
@@ -33,6 +45,8 @@ __all__ = [
     "AddressPolicy",
     "BlockedDestination",
     "GuardedNetworkBackend",
+    "GuardedResolver",
+    "guarded_connector",
     "guarded_transport",
 ]
 
@@ -189,6 +203,18 @@ def _ip_literal(host: str) -> IPAddress | None:
         return None
 
 
+def _ip_addresses(infos: Iterable[tuple[Any, ...]]) -> list[IPAddress]:
+    """The IP addresses in ``getaddrinfo`` results, without duplicates, in order."""
+    addresses: list[IPAddress] = []
+    for family, _type, _proto, _canonname, sockaddr in infos:
+        if family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        address = ipaddress.ip_address(sockaddr[0])
+        if address not in addresses:
+            addresses.append(address)
+    return addresses
+
+
 class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
     """An httpcore network backend that connects only to addresses ``policy`` allows.
 
@@ -246,13 +272,7 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
             raise httpcore.ConnectTimeout(f"resolving {host!r} timed out") from exc
         except OSError as exc:
             raise httpcore.ConnectError(f"could not resolve {host!r}: {exc}") from exc
-        addresses: list[IPAddress] = []
-        for family, _type, _proto, _canonname, sockaddr in infos:
-            if family not in (socket.AF_INET, socket.AF_INET6):
-                continue
-            address = ipaddress.ip_address(sockaddr[0])
-            if address not in addresses:
-                addresses.append(address)
+        addresses = _ip_addresses(infos)
         if not addresses:
             raise httpcore.ConnectError(f"{host!r} resolved to no IP addresses")
         return addresses
@@ -337,3 +357,104 @@ def guarded_transport(
     request raises ``BlockedDestination`` unchanged out of the client.
     """
     return _GuardedTransport(policy, verify=verify, limits=limits, http2=http2)
+
+
+# -- the aiohttp path ----------------------------------------------------------------------
+
+
+class GuardedResolver(AbstractResolver):
+    """An aiohttp resolver that returns only addresses ``policy`` allows.
+
+    Resolves with the running loop's ``getaddrinfo`` (once per lookup; aiohttp's DNS
+    cache may keep the checked answer for a few seconds). Raises ``BlockedDestination``
+    when every address is refused, ``OSError`` when the name does not resolve (aiohttp
+    reports it as ``ClientConnectorDNSError``) and ``aiohttp.ConnectionTimeoutError``
+    when resolving takes longer than ``timeout`` seconds.
+    """
+
+    def __init__(self, policy: AddressPolicy, *, timeout: float | None = None) -> None:
+        self._policy = policy
+        self._timeout = timeout
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        """The allowed addresses of ``host``, in resolver order."""
+        literal = _ip_literal(host)
+        if literal is not None:  # aiohttp resolves literals itself; checked all the same
+            self._policy.check(host, literal)
+            return [_resolve_result(host, literal, port)]
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._timeout):
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, family=family)
+        except TimeoutError as exc:
+            raise aiohttp.ConnectionTimeoutError(f"resolving {host!r} timed out") from exc
+        resolved = _ip_addresses(infos)
+        if not resolved:
+            raise OSError(f"{host!r} resolved to no IP addresses")
+        allowed = [address for address in resolved if self._policy.is_allowed(address)]
+        if not allowed:
+            raise _blocked(host, resolved[0])
+        return [_resolve_result(host, address, port) for address in allowed]
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+def _resolve_result(host: str, address: IPAddress, port: int) -> ResolveResult:
+    return {
+        "hostname": host,
+        "host": str(address),
+        "port": port,
+        "family": socket.AF_INET6 if address.version == 6 else socket.AF_INET,
+        "proto": socket.IPPROTO_TCP,
+        "flags": socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
+    }
+
+
+def _guarded_socket_factory(
+    policy: AddressPolicy,
+) -> Callable[[tuple[Any, ...]], socket.socket]:
+    """A socket factory for aiohttp that refuses to make a socket for a refused address.
+
+    aiohttp calls it with the address it is about to connect to, so the check is on the
+    address actually connected to, IP literals included.
+    """
+
+    def make_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+        family, type_, proto, _canonname, sockaddr = addr_info
+        address = ipaddress.ip_address(sockaddr[0])
+        policy.check(str(address), address)
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    return make_socket
+
+
+def guarded_connector(
+    policy: AddressPolicy,
+    *,
+    verify: ssl.SSLContext | bool = True,
+    limit: int = 100,
+    keepalive_expiry: float = 5.0,
+    connect_timeout: float | None = None,
+) -> aiohttp.TCPConnector:
+    """An aiohttp connector that connects only to addresses ``policy`` allows.
+
+    ``verify`` is an ``ssl.SSLContext``, ``True`` (certifi's CA bundle) or ``False``;
+    ``limit`` bounds the connections open at once; ``connect_timeout`` bounds name
+    resolution. Addresses are tried one after another (no happy eyeballs), as on the
+    httpx path. Use it with ``aiohttp.ClientSession(trust_env=False)`` (the default)
+    so no proxy is taken from the environment. Must be called with a running loop.
+    """
+    ssl_arg: ssl.SSLContext | bool = (
+        httpx.create_ssl_context(verify=True, trust_env=False) if verify is True else verify
+    )
+    return aiohttp.TCPConnector(
+        resolver=GuardedResolver(policy, timeout=connect_timeout),
+        socket_factory=_guarded_socket_factory(policy),
+        ssl=ssl_arg,
+        limit=limit,
+        keepalive_timeout=keepalive_expiry,
+        happy_eyeballs_delay=None,
+    )

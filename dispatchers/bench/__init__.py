@@ -43,6 +43,8 @@ class Settings:
     pairs: int = 3
     naive_workers: int = 32
     drain_timeout: float = 300.0
+    http_client: str | None = None
+    """None: the dispatcher's default (``DispatcherConfig.http_client``)."""
 
 
 def _positive_int(text: str) -> int:
@@ -120,6 +122,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_int,
         default=d.pairs,
         help=f"(ours, baseline) pairs with --baseline (default: {d.pairs})",
+    )
+    drains.add_argument(
+        "--http-client",
+        choices=("httpx", "aiohttp"),
+        default=d.http_client,
+        help="HTTP client of our dispatcher in drain-http and latency (drain-noop and "
+        "the naive baseline always use an httpx transport) (default: the dispatcher's)",
     )
     drains.add_argument(
         "--naive-workers",

@@ -144,6 +144,7 @@ async def _drain_ours(
         concurrency=s.concurrency,
         batch_size=s.batch_size,
         allow_private_networks=True,
+        http_client=s.http_client or DispatcherConfig.http_client,
     )
     dispatcher = Dispatcher(bench.db.url, config, transport=transport, log=NullLog())
     timed_out = False
@@ -471,6 +472,7 @@ def latency(bench: Bench) -> dict[str, Any]:
             batch_size=s.batch_size,
             allow_private_networks=True,
             listen=True,
+            http_client=s.http_client or DispatcherConfig.http_client,
         )
         dispatcher = Dispatcher(bench.db.url, config, log=NullLog())
         cpu: dict[str, float | None] = {}
