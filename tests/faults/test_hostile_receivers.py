@@ -11,14 +11,12 @@ call in them has a timeout and they all return when the test ends.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import pytest
@@ -29,6 +27,7 @@ from dispatchers.pool import Dispatcher
 from dispatchers.retry import ExponentialBackoff
 from tests.integration.test_dispatcher import Db, config
 from tests.processes import Fleet, scalar, terminate, wait_until
+from tests.rawserver import RawServer, read_request
 
 pytestmark = pytest.mark.faults
 
@@ -38,92 +37,6 @@ BLOCK = 64 * 1024
 
 # One attempt per test: a retry is scheduled a minute out, so --drain stops after it.
 ONE_ATTEMPT = ExponentialBackoff(base=60, cap=60, jitter=0)
-
-Handler = Callable[[socket.socket, threading.Event], None]
-
-
-class RawServer:
-    """A TCP listener on 127.0.0.1 that hands each connection to ``handler``.
-
-    ``handler(conn, closed)`` runs in its own thread; ``closed`` is set when the
-    test ends, and the handler must return soon after (every socket operation
-    has a timeout too). Without a handler a connection is closed at once.
-    """
-
-    def __init__(self, handler: Handler | None = None) -> None:
-        self.handler = handler
-        self.connections = 0
-        self.closed = threading.Event()
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.05)
-        self.port: int = self._listener.getsockname()[1]
-        self._accepter = threading.Thread(target=self._accept, daemon=True)
-
-    def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def _accept(self) -> None:
-        while not self.closed.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with self._lock:
-                self.connections += 1
-            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self._threads.append(thread)
-            thread.start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn, contextlib.suppress(OSError):
-            conn.settimeout(5.0)
-            if self.handler is not None:
-                self.handler(conn, self.closed)
-
-    def __enter__(self) -> RawServer:
-        self._accepter.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.closed.set()
-        self._accepter.join(timeout=5)
-        self._listener.close()
-        for thread in self._threads:
-            thread.join(timeout=5)
-
-
-def read_request(conn: socket.socket) -> bytes:
-    """Read one request (head and Content-Length body); return its request line.
-
-    Reading the whole request before answering or closing avoids a reset caused
-    by unread data, which would blur what each test provokes."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return b""
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return head.split(b"\r\n", 1)[0]
 
 
 def read_only(conn: socket.socket, closed: threading.Event) -> None:
@@ -221,7 +134,7 @@ def test_50mb_error_body_is_read_only_up_to_the_bound(database_url: str, fleet: 
 
     db = Db(database_url)
     with RawServer(error_with_body) as server:
-        small = db.enqueue(server.url("/small"), "body-small")
+        small = db.enqueue(server.url(path="/small"), "body-small")
         proc = fleet.start(
             database_url,
             *("--request-timeout", "2", "--connect-timeout", "0.5", "--lease", "9"),
@@ -231,7 +144,7 @@ def test_50mb_error_body_is_read_only_up_to_the_bound(database_url: str, fleet: 
         wait_until(lambda: scalar(database_url, probe, (small,)), timeout=20, what="first attempt")
         # The baseline has imported everything, connected and read one error response.
         before = peak_rss(proc.pid)
-        big = db.enqueue(server.url("/big"), "body-big")
+        big = db.enqueue(server.url(path="/big"), "body-big")
         wait_until(lambda: scalar(database_url, probe, (big,)), timeout=20, what="big attempt")
         after = peak_rss(proc.pid)
         assert finished.wait(10), "the server is still sending"
@@ -350,15 +263,15 @@ async def test_redirects_fail_permanently_and_are_never_followed(db: Db) -> None
 
         def redirect(conn: socket.socket, closed: threading.Event) -> None:
             line = read_request(conn)
-            location = target.url("/") if b"/to-loopback" in line else "http://10.0.0.1/"
+            location = target.url(path="/") if b"/to-loopback" in line else "http://10.0.0.1/"
             conn.sendall(
                 b"HTTP/1.1 302 Found\r\nLocation: " + location.encode() + b"\r\n"
                 b"Content-Length: 0\r\nConnection: close\r\n\r\n"
             )
 
         with RawServer(redirect) as server:
-            private = db.enqueue(server.url("/to-private"), "redirect-private")
-            loopback = db.enqueue(server.url("/to-loopback"), "redirect-loopback")
+            private = db.enqueue(server.url(path="/to-private"), "redirect-private")
+            loopback = db.enqueue(server.url(path="/to-loopback"), "redirect-loopback")
             # The guard on, loopback allowed: even a followed redirect could reach
             # nothing beyond 127.0.0.1.
             cfg = config(allow_private_networks=False, allow_networks=("127.0.0.0/8",))
