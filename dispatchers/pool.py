@@ -26,7 +26,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
@@ -641,15 +641,12 @@ def run_dispatcher(
     *,
     drain: bool = False,
     log: EventLog | None = None,
-    on_start: Callable[[Dispatcher], None] | None = None,
 ) -> Stats:
     """Run a dispatcher on a fresh event loop with SIGTERM/SIGINT handlers."""
 
     async def main() -> Stats:
         dispatcher = Dispatcher(conninfo, config, log=log)
         dispatcher.install_signal_handlers()
-        if on_start is not None:
-            on_start(dispatcher)
         return await dispatcher.run(drain=drain)
 
     return asyncio.run(main())
