@@ -9,22 +9,26 @@ trickling response last forever) and never follows redirects.
 Two HTTP clients can send (``DispatcherConfig.http_client``): one aiohttp session
 behind the SSRF-guarded aiohttp connector (``"aiohttp"``, :class:`AiohttpClient`, the
 default), or pooled httpx clients behind the SSRF-guarded httpcore backend
-(``"httpx"``). Measured with ``outbox bench --scenario drain-http`` on 2 cores, the
-aiohttp path used about 235 us of dispatcher CPU per message against about 955 us,
-and drained about 3x faster. A transport passed in by the caller is always used
-through httpx. aiohttp's errors are mapped to httpx's exception types in one place
-(:func:`httpx_error`), so outcome classification sees one vocabulary.
+(``"httpx"``, :class:`HttpxClient`). Measured with ``outbox bench --scenario
+drain-http`` on 2 cores, the aiohttp path used about 235 us of dispatcher CPU per
+message against about 955 us, and drained about 3x faster. A transport passed in
+by the caller is always used through httpx, and any object with the
+:class:`HttpClient` methods can be passed instead of either. aiohttp's errors are
+mapped to httpx's exception types in one place (:func:`httpx_error`), so outcome
+classification sees one vocabulary.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import Protocol
 
 import aiohttp
 import httpx
@@ -57,6 +61,23 @@ class Attempt:
     excerpt: str | None
 
 
+class HttpClient(Protocol):
+    """What the sender needs of an HTTP client.
+
+    :meth:`request` sends one request and returns its status, headers and body
+    (at most the configured bound of it); it raises httpx's exception types for
+    transport failures (``BlockedDestination`` for a refused destination), which
+    :func:`~dispatchers.outcome.classify_exception` understands. The sender bounds
+    the whole call by ``request_timeout``.
+    """
+
+    async def request(
+        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, Mapping[str, str], bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
 def idempotency_header(key: str, form: str) -> str:
     """The ``Idempotency-Key`` value: an RFC 8941 string (``"..."``) or the raw key."""
     if form == "raw":
@@ -76,6 +97,8 @@ class Sender:
         (for tests, or a custom network stack); the SSRF guard is then the
         transport's business, and ``config.http_client`` is not used. A transport
         passed in is never closed here.
+    :param client: any :class:`HttpClient` to send with instead (the same terms
+        as ``transport``; never closed here).
     """
 
     def __init__(
@@ -83,19 +106,16 @@ class Sender:
         config: DispatcherConfig,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        client: HttpClient | None = None,
     ) -> None:
         self.config = config
-        self._clients: list[httpx.AsyncClient] = []
-        self._aiohttp: AiohttpClient | None = None
-        self._owns_transports = transport is None
-        timeout = httpx.Timeout(
-            connect=config.connect_timeout,
-            read=config.request_timeout,
-            write=config.request_timeout,
-            pool=config.request_timeout,
-        )
+        self._owns_client = client is None and transport is None
+        self.client: HttpClient
+        if client is not None:
+            self.client = client
+            return
         if transport is not None:
-            self._clients = [self._client(transport, timeout)]
+            self.client = HttpxClient([transport], config)
             return
         policy = AddressPolicy.from_strings(
             config.allow_networks, allow_private_networks=config.allow_private_networks
@@ -105,7 +125,7 @@ class Sender:
             httpx.create_ssl_context(verify=True, trust_env=False) if config.verify_tls else False
         )
         if config.http_client == "aiohttp":
-            self._aiohttp = AiohttpClient(
+            self.client = AiohttpClient(
                 policy,
                 verify=tls,
                 limit=config.concurrency,
@@ -120,23 +140,15 @@ class Sender:
             max_keepalive_connections=per_client,
             keepalive_expiry=30.0,
         )
-        self._clients = [
-            self._client(guarded_transport(policy, verify=tls, limits=limits), timeout)
-            for _ in range(count)
-        ]
-
-    @staticmethod
-    def _client(transport: httpx.AsyncBaseTransport, timeout: httpx.Timeout) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            transport=transport, timeout=timeout, follow_redirects=False, trust_env=False
+        self.client = HttpxClient(
+            [guarded_transport(policy, verify=tls, limits=limits) for _ in range(count)],
+            config,
+            owns_transports=True,
         )
 
     async def aclose(self) -> None:
-        if self._aiohttp is not None:
-            await self._aiohttp.aclose()
-        if self._owns_transports:
-            for client in self._clients:
-                await client.aclose()
+        if self._owns_client:
+            await self.client.aclose()
 
     def request_headers(self, job: Job) -> dict[str, str]:
         headers = dict(job.headers)
@@ -159,30 +171,23 @@ class Sender:
 
     async def send(self, job: Job) -> Attempt:
         """Make one attempt at delivering ``job``. Raises only CancelledError."""
+        config = self.config
         started_at = datetime.now(UTC)
         start = time.monotonic()
         excerpt: str | None = None
         try:
-            async with asyncio.timeout(self.config.request_timeout):
-                if self._aiohttp is not None:
-                    status, headers, body = await self._aiohttp.request(
-                        job.method, job.url, headers=self.request_headers(job), body=job.body
-                    )
-                else:
-                    status, headers, body = await self._send_httpx(job)
-            outcome = classify_response(
-                status,
-                headers,
-                now=datetime.now(UTC),
-                retry_statuses=self.config.retry_statuses,
-            )
-            if self.config.excerpt_bytes and body:
-                excerpt = body[: self.config.excerpt_bytes].decode("utf-8", errors="replace")
+            async with asyncio.timeout(config.request_timeout):
+                status, headers, body = await self.client.request(
+                    job.method, job.url, headers=self.request_headers(job), body=job.body
+                )
+            outcome = classify_response(status, headers, retry_statuses=config.retry_statuses)
+            if config.excerpt_bytes and body:
+                excerpt = body[: config.excerpt_bytes].decode("utf-8", errors="replace")
         except TimeoutError:
             outcome = Outcome(
                 verdict=Verdict.RETRY,
                 status=None,
-                error=f"no complete response within {self.config.request_timeout:g} s",
+                error=f"no complete response within {config.request_timeout:g} s",
                 error_class="timeout",
                 retry_after=None,
             )
@@ -191,22 +196,56 @@ class Sender:
         duration_ms = int((time.monotonic() - start) * 1000)
         return Attempt(outcome, started_at, duration_ms, excerpt)
 
-    async def _send_httpx(self, job: Job) -> tuple[int, Mapping[str, str], bytes]:
-        client = self._clients[job.id % len(self._clients)]
-        request = client.build_request(
-            job.method, job.url, content=job.body, headers=self.request_headers(job)
+
+class HttpxClient:
+    """:class:`HttpClient` over httpx: one ``AsyncClient`` per transport, taken in
+    turn (see :data:`TASKS_PER_CLIENT`). Redirects are never followed, the
+    environment (proxies, netrc) is ignored, and a body is read only up to
+    ``config.max_response_bytes``.
+
+    :param owns_transports: close the transports with the clients (otherwise they
+        belong to the caller).
+    """
+
+    def __init__(
+        self,
+        transports: list[httpx.AsyncBaseTransport],
+        config: DispatcherConfig,
+        *,
+        owns_transports: bool = False,
+    ) -> None:
+        timeout = httpx.Timeout(
+            connect=config.connect_timeout,
+            read=config.request_timeout,
+            write=config.request_timeout,
+            pool=config.request_timeout,
         )
+        self._clients = [
+            httpx.AsyncClient(
+                transport=transport, timeout=timeout, follow_redirects=False, trust_env=False
+            )
+            for transport in transports
+        ]
+        self._turn = itertools.cycle(self._clients)
+        self._limit = config.max_response_bytes
+        self._owns_transports = owns_transports
+
+    async def request(
+        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        client = next(self._turn)
+        request = client.build_request(method, url, content=body, headers=headers)
         response = await client.send(request, stream=True)
         try:
-            body = await self._read_bounded(response)
+            data = await self._read_bounded(response)
         finally:
             await response.aclose()
-        return response.status_code, response.headers, body
+        return response.status_code, response.headers, data
 
     async def _read_bounded(self, response: httpx.Response) -> bytes:
-        """Read up to ``max_response_bytes`` of the body; the rest is never read
-        (closing the response then drops the connection instead of reusing it)."""
-        limit = self.config.max_response_bytes
+        """Read up to the bound; the rest is never read (closing the response then
+        drops the connection instead of reusing it)."""
+        limit = self._limit
         chunks: list[bytes] = []
         size = 0
         try:
@@ -220,6 +259,13 @@ class Sender:
             # httpx.MockTransport): the body is in memory, nothing to bound
             return response.content[:limit]
         return b"".join(chunks)[:limit]
+
+    async def aclose(self) -> None:
+        # a client closes its transport: clients over a caller's transport are
+        # left open, as they hold nothing the transport does not
+        if self._owns_transports:
+            for client in self._clients:
+                await client.aclose()
 
 
 class AiohttpClient:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from http import HTTPStatus
 from typing import Literal, assert_never
@@ -89,10 +89,11 @@ def classify_response(
     status: int,
     headers: Mapping[str, str],
     *,
-    now: datetime,
+    now: datetime | None = None,
     retry_statuses: frozenset[int] = DEFAULT_RETRY_STATUSES,
 ) -> Outcome:
-    """Classify a response by status.
+    """Classify a response by status (``now``, default the current time, dates an
+    HTTP-date ``Retry-After``).
 
     2xx succeed; 5xx and ``retry_statuses`` retry, carrying any ``Retry-After``; 410 is
     gone; 3xx (never followed) and every other status fail permanently. A status listed
@@ -101,7 +102,9 @@ def classify_response(
     if 200 <= status <= 299:
         return Outcome(Verdict.SUCCEEDED, status, None, None, None)
     if status in retry_statuses or 500 <= status <= 599:
-        retry_after = parse_retry_after(_header(headers, "retry-after"), now=now)
+        retry_after = parse_retry_after(
+            _header(headers, "retry-after"), now=now or datetime.now(UTC)
+        )
         return Outcome(Verdict.RETRY, status, _status_text(status), f"http_{status}", retry_after)
     if 300 <= status <= 399:
         return Outcome(

@@ -3,12 +3,16 @@
 One process runs up to ``concurrency`` deliveries at once on one asyncio loop:
 
 - the **claimer** claims up to the free capacity in one statement (committed
-  before any HTTP work) and starts a delivery task per message;
+  before any HTTP work) and starts a delivery task per message; capacity is
+  ``concurrency`` requests in flight, and at most as many again whose outcome
+  awaits its write (so claiming overlaps the writing of outcomes);
 - the **heartbeat** renews every lease the process holds in one statement per
   ``lease / 3``; a lease missing from the result is lost: its delivery is
   cancelled and its outcome dropped;
-- the **flusher** writes outcomes in batches, each fenced by owner and attempt;
-  a slot stays taken (and its lease renewed) until its outcome is written;
+- the **flusher** writes outcomes in batches, each fenced by owner and attempt:
+  it lets a batch gather (half the concurrency, or ``flush_interval``, or until
+  no request is left in flight) and a message stays held (its lease renewed)
+  until its outcome is written;
 - the **rescuer** returns expired leases of dead dispatchers to ``ready``;
 - the **listener** turns ``NOTIFY`` into an immediate claim; polling every
   ``poll_interval`` is the fallback.
@@ -38,7 +42,7 @@ from psycopg import sql
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Job, Store, is_transient
-from dispatchers.http import Attempt, Sender
+from dispatchers.http import Attempt, HttpClient, Sender
 from dispatchers.log import EventLog
 from dispatchers.metrics import Metrics, serve
 from dispatchers.outcome import decide
@@ -97,6 +101,8 @@ class Dispatcher:
     :param config: settings (validated on construction).
     :param transport: an httpx transport to send with, instead of the default
         SSRF-guarded one.
+    :param client: an :class:`~dispatchers.http.HttpClient` to send with instead
+        (neither is closed by the dispatcher).
     :param log: where events go (default: JSON lines on stdout).
     """
 
@@ -106,6 +112,7 @@ class Dispatcher:
         config: DispatcherConfig | None = None,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        client: HttpClient | None = None,
         log: EventLog | None = None,
         owner: str | None = None,
     ) -> None:
@@ -119,13 +126,16 @@ class Dispatcher:
         self.metrics_server: asyncio.Server | None = None
         # Built here, opened by run(): a Dispatcher runs once.
         self._store = Store(conninfo, self.config)
-        self._sender = Sender(self.config, transport=transport)
+        self._sender = Sender(self.config, transport=transport, client=client)
         self._inflight: dict[int, _Flight] = {}
+        self._sending = 0  # flights whose request is not finished
         self._pending: dict[int, Completion] = {}
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._capacity = asyncio.Event()
         self._pending_ready = asyncio.Event()
+        self._flush_now = asyncio.Event()
+        self._flush_min = max(1, self.config.concurrency // 2)
         self._write_lock = asyncio.Lock()
         self._flush_lock = asyncio.Lock()
         self._shutting_down = False
@@ -190,13 +200,18 @@ class Dispatcher:
 
     async def _claim_loop(self, *, drain: bool) -> None:
         config = self.config
-        low_water = max(1, min(config.batch_size, config.concurrency) // 4)
+        low_water = max(1, min(config.batch_size, config.concurrency) // 2)
+        held_limit = 2 * config.concurrency
         backoff = _Backoff()
         while not self._stop.is_set():
-            free = config.concurrency - len(self._inflight)
+            # Requests in flight are bounded by the concurrency; the messages held
+            # (sending, or waiting for their outcome write) by twice that.
+            free = min(config.concurrency - self._sending, held_limit - len(self._inflight))
             if free <= 0 or (free < low_water and self._inflight):
                 # Wait for capacity rather than claiming a handful at a time.
                 self._capacity.clear()
+                if len(self._inflight) >= held_limit:
+                    self._flush_now.set()  # held outcomes are what blocks: write them
                 await self._wait(
                     self._capacity, seconds=config.flush_interval if free > 0 else None
                 )
@@ -244,6 +259,7 @@ class Dispatcher:
             self._lose(job.id, stale.job.attempts, "claimed again")
         flight = _Flight(job)
         self._inflight[job.id] = flight
+        self._sending += 1
         self.stats.claimed += 1
         if self.log.enabled("claimed"):
             self.log.event("claimed", message_id=job.id, attempt=job.attempts)
@@ -261,6 +277,15 @@ class Dispatcher:
     # -- delivering ------------------------------------------------------------
 
     async def _deliver(self, flight: _Flight) -> None:
+        try:
+            await self._attempt(flight)
+        finally:
+            self._sending -= 1
+            self._capacity.set()
+            if not self._sending:
+                self._flush_now.set()  # nothing more is coming soon: write what is here
+
+    async def _attempt(self, flight: _Flight) -> None:
         job = flight.job
         started_at = datetime.now(UTC)
         start = time.monotonic()
@@ -335,13 +360,19 @@ class Dispatcher:
     def _queue(self, completion: Completion) -> None:
         self._pending[completion.id] = completion
         self._pending_ready.set()
+        if len(self._pending) >= self._flush_min:
+            self._flush_now.set()
 
     # -- recording outcomes ----------------------------------------------------
 
     async def _flush_loop(self) -> None:
         while True:
             await self._pending_ready.wait()
+            if not self._flush_now.is_set():
+                # Let a batch gather: fewer, larger statements.
+                await self._wait(self._flush_now, seconds=self.config.flush_interval)
             self._pending_ready.clear()
+            self._flush_now.clear()
             try:
                 await self._flush_pending()
             except Exception as exc:  # never let the flusher die: outcomes stay pending
@@ -369,12 +400,13 @@ class Dispatcher:
                     self.log.event("endpoint_disabled", endpoint_id=endpoint_id, reason=reason)
                 # Settle the books before the heartbeat can look at them again.
                 self.stats.flushes += 1
+                now = datetime.now(UTC)
                 for completion in batch:
                     if self._pending.get(completion.id) is completion:
                         del self._pending[completion.id]
                     flight = self._settle(completion)
                     if completion.id in applied:
-                        self._log_outcome(completion, flight)
+                        self._log_outcome(completion, flight, now)
                     elif flight is not None:  # a flight gone already was logged as lost
                         self._log_lost(completion.id, completion.attempt, "outcome fenced out")
             self._capacity.set()
@@ -424,28 +456,28 @@ class Dispatcher:
             "message will be delivered again",
         )
 
-    def _log_outcome(self, c: Completion, flight: _Flight | None) -> None:
-        job_host = urlsplit(flight.job.url).hostname if flight else None
+    def _log_outcome(self, c: Completion, flight: _Flight | None, now: datetime) -> None:
         metrics = self.metrics
         metrics.deliveries.labels(c.outcome).inc()
         if c.duration_ms is not None:
             metrics.attempt_seconds.observe(c.duration_ms / 1000)
         if c.state == "succeeded" and flight is not None:
-            waited = datetime.now(UTC) - flight.job.created_at
-            metrics.commit_to_delivery_seconds.observe(max(0.0, waited.total_seconds()))
+            waited = (now - flight.job.created_at).total_seconds()
+            metrics.commit_to_delivery_seconds.observe(max(0.0, waited))
         if c.outcome == "released":
             self.stats.released += 1
             self.log.event("released", message_id=c.id, attempt=c.attempt, sent=c.sent)
         elif c.state == "succeeded":
             self.stats.delivered += 1
-            self.log.event(
-                "delivered",
-                message_id=c.id,
-                attempt=c.attempt,
-                status=c.status,
-                ms=c.duration_ms,
-                host=job_host,
-            )
+            if self.log.enabled("delivered"):
+                self.log.event(
+                    "delivered",
+                    message_id=c.id,
+                    attempt=c.attempt,
+                    status=c.status,
+                    ms=c.duration_ms,
+                    host=_host(flight),
+                )
         elif c.state == "ready":
             self.stats.retried += 1
             self.log.event(
@@ -455,7 +487,7 @@ class Dispatcher:
                 status=c.status,
                 error_class=c.error_class,
                 delay_s=round(c.delay, 3),
-                host=job_host,
+                host=_host(flight),
             )
         else:
             self.stats.dead += 1
@@ -466,7 +498,7 @@ class Dispatcher:
                 status=c.status,
                 error_class=c.error_class,
                 error=c.error,
-                host=job_host,
+                host=_host(flight),
             )
 
     def _log_lost(self, message_id: int, attempt: int, reason: str) -> None:
@@ -633,6 +665,11 @@ class Dispatcher:
             transient=True,
             retry=state.attempt_number,
         )
+
+
+def _host(flight: _Flight | None) -> str | None:
+    """The host a flight's message went to, for logs (never the path or query)."""
+    return urlsplit(flight.job.url).hostname if flight else None
 
 
 def run_dispatcher(

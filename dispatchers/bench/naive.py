@@ -55,13 +55,15 @@ async def run_naive(
     workers: int = WORKERS,
     pool_size: int = POOL_SIZE,
     transport: httpx.AsyncBaseTransport | None = None,
+    http: bool = True,
     stats: NaiveStats | None = None,
 ) -> NaiveStats:
     """Drain every due message of ``schema`` the naive way; return the counts.
 
-    :param transport: an httpx transport for the shared client (for example a
-        ``MockTransport`` answering 200, to time the queue alone); by default the
+    :param transport: an httpx transport for the shared client; by default the
         client's own, sending to the messages' URLs.
+    :param http: False to send nothing and count every message as answered 200,
+        to time the queue alone (as drain-noop does for ours).
     :param stats: counters to update as it goes (so a caller that cancels the
         drain still knows how far it got).
     """
@@ -103,19 +105,22 @@ async def run_naive(
             start = time.monotonic()
             status: int | None = None
             error: str | None = None
-            try:
-                response = await client.request(
-                    method,
-                    target,
-                    content=body,
-                    headers={
-                        "Content-Type": content_type,
-                        "Idempotency-Key": idempotency_header(key, "structured"),
-                    },
-                )
-                status = response.status_code
-            except httpx.HTTPError as exc:
-                error = type(exc).__name__
+            if not http:
+                status = 200
+            else:
+                try:
+                    response = await client.request(
+                        method,
+                        target,
+                        content=body,
+                        headers={
+                            "Content-Type": content_type,
+                            "Idempotency-Key": idempotency_header(key, "structured"),
+                        },
+                    )
+                    status = response.status_code
+                except httpx.HTTPError as exc:
+                    error = type(exc).__name__
             duration_ms = int((time.monotonic() - start) * 1000)
             async with pool.connection() as conn:
                 stats.round_trips += 1

@@ -4,8 +4,8 @@ schema that is dropped afterwards, all traffic to 127.0.0.1.
 - ``drain-http``: a backlog of ``messages`` delivered to the fast receiver (its own
   process): messages per second, CPU microseconds per message of PostgreSQL, the
   dispatcher and the receiver, and database round trips per message.
-- ``drain-noop``: the same with an httpx transport that answers 200 without a
-  network, so only the queue machinery is timed.
+- ``drain-noop``: the same with an HTTP client that answers 200 without a network
+  (:class:`NoopClient`), so only the queue machinery is timed.
 - ``latency``: a steady offered load, enqueued by another process one message per
   committed transaction, with a dispatcher running (LISTEN on): percentiles of the
   time from commit to the receiver seeing the request.
@@ -26,13 +26,12 @@ import multiprocessing
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
-import httpx
 from psycopg import sql
 
 from dispatchers.bench import Settings
@@ -116,11 +115,21 @@ def _per_msg_us(seconds: float | None, delivered: int) -> float | None:
     return None if seconds is None or not delivered else seconds * 1e6 / delivered
 
 
-def noop_transport() -> httpx.MockTransport:
-    """Answers 200 to every request without a network. The response is a stream:
-    the Sender reads bodies with ``aiter_raw``, which raises ``StreamConsumed`` on a
-    plain ``httpx.Response(200)`` (its empty content counts as already read)."""
-    return httpx.MockTransport(lambda request: httpx.Response(200, stream=httpx.ByteStream(b"")))
+class NoopClient:
+    """An :class:`~dispatchers.http.HttpClient` that answers 200 to every request
+    without a network, and counts the requests."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def request(
+        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        self.requests += 1
+        return 200, {}, b""
+
+    async def aclose(self) -> None:
+        return None
 
 
 def analyze(url: str, schema: str) -> None:
@@ -135,9 +144,7 @@ def analyze(url: str, schema: str) -> None:
 # -- drains -------------------------------------------------------------------------
 
 
-async def _drain_ours(
-    bench: Bench, schema: str, transport: httpx.AsyncBaseTransport | None
-) -> dict[str, Any]:
+async def _drain_ours(bench: Bench, schema: str, http: bool) -> dict[str, Any]:
     s = bench.settings
     config = DispatcherConfig(
         schema=schema,
@@ -146,7 +153,8 @@ async def _drain_ours(
         allow_private_networks=True,
         http_client=s.http_client or DispatcherConfig.http_client,
     )
-    dispatcher = Dispatcher(bench.db.url, config, transport=transport, log=NullLog())
+    client = None if http else NoopClient()
+    dispatcher = Dispatcher(bench.db.url, config, client=client, log=NullLog())
     timed_out = False
     try:
         async with asyncio.timeout(s.drain_timeout):
@@ -167,17 +175,13 @@ async def _drain_ours(
     }
 
 
-async def _drain_naive(
-    bench: Bench, schema: str, transport: httpx.AsyncBaseTransport | None
-) -> dict[str, Any]:
+async def _drain_naive(bench: Bench, schema: str, http: bool) -> dict[str, Any]:
     s = bench.settings
     stats = NaiveStats()
     timed_out = False
     try:
         async with asyncio.timeout(s.drain_timeout):
-            await run_naive(
-                bench.db.url, schema, workers=s.naive_workers, transport=transport, stats=stats
-            )
+            await run_naive(bench.db.url, schema, workers=s.naive_workers, http=http, stats=stats)
     except TimeoutError:
         timed_out = True
     return {
@@ -227,14 +231,13 @@ def drain_in(
     with connect(url, autocommit=True) as conn:  # fresh planner statistics, as in production
         conn.execute(sql.SQL("ANALYZE {}.messages").format(sql.Identifier(schema)))
 
-    transport = None if http else noop_transport()
     before = receiver.counts() if receiver else None
     receiver_clock = CpuClock(receiver.pid) if receiver else None
     rcpu0 = receiver_clock.read() if receiver_clock else None
     pgcpu0 = bench.pg_clock.read() if bench.pg_clock else None
     cpu0, wall0 = time.process_time(), time.perf_counter()
     drain = _drain_ours if design == "outbox" else _drain_naive
-    figures = asyncio.run(drain(bench, schema, transport))
+    figures = asyncio.run(drain(bench, schema, http))
     seconds = time.perf_counter() - wall0
     own_cpu = time.process_time() - cpu0
     pg_cpu = _delta(bench.pg_clock.read() if bench.pg_clock else None, pgcpu0)

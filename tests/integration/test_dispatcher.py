@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
@@ -273,6 +274,39 @@ async def test_dead_message_does_not_block_its_ordering_key(db: Db, receiver: Re
     await drain(db, config())
     assert db.query("SELECT id, state FROM outbox.messages") == [(first, "dead")]
     assert db.query("SELECT id FROM outbox.delivered") == [(second,)]
+
+
+async def test_requests_in_flight_never_exceed_the_concurrency(
+    db: Db, receiver: Receiver
+) -> None:
+    # Outcomes waiting for their write no longer hold a request slot, so claiming
+    # overlaps the writes; the number of requests open at once must still stay
+    # within --concurrency, and reach it. The transport allows many connections,
+    # so the bound measured is the dispatcher's own.
+    lock = threading.Lock()
+    active = peak = 0
+
+    def respond(req: Received) -> Reply:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.02)
+        with lock:
+            active -= 1
+        return Reply()
+
+    receiver.responder = respond
+    for i in range(60):
+        db.enqueue(receiver.url, f"cap-{i}")
+    transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=100))
+    try:
+        dispatcher = await drain(db, config(concurrency=4, batch_size=4), transport=transport)
+    finally:
+        await transport.aclose()
+    assert dispatcher.stats.delivered == 60
+    assert len(receiver.requests) == 60
+    assert peak == 4
 
 
 async def test_claim_respects_ordering_and_batch_limit(db: Db) -> None:
