@@ -139,7 +139,6 @@ class Outbox:
     def _enqueue_plan(self, message: NewMessage) -> Plan[int]:
         """Insert ``message`` unless its key exists for its target; return the id."""
         params = message.params()
-        params["channel"] = self.queries.channel
         insert = self.queries["enqueue_notify" if self.notify else "enqueue"]
         rows = yield insert, params
         if rows:
@@ -212,7 +211,6 @@ class Outbox:
             "body": body,
             "ordering_key": check_optional_key(ordering_key, "ordering_key"),
             "max_attempts": self.webhook_max_attempts,
-            "channel": self.queries.channel,
         }
 
     def _publish_plan(self, params: dict[str, Any]) -> Plan[list[int]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -38,6 +38,13 @@ class Statement:
 
     name: str
     text: str
+    #: the text as psycopg is given it: encoded once here, where psycopg would
+    #: encode a ``str`` on every execution. Plain ASCII (so the same bytes in every
+    #: client encoding), which loading checks.
+    query: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "query", self.text.encode("ascii"))
 
     @functools.cached_property
     def sqlalchemy(self) -> Any:

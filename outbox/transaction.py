@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Generator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
+from psycopg.pq import ExecStatus
+from psycopg.rows import tuple_row
 
 from outbox.queries import Statement
+
+if TYPE_CHECKING:
+    from psycopg.pq.abc import PGresult
 
 T = TypeVar("T")
 Row = Sequence[Any]
@@ -23,6 +28,7 @@ Plan = Generator[tuple[Statement, dict[str, Any]], list[Row], T]
 
 SYNC_KINDS = "a SQLAlchemy Session or Connection, or a psycopg Connection"
 ASYNC_KINDS = "a SQLAlchemy AsyncSession or AsyncConnection, or a psycopg AsyncConnection"
+TUPLES_OK = ExecStatus.TUPLES_OK
 
 
 def _sqlalchemy_kind(tx: object) -> str | None:
@@ -41,11 +47,18 @@ def _sqlalchemy_kind(tx: object) -> str | None:
     return None
 
 
+def _rows(result: PGresult | None) -> bool:
+    """Whether a statement's result has rows to fetch. Cheaper than the cursor's
+    ``description``, which builds a Column object per column."""
+    return result is not None and result.status == TUPLES_OK
+
+
 def _execute_sync(tx: object, statement: Statement, params: dict[str, Any]) -> list[Row]:
     if isinstance(tx, psycopg.Connection):
-        with tx.cursor() as cur:
-            cur.execute(statement.text, params)
-            return list(cur.fetchall()) if cur.description else []
+        # tuples whatever row factory the application gave its connection
+        with tx.cursor(row_factory=tuple_row) as cur:
+            cur.execute(statement.query, params)
+            return cur.fetchall() if _rows(cur.pgresult) else []
     kind = _sqlalchemy_kind(tx)
     if kind == "sync":
         result = tx.execute(statement.sqlalchemy, params)  # type: ignore[attr-defined]
@@ -57,9 +70,9 @@ def _execute_sync(tx: object, statement: Statement, params: dict[str, Any]) -> l
 
 async def _execute_async(tx: object, statement: Statement, params: dict[str, Any]) -> list[Row]:
     if isinstance(tx, psycopg.AsyncConnection):
-        async with tx.cursor() as cur:
-            await cur.execute(statement.text, params)
-            return list(await cur.fetchall()) if cur.description else []
+        async with tx.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(statement.query, params)
+            return await cur.fetchall() if _rows(cur.pgresult) else []
     kind = _sqlalchemy_kind(tx)
     if kind == "async":
         result = await tx.execute(statement.sqlalchemy, params)  # type: ignore[attr-defined]

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
 from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -130,6 +131,20 @@ async def test_same_key_and_url_in_a_later_transaction_returns_the_first_id(
     assert third == first
     assert message_ids(observer) == [first]
     assert count(observer, "message_keys") == 1
+
+
+async def test_psycopg_connections_with_a_dict_row_factory_work(database_url: str) -> None:
+    # The application's row factory is its own: enqueue and publish read tuples.
+    box = Outbox()
+    with psycopg.connect(database_url, row_factory=dict_row) as conn:
+        first = box.enqueue(conn, url=URL, idempotency_key="rf-1", json={})
+        again = box.enqueue(conn, url=URL, idempotency_key="rf-1", json={})
+        assert box.publish(conn, "order.paid", {}) == []
+    async with await psycopg.AsyncConnection.connect(database_url, row_factory=dict_row) as aconn:
+        other = await box.enqueue_async(aconn, url=URL, idempotency_key="rf-2", json={})
+        same = await box.enqueue_async(aconn, url=URL, idempotency_key="rf-2", json={})
+    assert again == first
+    assert same == other != first
 
 
 async def test_same_key_for_another_url_is_another_message(tx: Tx, observer: Observer) -> None:
