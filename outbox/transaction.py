@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import psycopg
 from psycopg.pq import ExecStatus
@@ -58,7 +58,7 @@ def _execute_sync(tx: object, statement: Statement, params: dict[str, Any]) -> l
         # tuples whatever row factory the application gave its connection
         with tx.cursor(row_factory=tuple_row) as cur:
             cur.execute(statement.query, params)
-            return cur.fetchall() if _rows(cur.pgresult) else []
+            return cast(list[Row], cur.fetchall()) if _rows(cur.pgresult) else []
     kind = _sqlalchemy_kind(tx)
     if kind == "sync":
         result = tx.execute(statement.sqlalchemy, params)  # type: ignore[attr-defined]
@@ -72,7 +72,7 @@ async def _execute_async(tx: object, statement: Statement, params: dict[str, Any
     if isinstance(tx, psycopg.AsyncConnection):
         async with tx.cursor(row_factory=tuple_row) as cur:
             await cur.execute(statement.query, params)
-            return await cur.fetchall() if _rows(cur.pgresult) else []
+            return cast(list[Row], await cur.fetchall()) if _rows(cur.pgresult) else []
     kind = _sqlalchemy_kind(tx)
     if kind == "async":
         result = await tx.execute(statement.sqlalchemy, params)  # type: ignore[attr-defined]
