@@ -10,9 +10,9 @@ One process runs up to ``concurrency`` deliveries at once on one asyncio loop:
   ``lease / 3``; a lease missing from the result is lost: its delivery is
   cancelled and its outcome dropped;
 - the **flusher** writes outcomes in batches, each fenced by owner and attempt:
-  it lets a batch gather (half the concurrency, or ``flush_interval``, or until
-  no request is left in flight) and a message stays held (its lease renewed)
-  until its outcome is written;
+  it lets a batch gather (until half the concurrency is waiting, or for
+  ``flush_interval``) and a message stays held (its lease renewed) until its
+  outcome is written;
 - the **rescuer** returns expired leases of dead dispatchers to ``ready``;
 - the **listener** turns ``NOTIFY`` into an immediate claim; polling every
   ``poll_interval`` is the fallback.
@@ -282,8 +282,6 @@ class Dispatcher:
         finally:
             self._sending -= 1
             self._capacity.set()
-            if not self._sending:
-                self._flush_now.set()  # nothing more is coming soon: write what is here
 
     async def _attempt(self, flight: _Flight) -> None:
         job = flight.job
