@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +31,10 @@ from outbox.queries import Statement, queries_for
 _TRANSIENT_CLASSES = ("08", "53", "40", "57P")
 _TRANSIENT_CODES = frozenset({"57014", "55P03", "58000", "58030"})
 
+
+CAPPED_RECHECK = 60.0
+"""Seconds a dispatcher that met a capped endpoint claims with the slots before it
+tries the cheaper claim of an outbox without caps again."""
 
 _TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idle_timeout")
 _SET_TIMEOUTS = (
@@ -148,6 +153,7 @@ class Store:
             f"{int(config.idle_in_transaction_timeout * 1000)}ms",
         )
         self._claim_timeouts = (f"{int(config.claim_timeout * 1000)}ms", *self._timeouts[1:])
+        self._capped_until = 0.0  # claim with the slots until then (see claim)
         self._bounds: dict[tuple[str, ...], float] = {
             self._timeouts: answer_bound(config.statement_timeout),
             self._claim_timeouts: answer_bound(config.claim_timeout),
@@ -224,12 +230,48 @@ class Store:
                 await conn.close()
             return rows
 
-    async def claim(self, owner: str, limit: int) -> list[Job]:
-        rows = await self._run(
-            self.queries["claim"],
+    def claim_statement(
+        self, owner: str, limit: int, *, capped: bool
+    ) -> tuple[Statement, dict[str, Any]]:
+        """The claim statement and its parameters: ``claim`` if some endpoint may
+        have a concurrency cap, else the cheaper ``claim_uncapped``."""
+        return (
+            self.queries["claim" if capped else "claim_uncapped"],
             {"owner": owner, "limit": limit, "lease_s": self.config.lease},
-            timeouts=self._claim_timeouts,
         )
+
+    async def claim(self, owner: str, limit: int) -> list[Job]:
+        """Claim up to ``limit`` due messages.
+
+        ``claim_uncapped`` first, which passes over the messages of endpoints
+        with a concurrency cap and says whether there are such endpoints; if so,
+        the rest is claimed with ``claim`` (which takes their slots), and so is
+        every claim for :data:`CAPPED_RECHECK` seconds.
+        """
+        rows: list[TupleRow] = []
+        if time.monotonic() >= self._capped_until:
+            rows = await self._run(
+                *self.claim_statement(owner, limit, capped=False), timeouts=self._claim_timeouts
+            )
+            claimed = [r for r in rows if r[0] is not None]
+            if len(claimed) == len(rows):
+                return self._jobs(rows)
+            self._capped_until = time.monotonic() + CAPPED_RECHECK
+            rows = claimed
+        if len(rows) < limit:
+            try:
+                rows += await self._run(
+                    *self.claim_statement(owner, limit - len(rows), capped=True),
+                    timeouts=self._claim_timeouts,
+                )
+            except Exception:
+                if not rows:
+                    raise
+                # The messages claimed already are held: hand them out now; the
+                # next claim meets the error again if it persists.
+        return self._jobs(rows)
+
+    def _jobs(self, rows: list[TupleRow]) -> list[Job]:
         return [
             Job(
                 id=r[0],
@@ -263,12 +305,30 @@ class Store:
         )
         return {r[0] for r in rows}
 
-    async def complete(
+    def complete_statement(
         self, owner: str, batch: Sequence[Completion]
-    ) -> tuple[set[int], dict[int, str]]:
-        """Record a batch of outcomes; return the ids whose outcome was applied and
-        the endpoints that are now disabled (410 Gone, or failing too long)."""
-        rows = await self._run(
+    ) -> tuple[Statement, dict[str, Any]]:
+        """The statement that records ``batch``, and its parameters: the cheaper
+        ``complete_succeeded`` when every outcome is a sent success, else
+        ``complete``."""
+        if all(c.state == "succeeded" and c.sent for c in batch):
+            return (
+                self.queries["complete_succeeded"],
+                {
+                    "owner": owner,
+                    "ids": [c.id for c in batch],
+                    "endpoint_ids": [c.endpoint_id for c in batch],
+                    "attempts": [c.attempt for c in batch],
+                    "statuses": [c.status for c in batch],
+                    "outcomes": [c.outcome for c in batch],
+                    "error_classes": [c.error_class for c in batch],
+                    "errors": [c.error for c in batch],
+                    "started": [c.started_at for c in batch],
+                    "durations": [c.duration_ms for c in batch],
+                    "excerpts": [c.excerpt for c in batch],
+                },
+            )
+        return (
             self.queries["complete"],
             {
                 "owner": owner,
@@ -288,6 +348,13 @@ class Store:
                 "excerpts": [c.excerpt for c in batch],
             },
         )
+
+    async def complete(
+        self, owner: str, batch: Sequence[Completion]
+    ) -> tuple[set[int], dict[int, str]]:
+        """Record a batch of outcomes; return the ids whose outcome was applied and
+        the endpoints that are now disabled (410 Gone, or failing too long)."""
+        rows = await self._run(*self.complete_statement(owner, batch))
         applied = {r[0] for r in rows if r[0] is not None}
         disabled = {r[1]: r[2] for r in rows if r[1] is not None}
         return applied, disabled

@@ -102,27 +102,87 @@ WITH candidates AS (
     WHERE s.endpoint_id = numbered_slots.endpoint_id AND s.slot = numbered_slots.slot
     RETURNING s.message_id
 ), claimable AS (
-    SELECT id, endpoint_id FROM candidates WHERE id NOT IN (SELECT id FROM capped)
+    SELECT id FROM candidates WHERE id NOT IN (SELECT id FROM capped)
     UNION ALL
-    SELECT candidates.id, candidates.endpoint_id
-    FROM granted JOIN candidates ON candidates.id = granted.message_id
+    SELECT message_id FROM granted
+), claimed AS (
+    -- by primary key, from an array: joined to the CTE instead, the planner
+    -- may hash the whole table to find a batch of rows
+    UPDATE {schema}.messages AS m
+    SET state = 'running',
+        lease_owner = %(owner)s,
+        lease_until = now() + make_interval(secs => %(lease_s)s),
+        attempts = m.attempts + 1
+    WHERE m.id = ANY (ARRAY(SELECT id FROM claimable))
+    RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
+              m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
+              m.retry_base, m.available_at
 )
-UPDATE {schema}.messages AS m
-SET state = 'running',
-    lease_owner = %(owner)s,
-    lease_until = now() + make_interval(secs => %(lease_s)s),
-    attempts = m.attempts + 1
-FROM claimable
-LEFT JOIN {schema}.endpoints AS e ON e.id = claimable.endpoint_id
-WHERE m.id = claimable.id
-RETURNING m.id, m.idempotency_key, COALESCE(m.url, e.url),
-          m.method, m.headers, m.body, m.content_type, m.attempts, m.max_attempts,
-          m.endpoint_id, m.event_type, m.created_at, m.retry_base,
-          -- the signing secrets still in force (several during a rotation)
-          ARRAY(SELECT s.value ->> 'secret'
-                FROM jsonb_array_elements(e.secrets) AS s
-                WHERE s.value ->> 'expires_at' IS NULL
-                   OR CAST(s.value ->> 'expires_at' AS timestamptz) > now())
+SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url),
+       c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
+       c.endpoint_id, c.event_type, c.created_at, c.retry_base,
+       -- the signing secrets still in force (several during a rotation)
+       ARRAY(SELECT s.value ->> 'secret'
+             FROM jsonb_array_elements(e.secrets) AS s
+             WHERE s.value ->> 'expires_at' IS NULL
+                OR CAST(s.value ->> 'expires_at' AS timestamptz) > now())
+FROM claimed AS c
+LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
+ORDER BY c.available_at, c.id
+
+-- name: claim_uncapped
+-- "claim" for every message that needs no slot: no endpoint, or an endpoint
+-- without a concurrency cap (without caps, the common case, that is every
+-- message "claim" would take), in the same order, with the same result rows.
+-- Without the slot machinery it costs half as much to parse and plan (every
+-- statement is planned afresh: simple protocol, nothing prepared). When some
+-- endpoint has a cap, its messages are passed over and one more row, all NULL,
+-- says so: the caller then claims the rest with "claim".
+WITH candidates AS (
+    SELECT m.id
+    FROM {schema}.messages AS m
+    WHERE m.state = 'ready'
+      AND m.available_at <= now()
+      AND (m.endpoint_id IS NULL OR EXISTS (
+            SELECT 1 FROM {schema}.endpoints AS e
+            WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
+      AND (m.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1
+            FROM {schema}.messages AS earlier
+            WHERE earlier.ordering_key = m.ordering_key
+              AND earlier.id < m.id
+              AND earlier.state IN ('ready', 'running', 'paused')))
+    ORDER BY m.available_at, m.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), capped AS (
+    -- one row if some endpoint has a cap (its messages were passed over)
+    SELECT 1 FROM {schema}.endpoints WHERE max_concurrency IS NOT NULL LIMIT 1
+), claimed AS (
+    -- by primary key, as in "claim"
+    UPDATE {schema}.messages AS m
+    SET state = 'running',
+        lease_owner = %(owner)s,
+        lease_until = now() + make_interval(secs => %(lease_s)s),
+        attempts = m.attempts + 1
+    WHERE m.id = ANY (ARRAY(SELECT id FROM candidates))
+    RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
+              m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
+              m.retry_base, m.available_at
+)
+(SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url),
+        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
+        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
+        ARRAY(SELECT s.value ->> 'secret'
+              FROM jsonb_array_elements(e.secrets) AS s
+              WHERE s.value ->> 'expires_at' IS NULL
+                 OR CAST(s.value ->> 'expires_at' AS timestamptz) > now())
+ FROM claimed AS c
+ LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
+ ORDER BY c.available_at, c.id)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM capped
 
 -- name: renew
 -- One heartbeat for every lease a dispatcher holds. A row missing from the result
@@ -211,10 +271,14 @@ WITH outcome AS (
     FROM disabled
     WHERE m.endpoint_id = disabled.id AND m.state = 'ready'
 ), done AS (
+    -- One primary key lookup per outcome. The state is compared with a
+    -- sub-select, not a constant, so that the planner cannot walk the partial
+    -- lease index instead (every running row of every dispatcher, for each
+    -- outcome), as it does when its statistics say that nothing runs.
     DELETE FROM {schema}.messages AS m
     USING outcome AS o
     WHERE m.id = o.id AND m.attempts = o.attempt AND m.lease_owner = %(owner)s
-      AND m.state = 'running' AND o.state = 'succeeded'
+      AND m.state = (SELECT 'running') AND o.state = 'succeeded'
     RETURNING m.*, o.status AS final_status
 ), history AS (
     INSERT INTO {schema}.delivered (
@@ -250,7 +314,7 @@ WITH outcome AS (
                             THEN now() END
     FROM outcome AS o
     WHERE m.id = o.id AND m.attempts = o.attempt AND m.lease_owner = %(owner)s
-      AND m.state = 'running' AND o.state <> 'succeeded'
+      AND m.state = (SELECT 'running') AND o.state <> 'succeeded'  -- as in done
     RETURNING m.id
 ), applied AS (
     SELECT id FROM done
@@ -274,6 +338,75 @@ WITH outcome AS (
 SELECT id, NULL AS disabled_endpoint, NULL AS reason FROM applied
 UNION ALL
 SELECT NULL, id, disabled_reason FROM endpoint_update WHERE newly_disabled
+
+-- name: complete_succeeded
+-- "complete" for the common batch, every outcome a sent success: no retry to
+-- schedule, no message to kill, no endpoint to disable. It writes what
+-- "complete" writes for such a batch, fenced the same way, with the same result
+-- rows, and costs half as much to parse and plan (every statement is planned
+-- afresh: simple protocol, nothing prepared).
+WITH done AS (
+    DELETE FROM {schema}.messages AS m
+    USING unnest(
+        CAST(%(ids)s AS bigint[]),
+        CAST(%(attempts)s AS integer[]),
+        CAST(%(statuses)s AS integer[]),
+        CAST(%(outcomes)s AS text[]),
+        CAST(%(error_classes)s AS text[]),
+        CAST(%(errors)s AS text[]),
+        CAST(%(started)s AS timestamptz[]),
+        CAST(%(durations)s AS integer[]),
+        CAST(%(excerpts)s AS text[])
+    ) AS o(id, attempt, status, outcome, error_class, error, started_at, duration_ms, excerpt)
+    -- one primary key lookup per outcome, as in "complete"
+    WHERE m.id = o.id AND m.attempts = o.attempt AND m.lease_owner = %(owner)s
+      AND m.state = (SELECT 'running')
+    RETURNING m.*, o.status AS final_status, o.outcome, o.error_class, o.error,
+              o.started_at, o.duration_ms, o.excerpt
+), history AS (
+    INSERT INTO {schema}.delivered (
+        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        content_type, event_type, ordering_key, attempts, max_attempts, last_status,
+        created_at, completed_at
+    )
+    SELECT id, idempotency_key, target, endpoint_id, url, method, headers, body,
+           content_type, event_type, ordering_key, attempts, max_attempts, final_status,
+           created_at, now()
+    FROM done
+), recorded AS (
+    INSERT INTO {schema}.attempts (
+        message_id, attempt, owner, started_at, duration_ms, status, outcome,
+        error_class, error, response_excerpt
+    )
+    SELECT id, attempts, %(owner)s, started_at, duration_ms, final_status, outcome,
+           error_class, error, excerpt
+    FROM done
+), endpoint_update AS (
+    -- A success clears its endpoint's failure streak; a disabled endpoint stays
+    -- disabled. Skipped on a healthy endpoint, as in "complete".
+    UPDATE {schema}.endpoints AS e
+    SET failure_streak = 0,
+        failing_since = NULL,
+        last_success_at = now(),
+        disabled_reason = CASE WHEN NOT e.enabled THEN e.disabled_reason END,
+        disabled_at = CASE WHEN NOT e.enabled THEN e.disabled_at END,
+        updated_at = now()
+    WHERE e.id = ANY (CAST(%(endpoint_ids)s AS bigint[]))
+      AND (NOT e.enabled OR e.failure_streak > 0
+           OR e.last_success_at IS NULL OR e.last_success_at <= now() - interval '10 seconds')
+    RETURNING e.id, e.enabled
+), paused AS (
+    -- the waiting messages of an endpoint disabled meanwhile, as in "complete"
+    UPDATE {schema}.messages
+    SET state = 'paused'
+    WHERE endpoint_id = ANY (ARRAY(SELECT id FROM endpoint_update WHERE NOT enabled))
+      AND state = 'ready'
+), freed AS (
+    UPDATE {schema}.endpoint_slots
+    SET message_id = NULL
+    WHERE message_id = ANY (ARRAY(SELECT id FROM done WHERE endpoint_id IS NOT NULL))
+)
+SELECT id, NULL AS disabled_endpoint, NULL AS reason FROM done
 
 -- name: rescue
 -- Return messages whose lease expired (their dispatcher died, froze or lost the

@@ -1,0 +1,295 @@
+"""The cheaper claim and completion statements the Store picks for the common case,
+and the plans that keep every drain statement's cost proportional to its batch."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from dispatchers import db as dbmod
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import Completion, Job, Store
+from outbox import Outbox
+from outbox.endpoints import Endpoints
+from outbox.queries import queries_for
+
+URL = "https://example.com/hook"
+
+
+def query(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def enqueue(url: str, *keys: str) -> list[int]:
+    with psycopg.connect(url) as conn:
+        return [Outbox().enqueue(conn, url=URL, idempotency_key=k, json={"k": k}) for k in keys]
+
+
+def success(job: Job, **overrides: Any) -> Completion:
+    fields: dict[str, Any] = {
+        "id": job.id,
+        "attempt": job.attempts,
+        "state": "succeeded",
+        "outcome": "succeeded",
+        "sent": True,
+        "status": 200,
+        "started_at": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        "duration_ms": 7,
+        "excerpt": "ok",
+        "endpoint_id": job.endpoint_id,
+    }
+    fields.update(overrides)
+    return Completion(**fields)
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    s = Store(database_url, DispatcherConfig(lease=30.0))
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def plan(url: str, statement: str, params: dict[str, Any]) -> str:
+    with psycopg.connect(url) as conn:
+        text = psycopg.ClientCursor(conn).mogrify(statement, params)
+        return "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + text).fetchall())
+
+
+# -- completion ------------------------------------------------------------------
+
+
+async def test_lean_completion_writes_what_the_general_statement_writes(
+    database_url: str, store: Store
+) -> None:
+    lean_id, general_id = enqueue(database_url, "lean", "general")
+    jobs = {j.id: j for j in await store.claim("owner-a", 2)}
+    assert await store.complete("owner-a", [success(jobs[lean_id])]) == ({lean_id}, {})
+    # the same outcome through the general statement: a batch that also holds an
+    # outcome of no message at all (which changes nothing) does not qualify
+    nothing = Completion(id=-1, attempt=1, state="ready", outcome="released", sent=False)
+    batch = [success(jobs[general_id]), nothing]
+    assert store.complete_statement("owner-a", batch)[0] is store.queries["complete"]
+    assert await store.complete("owner-a", batch) == ({general_id}, {})
+
+    delivered = query(
+        database_url,
+        "SELECT id, target, endpoint_id, url, method, headers, body, content_type, event_type,"
+        " ordering_key, attempts, max_attempts, last_status, created_at IS NOT NULL,"
+        " completed_at IS NOT NULL FROM outbox.delivered ORDER BY id",
+    )
+    assert [d[0] for d in delivered] == [lean_id, general_id]
+    assert delivered[0][1:6] == delivered[1][1:6]
+    assert delivered[0][7:] == delivered[1][7:]
+    assert delivered[0][-5:-2] == (1, 12, 200)
+    attempts = query(
+        database_url,
+        "SELECT message_id, attempt, owner, started_at, duration_ms, status, outcome,"
+        " error_class, error, response_excerpt FROM outbox.attempts ORDER BY message_id",
+    )
+    assert [a[0] for a in attempts] == [lean_id, general_id]
+    assert attempts[0][1:] == attempts[1][1:]
+    assert attempts[0][1:] == (
+        1,
+        "owner-a",
+        datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        7,
+        200,
+        "succeeded",
+        None,
+        None,
+        "ok",
+    )
+    assert query(database_url, "SELECT count(*) FROM outbox.messages") == [(0,)]
+
+
+async def test_lean_completion_updates_endpoints_and_slots_as_the_general_one_does(
+    database_url: str, store: Store
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        endpoints = Endpoints()
+        a = endpoints.add(conn, url=URL + "/a", event_types=["a"], max_concurrency=1)
+        b = endpoints.add(conn, url=URL + "/b", event_types=["b"], max_concurrency=1)
+        ids = {
+            key: Outbox().publish(conn, key[0], {}, idempotency_key=key)[0]
+            for key in ("a1", "a2", "b1", "b2")
+        }
+    jobs = {j.id: j for j in await store.claim("owner-a", 10)}
+    assert set(jobs) == {ids["a1"], ids["b1"]}  # one each: the caps
+    # both failing for an hour, then disabled while a1 and b1 were in flight,
+    # in a way that left a2 and b2 waiting (ready)
+    query(
+        database_url,
+        "UPDATE outbox.endpoints SET failure_streak = 3,"
+        " failing_since = now() - interval '1 hour', enabled = false,"
+        " disabled_reason = 'by hand', disabled_at = now() - interval '1 minute'"
+        " RETURNING id",
+    )
+    lean = [success(jobs[ids["a1"]])]
+    assert store.complete_statement("owner-a", lean)[0] is store.queries["complete_succeeded"]
+    assert await store.complete("owner-a", lean) == ({ids["a1"]}, {})
+    nothing = Completion(id=-1, attempt=1, state="ready", outcome="released", sent=False)
+    general = [success(jobs[ids["b1"]]), nothing]
+    assert store.complete_statement("owner-a", general)[0] is store.queries["complete"]
+    assert await store.complete("owner-a", general) == ({ids["b1"]}, {})
+
+    rows = query(
+        database_url,
+        "SELECT id, failure_streak, failing_since, last_success_at > now() - interval '1 minute',"
+        " enabled, disabled_reason, disabled_at < now()"
+        " FROM outbox.endpoints ORDER BY id",
+    )
+    assert [r[0] for r in rows] == [a.id, b.id]
+    assert rows[0][1:] == rows[1][1:] == (0, None, True, False, "by hand", True)
+    assert query(database_url, "SELECT id, state FROM outbox.messages ORDER BY id") == [
+        (ids["a2"], "paused"),
+        (ids["b2"], "paused"),
+    ]
+    assert query(
+        database_url, "SELECT count(*) FROM outbox.endpoint_slots WHERE message_id IS NOT NULL"
+    ) == [(0,)]
+
+
+async def test_lean_completion_is_fenced_by_owner_attempt_and_state(
+    database_url: str, store: Store
+) -> None:
+    (mid,) = enqueue(database_url, "fenced")
+    (job,) = await store.claim("owner-a", 1)
+    assert await store.complete("owner-b", [success(job)]) == (set(), {})
+    assert await store.complete("owner-a", [success(job, attempt=job.attempts + 1)]) == (
+        set(),
+        {},
+    )
+    query(
+        database_url,
+        "UPDATE outbox.messages SET state = 'dead', lease_owner = NULL, lease_until = NULL"
+        " WHERE id = %s RETURNING id",
+        mid,
+    )
+    assert await store.complete("owner-a", [success(job)]) == (set(), {})
+    assert query(database_url, "SELECT count(*) FROM outbox.delivered") == [(0,)]
+    assert query(database_url, "SELECT count(*) FROM outbox.attempts") == [(0,)]
+    assert query(database_url, "SELECT state, attempts FROM outbox.messages") == [("dead", 1)]
+
+
+# -- claim -----------------------------------------------------------------------
+
+
+async def test_claim_without_capped_endpoints_takes_one_cheap_statement(
+    database_url: str, store: Store
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        endpoint = Endpoints().add(conn, url=URL, secret="whsec_" + "A" * 32)
+        (webhook,) = Outbox().publish(conn, "order.paid", {"n": 1}, idempotency_key="w")
+    (plain,) = enqueue(database_url, "plain")
+    before = store.round_trips
+    jobs = {j.id: j for j in await store.claim("owner-a", 10)}
+    assert store.round_trips == before + 1
+    assert set(jobs) == {webhook, plain}
+    assert (jobs[webhook].endpoint_id, jobs[webhook].url) == (endpoint.id, URL)
+    assert jobs[webhook].secrets == ("whsec_" + "A" * 32,)
+    assert (jobs[plain].endpoint_id, jobs[plain].secrets) == (None, ())
+
+
+async def test_claim_with_a_capped_endpoint_takes_the_slots(
+    database_url: str, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        endpoint = Endpoints().add(conn, url=URL, max_concurrency=1)
+        first, second = (
+            Outbox().publish(conn, "order.paid", {"n": i}, idempotency_key=f"c{i}")[0]
+            for i in range(2)
+        )
+    plain, plain_2 = enqueue(database_url, "p1", "p2")
+    monkeypatch.setattr(dbmod, "CAPPED_RECHECK", 0.0)  # try the cheap claim every time
+    before = store.round_trips
+    # the cheap claim passes the capped endpoint's messages over
+    assert sorted(j.id for j in await store.claim("owner-a", 2)) == [plain, plain_2]
+    assert store.round_trips == before + 1
+    # it claims nothing more and says that caps exist: "claim" takes the rest
+    assert [j.id for j in await store.claim("owner-a", 10)] == [first]
+    assert store.round_trips == before + 3
+    assert query(
+        database_url,
+        "SELECT message_id FROM outbox.endpoint_slots WHERE endpoint_id = %s",
+        endpoint.id,
+    ) == [(first,)]
+    assert await store.claim("owner-a", 10) == []  # the cap holds
+    assert store.round_trips == before + 5
+    # for CAPPED_RECHECK seconds after caps were seen, straight to "claim"
+    monkeypatch.setattr(dbmod, "CAPPED_RECHECK", 60.0)
+    assert await store.claim("owner-a", 10) == []
+    assert await store.claim("owner-a", 10) == []
+    assert store.round_trips == before + 8
+    assert query(database_url, "SELECT state FROM outbox.messages WHERE id = %s", second) == [
+        ("ready",)
+    ]
+
+
+# -- plans -----------------------------------------------------------------------
+
+
+def _many_messages(url: str, *, running: bool) -> None:
+    """20,000 ready messages, analyzed; then, if ``running``, all claimed by 50
+    owners without a new ANALYZE: the statistics say that nothing runs, as they
+    do after autovacuum analyzed an idle outbox."""
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO outbox.messages (idempotency_key, target, url, body, content_type,"
+            " max_attempts)"
+            " SELECT 'k' || g, 'https://example.com', 'https://example.com', '', 'text/plain', 5"
+            " FROM generate_series(1, 20000) AS g"
+        )
+        conn.execute("ANALYZE outbox.messages")
+        if running:
+            conn.execute(
+                "UPDATE outbox.messages SET state = 'running', attempts = 1,"
+                " lease_owner = 'owner-' || id % 50, lease_until = now() + interval '1 minute'"
+            )
+
+
+def test_uncapped_claim_walks_the_claimable_index_and_the_primary_key(
+    database_url: str,
+) -> None:
+    _many_messages(database_url, running=False)
+    text = plan(
+        database_url,
+        queries_for("outbox")["claim_uncapped"].text,
+        {"owner": "o", "limit": 100, "lease_s": 30.0},
+    )
+    assert "messages_claimable_idx" in text, text
+    assert "messages_pkey" in text, text
+    assert "Seq Scan on messages" not in text, text
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_completion_finds_its_rows_by_primary_key(database_url: str, lean: bool) -> None:
+    _many_messages(database_url, running=True)
+    store = Store(database_url, DispatcherConfig())
+    now = datetime.now(UTC)
+    batch = [
+        Completion(
+            id=i,
+            attempt=1,
+            state="succeeded" if lean else "ready",
+            outcome="succeeded" if lean else "retry",
+            sent=True,
+            status=200,
+            started_at=now,
+            duration_ms=3,
+        )
+        for i in range(1, 101)
+    ]
+    statement, params = store.complete_statement("owner-1", batch)
+    assert statement.name == ("complete_succeeded" if lean else "complete")
+    text = plan(database_url, statement.text, params)
+    assert "messages_pkey" in text, text
+    assert "messages_lease_idx" not in text, text
+    assert "Seq Scan on messages" not in text, text
