@@ -144,6 +144,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         grace=args.grace,
         poll_interval=args.poll_interval,
         listen=args.listen,
+        prepared_statements=args.prepared_statements,
         allow_private_networks=args.allow_private_networks,
         allow_networks=tuple(args.allow_network),
         idempotency_key_format=args.idempotency_key_format,
@@ -290,6 +291,14 @@ def add_dispatch_parser(sub: Any) -> None:
         action="store_false",
         help="do not LISTEN for enqueue notifications; poll only "
         "(needed behind PgBouncer in transaction mode)",
+    )
+    p.add_argument(
+        "--no-prepared-statements",
+        dest="prepared_statements",
+        action="store_false",
+        help="plan every statement at every execution instead of once per server "
+        "connection (prepared statements also work behind PgBouncer: a statement "
+        "missing on a server connection is prepared again)",
     )
     p.add_argument("--drain", action="store_true", help="exit 0 once no message is due or running")
     p.add_argument(

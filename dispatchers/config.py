@@ -26,6 +26,10 @@ class DispatcherConfig:
     ``http_client`` chooses the client that sends: ``"aiohttp"`` (the default: a
     quarter of httpx's CPU per request) or ``"httpx"``, both behind the SSRF guard
     (see :mod:`dispatchers.http`).
+    ``prepared_statements`` prepares the dispatcher's statements on each server
+    connection as needed (SQL ``PREPARE``, sent with the first execution), so they
+    are planned once per connection; a pooler that moves the dispatcher to another
+    server connection only costs a re-prepare.
     ``lease`` is renewed every ``lease / 3``. ``batch_size`` bounds one claim
     statement; a dispatcher claims at most its free capacity
     (``concurrency`` minus deliveries in flight or awaiting their outcome write).
@@ -42,6 +46,7 @@ class DispatcherConfig:
     grace: float = 10.0
     poll_interval: float = 1.0
     listen: bool = True
+    prepared_statements: bool = True
     rescue_interval: float = 5.0
     claim_timeout: float = 2.0
     statement_timeout: float = 3.0

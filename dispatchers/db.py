@@ -14,6 +14,7 @@ import contextlib
 import os
 import socket
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,11 @@ _SET_TIMEOUTS = (
 )
 """Sent in the same message as each statement: local to its implicit transaction,
 so no session state is left behind (PgBouncer in transaction mode is fine)."""
+
+_GENERIC_PLAN = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true);\n"
+"""With prepared statements: plan once per connection. Custom plans (PostgreSQL's
+default for the first five executions, and whenever it guesses they pay) cost
+more to make than the claim and completion statements cost to run."""
 
 
 def answer_bound(timeout: float) -> float:
@@ -154,6 +160,10 @@ class Store:
         )
         self._claim_timeouts = (f"{int(config.claim_timeout * 1000)}ms", *self._timeouts[1:])
         self._capped_until = 0.0  # claim with the slots until then (see claim)
+        # the prepared statements of each connection (see _run)
+        self._prepared: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], set[str]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._bounds: dict[tuple[str, ...], float] = {
             self._timeouts: answer_bound(config.statement_timeout),
             self._claim_timeouts: answer_bound(config.claim_timeout),
@@ -200,35 +210,71 @@ class Store:
         of reach of every timeout (a backend reading the rest of a pipeline is not
         idle in transaction), so the rescuer skipped its leases and they never
         expired.
+        With ``prepared_statements``, the statement is called by its prepared name,
+        and the same message prepares it first on a connection that has not. A
+        server connection that lacks it (a pooler moved us) or has it already (a
+        peer prepared it) costs one more try; after two, it is sent unprepared.
         The answer is awaited at most :func:`answer_bound` of the statement's
         timeout; past that, :class:`TimeoutError` (transient), and the statement
         may or may not have committed.
         """
-        self.round_trips += 1
         timeouts = timeouts or self._timeouts
         async with self.pool.connection() as conn:
             bound = self._bounds.get(timeouts) or answer_bound(self.config.statement_timeout)
-            deadline = _Deadline(conn, bound)
-            try:
-                cur = psycopg.AsyncClientCursor(conn)
-                await cur.execute(
-                    _SET_TIMEOUTS + statement.text,
-                    {**params, **dict(zip(_TIMEOUT_PARAMS, timeouts, strict=True))},
-                )
-                cur.nextset()  # past the set_config row, to the statement's rows
-                rows = await cur.fetchall()
-            except psycopg.Error as exc:
-                if not deadline.expired:
-                    raise
-                await conn.close()
-                raise TimeoutError(
-                    f"no answer from the database within {deadline.seconds:g} s"
-                ) from exc
-            finally:
-                deadline.cancel()
-            if deadline.expired:  # answered just as the bound passed: do not reuse it
-                await conn.close()
-            return rows
+            values = {**params, **dict(zip(_TIMEOUT_PARAMS, timeouts, strict=True))}
+            if not self.config.prepared_statements:
+                return await self._send(conn, bound, _SET_TIMEOUTS + statement.text, values)
+            # Prepared on this server connection as needed, in the same message:
+            # planned once per connection instead of at every execution.
+            prepared = statement.prepared
+            names = self._prepared.setdefault(conn, set())
+            for _ in range(2):
+                text = _SET_TIMEOUTS + _GENERIC_PLAN
+                if prepared.name not in names:
+                    text += prepared.prepare + ";\n"
+                try:
+                    rows = await self._send(conn, bound, text + prepared.execute, values)
+                except psycopg.errors.InvalidSqlStatementName:
+                    # not on this server connection (a pooler moved us): prepare again
+                    names.discard(prepared.name)
+                    continue
+                except psycopg.errors.DuplicatePreparedStatement:
+                    names.add(prepared.name)  # prepared there already, by us or a peer
+                    continue
+                names.add(prepared.name)
+                return rows
+            # A pooler keeps moving us between server connections: run it unprepared.
+            return await self._send(conn, bound, _SET_TIMEOUTS + statement.text, values)
+
+    async def _send(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        bound: float,
+        text: str,
+        values: dict[str, Any],
+    ) -> list[TupleRow]:
+        """Send ``text`` (statements separated by ``;``) as one message; return the
+        rows of the last, waiting at most ``bound`` seconds for them."""
+        self.round_trips += 1
+        deadline = _Deadline(conn, bound)
+        try:
+            cur = psycopg.AsyncClientCursor(conn)
+            await cur.execute(text, values)
+            while cur.nextset():  # past the set_config row (and PREPARE), to the last
+                pass
+            rows = await cur.fetchall()
+        except psycopg.Error as exc:
+            if not deadline.expired:
+                raise
+            await conn.close()
+            raise TimeoutError(
+                f"no answer from the database within {deadline.seconds:g} s"
+            ) from exc
+        finally:
+            deadline.cancel()
+        if deadline.expired:  # answered just as the bound passed: do not reuse it
+            await conn.close()
+        return rows
 
     def claim_statement(
         self, owner: str, limit: int, *, capped: bool

@@ -8,6 +8,7 @@ text serves psycopg connections directly and SQLAlchemy connections through
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -52,6 +53,44 @@ class Statement:
         from sqlalchemy import text
 
         return text(_PYFORMAT.sub(r":\1", self.text))
+
+    @functools.cached_property
+    def prepared(self) -> Prepared:
+        """The statement as a server-side prepared statement (built once)."""
+        return Prepared.of(self)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A statement as SQL-level ``PREPARE`` and ``EXECUTE`` texts.
+
+    The name holds a digest of the text, so a prepared statement of that name on any
+    server connection (a pooler shares them between clients) is this very text.
+    ``execute`` takes the statement's own psycopg parameters, bound client-side.
+    """
+
+    name: str
+    prepare: str
+    execute: str
+
+    @classmethod
+    def of(cls, statement: Statement) -> Prepared:
+        order: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            if match.group(1) not in order:
+                order.append(match.group(1))
+            return f"${order.index(match.group(1)) + 1}"
+
+        body = _PYFORMAT.sub(number, statement.text)
+        digest = hashlib.sha256(statement.text.encode()).hexdigest()[:12]
+        name = f"outbox_{statement.name}_{digest}"
+        args = ", ".join(f"%({p})s" for p in order)
+        return cls(
+            name=name,
+            prepare=f"PREPARE {name} AS {body}",
+            execute=f"EXECUTE {name}({args})" if order else f"EXECUTE {name}",
+        )
 
 
 def _split(source: str) -> dict[str, str]:

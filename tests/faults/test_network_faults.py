@@ -51,10 +51,11 @@ from tests.receiver import Received, Receiver, Reply
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(60)]
 
-# Unique text of each dispatcher statement, as sent in its Parse message.
-CLAIM = b"), capped AS ("
-RENEW = b"AS held(id, attempt)"
-COMPLETE = b"), endpoint_update AS ("
+# How each dispatcher statement is called on the wire: by the name it is prepared
+# under (claim and claim_uncapped; complete and complete_succeeded).
+CLAIM = b"EXECUTE outbox_claim"
+RENEW = b"EXECUTE outbox_renew_"
+COMPLETE = b"EXECUTE outbox_complete"
 
 
 def config(**overrides: Any) -> DispatcherConfig:

@@ -6,8 +6,9 @@ and several clients share each one (here 4 server connections serve the
 enqueuers and both dispatchers' pools). Anything that relies on session state
 (LISTEN, session settings, named prepared statements on a PgBouncer older than
 1.21) breaks here; the dispatcher must not. PgBouncer before 1.21 cannot keep
-prepared statements, so then the dispatchers run with
-``--no-prepared-statements`` and the enqueuers with ``prepare_threshold=None``.
+protocol-level prepared statements, so then the enqueuers run with
+``prepare_threshold=None``; the dispatchers prepare theirs with SQL ``PREPARE``
+and prepare again on a server connection that lacks one.
 
 The runs are fault-free, so the invariants are strict: every message delivered
 once, one attempt each, each key reaching the receiver exactly once, no database
@@ -78,7 +79,7 @@ def client_kwargs(bouncer: PgBouncer) -> dict[str, Any]:
 
 
 def dispatch_args(*extra: str) -> tuple[str, ...]:
-    # the dispatcher never prepares statements, whatever PgBouncer can keep
+    # the dispatcher's SQL-level prepared statements work whatever PgBouncer can keep
     return (*RELAXED, "--no-listen", "--poll-interval", "0.2", "--drain", *extra)
 
 

@@ -276,9 +276,7 @@ async def test_dead_message_does_not_block_its_ordering_key(db: Db, receiver: Re
     assert db.query("SELECT id FROM outbox.delivered") == [(second,)]
 
 
-async def test_requests_in_flight_never_exceed_the_concurrency(
-    db: Db, receiver: Receiver
-) -> None:
+async def test_requests_in_flight_never_exceed_the_concurrency(db: Db, receiver: Receiver) -> None:
     # Outcomes waiting for their write no longer hold a request slot, so claiming
     # overlaps the writes; the number of requests open at once must still stay
     # within --concurrency, and reach it. The transport allows many connections,
