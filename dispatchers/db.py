@@ -46,6 +46,12 @@ _SET_TIMEOUTS = (
 """Sent in the same message as each statement: local to its implicit transaction,
 so no session state is left behind (PgBouncer in transaction mode is fine)."""
 
+_PREPARED = frozenset({"claim", "claim_uncapped", "complete", "complete_succeeded", "renew"})
+"""The statements run per batch, prepared (see ``Store._run``). The occasional ones
+(rescue, retention, the drain check) are planned at each run, for their values:
+a generic plan of the retention batch joined whole tables instead of looking
+its rows up."""
+
 _GENERIC_PLAN = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true);\n"
 """With prepared statements: plan once per connection. Custom plans (PostgreSQL's
 default for the first five executions, and whenever it guesses they pay) cost
@@ -222,7 +228,7 @@ class Store:
         async with self.pool.connection() as conn:
             bound = self._bounds.get(timeouts) or answer_bound(self.config.statement_timeout)
             values = {**params, **dict(zip(_TIMEOUT_PARAMS, timeouts, strict=True))}
-            if not self.config.prepared_statements:
+            if not self.config.prepared_statements or statement.name not in _PREPARED:
                 return await self._send(conn, bound, _SET_TIMEOUTS + statement.text, values)
             # Prepared on this server connection as needed, in the same message:
             # planned once per connection instead of at every execution.
