@@ -363,43 +363,26 @@ class Store:
         """The statement that records ``batch``, and its parameters: the cheaper
         ``complete_succeeded`` when every outcome is a sent success, else
         ``complete``."""
+        params: dict[str, Any] = {
+            "owner": owner,
+            "ids": [c.id for c in batch],
+            "endpoint_ids": [c.endpoint_id for c in batch],
+            "attempts": [c.attempt for c in batch],
+            "statuses": [c.status for c in batch],
+            "outcomes": [c.outcome for c in batch],
+            "error_classes": [c.error_class for c in batch],
+            "errors": [c.error for c in batch],
+            "started": [c.started_at for c in batch],
+            "durations": [c.duration_ms for c in batch],
+            "excerpts": [c.excerpt for c in batch],
+        }
         if all(c.state == "succeeded" and c.sent for c in batch):
-            return (
-                self.queries["complete_succeeded"],
-                {
-                    "owner": owner,
-                    "ids": [c.id for c in batch],
-                    "endpoint_ids": [c.endpoint_id for c in batch],
-                    "attempts": [c.attempt for c in batch],
-                    "statuses": [c.status for c in batch],
-                    "outcomes": [c.outcome for c in batch],
-                    "error_classes": [c.error_class for c in batch],
-                    "errors": [c.error for c in batch],
-                    "started": [c.started_at for c in batch],
-                    "durations": [c.duration_ms for c in batch],
-                    "excerpts": [c.excerpt for c in batch],
-                },
-            )
-        return (
-            self.queries["complete"],
-            {
-                "owner": owner,
-                "disable_after_s": self.config.disable_after,
-                "ids": [c.id for c in batch],
-                "endpoint_ids": [c.endpoint_id for c in batch],
-                "attempts": [c.attempt for c in batch],
-                "states": [c.state for c in batch],
-                "delays": [c.delay for c in batch],
-                "sent": [c.sent for c in batch],
-                "statuses": [c.status for c in batch],
-                "outcomes": [c.outcome for c in batch],
-                "error_classes": [c.error_class for c in batch],
-                "errors": [c.error for c in batch],
-                "started": [c.started_at for c in batch],
-                "durations": [c.duration_ms for c in batch],
-                "excerpts": [c.excerpt for c in batch],
-            },
-        )
+            return self.queries["complete_succeeded"], params
+        params["disable_after_s"] = self.config.disable_after
+        params["states"] = [c.state for c in batch]
+        params["delays"] = [c.delay for c in batch]
+        params["sent"] = [c.sent for c in batch]
+        return self.queries["complete"], params
 
     async def complete(
         self, owner: str, batch: Sequence[Completion]
