@@ -394,6 +394,23 @@ class Store:
         disabled = {r[1]: r[2] for r in rows if r[1] is not None}
         return applied, disabled
 
+    async def recorded(self, owner: str, batch: Sequence[Completion]) -> set[int]:
+        """The ids in ``batch`` whose sent outcome ``owner`` has recorded already
+        (by an earlier try of the same write whose answer was lost)."""
+        sent = [c for c in batch if c.sent]
+        if not sent:
+            return set()
+        rows = await self._run(
+            self.queries["recorded_attempts"],
+            {
+                "owner": owner,
+                "ids": [c.id for c in sent],
+                "attempts": [c.attempt for c in sent],
+                "outcomes": [c.outcome for c in sent],
+            },
+        )
+        return {r[0] for r in rows}
+
     async def rescue(self, limit: int = 1000) -> list[tuple[int, str]]:
         """Return expired leases to ready (or dead); return (id, new state) pairs."""
         rows = await self._run(self.queries["rescue"], {"limit": limit})

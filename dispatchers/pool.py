@@ -389,9 +389,18 @@ class Dispatcher:
         """Record ``batch``, retrying transient errors until they pass."""
         store = self._store
 
+        tries = 0
+
         async def write() -> None:
+            nonlocal tries
+            tries += 1
             async with self._write_lock:
                 applied, disabled = await store.complete(self.owner, batch)
+                if tries > 1 and len(applied) < len(batch):
+                    # An earlier try may have committed with its answer lost: what
+                    # it recorded is fenced out now, yet recorded, not lost.
+                    unapplied = [c for c in batch if c.id not in applied]
+                    applied |= await store.recorded(self.owner, unapplied)
                 self.metrics.database_answered()
                 self.metrics.flush_batch.observe(len(batch))
                 for endpoint_id, reason in disabled.items():

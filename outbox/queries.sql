@@ -343,8 +343,7 @@ SELECT NULL, id, disabled_reason FROM endpoint_update WHERE newly_disabled
 -- "complete" for the common batch, every outcome a sent success: no retry to
 -- schedule, no message to kill, no endpoint to disable. It writes what
 -- "complete" writes for such a batch, fenced the same way, with the same result
--- rows, and costs half as much to parse and plan (every statement is planned
--- afresh: simple protocol, nothing prepared).
+-- rows, and costs about half as much to plan and less to run.
 WITH done AS (
     DELETE FROM {schema}.messages AS m
     USING unnest(
@@ -407,6 +406,20 @@ WITH done AS (
     WHERE message_id = ANY (ARRAY(SELECT id FROM done WHERE endpoint_id IS NOT NULL))
 )
 SELECT id, NULL AS disabled_endpoint, NULL AS reason FROM done
+
+-- name: recorded_attempts
+-- Which of these sent outcomes an earlier try of the same write recorded: the
+-- dispatcher asks after a write whose answer was lost and whose retry matched
+-- nothing. A lease the rescuer took over has an attempt row too, but with the
+-- outcome 'lease_expired', which no sent outcome has.
+SELECT a.message_id
+FROM unnest(
+    CAST(%(ids)s AS bigint[]),
+    CAST(%(attempts)s AS integer[]),
+    CAST(%(outcomes)s AS text[])
+) AS o(id, attempt, outcome)
+JOIN {schema}.attempts AS a ON a.message_id = o.id AND a.attempt = o.attempt
+WHERE a.owner = %(owner)s AND a.outcome = o.outcome
 
 -- name: rescue
 -- Return messages whose lease expired (their dispatcher died, froze or lost the

@@ -398,6 +398,11 @@ async def test_stale_outcome_of_the_same_owner_is_fenced_by_attempt(db: Db) -> N
             (1, "lease_expired"),
             (2, "succeeded"),
         ]
+        # Asked after a retried write: the success is recorded; the stale outcome is
+        # not, though the rescuer wrote an attempt row under this owner for it.
+        assert await store.recorded("owner-a", [fresh]) == {mid}
+        assert await store.recorded("owner-a", [stale]) == set()
+        assert await store.recorded("owner-b", [fresh]) == set()
     finally:
         await store.close()
 
