@@ -20,6 +20,7 @@ import hmac
 import re
 import time
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from psycopg import sql
@@ -201,6 +202,15 @@ class Inbox:
             "inbox_claim",
             "INSERT INTO {table} (key) VALUES (%(key)s) ON CONFLICT (key) DO NOTHING RETURNING 1",
         )
+        # a bounded batch of the oldest keys, found in heap order (oldest first for
+        # an append-only table) so that no index on received_at is needed
+        self._purge = statement(
+            "inbox_purge",
+            "WITH gone AS (DELETE FROM {table} WHERE ctid = ANY (ARRAY("
+            "SELECT ctid FROM {table} "
+            "WHERE received_at < now() - make_interval(secs => %(older_than_s)s) "
+            "LIMIT %(limit)s)) RETURNING 1) SELECT count(*) FROM gone",
+        )
 
     def __repr__(self) -> str:
         return f"Inbox(schema={self.schema!r})"
@@ -243,6 +253,36 @@ class Inbox:
             if error is None:
                 raise
             raise error from exc
+
+    def purge(self, tx: Any, older_than: timedelta, *, limit: int = 10_000) -> int:
+        """Forget up to ``limit`` keys claimed more than ``older_than`` ago; return
+        how many. Call it in a loop (each in a short transaction) until it returns
+        less than ``limit``.
+
+        Keep keys longer than any sender may still deliver them: a request whose
+        key was purged is applied again. Standard Webhooks retries span about a
+        day, and a replay may come later still, so a week or more is sensible.
+        Raises :class:`ValueError` for a non-positive ``older_than`` or ``limit``.
+        """
+        params = self._purge_params(older_than, limit)
+        return run_sync(tx, self._purge_plan(params))
+
+    async def purge_async(self, tx: Any, older_than: timedelta, *, limit: int = 10_000) -> int:
+        """As :meth:`purge`, on an asynchronous transaction."""
+        params = self._purge_params(older_than, limit)
+        return await run_async(tx, self._purge_plan(params))
+
+    @staticmethod
+    def _purge_params(older_than: timedelta, limit: int) -> dict[str, Any]:
+        if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
+            raise ValueError(f"older_than: must be a positive timedelta, not {older_than!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit: must be a positive integer, not {limit!r}")
+        return {"older_than_s": older_than.total_seconds(), "limit": limit}
+
+    def _purge_plan(self, params: dict[str, Any]) -> Plan[int]:
+        rows = yield self._purge, params
+        return int(rows[0][0])
 
     def _missing_table(self, exc: Exception) -> ConfigurationError | None:
         """A missing table (SQLSTATE 42P01) becomes a ConfigurationError saying what to do."""

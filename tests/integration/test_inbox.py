@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -115,6 +116,45 @@ async def test_bad_key_raises_invalid_message_and_sends_nothing(
         assert info.value.field == "key", key
         assert not tx.in_transaction(), key
     assert claimed(observer) == []
+
+
+async def test_purge_forgets_old_keys_in_bounded_batches(
+    tx: Tx, inbox: Inbox, observer: Observer
+) -> None:
+    for key in ("old-1", "old-2", "old-3", "new-1"):
+        assert await claim(tx, inbox, key) is True
+    await tx.commit()
+    observer.execute(
+        "UPDATE outbox_inbox.inbox SET received_at = now() - interval '8 days'"
+        " WHERE key LIKE 'old-%'"
+    )
+    week = timedelta(days=7)
+    assert await tx.call(inbox.purge, inbox.purge_async, week, limit=2) == 2
+    await tx.commit()
+    assert len(claimed(observer)) == 2
+    assert await tx.call(inbox.purge, inbox.purge_async, week, limit=2) == 1
+    assert await tx.call(inbox.purge, inbox.purge_async, week) == 0
+    await tx.commit()
+    assert claimed(observer) == ["new-1"]
+    # a purged key is claimable again: the reason to keep keys long enough
+    assert await claim(tx, inbox, "old-1") is True
+    assert await claim(tx, inbox, "new-1") is False
+    await tx.commit()
+
+
+async def test_purge_refuses_bad_bounds_and_sends_nothing(tx: Tx, inbox: Inbox) -> None:
+    bad: list[tuple[Any, Any, str]] = [
+        (timedelta(0), 10, "older_than"),
+        (timedelta(days=-1), 10, "older_than"),
+        (3600, 10, "older_than"),
+        (timedelta(days=1), 0, "limit"),
+        (timedelta(days=1), True, "limit"),
+        (timedelta(days=1), 2.5, "limit"),
+    ]
+    for older_than, limit, field in bad:
+        with pytest.raises(ValueError, match=f"^{field}: "):
+            await tx.call(inbox.purge, inbox.purge_async, older_than, limit=limit)
+        assert not tx.in_transaction(), (older_than, limit)
 
 
 async def test_claim_in_the_wrong_mode_raises_type_error(tx: Tx, inbox: Inbox) -> None:
