@@ -216,7 +216,8 @@ def add_dispatch_parser(sub: Any) -> None:
         "--concurrency",
         type=positive_int,
         default=64,
-        help="deliveries in flight at once (default: 64)",
+        help="HTTP requests in flight at once; messages awaiting their outcome write "
+        "stay leased too, up to as many again (default: 64)",
     )
     p.add_argument(
         "--batch-size",
