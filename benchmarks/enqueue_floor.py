@@ -34,15 +34,13 @@ import tempfile
 from pathlib import Path
 
 from dispatchers.bench.env import (
-    DEFAULT_MAX_ATTEMPTS,
     bench_queries,
     connect,
     database,
     fresh_schema,
-    payload,
+    message_params,
     postgres_clock,
 )
-from outbox.message import build_message
 from outbox.queries import queries_for
 
 TARGET = "http://127.0.0.1:9/orders"
@@ -82,21 +80,7 @@ def message_insert(enqueue: str, schema: str) -> str:
 
 def scripts(schema: str, breakdown: bool) -> tuple[dict[str, str], dict[str, str]]:
     """The pgbench scripts by name, and the ``-D`` variables they use."""
-    message = build_message(
-        url=TARGET,
-        idempotency_key="k",
-        json=payload(1),
-        body=None,
-        content_type=None,
-        method="POST",
-        headers=None,
-        ordering_key=None,
-        available_at=None,
-        max_attempts=None,
-        default_max_attempts=DEFAULT_MAX_ATTEMPTS,
-        max_body_bytes=1 << 20,
-    )
-    params = message.params()
+    params = message_params(TARGET, "k", 1)
     nulls = {name for name, value in params.items() if value is None}
     variables = {
         name: value.decode() if isinstance(value, bytes) else str(value)

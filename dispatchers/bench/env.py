@@ -96,6 +96,26 @@ def payload(i: int) -> dict[str, Any]:
     return {"order_id": i, "amount_cents": 1299, "currency": "EUR", "status": "paid"}
 
 
+def message_params(target: str, key: str, i: int) -> dict[str, Any]:
+    """The ``enqueue`` statement's parameters for benchmark message ``i``, built and
+    validated as ``Outbox.enqueue`` builds them."""
+    message = build_message(
+        url=target,
+        idempotency_key=key,
+        json=payload(i),
+        body=None,
+        content_type=None,
+        method="POST",
+        headers=None,
+        ordering_key=None,
+        available_at=None,
+        max_attempts=None,
+        default_max_attempts=DEFAULT_MAX_ATTEMPTS,
+        max_body_bytes=1 << 20,
+    )
+    return message.params()
+
+
 def seed_backlog(url: str, schema: str, *, target: str, keys: list[str]) -> None:
     """Write one ready message per key to ``target``, as ``Outbox.enqueue`` would.
 
@@ -106,23 +126,10 @@ def seed_backlog(url: str, schema: str, *, target: str, keys: list[str]) -> None
     statement = queries_for(schema)["enqueue"]
     with connect(url) as conn, conn.cursor() as cur:
         for start in range(0, len(keys), SEED_COMMIT_EVERY):
-            params = []
-            for i, key in enumerate(keys[start : start + SEED_COMMIT_EVERY], start):
-                message = build_message(
-                    url=target,
-                    idempotency_key=key,
-                    json=payload(i),
-                    body=None,
-                    content_type=None,
-                    method="POST",
-                    headers=None,
-                    ordering_key=None,
-                    available_at=None,
-                    max_attempts=None,
-                    default_max_attempts=DEFAULT_MAX_ATTEMPTS,
-                    max_body_bytes=1 << 20,
-                )
-                params.append(message.params())
+            params = [
+                message_params(target, key, i)
+                for i, key in enumerate(keys[start : start + SEED_COMMIT_EVERY], start)
+            ]
             cur.executemany(statement.text, params)
             conn.commit()
 

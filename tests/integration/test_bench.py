@@ -98,7 +98,9 @@ def test_every_scenario_reports_plausible_figures(
     assert http["delivered"] == 150
     assert http["duplicates"] == 0
     assert http["msgs_per_s"] > 0
-    assert http["cpu_receiver_us_per_msg"] > 0
+    # measured (from /proc, in 10 ms ticks: 150 requests may cost the receiver less)
+    assert http["cpu_receiver_us_per_msg"] is not None
+    assert http["cpu_receiver_us_per_msg"] >= 0
     (run,) = http["runs"]
     check_drain_run(run, 150)
     assert run["receiver_requests"] == 150
