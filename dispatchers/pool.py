@@ -263,7 +263,9 @@ class Dispatcher:
         self.stats.claimed += 1
         if self.log.enabled("claimed"):
             self.log.event("claimed", message_id=job.id, attempt=job.attempts)
-        flight.task = asyncio.create_task(self._deliver(flight))
+        flight.task = asyncio.create_task(self._attempt(flight))
+        # a callback, not a finally: it runs even for a task cancelled before it started
+        flight.task.add_done_callback(self._sent)
 
     def _release_unstarted(self, jobs: list[Job]) -> None:
         for job in jobs:
@@ -276,12 +278,9 @@ class Dispatcher:
 
     # -- delivering ------------------------------------------------------------
 
-    async def _deliver(self, flight: _Flight) -> None:
-        try:
-            await self._attempt(flight)
-        finally:
-            self._sending -= 1
-            self._capacity.set()
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sending -= 1
+        self._capacity.set()
 
     async def _attempt(self, flight: _Flight) -> None:
         job = flight.job

@@ -139,10 +139,7 @@ def test_two_dispatchers_behind_pgbouncer_transaction_mode_deliver_each_key_once
         assert not errors, errors
         assert len(set(ids.values())) == total
 
-        procs = [
-            fleet.start(bouncer.url, *dispatch_args("--concurrency", "32"))
-            for _ in range(2)
-        ]
+        procs = [fleet.start(bouncer.url, *dispatch_args("--concurrency", "32")) for _ in range(2)]
         for proc in procs:
             rc = proc.wait(timeout=45)
             assert rc == 0, proc.describe() + bouncer.describe()
