@@ -72,21 +72,24 @@ class ServerCpu:
         return total
 
 
+def _success(
+    message_id: int, attempt: int, started: datetime, endpoint_id: int | None = None
+) -> Completion:
+    return Completion(
+        id=message_id,
+        attempt=attempt,
+        state="succeeded",
+        outcome="succeeded",
+        sent=True,
+        status=200,
+        started_at=started,
+        duration_ms=3,
+        endpoint_id=endpoint_id,
+    )
+
+
 def _successes(jobs: list[Any], started: datetime) -> list[Completion]:
-    return [
-        Completion(
-            id=j.id,
-            attempt=j.attempts,
-            state="succeeded",
-            outcome="succeeded",
-            sent=True,
-            status=200,
-            started_at=started,
-            duration_ms=3,
-            endpoint_id=j.endpoint_id,
-        )
-        for j in jobs
-    ]
+    return [_success(j.id, j.attempts, started, j.endpoint_id) for j in jobs]
 
 
 @contextmanager
@@ -191,19 +194,7 @@ def plans(url: str, batches: list[int]) -> list[tuple[str, float, float]]:
         store = Store(url, DispatcherConfig(schema=schema))
         size = max(batches)
         now = datetime.now(UTC)
-        fake = [
-            Completion(
-                id=i,
-                attempt=1,
-                state="succeeded",
-                outcome="succeeded",
-                sent=True,
-                status=200,
-                started_at=now,
-                duration_ms=3,
-            )
-            for i in range(size)
-        ]
+        fake = [_success(i, 1, now) for i in range(size)]
         retry = [replace(c, state="ready", outcome="retry", status=500, delay=5.0) for c in fake]
         claim = {"owner": OWNER, "limit": size, "lease_s": 30.0}
         cases = [
