@@ -4,7 +4,8 @@ One asyncio loop uses one core; on a host with more, several processes share the
 work as separate hosts would (leases keep them apart). The supervisor starts the
 children with the parent's arguments, forwards SIGTERM/SIGINT to them so each
 shuts down gracefully, restarts a child that crashes (at most a few times a
-minute), and exits 0 once every child has exited 0.
+minute), and exits 0 once every child has exited 0 (or, still starting, was
+ended by the signal it forwarded).
 """
 
 from __future__ import annotations
@@ -43,11 +44,13 @@ def supervise(argv: Sequence[str], database_url: str, processes: int, *, drain: 
     command = [sys.executable, "-m", "dispatchers.cli", *child_argv(argv, database_url)]
     children = [subprocess.Popen(command) for _ in range(processes)]  # noqa: S603
     stopping = False
+    forwarded: set[int] = set()  # the signals forwarded to the children
     restarts: list[float] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
         stopping = True
+        forwarded.add(signum)
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
@@ -75,7 +78,12 @@ def supervise(argv: Sequence[str], database_url: str, processes: int, *, drain: 
                 restarts.append(now)
                 print(f"outbox dispatch: a child exited {code}; restarting it", file=sys.stderr)
                 children[index] = subprocess.Popen(command)  # noqa: S603
-        codes = [child.wait() for child in children]
+        # A child that the forwarded signal killed had not installed its handlers
+        # yet, so it had claimed nothing: that is a clean stop too.
+        codes = [
+            0 if -code in forwarded else code
+            for code in (child.wait() for child in children)
+        ]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

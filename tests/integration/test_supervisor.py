@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psycopg
 
@@ -101,6 +102,44 @@ def test_sigterm_stops_every_child(database_url: str) -> None:
             if row and row[0] >= 4:  # both children connected (pool + listener)
                 break
             time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_sigterm_while_the_children_start_is_a_clean_stop(database_url: str) -> None:
+    # Children still importing have no signal handler yet: SIGTERM ends them at
+    # once, before they claim anything, and the fleet stops with 0 all the same.
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "dispatchers.cli", "dispatch"),
+            *("--database-url", database_url, "--processes", "2", "--log-format", "json"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(children_of(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(children_of(proc.pid)) == 2
+        time.sleep(0.05)  # the supervisor installs its handlers right after spawning
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
