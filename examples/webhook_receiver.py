@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -19,6 +20,7 @@ import psycopg
 from outbox.receiver import Inbox, InvalidSignature, verify
 
 inbox = Inbox(schema="crm_inbox")
+KEEP_KEYS = timedelta(days=30)  # longer than any sender retries or replays
 
 
 def apply_event(conn: psycopg.Connection[Any], webhook_id: str, event: dict[str, Any]) -> None:
@@ -73,6 +75,10 @@ def main() -> None:
             "CREATE TABLE IF NOT EXISTS crm_inbox.events (webhook_id text PRIMARY KEY,"
             " type text NOT NULL, data jsonb NOT NULL)"
         )
+        conn.commit()
+        # forget old keys, a bounded batch per start (a busy receiver would run
+        # this on a timer instead)
+        inbox.purge(conn, KEEP_KEYS)
     server = ThreadingHTTPServer(
         (args.host, args.port), make_handler(args.database_url, args.secret)
     )
