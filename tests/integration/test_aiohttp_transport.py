@@ -16,7 +16,6 @@ import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
 from ipaddress import ip_address
 from typing import Any
 
@@ -38,6 +37,7 @@ from dispatchers.ssrf import AddressPolicy, BlockedDestination
 from outbox import Outbox
 from outbox.errors import ConfigurationError
 from outbox.secrets import generate_secret
+from tests.jobs import job as make_job
 from tests.rawserver import Handler, RawServer, read_request
 from tests.receiver import Receiver, Reply
 
@@ -99,22 +99,7 @@ def aio_config(**overrides: Any) -> DispatcherConfig:
 
 
 def job(url: str, **overrides: Any) -> Job:
-    fields: dict[str, Any] = {
-        "id": 7,
-        "idempotency_key": "order-7",
-        "url": url,
-        "method": "POST",
-        "headers": {"X-Tenant": "acme"},
-        "body": b'{"n":7}',
-        "content_type": "application/json",
-        "attempts": 1,
-        "max_attempts": 3,
-        "endpoint_id": None,
-        "event_type": None,
-        "created_at": datetime.now(UTC),
-    }
-    fields.update(overrides)
-    return Job(**fields)
+    return make_job(url=url, **overrides)
 
 
 async def send(config: DispatcherConfig, message: Job) -> Attempt:

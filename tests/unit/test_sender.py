@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import httpx
 from standardwebhooks.webhooks import Webhook
 
@@ -12,25 +10,12 @@ from dispatchers.db import Job
 from dispatchers.http import Attempt, Sender, idempotency_header
 from dispatchers.outcome import Verdict
 from outbox.secrets import generate_secret
+from tests.jobs import job as make_job
 
 
 def job(**overrides: object) -> Job:
-    fields: dict[str, object] = {
-        "id": 7,
-        "idempotency_key": 'order-"7"',
-        "url": "https://example.com/hook",
-        "method": "POST",
-        "headers": {"X-Tenant": "acme"},
-        "body": b'{"n":7}',
-        "content_type": "application/json",
-        "attempts": 1,
-        "max_attempts": 3,
-        "endpoint_id": None,
-        "event_type": None,
-        "created_at": datetime.now(UTC),
-    }
-    fields.update(overrides)
-    return Job(**fields)  # type: ignore[arg-type]
+    # a key with quotes, to check its RFC 8941 form
+    return make_job(**{"idempotency_key": 'order-"7"', **overrides})
 
 
 async def send(
