@@ -30,6 +30,10 @@ class DispatcherConfig:
     connection as needed (SQL ``PREPARE``, sent with the first execution), so they
     are planned once per connection; a pooler that moves the dispatcher to another
     server connection only costs a re-prepare.
+    ``claim_window`` is the shortest time between two claims of a dispatcher while
+    messages trickle in (they are claimed together; 0 claims on every
+    notification, for the lowest latency at the highest cost); see
+    :mod:`dispatchers.cadence`.
     ``lease`` is renewed every ``lease / 3``. ``batch_size`` bounds one claim
     statement; a dispatcher claims at most its free capacity
     (``concurrency`` minus deliveries in flight or awaiting their outcome write).
@@ -45,6 +49,7 @@ class DispatcherConfig:
     flush_batch: int = 500
     grace: float = 10.0
     poll_interval: float = 1.0
+    claim_window: float = 0.005
     listen: bool = True
     prepared_statements: bool = True
     rescue_interval: float = 5.0
@@ -119,6 +124,11 @@ class DispatcherConfig:
                 raise ConfigurationError(f"{name}: must be a positive number of seconds")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError("metrics_port: must be between 0 and 65535")
+        if not 0 <= self.claim_window <= self.poll_interval:
+            raise ConfigurationError(
+                "claim_window: must be a number of seconds from 0 (claim on every "
+                "notification) to poll_interval"
+            )
         if self.grace < 0:
             raise ConfigurationError("grace: must not be negative")
         if self.connect_timeout > self.request_timeout:

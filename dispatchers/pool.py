@@ -14,8 +14,11 @@ One process runs up to ``concurrency`` deliveries at once on one asyncio loop:
   ``flush_interval``) and a message stays held (its lease renewed) until its
   outcome is written;
 - the **rescuer** returns expired leases of dead dispatchers to ``ready``;
-- the **listener** turns ``NOTIFY`` into an immediate claim; polling every
-  ``poll_interval`` is the fallback.
+- the **waker** (:mod:`dispatchers.waker`) holds duty and the wake lock on a
+  session connection and turns notifications into claims; the claim cadence
+  (:mod:`dispatchers.cadence`) gathers what arrives within ``claim_window`` into
+  one claim, claims on a timer while messages keep coming (so producers need not
+  notify), and polls every ``poll_interval`` when off duty or idle.
 
 Transient database errors pause claiming and are retried; outcomes are kept
 until written (writing them twice is harmless: the fence makes it a no-op).
@@ -30,22 +33,21 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 import httpx
-import psycopg
 import tenacity
-from psycopg import sql
 
+from dispatchers.cadence import Cadence
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Job, Store, is_transient
 from dispatchers.http import Attempt, HttpClient, Sender
 from dispatchers.log import EventLog
 from dispatchers.metrics import Metrics, serve
 from dispatchers.outcome import decide
+from dispatchers.waker import Waker
 
 
 def make_owner() -> str:
@@ -65,6 +67,7 @@ class Stats:
     lease_lost: int = 0
     rescued: int = 0
     claims: int = 0
+    empty_claims: int = 0
     flushes: int = 0
     renewals: int = 0
     history_removed: int = 0
@@ -139,12 +142,28 @@ class Dispatcher:
         self._write_lock = asyncio.Lock()
         self._flush_lock = asyncio.Lock()
         self._shutting_down = False
+        self._cadence = Cadence(
+            window=self.config.claim_window, poll_interval=self.config.poll_interval
+        )
+        self._waker = (
+            Waker(
+                conninfo,
+                self.config,
+                on_notify=self._wake.set,
+                on_change=self._wake.set,
+                log=self.log,
+            )
+            if self.config.listen
+            else None
+        )
 
     # -- control -------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop claiming now; in-flight deliveries get the grace period."""
         self._stop.set()
+        for event in (self._wake, self._capacity, self._flush_now):
+            event.set()  # end every wait at once
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -154,6 +173,16 @@ class Dispatcher:
     @property
     def in_flight(self) -> int:
         return len(self._inflight)
+
+    @property
+    def waker(self) -> Waker | None:
+        """The waker (None with ``listen`` off)."""
+        return self._waker
+
+    @property
+    def round_trips(self) -> int:
+        """Statements sent so far, the waker's included: each is a round trip."""
+        return self._store.round_trips + (self._waker.round_trips if self._waker else 0)
 
     def healthy(self) -> bool:
         """The database answered within the last lease period."""
@@ -177,8 +206,8 @@ class Dispatcher:
             asyncio.create_task(self._rescue_loop(), name="outbox-rescuer"),
             asyncio.create_task(self._retention_loop(), name="outbox-retention"),
         ]
-        if self.config.listen:
-            helpers.append(asyncio.create_task(self._listen_loop(), name="outbox-listener"))
+        if self._waker is not None:
+            helpers.append(asyncio.create_task(self._waker.run(), name="outbox-waker"))
         try:
             await self._claim_loop(drain=drain)
             await self._shutdown()
@@ -193,7 +222,7 @@ class Dispatcher:
                 self.metrics_server.close()
             await self._sender.aclose()
             await self._store.close()
-            self.stats.round_trips = self._store.round_trips
+            self.stats.round_trips = self.round_trips
         return self.stats
 
     # -- claiming --------------------------------------------------------------
@@ -218,6 +247,7 @@ class Dispatcher:
                 continue
             want = min(free, config.batch_size)
             self._wake.clear()
+            sent_at = time.monotonic()
             try:
                 jobs = await self._store.claim(self.owner, want)
             except Exception as exc:
@@ -225,7 +255,12 @@ class Dispatcher:
                 await self._wait(self._stop, seconds=backoff.next())
                 continue
             backoff.reset()
+            self._cadence.claimed(len(jobs), want, sent_at)
+            if self._waker is not None:
+                self._waker.request(wake=not self._cadence.busy)
             self.stats.claims += 1
+            if not jobs:
+                self.stats.empty_claims += 1
             self.metrics.database_answered()
             self.metrics.claims.inc()
             self.metrics.claim_batch.observe(len(jobs))
@@ -238,7 +273,23 @@ class Dispatcher:
             if len(jobs) < want:
                 if drain and not self._inflight and await self._drained():
                     break
-                await self._wait(self._wake, seconds=config.poll_interval)
+                await self._until_next_claim()
+
+    async def _until_next_claim(self) -> None:
+        """Wait as the cadence says: for the timer, or a notification (or another
+        wake-up), and then at least until ``claim_window`` after the last claim."""
+        waker = self._waker
+        at = self._cadence.next_claim(
+            on_duty=waker is not None and waker.on_duty,
+            notified=waker is not None and waker.notified,
+        )
+        now = time.monotonic()
+        if at > now:
+            await self._wait(self._wake, seconds=at - now)
+        earliest = self._cadence.earliest_claim()
+        now = time.monotonic()
+        if earliest > now:  # what arrives meanwhile is claimed together
+            await self._wait(self._stop, seconds=earliest - now)
 
     async def _drained(self) -> bool:
         try:
@@ -578,31 +629,6 @@ class Dispatcher:
                     break
                 await asyncio.sleep(0.1)  # let claims and flushes in between
 
-    # -- wake-ups ---------------------------------------------------------------
-
-    async def _listen_loop(self) -> None:
-        channel = sql.SQL("LISTEN {}").format(sql.Identifier(f"{self.config.schema}_ready"))
-        backoff = _Backoff(initial=0.5, maximum=10.0)
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.conninfo,
-                    autocommit=True,
-                    connect_timeout=max(1, int(self.config.db_connect_timeout)),
-                )
-                async with conn:
-                    await conn.execute(channel)
-                    backoff.reset()
-                    # Anything enqueued while we were not listening is found by this claim.
-                    self._wake.set()
-                    async for _ in conn.notifies():
-                        self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.log.event("listen_error", error=type(exc).__name__)
-                await asyncio.sleep(backoff.next())
-
     # -- shutdown ---------------------------------------------------------------
 
     async def _shutdown(self) -> None:
@@ -634,16 +660,13 @@ class Dispatcher:
     # -- helpers ------------------------------------------------------------------
 
     async def _wait(self, event: asyncio.Event, *, seconds: float | None) -> None:
-        """Wait for ``event`` or the stop signal, at most ``seconds``."""
-        waiters: list[Awaitable[object]] = [event.wait()]
-        if event is not self._stop:
-            waiters.append(self._stop.wait())
-        tasks = [asyncio.ensure_future(w) for w in waiters]
-        try:
-            await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in tasks:
-                task.cancel()
+        """Wait for ``event``, at most ``seconds``. :meth:`stop` sets every event
+        that is waited on, so the stop signal ends every wait too."""
+        if event.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await event.wait()
 
     def _internal_error(self, operation: str, exc: BaseException) -> None:
         self.log.event("internal_error", operation=operation, error_class=type(exc).__name__)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -21,6 +22,21 @@ from outbox.errors import ConfigurationError
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _PYFORMAT = re.compile(r"%\((\w+)\)s")
 _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
+
+
+WAKE_LOCK_CLASS = 0x4F425701
+"""First key of the advisory lock that a dispatcher waiting for notifications
+holds (see ``dispatchers.waker``); the second is :func:`lock_object_id`."""
+
+DUTY_LOCK_CLASS = 0x4F424401
+"""First key of the advisory lock of the dispatcher on duty (``dispatchers.waker``)."""
+
+
+def lock_object_id(schema: str) -> int:
+    """The second key of the outbox's advisory locks for ``schema``: a signed
+    32-bit digest of its name, so that each schema's dispatchers have their own."""
+    digest = zlib.crc32(schema.encode())
+    return digest - (1 << 32) if digest >= 1 << 31 else digest
 
 
 def check_schema_name(schema: str) -> str:
@@ -111,8 +127,16 @@ class Queries:
         check_schema_name(schema)
         self.schema = schema
         self.channel = f"{schema}_ready"
+        self.wake_lock = (WAKE_LOCK_CLASS, lock_object_id(schema))
         ident = sql.Identifier(schema)
-        notify = sql.SQL(", pg_notify({}, '')").format(sql.Literal(self.channel))
+        # Notify only when a dispatcher waits for it (it holds the wake lock, so
+        # this transaction cannot take it shared; see dispatchers.waker).
+        # Otherwise the shared lock is held until commit, which keeps a dispatcher
+        # from starting to wait before this transaction's messages are visible.
+        notify = sql.SQL(
+            ", CASE WHEN pg_try_advisory_xact_lock_shared({}, {}) THEN NULL"
+            " ELSE pg_notify({}, '') END"
+        ).format(*map(sql.Literal, self.wake_lock), sql.Literal(self.channel))
         self._statements: dict[str, Statement] = {}
         for name, body in _source().items():
             if "{notify}" in body:

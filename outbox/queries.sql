@@ -9,8 +9,9 @@
 -- nothing, so the message insert (which selects from it) does nothing too, and
 -- the caller looks the existing id up with enqueue_existing. A concurrent
 -- transaction holding the same key makes this statement wait for its outcome.
--- {notify} is either empty or a pg_notify call with a constant payload, so that
--- PostgreSQL folds all notifications of one transaction into one.
+-- {notify} is either empty or a pg_notify call with a constant payload (so that
+-- PostgreSQL folds all notifications of one transaction into one), made only
+-- when a dispatcher is waiting for it (outbox.queries.Queries explains how).
 WITH new_key AS (
     INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
     VALUES (%(target)s, %(idempotency_key)s, nextval('{schema}.messages_id_seq'))

@@ -361,10 +361,23 @@ def test_concurrent_enqueue_of_one_key_waits_for_the_first_transaction(
 # -- NOTIFY ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def listener(database_url: str) -> Iterator[Observer]:
+def listen(database_url: str) -> Observer:
     conn = psycopg.connect(database_url, autocommit=True)
     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(Outbox().queries.channel)))
+    return conn
+
+
+def try_wake_lock(conn: Observer) -> bool:
+    """Take the wake lock as a dispatcher does before it waits for notifications."""
+    row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", Outbox().queries.wake_lock)
+    return bool(row.fetchone()[0])  # type: ignore[index]
+
+
+@pytest.fixture
+def listener(database_url: str) -> Iterator[Observer]:
+    """A dispatcher waiting for notifications: listening, holding the wake lock."""
+    conn = listen(database_url)
+    assert try_wake_lock(conn)
     yield conn
     conn.close()
 
@@ -397,6 +410,36 @@ async def test_notify_sends_one_notification_per_committed_transaction(
     await tx.commit()
     assert notifications_before_marker(listener, observer) == [("outbox_ready", "")]
     assert count(observer, "messages") == 3
+
+
+async def test_no_notification_while_no_dispatcher_waits(
+    tx: Tx, database_url: str, observer: Observer
+) -> None:
+    busy = listen(database_url)  # listening, but not holding the wake lock
+    try:
+        await enqueue(tx, Outbox(notify=True), url=URL, idempotency_key="a", json={})
+        await tx.commit()
+        assert notifications_before_marker(busy, observer) == []
+        assert count(observer, "messages") == 1
+    finally:
+        busy.close()
+
+
+async def test_open_enqueue_keeps_a_dispatcher_from_starting_to_wait(
+    tx: Tx, database_url: str, observer: Observer
+) -> None:
+    # Until the enqueuing transaction ends, a dispatcher cannot start waiting for
+    # notifications (this transaction would not send one); once it has, the
+    # dispatcher's next claim sees the message.
+    await enqueue(tx, Outbox(notify=True), url=URL, idempotency_key="a", json={})
+    dispatcher = listen(database_url)
+    try:
+        assert not try_wake_lock(dispatcher)
+        await tx.commit()
+        assert try_wake_lock(dispatcher)
+        assert count(observer, "messages") == 1
+    finally:
+        dispatcher.close()
 
 
 async def test_rolled_back_transaction_sends_no_notification(

@@ -540,6 +540,8 @@ def test_publish_notifies_once_per_transaction(db: Db, notify: bool) -> None:
     box = Outbox(notify=notify)
     with db.connect(autocommit=True) as listener:
         listener.execute("LISTEN outbox_ready")
+        # a dispatcher waiting for work holds the wake lock: only then do producers notify
+        listener.execute("SELECT pg_advisory_lock(%s, %s)", box.queries.wake_lock)
         with db.connect() as conn:
             box.publish(conn, "order.created", {"n": 1})
             box.publish(conn, "order.updated", {"n": 2})

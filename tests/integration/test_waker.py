@@ -1,0 +1,161 @@
+"""Wake-ups across dispatchers: one on duty, notifications only while it waits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+import pytest
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.log import NullLog
+from dispatchers.pool import Dispatcher
+from dispatchers.waker import Waker
+from outbox import Outbox
+from tests.receiver import Receiver
+
+
+def config(**overrides: Any) -> DispatcherConfig:
+    settings: dict[str, Any] = {
+        "lease": 3.0,
+        "request_timeout": 1.0,
+        "connect_timeout": 0.5,
+        "statement_timeout": 0.5,
+        "claim_timeout": 0.5,
+        "lock_timeout": 0.5,
+        "poll_interval": 0.2,
+        "allow_private_networks": True,
+        "concurrency": 8,
+    }
+    settings.update(overrides)
+    return DispatcherConfig(**settings)
+
+
+async def until(condition: Callable[[], bool], what: str, within: float = 15.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within:g} s: {what}")
+        await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def dispatchers(
+    url: str, cfg: DispatcherConfig, count: int
+) -> AsyncIterator[list[Dispatcher]]:
+    fleet = [Dispatcher(url, cfg, log=NullLog()) for _ in range(count)]
+    tasks = [asyncio.create_task(d.run()) for d in fleet]
+    try:
+        yield fleet
+    finally:
+        for d in fleet:
+            d.stop()
+        async with asyncio.timeout(30):
+            await asyncio.gather(*tasks)
+
+
+def on_duty(fleet: list[Dispatcher]) -> list[Dispatcher]:
+    return [d for d in fleet if d.waker is not None and d.waker.on_duty]
+
+
+def enqueue(url: str, target: str, key: str) -> None:
+    with psycopg.connect(url) as conn:
+        Outbox().enqueue(conn, url=target, idempotency_key=key, json={"key": key})
+
+
+async def test_one_dispatcher_is_on_duty_and_another_takes_over_when_it_stops(
+    database_url: str,
+) -> None:
+    async with dispatchers(database_url, config(), 3) as fleet:
+        await until(lambda: len(on_duty(fleet)) == 1, "one dispatcher on duty")
+        # and it stays the only one while the others try for duty at each poll
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:
+            assert len(on_duty(fleet)) == 1
+            await asyncio.sleep(0.01)
+        first = on_duty(fleet)[0]
+        first.stop()
+        await until(
+            lambda: len(on_duty(fleet)) == 1 and first not in on_duty(fleet),
+            "another dispatcher on duty",
+        )
+
+
+async def test_a_notification_wakes_the_dispatcher_on_duty_and_no_other(
+    database_url: str,
+) -> None:
+    # Off duty, a dispatcher polls only every 30 s: whatever is delivered within
+    # the test was claimed by the one on duty, woken by notifications.
+    with Receiver() as receiver:
+        async with dispatchers(database_url, config(poll_interval=30.0), 3) as fleet:
+            await until(
+                lambda: (
+                    any(d.waker and d.waker.notified for d in fleet)
+                    and all(d.stats.claims for d in fleet)
+                ),
+                "every dispatcher started, one of them waiting for notifications",
+            )
+            (duty,) = on_duty(fleet)
+            others = [d for d in fleet if d is not duty]
+            claims = [d.stats.claims for d in others]
+            for i in range(5):
+                await asyncio.to_thread(enqueue, database_url, receiver.url, f"k{i}")
+                await until(lambda i=i: duty.stats.delivered == i + 1, f"message {i} delivered")
+            assert len(receiver.requests) == 5
+            assert duty.waker is not None and duty.waker.notifications >= 5
+            assert [d.stats.claims for d in others] == claims
+            assert all(d.waker is not None and d.waker.notifications == 0 for d in others)
+
+
+@pytest.fixture
+def observer(database_url: str) -> Any:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+async def test_producers_notify_only_while_the_dispatcher_holds_the_wake_lock(
+    database_url: str, observer: psycopg.Connection[Any]
+) -> None:
+    changes: list[tuple[bool, bool]] = []
+    waker = Waker(
+        database_url,
+        config(),
+        on_notify=lambda: None,
+        on_change=lambda: changes.append((waker.on_duty, waker.notified)),
+        log=NullLog(),
+    )
+    wake_lock = Outbox().queries.wake_lock
+    channel = Outbox().queries.channel
+
+    def wake_lock_free() -> bool:
+        row = observer.execute("SELECT pg_try_advisory_lock(%s, %s)", wake_lock).fetchone()
+        if row and row[0]:
+            observer.execute("SELECT pg_advisory_unlock(%s, %s)", wake_lock)
+        return bool(row and row[0])
+
+    task = asyncio.create_task(waker.run())
+    try:
+        waker.request(wake=True)
+        await until(lambda: waker.on_duty and waker.notified, "waiting for notifications")
+        assert not wake_lock_free()
+        await asyncio.to_thread(enqueue, database_url, "https://example.com/a", "a")
+        await until(lambda: waker.notifications == 1, "the enqueue's notification")
+
+        waker.request(wake=False)  # busy: it claims on a timer now
+        await until(lambda: not waker.notified, "the wake lock released")
+        assert waker.on_duty
+        assert wake_lock_free()
+        await asyncio.to_thread(enqueue, database_url, "https://example.com/a", "b")
+        # notifications arrive in commit order: once this one is in, the enqueue's
+        # would have been too
+        observer.execute("SELECT pg_notify(%s, 'marker')", (channel,))
+        await until(lambda: waker.notifications >= 2, "the marker")
+        assert waker.notifications == 2, "the enqueue notified nobody"
+        assert changes == [(True, False), (True, True), (True, False)]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
