@@ -13,7 +13,11 @@ the ``outbox`` parser imports nothing heavy.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import TypeVar
+
+T = TypeVar("T")
 
 __all__ = ["SCENARIO_NAMES", "Settings", "add_arguments", "settings_from_args"]
 
@@ -29,8 +33,9 @@ class Settings:
     concurrency: int = 64
     batch_size: int = 100
     repeat: int = 1
-    rate: float = 500.0
-    duration: float = 20.0
+    rates: tuple[float, ...] = (50.0, 500.0, 2000.0)
+    dispatchers: tuple[int, ...] = (1, 3)
+    duration: float = 10.0
     enqueue_count: int = 5_000
     enqueue_batch: int = 100
     commit_workers: int = 4
@@ -65,6 +70,18 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
     return value
+
+
+def _list_of(parse: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
+    """An argument type: a comma-separated list of what ``parse`` accepts."""
+
+    def parse_list(text: str) -> tuple[T, ...]:
+        items = tuple(parse(part.strip()) for part in text.split(","))
+        if len(set(items)) != len(items):
+            raise argparse.ArgumentTypeError(f"{text!r} names a value twice")
+        return items
+
+    return parse_list
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,16 +163,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lat = parser.add_argument_group("latency")
     lat.add_argument(
         "--rate",
-        type=_positive_float,
-        default=d.rate,
-        help=f"offered load, messages per second (default: {d.rate:g})",
+        dest="rates",
+        type=_list_of(_positive_float),
+        default=d.rates,
+        metavar="R[,R...]",
+        help="offered loads, messages per second, one run each "
+        f"(default: {','.join(f'{r:g}' for r in d.rates)})",
+    )
+    lat.add_argument(
+        "--dispatchers",
+        type=_list_of(_positive_int),
+        default=d.dispatchers,
+        metavar="N[,N...]",
+        help="dispatcher processes, one run of every rate with each "
+        f"(default: {','.join(map(str, d.dispatchers))})",
     )
     lat.add_argument(
         "--duration",
         type=_positive_float,
         default=d.duration,
         metavar="SECONDS",
-        help=f"how long the load is offered (default: {d.duration:g})",
+        help=f"how long the load is offered in each run (default: {d.duration:g})",
     )
     enq = parser.add_argument_group("enqueue")
     enq.add_argument(

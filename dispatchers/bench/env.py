@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 import re
 import tempfile
@@ -39,6 +40,19 @@ CONNECT_TIMEOUT = 10  # seconds, for the benchmark's own connections
 STATEMENT_TIMEOUT = "300s"  # for the benchmark's own statements (seeding history is slow)
 SEED_COMMIT_EVERY = 5000
 DEFAULT_MAX_ATTEMPTS = 12
+SPAWN = multiprocessing.get_context("spawn")
+"""How the benchmarks start their other processes (fresh interpreters, no fork)."""
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) of ``values`` by linear interpolation."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:

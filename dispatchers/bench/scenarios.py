@@ -6,9 +6,8 @@ schema that is dropped afterwards, all traffic to 127.0.0.1.
   dispatcher and the receiver, and database round trips per message.
 - ``drain-noop``: the same with an HTTP client that answers 200 without a network
   (:class:`NoopClient`), so only the queue machinery is timed.
-- ``latency``: a steady offered load, enqueued by another process one message per
-  committed transaction, with a dispatcher running (LISTEN on): percentiles of the
-  time from commit to the receiver seeing the request.
+- ``latency``: a steady offered load with dispatcher processes running
+  (:mod:`dispatchers.bench.latency`).
 - ``enqueue``: time of ``enqueue`` inside an open transaction, with and without
   NOTIFY; commit throughput of business transactions with one outbox row each
   against the same transactions without it.
@@ -22,26 +21,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Event
-from pathlib import Path
 from typing import Any
 
 from psycopg import sql
 
-from dispatchers.bench import Settings
+from dispatchers.bench import Settings, latency
 from dispatchers.bench.env import (
+    SPAWN,
     CpuClock,
     Database,
     bench_queries,
     connect,
     fresh_schema,
     payload,
+    percentile,
     postgres_clock,
     run_id,
     seed_backlog,
@@ -56,7 +53,6 @@ from outbox import Outbox
 
 NOOP_URL = "http://127.0.0.1:9/noop"  # never connected to: the transport answers
 ENQUEUE_URL = "http://127.0.0.1:9/orders"  # never sent: nothing dispatches there
-SPAWN = multiprocessing.get_context("spawn")
 
 
 class Bench:
@@ -89,17 +85,6 @@ class Bench:
 
 
 # -- small helpers ----------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100) of ``values`` by linear interpolation."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def median(values: list[float | None]) -> float | None:
@@ -401,159 +386,6 @@ def history(bench: Bench) -> dict[str, Any]:
     }
 
 
-# -- latency ------------------------------------------------------------------------
-
-
-def _produce(
-    url: str,
-    schema: str,
-    target: str,
-    prefix: str,
-    rate: float,
-    count: int,
-    ready: Event,
-    go: Event,
-    out: str,
-) -> None:
-    """The latency scenario's application, in its own process: ``count`` messages at
-    ``rate`` per second, each in its own committed transaction; writes the wall
-    time (``time.time()``) right after each commit to ``out`` as JSON."""
-    box = Outbox(schema=schema, notify=True)
-    commits = [0.0] * count
-    late = 0.0
-    with connect(url) as conn:
-        # warm the connection and the statement cache; rolled back, never delivered
-        box.enqueue(conn, url=target, idempotency_key=f"{prefix}warmup", json=payload(0))
-        conn.rollback()
-        ready.set()
-        if not go.wait(60):
-            raise RuntimeError("the benchmark never said go")
-        start = time.monotonic()
-        for i in range(count):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                late = max(late, -delay)
-            box.enqueue(conn, url=target, idempotency_key=f"{prefix}{i}", json=payload(i))
-            conn.commit()
-            commits[i] = time.time()
-        elapsed = time.monotonic() - start
-    Path(out).write_text(json.dumps({"commits": commits, "late_max_s": late, "elapsed": elapsed}))
-
-
-async def _wait_for(condition: Callable[[], bool], within: float) -> bool:
-    """Poll ``condition`` until it holds (True) or ``within`` seconds pass (False)."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
-
-
-def latency(bench: Bench) -> dict[str, Any]:
-    s = bench.settings
-    receiver = bench.receiver
-    count = max(1, round(s.rate * s.duration))
-    prefix = f"latency-{run_id()}-"
-    failures: list[str] = []
-    bench.progress(f"latency: {s.rate:g} msgs/s for {s.duration:g} s ({count:,} messages)")
-    with fresh_schema(bench.db.url) as schema, tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "commits.json")
-        ready, go = SPAWN.Event(), SPAWN.Event()
-        producer = SPAWN.Process(
-            target=_produce,
-            args=(bench.db.url, schema, receiver.url, prefix, s.rate, count, ready, go, out),
-            name="outbox-bench-producer",
-            daemon=True,
-        )
-        before = receiver.counts()
-        config = DispatcherConfig(
-            schema=schema,
-            concurrency=s.concurrency,
-            batch_size=s.batch_size,
-            allow_private_networks=True,
-            listen=True,
-            http_client=s.http_client or DispatcherConfig.http_client,
-        )
-        dispatcher = Dispatcher(bench.db.url, config, log=NullLog())
-        cpu: dict[str, float | None] = {}
-
-        async def run() -> int:
-            task = asyncio.create_task(dispatcher.run())
-            try:
-                started = await _wait_for(lambda: dispatcher.stats.claims > 0, 30)
-                ready_now = await asyncio.to_thread(ready.wait, 60)
-                if not (started and ready_now):
-                    failures.append("dispatcher or producer did not start")
-                    return 0
-                await asyncio.sleep(0.5)  # the listener connects alongside the first claim
-                cpu["dispatcher"] = time.process_time()
-                cpu["postgres"] = bench.pg_clock.read() if bench.pg_clock else None
-                go.set()
-                await asyncio.to_thread(producer.join, s.duration * 2 + 60)
-                if producer.exitcode != 0:  # it exits 0 only once it wrote its commits
-                    failures.append(f"producer failed (exit code {producer.exitcode})")
-                    return 0
-                if not await _wait_for(lambda: dispatcher.stats.delivered >= count, 60):
-                    failures.append(
-                        f"only {dispatcher.stats.delivered} of {count} delivered 60 s after "
-                        "the last commit"
-                    )
-                cpu["dispatcher"] = time.process_time() - (cpu["dispatcher"] or 0.0)
-                cpu["postgres"] = _delta(
-                    bench.pg_clock.read() if bench.pg_clock else None, cpu["postgres"]
-                )
-                return dispatcher.stats.delivered
-            finally:
-                dispatcher.stop()
-                await task
-
-        producer.start()
-        try:
-            delivered = asyncio.run(run())
-        finally:
-            if producer.is_alive():
-                producer.terminate()
-            producer.join(10)
-        after = receiver.counts()
-        produced = json.loads(Path(out).read_text()) if Path(out).exists() else None
-    arrivals = receiver.arrivals(prefix)
-    commits: list[float] = produced["commits"] if produced else []
-    latencies_ms = [
-        (arrivals[f"{prefix}{i}"] - at) * 1000
-        for i, at in enumerate(commits)
-        if f"{prefix}{i}" in arrivals
-    ]
-    duplicates = after["duplicates"] - before["duplicates"]
-    if produced and len(latencies_ms) != count:
-        failures.append(f"receiver saw {len(latencies_ms)} of {count} messages")
-    if duplicates:
-        failures.append(f"receiver saw {duplicates} duplicate keys")
-    return {
-        "offered_rate": s.rate,
-        "duration_s": s.duration,
-        "messages": count,
-        "achieved_rate": count / produced["elapsed"] if produced and produced["elapsed"] else None,
-        "producer_late_max_ms": produced["late_max_s"] * 1000 if produced else None,
-        "delivered": delivered,
-        "received": len(latencies_ms),
-        "duplicates": duplicates,
-        "p50_ms": percentile(latencies_ms, 50),
-        "p95_ms": percentile(latencies_ms, 95),
-        "p99_ms": percentile(latencies_ms, 99),
-        "max_ms": max(latencies_ms) if latencies_ms else None,
-        # from the first commit until the last delivery was recorded
-        "cpu_dispatcher_us_per_msg": _per_msg_us(cpu.get("dispatcher"), delivered),
-        "cpu_postgres_us_per_msg": _per_msg_us(cpu.get("postgres"), delivered),
-        "round_trips_per_msg": dispatcher.stats.round_trips / delivered if delivered else None,
-        "msgs_per_claim": delivered / dispatcher.stats.claims if dispatcher.stats.claims else None,
-        "ok": not failures,
-        "failures": failures,
-    }
-
-
 # -- enqueue ------------------------------------------------------------------------
 
 
@@ -735,7 +567,7 @@ def enqueue(bench: Bench) -> dict[str, Any]:
 SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "drain-http": drain_http,
     "drain-noop": drain_noop,
-    "latency": latency,
+    "latency": latency.latency,
     "enqueue": enqueue,
     "history": history,
 }

@@ -22,6 +22,8 @@ TINY = [
     "150",
     "--rate",
     "100",
+    "--dispatchers",
+    "1,2",
     "--duration",
     "1",
     "--enqueue-count",
@@ -113,14 +115,19 @@ def test_every_scenario_reports_plausible_figures(
 
     latency = results["latency"]
     assert latency["ok"], latency["failures"]
-    assert latency["messages"] == latency["received"] == latency["delivered"] == 100
-    assert latency["duplicates"] == 0
-    # the receiver's clock and the producer's are the same host's: a delay is
-    # small and ordered, whatever the machine's speed
-    assert -50 < latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"] <= latency["max_ms"]
-    assert latency["max_ms"] < 60_000
-    assert latency["cpu_dispatcher_us_per_msg"] > 0
-    assert latency["round_trips_per_msg"] > 0
+    assert [(r["offered_rate"], r["dispatchers"]) for r in latency["runs"]] == [(100, 1), (100, 2)]
+    for run in latency["runs"]:
+        assert run["messages"] == run["received"] == run["delivered"] == 100
+        assert run["duplicates"] == 0
+        # the receiver's clock and the producer's are the same host's: a delay is
+        # small and ordered, whatever the machine's speed
+        assert -50 < run["p50_ms"] <= run["p95_ms"] <= run["p99_ms"] <= run["max_ms"]
+        assert run["max_ms"] < 60_000
+        assert run["cpu_dispatcher_us_per_msg"] > 0
+        assert run["round_trips_per_msg"] > 0
+        # a claim that found something took at least one message
+        assert 0 <= run["empty_claim_share"] < 1
+        assert 0 < run["claims_per_msg"] * (1 - run["empty_claim_share"]) <= 1 + 1e-9
 
     enqueue = results["enqueue"]
     assert enqueue["ok"], enqueue["failures"]
@@ -152,7 +159,8 @@ def test_every_scenario_reports_plausible_figures(
 
     measures = {(row["scenario"], row["measure"]) for row in report["table"]}
     assert ("drain-http", "db round trips per msg") in measures
-    assert ("latency", "commit -> receiver p99 ms") in measures
+    assert ("latency 100/s x1", "commit -> receiver p99 ms") in measures
+    assert ("latency 100/s x2", "claims that found nothing") in measures
     assert ("history", "  full / empty, of the medians") in measures
 
     assert bench_schemas(database_url) == []  # every scenario dropped its schema
