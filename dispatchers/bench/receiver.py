@@ -8,6 +8,15 @@ counts requests. With key recording on (the default) it keeps every
 (``time.time()``, taken once per read from the socket), so a key that arrives
 twice is a duplicate and the delay from commit to arrival can be measured.
 
+With ``--big-response-share F`` (above 0), a share ``F`` of the counted responses
+(every ``1/F``-th, so exactly that share) is a ``200`` whose body is
+``--big-response-bytes`` long (default 50 MB): the load a dispatcher meets when a
+few endpoints answer with something huge. The body is streamed from one shared
+block as the client takes it (writing pauses while the socket's buffer is full),
+so the receiver never holds more than that block and one buffer per connection;
+requests pipelined behind it wait until it has been sent. A client that closes
+the connection early ends it.
+
 Requests to ``/_bench/...`` are the benchmark's own and are not counted:
 ``GET /_bench/counts`` answers the counts so far as JSON, and
 ``GET /_bench/arrivals?prefix=P`` the first arrival time of every key starting
@@ -50,6 +59,9 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 OK_CLOSE = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 CONTROL = b"/_bench/"
+BIG_RESPONSE_BYTES = 50_000_000
+BLOCK = b"b" * (64 * 1024)
+"""Every big body is written from this one block."""
 
 
 def _error(status: bytes) -> bytes:
@@ -64,6 +76,9 @@ class Counts:
     without_key: int = 0
     connections: int = 0
     bad_requests: int = 0
+    big_responses: int = 0
+    big_bytes_sent: int = 0
+    """Bytes of big bodies handed to the socket (the client may have read fewer)."""
     # key -> first arrival (time.time())
     keys: dict[bytes, float] = field(default_factory=dict, repr=False)
 
@@ -85,22 +100,75 @@ class Counts:
         return found
 
 
-class _Connection(asyncio.Protocol):
-    """One client connection: parses requests out of a buffer and answers in order."""
+@dataclass(frozen=True)
+class BigResponses:
+    """Which responses carry a big body: a ``share`` of them (0 for none), each
+    ``size`` bytes long."""
 
-    def __init__(self, counts: Counts, record_keys: bool) -> None:
+    share: float = 0.0
+    size: int = BIG_RESPONSE_BYTES
+
+    def due(self, number: int) -> bool:
+        """Whether the ``number``-th counted response (from 1) is a big one: whenever
+        ``number * share`` reaches the next whole number."""
+        return int(number * self.share) > int((number - 1) * self.share)
+
+    def head(self) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nContent-Length: " + str(self.size).encode() + b"\r\n\r\n"
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parses requests out of a buffer and answers in order.
+
+    While a big body is being sent (``unsent`` bytes of it left), reading pauses
+    and the rest of the buffer waits, which keeps pipelined answers in order; the
+    body is written a block at a time, only while the transport wants more
+    (``pause_writing``/``resume_writing``)."""
+
+    def __init__(self, counts: Counts, record_keys: bool, big: BigResponses) -> None:
         self.counts = counts
         self.record_keys = record_keys
+        self.big = big
         self.buffer = bytearray()
         self.transport = cast(asyncio.Transport, None)
+        self.unsent = 0
+        self.close_after = False
+        self.writable = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.counts.connections += 1
 
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        self._pump()
+
+    def _pump(self) -> None:
+        """Write the big body while the transport takes it; once it is all written,
+        go on with the requests that waited."""
+        # a failed send closes the transport at once but reports the loss later
+        while self.unsent and self.writable and not self.transport.is_closing():
+            size = min(self.unsent, len(BLOCK))
+            self.transport.write(BLOCK if size == len(BLOCK) else BLOCK[:size])
+            self.unsent -= size
+            self.counts.big_bytes_sent += size
+        if self.unsent or self.transport.is_closing():
+            return
+        if self.close_after:
+            self.transport.close()
+            return
+        self.transport.resume_reading()
+        if self.buffer:
+            self.data_received(b"")
+
     def data_received(self, data: bytes) -> None:
         buffer = self.buffer
         buffer += data
+        if self.unsent:
+            return  # reading resumes once the big body is out
         out: list[bytes] = []
         pos = 0
         close = False
@@ -139,6 +207,12 @@ class _Connection(asyncio.Protocol):
                 out.append(self._control(target))
                 continue
             self._count(key, now)
+            if self.big.share and self.big.due(self.counts.requests):
+                out.append(self.big.head())
+                self.counts.big_responses += 1
+                self.unsent = self.big.size
+                self.close_after = not keep_alive
+                break
             if not keep_alive:
                 out.append(OK_CLOSE)
                 close = True
@@ -147,7 +221,10 @@ class _Connection(asyncio.Protocol):
         del buffer[:pos]
         if out:
             self.transport.write(b"".join(out))
-        if close:
+        if self.unsent:
+            self.transport.pause_reading()
+            self._pump()
+        elif close:
             self.transport.close()
 
     def _parse(self, head: list[bytes]) -> tuple[bytes, int, bytes | None, bool, bool] | None:
@@ -228,6 +305,7 @@ async def serve(
     ready_file: Path | None,
     record_keys: bool,
     max_seconds: float,
+    big: BigResponses | None = None,
 ) -> Counts:
     """Serve until SIGTERM/SIGINT, ``max_seconds``, or the parent's exit."""
     loop = asyncio.get_running_loop()
@@ -237,7 +315,7 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     parent = os.getppid()
     server = await loop.create_server(
-        lambda: _Connection(counts, record_keys), HOST, port, backlog=1024
+        lambda: _Connection(counts, record_keys, big or BigResponses()), HOST, port, backlog=1024
     )
     bound = server.sockets[0].getsockname()[1]
     if ready_file is not None:
@@ -250,6 +328,13 @@ async def serve(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=min(1.0, deadline - loop.time()))
     return counts
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 1")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,13 +351,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-seconds", type=float, default=3600.0, help="exit after this long (default 3600)"
     )
+    parser.add_argument(
+        "--big-response-share",
+        type=_share,
+        default=0.0,
+        metavar="FRACTION",
+        help="answer this share of the counted requests (0 to 1) with a big body (default 0: none)",
+    )
+    parser.add_argument(
+        "--big-response-bytes",
+        type=int,
+        default=BIG_RESPONSE_BYTES,
+        metavar="N",
+        help=f"length of a big body (default {BIG_RESPONSE_BYTES:,})",
+    )
     args = parser.parse_args(argv)
+    if args.big_response_bytes < 0:
+        parser.error("--big-response-bytes must be at least 0")
     counts = asyncio.run(
         serve(
             port=args.port,
             ready_file=args.ready_file,
             record_keys=args.record_keys,
             max_seconds=args.max_seconds,
+            big=BigResponses(args.big_response_share, args.big_response_bytes),
         )
     )
     text = json.dumps(counts.report())
@@ -289,10 +391,18 @@ class ReceiverProcess:
     ``port`` and ``url`` are known once entered; :meth:`counts` and
     :meth:`arrivals` ask the running receiver; :meth:`stop` sends SIGTERM and
     returns the final counts. Leaving the block always ends the process.
+    ``big`` turns big bodies on (see :class:`BigResponses`).
     """
 
-    def __init__(self, *, record_keys: bool = True, start_timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        *,
+        record_keys: bool = True,
+        start_timeout: float = 15.0,
+        big: BigResponses | None = None,
+    ) -> None:
         self.record_keys = record_keys
+        self.big = big or BigResponses()
         self.start_timeout = start_timeout
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -335,6 +445,10 @@ class ReceiverProcess:
             "--stats-file",
             str(Path(self._dir.name) / "stats.json"),
             "--record-keys" if self.record_keys else "--no-record-keys",
+            "--big-response-share",
+            repr(self.big.share),
+            "--big-response-bytes",
+            str(self.big.size),
         ]
         # our own interpreter and file, with fixed arguments
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL)  # noqa: S603
