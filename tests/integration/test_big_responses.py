@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from dispatchers.http import Sender
 from dispatchers.retry import ExponentialBackoff
 from tests.integration.test_dispatcher import Db, config, drain
-from tests.rawserver import RawServer, read_request
+from tests.rawserver import Handler, RawServer, read_request
 
 MIB = 1024 * 1024
 HUGE = 64 * MIB
@@ -97,3 +98,34 @@ async def test_a_huge_body_is_classified_by_status_and_read_only_up_to_the_bound
     assert excerpts == [(ok, "succeeded", 200, "b" * 1024), (failing, "retry", 503, "b" * 1024)]
     for path, sent in server.sent.items():
         assert sent < STOPPED_BY, f"{path}: the server sent {sent / MIB:.1f} MiB"
+
+
+def keep_alive_reply(body: bytes) -> Handler:
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+
+    def handler(conn: socket.socket, closed: threading.Event) -> None:
+        while not closed.is_set() and read_request(conn):
+            conn.sendall(reply)
+
+    return handler
+
+
+@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+async def test_only_the_excerpt_is_kept_though_the_body_is_read_to_the_bound(
+    http_client: str,
+) -> None:
+    """A body within the bound is read to its end (so its connection is reused) but
+    only its first ``excerpt_bytes`` are returned: nothing more is held."""
+    body = bytes(range(256)) * 3
+    cfg = config(http_client=http_client, max_response_bytes=1000, excerpt_bytes=100, concurrency=1)
+    sender = Sender(cfg)
+    try:
+        with RawServer(keep_alive_reply(body)) as raw:
+            for _ in range(3):
+                status, _, data = await sender.client.request(
+                    "POST", raw.url(), headers={}, body=b"{}"
+                )
+                assert (status, data) == (200, body[:100])
+            assert raw.connections == 1
+    finally:
+        await sender.aclose()
