@@ -2,7 +2,9 @@
 
 The sender never raises for a failed delivery: every response and every transport
 error becomes an :class:`~dispatchers.outcome.Outcome`. It reads at most
-``max_response_bytes`` of a response body, keeps a short excerpt of it, bounds
+``max_response_bytes`` of a response body and keeps only a short excerpt of it
+(``excerpt_bytes``: what is recorded; the rest is dropped as it is read, so a
+thousand requests in flight hold a thousand excerpts, not a thousand bounds), bounds
 the whole attempt by ``request_timeout`` (per-operation timeouts alone would let a
 trickling response last forever) and never follows redirects.
 
@@ -131,6 +133,7 @@ class Sender:
                 limit=config.concurrency,
                 connect_timeout=config.connect_timeout,
                 max_response_bytes=config.max_response_bytes,
+                keep_response_bytes=config.excerpt_bytes,
             )
             return
         count = max(1, -(-config.concurrency // TASKS_PER_CLIENT))
@@ -201,7 +204,8 @@ class HttpxClient:
     """:class:`HttpClient` over httpx: one ``AsyncClient`` per transport, taken in
     turn (see :data:`TASKS_PER_CLIENT`). Redirects are never followed, the
     environment (proxies, netrc) is ignored, and a body is read only up to
-    ``config.max_response_bytes``.
+    ``config.max_response_bytes``, of which the first ``config.excerpt_bytes`` are
+    kept and returned.
 
     :param owns_transports: close the transports with the clients (otherwise they
         belong to the caller).
@@ -228,6 +232,7 @@ class HttpxClient:
         ]
         self._turn = itertools.cycle(self._clients)
         self._limit = config.max_response_bytes
+        self._keep = config.excerpt_bytes
         self._owns_transports = owns_transports
 
     async def request(
@@ -243,22 +248,24 @@ class HttpxClient:
         return response.status_code, response.headers, data
 
     async def _read_bounded(self, response: httpx.Response) -> bytes:
-        """Read up to the bound; the rest is never read (closing the response then
-        drops the connection instead of reusing it)."""
-        limit = self._limit
-        chunks: list[bytes] = []
+        """Read up to the bound, keeping its first ``excerpt_bytes``; the rest is
+        never read (closing the response then drops the connection instead of
+        reusing it)."""
+        limit, keep = self._limit, self._keep
+        kept: list[bytes] = []
         size = 0
         try:
             async for chunk in response.aiter_raw():
-                chunks.append(chunk)
+                if size < keep:
+                    kept.append(chunk[: keep - size])
                 size += len(chunk)
                 if size >= limit:
                     break
         except httpx.StreamConsumed:
             # a transport that returns an already-read response (such as
             # httpx.MockTransport): the body is in memory, nothing to bound
-            return response.content[:limit]
-        return b"".join(chunks)[:limit]
+            return response.content[: min(limit, keep)]
+        return b"".join(kept)
 
     async def aclose(self) -> None:
         # a client closes its transport: clients over a caller's transport are
@@ -276,7 +283,8 @@ class AiohttpClient:
     checked, TLS verified against the URL's host), holding at most ``limit``
     connections. Redirects are not followed, no proxy or cookie is ever used,
     bodies are not decompressed (aiohttp would by default) and never read past
-    ``max_response_bytes``. The session is made on first use, inside the running
+    ``max_response_bytes``; only their first ``keep_response_bytes`` (default: all
+    that is read) are kept and returned. The session is made on first use, inside the running
     loop. ``connect_timeout`` bounds resolution and each connection attempt; the
     caller bounds the whole request (``Sender`` does, with ``request_timeout``).
 
@@ -292,6 +300,7 @@ class AiohttpClient:
         limit: int = 100,
         connect_timeout: float | None = 5.0,
         max_response_bytes: int = 64 * 1024,
+        keep_response_bytes: int | None = None,
         keepalive_expiry: float = 30.0,
     ) -> None:
         self._policy = policy
@@ -299,6 +308,9 @@ class AiohttpClient:
         self._limit = limit
         self._connect_timeout = connect_timeout
         self._max_response_bytes = max_response_bytes
+        self._keep_response_bytes = (
+            max_response_bytes if keep_response_bytes is None else keep_response_bytes
+        )
         self._keepalive_expiry = keepalive_expiry
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
@@ -330,7 +342,7 @@ class AiohttpClient:
         self, method: str, url: str, *, headers: Mapping[str, str], body: bytes
     ) -> tuple[int, Mapping[str, str], bytes]:
         """Send one request; return its status, headers and body (at most
-        ``max_response_bytes`` of it)."""
+        ``keep_response_bytes`` of it)."""
         try:
             target = _url(url)
         except ValueError as exc:
@@ -341,7 +353,9 @@ class AiohttpClient:
                 method, target, headers=headers, data=body, allow_redirects=False
             )
             try:
-                data = await _read_bounded(response.content, self._max_response_bytes)
+                data = await _read_bounded(
+                    response.content, self._max_response_bytes, self._keep_response_bytes
+                )
             except BaseException:
                 response.close()
                 raise
@@ -368,17 +382,19 @@ def _url(text: str) -> URL:
     return URL(text)
 
 
-async def _read_bounded(content: aiohttp.StreamReader, limit: int) -> bytes:
-    """Read the body up to ``limit`` bytes (chunked framing removed, nothing decoded)."""
-    chunks: list[bytes] = []
+async def _read_bounded(content: aiohttp.StreamReader, limit: int, keep: int) -> bytes:
+    """Read the body up to ``limit`` bytes and return its first ``keep`` (chunked
+    framing removed, nothing decoded); what is read past ``keep`` is dropped at once."""
+    kept: list[bytes] = []
     size = 0
     while size < limit:
         chunk = await content.read(limit - size)
         if not chunk:
             break
-        chunks.append(chunk)
+        if size < keep:
+            kept.append(chunk[: keep - size])
         size += len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return kept[0] if len(kept) == 1 else b"".join(kept)
 
 
 def httpx_error(exc: Exception) -> Exception | None:

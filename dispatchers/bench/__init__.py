@@ -1,7 +1,7 @@
 """``outbox bench``: throughput and latency of the outbox on this machine.
 
 Scenarios (see :mod:`dispatchers.bench.scenarios`): ``drain-http``,
-``drain-noop``, ``latency``, ``enqueue`` and ``history``; ``--baseline naive``
+``drain-noop``, ``latency``, ``enqueue``, ``history`` and ``memory``; ``--baseline naive``
 runs the naive one-row-at-a-time design (:mod:`dispatchers.bench.naive`) beside
 the drain scenarios, interleaved. The runner (:mod:`dispatchers.bench.runner`)
 prints one table, or one JSON object with ``--json``.
@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 __all__ = ["SCENARIO_NAMES", "Settings", "add_arguments", "settings_from_args"]
 
-SCENARIO_NAMES = ("drain-http", "drain-noop", "latency", "enqueue", "history")
+SCENARIO_NAMES = ("drain-http", "drain-noop", "latency", "enqueue", "history", "memory")
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,10 @@ class Settings:
     history_rows: int = 1_000_000
     history_messages: int = 20_000
     history_rounds: int = 2
+    memory_messages: int = 5_000
+    memory_delay: float = 0.5
+    big_response_share: float = 0.01
+    big_response_mb: float = 50.0
     baseline: str | None = None
     pairs: int = 3
     naive_workers: int = 32
@@ -82,6 +86,16 @@ def _list_of(parse: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
         return items
 
     return parse_list
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -235,6 +249,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_int,
         default=d.history_rounds,
         help=f"(empty, full) drains, alternating (default: {d.history_rounds})",
+    )
+    mem = parser.add_argument_group(
+        "memory (drain-http at concurrency 256 and 1,024, some responses huge: peak RSS)"
+    )
+    mem.add_argument(
+        "--memory-messages",
+        type=_positive_int,
+        default=d.memory_messages,
+        help=f"messages per memory drain (default: {d.memory_messages})",
+    )
+    mem.add_argument(
+        "--memory-delay",
+        type=_positive_float,
+        default=d.memory_delay,
+        metavar="SECONDS",
+        help="the receiver answers each request this late, so that requests pile up "
+        f"to the concurrency (default: {d.memory_delay:g})",
+    )
+    mem.add_argument(
+        "--big-response-share",
+        type=_share,
+        default=d.big_response_share,
+        metavar="FRACTION",
+        help="share of the receiver's responses that carry a big body, 0 to 1 "
+        f"(default: {d.big_response_share:g}, every {1 / d.big_response_share:g}th)",
+    )
+    mem.add_argument(
+        "--big-response-mb",
+        type=_positive_float,
+        default=d.big_response_mb,
+        metavar="MB",
+        help="length of a big body in MB (10^6 bytes), streamed by the receiver; the "
+        f"dispatcher reads only its bound of it (default: {d.big_response_mb:g})",
     )
 
 

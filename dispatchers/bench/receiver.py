@@ -8,6 +8,17 @@ counts requests. With key recording on (the default) it keeps every
 (``time.time()``, taken once per read from the socket), so a key that arrives
 twice is a duplicate and the delay from commit to arrival can be measured.
 
+With ``--delay S``, each counted request is answered ``S`` seconds after it
+arrived (a slow endpoint: the dispatcher's requests pile up to its concurrency).
+With ``--big-response-share F`` (above 0), a share ``F`` of the counted responses
+(every ``1/F``-th, so exactly that share) is a ``200`` whose body is
+``--big-response-bytes`` long (default 50 MB): the load a dispatcher meets when a
+few endpoints answer with something huge. The body is streamed from one shared
+block as the client takes it (writing pauses while the socket's buffer is full),
+so the receiver never holds more than that block and one buffer per connection;
+requests pipelined behind it wait until it has been sent. A client that closes
+the connection early ends it.
+
 Requests to ``/_bench/...`` are the benchmark's own and are not counted:
 ``GET /_bench/counts`` answers the counts so far as JSON, and
 ``GET /_bench/arrivals?prefix=P`` the first arrival time of every key starting
@@ -50,6 +61,9 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 OK_CLOSE = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 CONTROL = b"/_bench/"
+BIG_RESPONSE_BYTES = 50_000_000
+BLOCK = b"b" * (64 * 1024)
+"""Every big body is written from this one block."""
 
 
 def _error(status: bytes) -> bytes:
@@ -63,7 +77,12 @@ class Counts:
     duplicates: int = 0
     without_key: int = 0
     connections: int = 0
+    open_connections: int = 0
+    most_open_connections: int = 0
     bad_requests: int = 0
+    big_responses: int = 0
+    big_bytes_sent: int = 0
+    """Bytes of big bodies handed to the socket (the client may have read fewer)."""
     # key -> first arrival (time.time())
     keys: dict[bytes, float] = field(default_factory=dict, repr=False)
 
@@ -85,25 +104,105 @@ class Counts:
         return found
 
 
-class _Connection(asyncio.Protocol):
-    """One client connection: parses requests out of a buffer and answers in order."""
+@dataclass(frozen=True)
+class Replies:
+    """How counted requests are answered: each after ``delay`` seconds (0: at once),
+    and a ``big_share`` of them (0 for none) with a body ``big_size`` bytes long."""
 
-    def __init__(self, counts: Counts, record_keys: bool) -> None:
+    delay: float = 0.0
+    big_share: float = 0.0
+    big_size: int = BIG_RESPONSE_BYTES
+
+    def big(self, number: int) -> bool:
+        """Whether the ``number``-th counted response (from 1) is a big one: whenever
+        ``number * big_share`` reaches the next whole number."""
+        share = self.big_share
+        return bool(share) and int(number * share) > int((number - 1) * share)
+
+
+def _ok(length: int, close: bool) -> bytes:
+    if not length:
+        return OK_CLOSE if close else OK
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Length: "
+        + str(length).encode()
+        + (b"\r\nConnection: close" if close else b"")
+        + b"\r\n\r\n"
+    )
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parses requests out of a buffer and answers in order.
+
+    An answer that is delayed or has a big body is *held*: reading pauses and the
+    rest of the buffer waits until it is out, which keeps pipelined answers in
+    order. A big body is written a block at a time, only while the transport
+    wants more (``pause_writing``/``resume_writing``), ``unsent`` bytes to go."""
+
+    def __init__(self, counts: Counts, record_keys: bool, replies: Replies) -> None:
         self.counts = counts
         self.record_keys = record_keys
+        self.replies = replies
         self.buffer = bytearray()
         self.transport = cast(asyncio.Transport, None)
+        self.held = False
+        self.unsent = 0
+        self.close_after = False
+        self.writable = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.counts.connections += 1
+        counts = self.counts
+        counts.connections += 1
+        counts.open_connections += 1
+        counts.most_open_connections = max(counts.most_open_connections, counts.open_connections)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.counts.open_connections -= 1
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        self._pump()
+
+    def _answer(self, length: int) -> None:
+        """Send the held answer, with a body of ``length`` bytes."""
+        if self.transport.is_closing():
+            return
+        self.transport.write(_ok(length, self.close_after))
+        self.unsent = length
+        self._pump()
+
+    def _pump(self) -> None:
+        """Write the body while the transport takes it; once it is all written, go
+        on with the requests that waited."""
+        # a failed send closes the transport at once but reports the loss later
+        while self.unsent and self.writable and not self.transport.is_closing():
+            size = min(self.unsent, len(BLOCK))
+            self.transport.write(BLOCK if size == len(BLOCK) else BLOCK[:size])
+            self.unsent -= size
+            self.counts.big_bytes_sent += size
+        if self.unsent or self.transport.is_closing():
+            return
+        self.held = False
+        if self.close_after:
+            self.transport.close()
+            return
+        self.transport.resume_reading()
+        if self.buffer:
+            self.data_received(b"")
 
     def data_received(self, data: bytes) -> None:
         buffer = self.buffer
         buffer += data
+        if self.held:
+            return  # reading resumes once the held answer is out
         out: list[bytes] = []
         pos = 0
         close = False
+        big = False
         now = time.time()
         while True:
             end = buffer.find(b"\r\n\r\n", pos)
@@ -139,6 +238,13 @@ class _Connection(asyncio.Protocol):
                 out.append(self._control(target))
                 continue
             self._count(key, now)
+            big = self.replies.big(self.counts.requests)
+            if big or self.replies.delay:
+                self.held = True
+                self.close_after = not keep_alive
+                if big:
+                    self.counts.big_responses += 1
+                break
             if not keep_alive:
                 out.append(OK_CLOSE)
                 close = True
@@ -147,7 +253,14 @@ class _Connection(asyncio.Protocol):
         del buffer[:pos]
         if out:
             self.transport.write(b"".join(out))
-        if close:
+        if self.held:
+            self.transport.pause_reading()
+            length = self.replies.big_size if big else 0
+            if self.replies.delay:
+                asyncio.get_running_loop().call_later(self.replies.delay, self._answer, length)
+            else:
+                self._answer(length)
+        elif close:
             self.transport.close()
 
     def _parse(self, head: list[bytes]) -> tuple[bytes, int, bytes | None, bool, bool] | None:
@@ -228,6 +341,7 @@ async def serve(
     ready_file: Path | None,
     record_keys: bool,
     max_seconds: float,
+    replies: Replies | None = None,
 ) -> Counts:
     """Serve until SIGTERM/SIGINT, ``max_seconds``, or the parent's exit."""
     loop = asyncio.get_running_loop()
@@ -237,7 +351,7 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     parent = os.getppid()
     server = await loop.create_server(
-        lambda: _Connection(counts, record_keys), HOST, port, backlog=1024
+        lambda: _Connection(counts, record_keys, replies or Replies()), HOST, port, backlog=1024
     )
     bound = server.sockets[0].getsockname()[1]
     if ready_file is not None:
@@ -250,6 +364,13 @@ async def serve(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=min(1.0, deadline - loop.time()))
     return counts
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 1")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,13 +387,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-seconds", type=float, default=3600.0, help="exit after this long (default 3600)"
     )
+    parser.add_argument(
+        "--delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="answer each counted request this long after it arrived (default 0)",
+    )
+    parser.add_argument(
+        "--big-response-share",
+        type=_share,
+        default=0.0,
+        metavar="FRACTION",
+        help="answer this share of the counted requests (0 to 1) with a big body (default 0: none)",
+    )
+    parser.add_argument(
+        "--big-response-bytes",
+        type=int,
+        default=BIG_RESPONSE_BYTES,
+        metavar="N",
+        help=f"length of a big body (default {BIG_RESPONSE_BYTES:,})",
+    )
     args = parser.parse_args(argv)
+    if args.big_response_bytes < 0:
+        parser.error("--big-response-bytes must be at least 0")
+    if not 0 <= args.delay < 3600:
+        parser.error("--delay must be at least 0 and below 3600")
     counts = asyncio.run(
         serve(
             port=args.port,
             ready_file=args.ready_file,
             record_keys=args.record_keys,
             max_seconds=args.max_seconds,
+            replies=Replies(args.delay, args.big_response_share, args.big_response_bytes),
         )
     )
     text = json.dumps(counts.report())
@@ -289,10 +436,18 @@ class ReceiverProcess:
     ``port`` and ``url`` are known once entered; :meth:`counts` and
     :meth:`arrivals` ask the running receiver; :meth:`stop` sends SIGTERM and
     returns the final counts. Leaving the block always ends the process.
+    ``replies`` delays answers or gives some a big body (see :class:`Replies`).
     """
 
-    def __init__(self, *, record_keys: bool = True, start_timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        *,
+        record_keys: bool = True,
+        start_timeout: float = 15.0,
+        replies: Replies | None = None,
+    ) -> None:
         self.record_keys = record_keys
+        self.replies = replies or Replies()
         self.start_timeout = start_timeout
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -335,6 +490,12 @@ class ReceiverProcess:
             "--stats-file",
             str(Path(self._dir.name) / "stats.json"),
             "--record-keys" if self.record_keys else "--no-record-keys",
+            "--delay",
+            repr(self.replies.delay),
+            "--big-response-share",
+            repr(self.replies.big_share),
+            "--big-response-bytes",
+            str(self.replies.big_size),
         ]
         # our own interpreter and file, with fixed arguments
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL)  # noqa: S603

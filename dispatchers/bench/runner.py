@@ -19,7 +19,7 @@ from typing import Any
 
 from dispatchers.bench import SCENARIO_NAMES, Settings, settings_from_args
 from dispatchers.bench.env import connect, database
-from dispatchers.bench.scenarios import SCENARIOS, Bench
+from dispatchers.bench.scenarios import MEMORY_CONCURRENCY, SCENARIOS, Bench
 from outbox.dsn import redact
 
 
@@ -70,6 +70,17 @@ def _row(
     return Row(scenario, measure, _num(value, spec), target.text, target.met(value))
 
 
+def _rss(peak: float | None, growth: float | None) -> str:
+    """Peak RSS in MB, and in brackets how much of it the drain added."""
+    if peak is None:
+        return "n/a"
+    return f"{peak:,.0f}" + ("" if growth is None else f" (+{growth:,.0f})")
+
+
+def _rss_measure(runs: list[dict[str, Any]]) -> str:
+    return "peak RSS MB (+ during drain)" + (", worst run" if len(runs) > 1 else "")
+
+
 def _drain_rows(name: str, r: dict[str, Any], rate: Target) -> list[Row]:
     rows = [
         _row(
@@ -91,6 +102,7 @@ def _drain_rows(name: str, r: dict[str, Any], rate: Target) -> list[Row]:
     ]
     if r["cpu_receiver_us_per_msg"] is not None:
         rows.append(_row(name, "CPU us/msg, receiver", r["cpu_receiver_us_per_msg"], ",.0f"))
+    rows.append(Row(name, _rss_measure(r["runs"]), _rss(r["peak_rss_mb"], r["rss_growth_mb"])))
     duplicates = "n/a" if r["duplicates"] is None else str(r["duplicates"])
     rows.append(
         Row(name, "delivered / duplicates", f"{r['delivered']} of {r['messages']} / {duplicates}")
@@ -120,6 +132,13 @@ def _drain_rows(name: str, r: dict[str, Any], rate: Target) -> list[Row]:
                     name, f"{label}: CPU us/msg, receiver", base["cpu_receiver_us_per_msg"], ",.0f"
                 )
             )
+        rows.append(
+            Row(
+                name,
+                f"{label}: {_rss_measure(base['runs'])}",
+                _rss(base["peak_rss_mb"], base["rss_growth_mb"]),
+            )
+        )
         duplicates = "n/a" if base["duplicates"] is None else str(base["duplicates"])
         rows += [
             Row(
@@ -247,6 +266,49 @@ def table_rows(report: dict[str, Any]) -> list[Row]:
             Row(n, "  full / empty, per round", _list(r["ratios"], ".2f")),
             _row(n, "  full / empty, of the medians", r["ratio"], ".2f", at_least(0.9, ">= 0.90")),
             _row(n, "seeding the history, s", r["history_seed_s"], ".1f"),
+            Row(
+                n,
+                "peak RSS MB, empty / full history",
+                f"{_num(r['empty_peak_rss_mb'])} / {_num(r['full_peak_rss_mb'])}",
+            ),
+        ]
+    r = results.get("memory")
+    if r and "runs" in r:
+        rows += _memory_rows(r)
+    return rows
+
+
+def _memory_rows(r: dict[str, Any]) -> list[Row]:
+    n = "memory"
+    rows = [
+        Row(
+            n,
+            "drain-http, responses with a big body",
+            f"{r['big_response_share']:g} of them, {r['big_response_mb']:g} MB each"
+            f" (all {r['delay_s']:g} s late)",
+        )
+    ]
+    for run in r["runs"]:
+        c = run["concurrency"]
+        target = at_most(150, "<= 150") if c == MEMORY_CONCURRENCY[0] else None
+        peak = _row(n, f"peak RSS MB at concurrency {c:,}", run["peak_rss_mb"], ",.0f", target)
+        rows += [
+            peak,
+            _row(n, "  of it added during the drain", run["rss_growth_mb"], ",.0f"),
+            _row(n, "  msgs/s", run["msgs_per_s"], ",.0f"),
+            Row(
+                n,
+                "  connections: most open at once / opened",
+                f"{run['most_open_connections']:,} / {run['receiver_connections']:,}",
+            ),
+            _row(n, "  MB of big bodies the receiver wrote", run["big_mb_sent"], ",.1f"),
+            _row(n, "  CPU us/msg, dispatcher", run["cpu_dispatcher_us_per_msg"], ",.0f"),
+            Row(
+                n,
+                "  delivered / duplicates / big bodies",
+                f"{run['delivered']} of {run['messages']} / {run.get('duplicates')}"
+                f" / {run.get('big_responses')}",
+            ),
         ]
     return rows
 

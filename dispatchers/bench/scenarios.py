@@ -12,6 +12,11 @@ schema that is dropped afterwards, all traffic to 127.0.0.1.
   NOTIFY; commit throughput of business transactions with one outbox row each
   against the same transactions without it.
 - ``history``: drain-noop with a large delivered history against an empty one.
+- ``memory``: drain-http at concurrency 256, then 1,024, against a receiver that
+  answers a share of the requests with a huge body: the dispatcher's peak RSS.
+
+Every drain runs the dispatcher in a fresh process of its own (see
+:class:`DrainProcess`), so each reports the peak RSS of a dispatcher doing it.
 
 With the naive baseline (:mod:`dispatchers.bench.naive`), each drain scenario runs
 as pairs, ours then the baseline's, on the same database and receiver.
@@ -20,11 +25,16 @@ as pairs, ours then the baseline's, on the same database and receiver.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import gc
 import json
+import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
+from types import TracebackType
 from typing import Any
 
 from psycopg import sql
@@ -45,7 +55,7 @@ from dispatchers.bench.env import (
     table_counts,
 )
 from dispatchers.bench.naive import NaiveStats, run_naive
-from dispatchers.bench.receiver import ReceiverProcess
+from dispatchers.bench.receiver import ReceiverProcess, Replies
 from dispatchers.config import DispatcherConfig
 from dispatchers.log import NullLog
 from dispatchers.pool import Dispatcher
@@ -53,6 +63,10 @@ from outbox import Outbox
 
 NOOP_URL = "http://127.0.0.1:9/noop"  # never connected to: the transport answers
 ENQUEUE_URL = "http://127.0.0.1:9/orders"  # never sent: nothing dispatches there
+MB = 1_000_000
+MEMORY_CONCURRENCY = (256, 1024)
+"""The memory scenario's drains: the first has the peak RSS target."""
+DRAIN_START_TIMEOUT = 120.0  # seconds for a drain process to import and report ready
 
 
 class Bench:
@@ -92,6 +106,11 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
+def _most(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
 def _delta(after: float | None, before: float | None) -> float | None:
     return None if after is None or before is None else after - before
 
@@ -129,8 +148,7 @@ def analyze(url: str, schema: str) -> None:
 # -- drains -------------------------------------------------------------------------
 
 
-async def _drain_ours(bench: Bench, schema: str, http: bool) -> dict[str, Any]:
-    s = bench.settings
+async def _drain_ours(url: str, s: Settings, schema: str, http: bool) -> dict[str, Any]:
     config = DispatcherConfig(
         schema=schema,
         concurrency=s.concurrency,
@@ -139,7 +157,7 @@ async def _drain_ours(bench: Bench, schema: str, http: bool) -> dict[str, Any]:
         http_client=s.http_client or DispatcherConfig.http_client,
     )
     client = None if http else NoopClient()
-    dispatcher = Dispatcher(bench.db.url, config, client=client, log=NullLog())
+    dispatcher = Dispatcher(url, config, client=client, log=NullLog())
     timed_out = False
     try:
         async with asyncio.timeout(s.drain_timeout):
@@ -160,13 +178,12 @@ async def _drain_ours(bench: Bench, schema: str, http: bool) -> dict[str, Any]:
     }
 
 
-async def _drain_naive(bench: Bench, schema: str, http: bool) -> dict[str, Any]:
-    s = bench.settings
+async def _drain_naive(url: str, s: Settings, schema: str, http: bool) -> dict[str, Any]:
     stats = NaiveStats()
     timed_out = False
     try:
         async with asyncio.timeout(s.drain_timeout):
-            await run_naive(bench.db.url, schema, workers=s.naive_workers, http=http, stats=stats)
+            await run_naive(url, schema, workers=s.naive_workers, http=http, stats=stats)
     except TimeoutError:
         timed_out = True
     return {
@@ -176,6 +193,113 @@ async def _drain_naive(bench: Bench, schema: str, http: bool) -> dict[str, Any]:
         "claims": stats.claims,
         "timed_out": timed_out,
     }
+
+
+def rss_now() -> int | None:
+    """This process's resident set size in bytes, or None where ``/proc`` is missing."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * resource.getpagesize()
+
+
+def peak_rss() -> int:
+    """This process's peak resident set size in bytes (``ru_maxrss`` is in KiB on
+    Linux, in bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _drain_process(
+    url: str, settings: Settings, schema: str, design: str, http: bool, pipe: Connection
+) -> None:
+    """The child's side of :class:`DrainProcess`: report the resident size once
+    everything is imported, wait for ``go``, drain, and send back the figures with
+    the drain's wall and CPU seconds and the process's peak RSS."""
+    drain = _drain_ours if design == "outbox" else _drain_naive
+    gc.collect()
+    pipe.send(rss_now())
+    if not pipe.poll(DRAIN_START_TIMEOUT) or pipe.recv() != "go":
+        return
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    figures = asyncio.run(drain(url, settings, schema, http))
+    figures["seconds"] = time.perf_counter() - wall0
+    figures["cpu_s"] = time.process_time() - cpu0
+    figures["peak_rss"] = peak_rss()
+    pipe.send(figures)
+
+
+class DrainProcess:
+    """One drain by ``design`` in a fresh process; a context manager.
+
+    Why a process per drain: peak RSS only grows, so in the bench's own process
+    it would report the largest drain so far (or the seeding of a million rows),
+    and freed memory kept by the allocator would blur what one drain needs.
+    Sampling the RSS during the drain would miss a short burst between samples.
+    A fresh process doing only the drain is what ``outbox dispatch`` is: its
+    ``ru_maxrss`` is exact, whatever the burst. Its size once everything is
+    imported (before the drain) is reported too, so the growth the drain caused
+    can be told from the interpreter and its libraries.
+
+    Entering starts the process and waits until it is ready; :meth:`run` starts
+    the drain and returns its figures (the caller reads its own clocks around it);
+    leaving always ends the process.
+    """
+
+    def __init__(
+        self, url: str, settings: Settings, schema: str, *, design: str, http: bool
+    ) -> None:
+        self.settings = settings
+        self._pipe, theirs = SPAWN.Pipe()
+        self._process = SPAWN.Process(
+            target=_drain_process,
+            args=(url, settings, schema, design, http, theirs),
+            name=f"outbox-bench-drain-{design}",
+            daemon=True,
+        )
+        self._theirs = theirs
+        self.rss_ready: int | None = None
+
+    def __enter__(self) -> DrainProcess:
+        self._process.start()
+        self._theirs.close()  # so that the child's exit reads as end of file here
+        try:
+            self.rss_ready = self._receive(DRAIN_START_TIMEOUT, "start")
+        except BaseException:
+            self._end()
+            raise
+        return self
+
+    def run(self) -> dict[str, Any]:
+        self._pipe.send("go")
+        figures: dict[str, Any] = self._receive(self.settings.drain_timeout + 60, "drain")
+        return figures
+
+    def _receive(self, timeout: float, what: str) -> Any:
+        try:
+            if self._pipe.poll(timeout):
+                return self._pipe.recv()
+        except EOFError:
+            pass
+        self._process.join(5)
+        raise RuntimeError(f"the drain process did not {what} (exit code {self._process.exitcode})")
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(10)
+        self._pipe.close()
 
 
 def seed_history(bench: Bench, schema: str, *, rows: int, target: str) -> float:
@@ -191,20 +315,52 @@ def seed_history(bench: Bench, schema: str, *, rows: int, target: str) -> float:
     return time.perf_counter() - started
 
 
-def drain_once(bench: Bench, *, design: str, http: bool, messages: int) -> dict[str, Any]:
+def drain_once(
+    bench: Bench,
+    *,
+    design: str,
+    http: bool,
+    messages: int,
+    receiver: ReceiverProcess | None = None,
+    concurrency: int | None = None,
+) -> dict[str, Any]:
     """One timed drain of ``messages`` by ``design`` ("outbox" or "naive") in a fresh
     schema."""
     with fresh_schema(bench.db.url) as schema:
-        return drain_in(bench, schema, design=design, http=http, messages=messages)
+        return drain_in(
+            bench,
+            schema,
+            design=design,
+            http=http,
+            messages=messages,
+            receiver=receiver,
+            concurrency=concurrency,
+        )
 
 
 def drain_in(
-    bench: Bench, schema: str, *, design: str, http: bool, messages: int
+    bench: Bench,
+    schema: str,
+    *,
+    design: str,
+    http: bool,
+    messages: int,
+    receiver: ReceiverProcess | None = None,
+    concurrency: int | None = None,
 ) -> dict[str, Any]:
     """Enqueue ``messages`` in ``schema`` and time one drain of them by ``design``
-    ("outbox" or "naive"), checking that each was delivered once."""
+    ("outbox" or "naive") in its own process, checking that each was delivered once.
+
+    ``receiver`` replaces the bench's shared one (with ``http``); ``concurrency``
+    the dispatcher's from the settings."""
     url = bench.db.url
-    receiver = bench.receiver if http else None
+    settings = bench.settings
+    if concurrency is not None:
+        settings = dataclasses.replace(settings, concurrency=concurrency)
+    if http and receiver is None:
+        receiver = bench.receiver
+    elif not http:
+        receiver = None
     target = receiver.url if receiver else NOOP_URL
     result: dict[str, Any] = {"design": design, "messages": messages}
     delivered_before = table_counts(url, schema, ("delivered",))["delivered"]
@@ -218,15 +374,15 @@ def drain_in(
 
     before = receiver.counts() if receiver else None
     receiver_clock = CpuClock(receiver.pid) if receiver else None
-    rcpu0 = receiver_clock.read() if receiver_clock else None
-    pgcpu0 = bench.pg_clock.read() if bench.pg_clock else None
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    drain = _drain_ours if design == "outbox" else _drain_naive
-    figures = asyncio.run(drain(bench, schema, http))
-    seconds = time.perf_counter() - wall0
-    own_cpu = time.process_time() - cpu0
-    pg_cpu = _delta(bench.pg_clock.read() if bench.pg_clock else None, pgcpu0)
-    receiver_cpu = _delta(receiver_clock.read() if receiver_clock else None, rcpu0)
+    with DrainProcess(url, settings, schema, design=design, http=http) as child:
+        rcpu0 = receiver_clock.read() if receiver_clock else None
+        pgcpu0 = bench.pg_clock.read() if bench.pg_clock else None
+        figures = child.run()
+        pg_cpu = _delta(bench.pg_clock.read() if bench.pg_clock else None, pgcpu0)
+        receiver_cpu = _delta(receiver_clock.read() if receiver_clock else None, rcpu0)
+    seconds = figures.pop("seconds")
+    own_cpu = figures.pop("cpu_s")
+    peak = figures.pop("peak_rss")
     after = receiver.counts() if receiver else None
     rows = table_counts(url, schema, ("messages", "delivered"))
     new_rows = rows["delivered"] - delivered_before
@@ -246,6 +402,9 @@ def drain_in(
             "cpu_receiver_us_per_msg": _per_msg_us(receiver_cpu, delivered),
             "rows_in_messages": rows["messages"],
             "rows_in_delivered": new_rows,
+            "concurrency": settings.concurrency if design == "outbox" else None,
+            "peak_rss_mb": peak / MB,
+            "rss_growth_mb": None if child.rss_ready is None else (peak - child.rss_ready) / MB,
         }
     )
     failures: list[str] = []
@@ -262,6 +421,7 @@ def drain_in(
         duplicates = after["duplicates"] - before["duplicates"]
         result["receiver_requests"] = requests
         result["duplicates"] = duplicates
+        result["big_responses"] = after["big_responses"] - before["big_responses"]
         if requests != messages:
             failures.append(f"receiver saw {requests} requests, expected {messages}")
         if duplicates:
@@ -284,6 +444,9 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "cpu_receiver_us_per_msg",
     )
     summary: dict[str, Any] = {k: median([r.get(k) for r in runs]) for k in keys}
+    # memory: the worst run, not a typical one
+    summary["peak_rss_mb"] = _most([r.get("peak_rss_mb") for r in runs])
+    summary["rss_growth_mb"] = _most([r.get("rss_growth_mb") for r in runs])
     summary["delivered"] = sum(r["delivered"] for r in runs)
     summary["messages"] = sum(r["messages"] for r in runs)
     duplicates = [r["duplicates"] for r in runs if r.get("duplicates") is not None]
@@ -378,9 +541,53 @@ def history(bench: Bench) -> dict[str, Any]:
             for a, b in zip(empty, full, strict=True)
         ],
         "history_seed_s": seed_s,
+        "empty_peak_rss_mb": _most([r["peak_rss_mb"] for r in empty]),
+        "full_peak_rss_mb": _most([r["peak_rss_mb"] for r in full]),
         "delivered": sum(r["delivered"] for r in empty + full),
         "empty_runs": empty,
         "full_runs": full,
+        "ok": not failures,
+        "failures": failures,
+    }
+
+
+def memory(bench: Bench) -> dict[str, Any]:
+    """drain-http of ``memory_messages`` at each of :data:`MEMORY_CONCURRENCY`,
+    against a receiver of its own that answers every request ``memory_delay``
+    seconds late (so requests pile up to the concurrency, each on its own
+    connection) and ``big_response_share`` of them with a body of
+    ``big_response_mb``: every message delivered once, and the peak RSS of the
+    dispatcher doing it."""
+    s = bench.settings
+    replies = Replies(s.memory_delay, s.big_response_share, round(s.big_response_mb * MB))
+    runs: list[dict[str, Any]] = []
+    for concurrency in MEMORY_CONCURRENCY:
+        bench.progress(
+            f"memory: {s.memory_messages:,} messages at concurrency {concurrency:,}, "
+            f"{s.big_response_share:g} of the responses {s.big_response_mb:g} MB long"
+        )
+        # a receiver per drain: its connection counts are this drain's
+        with ReceiverProcess(replies=replies) as receiver:
+            run = drain_once(
+                bench,
+                design="outbox",
+                http=True,
+                messages=s.memory_messages,
+                receiver=receiver,
+                concurrency=concurrency,
+            )
+            counts = receiver.counts()
+        run["receiver_connections"] = counts["connections"]
+        run["most_open_connections"] = counts["most_open_connections"]
+        run["big_mb_sent"] = counts["big_bytes_sent"] / MB
+        runs.append(run)
+    failures = [f"concurrency {r['concurrency']}: {f}" for r in runs for f in r["failures"]]
+    return {
+        "messages": s.memory_messages,
+        "big_response_share": s.big_response_share,
+        "big_response_mb": s.big_response_mb,
+        "delay_s": s.memory_delay,
+        "runs": runs,
         "ok": not failures,
         "failures": failures,
     }
@@ -570,4 +777,5 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "latency": latency.latency,
     "enqueue": enqueue,
     "history": history,
+    "memory": memory,
 }

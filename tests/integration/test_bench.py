@@ -42,6 +42,14 @@ TINY = [
     "150",
     "--drain-timeout",
     "30",
+    "--memory-messages",
+    "200",
+    "--memory-delay",
+    "0.05",
+    "--big-response-share",
+    "0.05",
+    "--big-response-mb",
+    "32",
 ]
 
 
@@ -84,6 +92,10 @@ def check_drain_run(run: dict[str, Any], messages: int) -> None:
     assert run["msgs_per_s"] > 0
     assert run["round_trips_per_msg"] > 0
     assert run["cpu_dispatcher_us_per_msg"] > 0
+    # the drain ran in a process of its own: its peak RSS holds at least what it
+    # had once everything was imported, and more than a bare interpreter's
+    assert 10 < run["peak_rss_mb"] < 10_000
+    assert 0 <= run["rss_growth_mb"] <= run["peak_rss_mb"]
 
 
 def test_every_scenario_reports_plausible_figures(
@@ -94,7 +106,14 @@ def test_every_scenario_reports_plausible_figures(
     assert code == 0, report
     assert report["ok"]
     results = report["scenarios"]
-    assert list(results) == ["drain-http", "drain-noop", "latency", "enqueue", "history"]
+    assert list(results) == [
+        "drain-http",
+        "drain-noop",
+        "latency",
+        "enqueue",
+        "history",
+        "memory",
+    ]
 
     http = results["drain-http"]
     assert http["delivered"] == 150
@@ -157,11 +176,26 @@ def test_every_scenario_reports_plausible_figures(
         / statistics.median(r["msgs_per_s"] for r in history["empty_runs"])
     )
 
+    memory = results["memory"]
+    assert memory["ok"], memory["failures"]
+    assert [r["concurrency"] for r in memory["runs"]] == [256, 1024]
+    for run in memory["runs"]:
+        check_drain_run(run, 200)
+        assert run["duplicates"] == 0
+        assert run["big_responses"] == 10  # every 20th of 200
+        # the dispatcher closed each big body early: the receiver wrote a few MB of
+        # each (what the loopback's buffers take), far from 10 x 32 MB
+        assert run["big_mb_sent"] < 10 * 32 / 2
+
     measures = {(row["scenario"], row["measure"]) for row in report["table"]}
     assert ("drain-http", "db round trips per msg") in measures
     assert ("latency 100/s x1", "commit -> receiver p99 ms") in measures
     assert ("latency 100/s x2", "claims that found nothing") in measures
     assert ("history", "  full / empty, of the medians") in measures
+    assert ("drain-http", "peak RSS MB (+ during drain)") in measures
+    rss = next(r for r in report["table"] if r["measure"] == "peak RSS MB at concurrency 256")
+    assert rss["target"] == "<= 150"
+    assert ("memory", "peak RSS MB at concurrency 1,024") in measures
 
     assert bench_schemas(database_url) == []  # every scenario dropped its schema
     assert not [c for c in child_commands() if "receiver.py" in c]
