@@ -138,7 +138,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("httpx", "aiohttp"),
         default=d.http_client,
         help="HTTP client of our dispatcher in drain-http and latency (drain-noop and "
-        "the naive baseline always use an httpx transport) (default: the dispatcher's)",
+        "the naive baseline always use an httpx transport, pgqueuer's entrypoint "
+        "aiohttp) (default: the dispatcher's)",
     )
     drains.add_argument(
         "--naive-workers",

@@ -221,6 +221,8 @@ def test_pgqueuer_baseline_handles_every_job_once_beside_ours(
         "--database-url",
         database_url,
         "--scenario",
+        "drain-http",
+        "--scenario",
         "drain-noop",
         "--scenario",
         "latency",
@@ -254,6 +256,12 @@ def test_pgqueuer_baseline_handles_every_job_once_beside_ours(
     assert theirs["round_trips_per_msg"] > 0
     assert base["ratios"] == [pytest.approx(ours["msgs_per_s"] / theirs["msgs_per_s"])]
     assert base["median_ratio"] == base["ratios"][0]
+
+    http = report["scenarios"]["drain-http"]
+    assert http["ok"], http["failures"]
+    (theirs,) = http["baseline"]["runs"]
+    assert theirs["delivered"] == theirs["receiver_requests"] == 200  # POSTed once each
+    assert theirs["duplicates"] == 0
 
     latency = report["scenarios"]["latency"]
     assert latency["ok"], latency["failures"]
