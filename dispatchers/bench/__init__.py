@@ -3,8 +3,10 @@
 Scenarios (see :mod:`dispatchers.bench.scenarios`): ``drain-http``,
 ``drain-noop``, ``latency``, ``enqueue``, ``history`` and ``memory``; ``--baseline naive``
 runs the naive one-row-at-a-time design (:mod:`dispatchers.bench.naive`) beside
-the drain scenarios, interleaved. The runner (:mod:`dispatchers.bench.runner`)
-prints one table, or one JSON object with ``--json``.
+the drain scenarios, interleaved; ``--baseline pgqueuer`` runs pgqueuer
+(:mod:`dispatchers.bench.pgqueuer_baseline`, the ``bench`` extra) beside the drain
+scenarios, interleaved, and after ours in the latency scenario. The runner
+(:mod:`dispatchers.bench.runner`) prints one table, or one JSON object with ``--json``.
 
 This module holds only the settings and the command-line options, so building
 the ``outbox`` parser imports nothing heavy.
@@ -19,15 +21,22 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["SCENARIO_NAMES", "Settings", "add_arguments", "settings_from_args"]
+__all__ = [
+    "BASELINE_NAMES",
+    "SCENARIO_NAMES",
+    "Settings",
+    "add_arguments",
+    "settings_from_args",
+]
 
 SCENARIO_NAMES = ("drain-http", "drain-noop", "latency", "enqueue", "history", "memory")
+BASELINE_NAMES = ("naive", "pgqueuer")
 
 
 @dataclass(frozen=True)
 class Settings:
     """Sizes and knobs of every scenario (the defaults take about 3 minutes on
-    2 cores; ``--baseline naive`` adds the baseline's drains)."""
+    2 cores; a baseline adds its drains, and pgqueuer its latency run)."""
 
     messages: int = 20_000
     concurrency: int = 64
@@ -117,9 +126,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--baseline",
-        choices=("naive",),
-        help="also run the naive one-row-at-a-time design in the drain scenarios, "
-        "interleaved with ours (A B A B ...), and print the ratios",
+        choices=BASELINE_NAMES,
+        help="also run another design in the drain scenarios, interleaved with ours "
+        "(A B A B ...), and print the ratios: naive (one row at a time) or pgqueuer "
+        "(needs the bench extra; it also runs after ours in latency)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     drains = parser.add_argument_group("drain-http, drain-noop")
@@ -159,7 +169,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("httpx", "aiohttp"),
         default=d.http_client,
         help="HTTP client of our dispatcher in drain-http and latency (drain-noop and "
-        "the naive baseline always use an httpx transport) (default: the dispatcher's)",
+        "the naive baseline always use an httpx transport, pgqueuer's entrypoint "
+        "aiohttp) (default: the dispatcher's)",
     )
     drains.add_argument(
         "--naive-workers",

@@ -30,6 +30,7 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dispatchers.bench import pgqueuer_baseline
 from dispatchers.bench.env import SPAWN, connect, fresh_schema, payload, percentile, run_id
 from dispatchers.config import DispatcherConfig
 from dispatchers.log import NullLog
@@ -324,10 +325,49 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> dict[str, Any
     }
 
 
-def latency(bench: Bench) -> dict[str, Any]:
-    """Every (rate, dispatcher count) of the settings, rates outermost."""
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
+    return ours / theirs if ours is not None and theirs else None
+
+
+def pgqueuer_beside(bench: Bench, ours: dict[str, Any]) -> None:
+    """pgqueuer's latency at the offered load of ``ours``, added to ``ours`` as
+    ``baseline`` with the ratios ours / theirs (below 1: ours is lower)."""
     s = bench.settings
-    runs = [latency_run(bench, rate=rate, dispatchers=n) for rate in s.rates for n in s.dispatchers]
+    if reason := pgqueuer_baseline.available():
+        raise RuntimeError(f"--baseline pgqueuer: {reason}")
+    rate = ours["offered_rate"]
+    bench.progress(
+        f"latency: pgqueuer {pgqueuer_baseline.version()}, {rate:g} msgs/s for {s.duration:g} s"
+    )
+    theirs = pgqueuer_baseline.latency(
+        bench.db.url,
+        receiver=bench.receiver,
+        pg_clock=bench.pg_clock,
+        rate=rate,
+        duration=s.duration,
+        concurrency=s.concurrency,
+    )
+    theirs["p50_ratio"] = _ratio(ours.get("p50_ms"), theirs["p50_ms"])
+    theirs["p99_ratio"] = _ratio(ours.get("p99_ms"), theirs["p99_ms"])
+    for side in ("dispatcher", "postgres"):
+        key = f"cpu_{side}_us_per_msg"
+        theirs[f"{key}_ratio"] = _ratio(ours.get(key), theirs[key])
+    ours["baseline"] = theirs
+    ours["failures"] = [*ours["failures"], *(f"pgqueuer: {f}" for f in theirs["failures"])]
+    ours["ok"] = bool(ours["ok"]) and theirs["ok"]
+
+
+def latency(bench: Bench) -> dict[str, Any]:
+    """Every (rate, dispatcher count) of the settings, rates outermost; with
+    ``--baseline pgqueuer``, pgqueuer (one consumer) beside our run with the fewest
+    dispatchers at each rate."""
+    s = bench.settings
+    runs: list[dict[str, Any]] = []
+    for rate in s.rates:
+        at_rate = [latency_run(bench, rate=rate, dispatchers=n) for n in s.dispatchers]
+        if s.baseline == "pgqueuer":
+            pgqueuer_beside(bench, min(at_rate, key=lambda r: r["dispatchers"]))
+        runs += at_rate
     failures = [
         f"{r['offered_rate']:g}/s x{r['dispatchers']}: {f}" for r in runs for f in r["failures"]
     ]

@@ -18,8 +18,10 @@ schema that is dropped afterwards, all traffic to 127.0.0.1.
 Every drain runs the dispatcher in a fresh process of its own (see
 :class:`DrainProcess`), so each reports the peak RSS of a dispatcher doing it.
 
-With the naive baseline (:mod:`dispatchers.bench.naive`), each drain scenario runs
-as pairs, ours then the baseline's, on the same database and receiver.
+With a baseline (``naive``: :mod:`dispatchers.bench.naive`; ``pgqueuer``:
+:mod:`dispatchers.bench.pgqueuer_baseline`), each drain scenario runs as pairs, ours
+then the baseline's, on the same database and receiver; with ``pgqueuer``, the
+latency scenario runs pgqueuer after ours at the same offered load.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 
 from psycopg import sql
 
-from dispatchers.bench import Settings, latency
+from dispatchers.bench import Settings, latency, pgqueuer_baseline
 from dispatchers.bench.env import (
     SPAWN,
     CpuClock,
@@ -454,17 +456,51 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+def _baseline_drain(bench: Bench, *, http: bool) -> dict[str, Any]:
+    """One timed drain of ``messages`` by the baseline design named in the settings."""
+    s = bench.settings
+    if s.baseline == "pgqueuer":
+        return pgqueuer_baseline.drain(
+            bench.db.url,
+            messages=s.messages,
+            receiver=bench.receiver if http else None,
+            pg_clock=bench.pg_clock,
+            concurrency=s.concurrency,
+            timeout=s.drain_timeout,
+        )
+    return drain_once(bench, design="naive", http=http, messages=s.messages)
+
+
+def _baseline_facts(settings: Settings) -> dict[str, Any]:
+    """How the baseline named in ``settings`` was configured, for the report."""
+    if settings.baseline == "pgqueuer":
+        return {
+            "name": "pgqueuer",
+            "version": pgqueuer_baseline.version(),
+            "managers": pgqueuer_baseline.DRAIN_MANAGERS,
+            "batch_size": pgqueuer_baseline.BATCH_SIZE,
+        }
+    return {"name": "naive", "workers": settings.naive_workers}
+
+
+def _require_baseline(settings: Settings) -> None:
+    """Refuse to start when the baseline's packages are missing (say which)."""
+    if settings.baseline == "pgqueuer" and (reason := pgqueuer_baseline.available()):
+        raise RuntimeError(f"--baseline pgqueuer: {reason}")
+
+
 def drain_scenario(bench: Bench, name: str, *, http: bool) -> dict[str, Any]:
     """drain-http or drain-noop: ``repeat`` runs, or ``pairs`` pairs with the baseline."""
     s = bench.settings
     ours: list[dict[str, Any]] = []
-    naive: list[dict[str, Any]] = []
-    if s.baseline == "naive":
+    theirs: list[dict[str, Any]] = []
+    if s.baseline:
+        _require_baseline(s)
         for i in range(s.pairs):
             bench.progress(f"{name}: pair {i + 1}/{s.pairs}: outbox dispatcher")
             ours.append(drain_once(bench, design="outbox", http=http, messages=s.messages))
-            bench.progress(f"{name}: pair {i + 1}/{s.pairs}: naive baseline")
-            naive.append(drain_once(bench, design="naive", http=http, messages=s.messages))
+            bench.progress(f"{name}: pair {i + 1}/{s.pairs}: {s.baseline} baseline")
+            theirs.append(_baseline_drain(bench, http=http))
     else:
         for i in range(s.repeat):
             bench.progress(f"{name}: run {i + 1}/{s.repeat}")
@@ -475,20 +511,19 @@ def drain_scenario(bench: Bench, name: str, *, http: bool) -> dict[str, Any]:
         **_summary(ours),
         "runs": ours,
     }
-    if naive:
+    if theirs:
         ratios = [
             a["msgs_per_s"] / b["msgs_per_s"] if a["msgs_per_s"] and b["msgs_per_s"] else None
-            for a, b in zip(ours, naive, strict=True)
+            for a, b in zip(ours, theirs, strict=True)
         ]
         result["baseline"] = {
-            "name": "naive",
-            "workers": s.naive_workers,
-            **_summary(naive),
-            "runs": naive,
+            **_baseline_facts(s),
+            **_summary(theirs),
+            "runs": theirs,
             "ratios": ratios,
             "median_ratio": median(list(ratios)),
         }
-    failures = [f"{r['design']} run: {f}" for r in ours + naive for f in r["failures"]]
+    failures = [f"{r['design']} run: {f}" for r in ours + theirs for f in r["failures"]]
     result["ok"] = not failures
     result["failures"] = failures
     return result

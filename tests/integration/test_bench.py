@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from dispatchers.bench import pgqueuer_baseline
 from dispatchers.cli import main
 
 TINY = [
@@ -240,6 +241,93 @@ def test_naive_baseline_runs_interleaved_with_ours(
         assert base["median_ratio"] == pytest.approx(statistics.median(base["ratios"]))
     assert report["scenarios"]["drain-http"]["baseline"]["duplicates"] == 0
     assert bench_schemas(database_url) == []
+
+
+def pgqueuer_schemas(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE '%pgq%'"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+@pytest.mark.skipif(
+    pgqueuer_baseline.available() is not None,
+    reason=f"the pgqueuer baseline needs the bench extra: {pgqueuer_baseline.available()}",
+)
+def test_pgqueuer_baseline_handles_every_job_once_beside_ours(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = run_bench(
+        capsys,
+        "--database-url",
+        database_url,
+        "--scenario",
+        "drain-http",
+        "--scenario",
+        "drain-noop",
+        "--scenario",
+        "latency",
+        "--baseline",
+        "pgqueuer",
+        "--pairs",
+        "1",
+        *TINY,
+        "--messages",
+        "200",
+    )
+
+    assert code == 0, report
+    noop = report["scenarios"]["drain-noop"]
+    assert noop["ok"], noop["failures"]
+    (ours,) = noop["runs"]
+    check_drain_run(ours, 200)
+    base = noop["baseline"]
+    assert base["name"] == "pgqueuer"
+    assert (base["managers"], base["batch_size"]) == (5, 10)
+    (theirs,) = base["runs"]
+    assert theirs["design"] == "pgqueuer"
+    assert theirs["ok"], theirs["failures"]
+    # each job handled once, deleted from their queue and logged as a success
+    assert theirs["delivered"] == theirs["handled"] == 200
+    assert theirs["duplicates"] == 0
+    assert theirs["rows_in_queue"] == 0
+    assert theirs["rows_logged_successful"] == 200
+    assert theirs["msgs_per_s"] > 0
+    assert theirs["cpu_dispatcher_us_per_msg"] > 0
+    assert theirs["round_trips_per_msg"] > 0
+    assert base["ratios"] == [pytest.approx(ours["msgs_per_s"] / theirs["msgs_per_s"])]
+    assert base["median_ratio"] == base["ratios"][0]
+
+    http = report["scenarios"]["drain-http"]
+    assert http["ok"], http["failures"]
+    (theirs,) = http["baseline"]["runs"]
+    assert theirs["delivered"] == theirs["receiver_requests"] == 200  # POSTed once each
+    assert theirs["duplicates"] == 0
+
+    latency = report["scenarios"]["latency"]
+    assert latency["ok"], latency["failures"]
+    # pgqueuer runs beside our run with the fewest dispatchers at each rate
+    one, two = latency["runs"]
+    assert (one["dispatchers"], two["dispatchers"]) == (1, 2)
+    assert "baseline" not in two
+    assert one["received"] == 100
+    theirs = one["baseline"]
+    assert theirs["name"] == "pgqueuer"
+    assert theirs["offered_rate"] == one["offered_rate"] == 100
+    assert theirs["messages"] == theirs["received"] == theirs["delivered"] == 100
+    assert theirs["duplicates"] == 0
+    assert -50 < theirs["p50_ms"] <= theirs["p95_ms"] <= theirs["p99_ms"] <= theirs["max_ms"]
+    assert theirs["max_ms"] < 60_000
+    assert theirs["cpu_dispatcher_us_per_msg"] > 0
+    assert theirs["p50_ratio"] == pytest.approx(one["p50_ms"] / theirs["p50_ms"])
+
+    measures = {(row["scenario"], row["measure"]) for row in report["table"]}
+    assert ("drain-noop", "ours / pgqueuer, median") in measures
+    assert ("latency 100/s x1", "ours / pgqueuer, p50") in measures
+    assert pgqueuer_schemas(database_url) == []  # installed per run, dropped after
+    assert bench_schemas(database_url) == []
+    assert not [c for c in child_commands() if "receiver.py" in c]
 
 
 def test_table_shows_targets_and_exit_status_ignores_speed(

@@ -1,0 +1,644 @@
+"""THE PGQUEUER BASELINE: pgqueuer, a PostgreSQL job queue, beside the dispatcher.
+
+``outbox bench --baseline pgqueuer`` runs `pgqueuer <https://github.com/janbjorge/pgqueuer>`_
+on the same database and receiver as the dispatcher: its drains interleaved with
+ours (drain-noop, drain-http), and a latency run after ours at the same offered
+load. pgqueuer and asyncpg are imported here only, inside the functions that use
+them (the ``bench`` extra installs them), so the library and the dispatcher never
+depend on them.
+
+pgqueuer runs with the settings its own documentation gives for throughput
+(pgqueuer 1.6: ``docs/guides/performance-tuning.md``,
+``docs/comparisons/benchmarks.md``, ``tools/benchmark.py``):
+
+- **asyncpg, one connection per QueueManager** (``AsyncpgDriver``): the tuning guide
+  says to give a QueueManager a direct asyncpg connection, not a pool, and the
+  benchmark page measures asyncpg at about 1.7 times psycopg.
+- **Drains: 5 QueueManagers, batch size 10, drain mode, in one process**: the shape
+  of ``tools/benchmark.py --strategy drain`` (``--dequeue 5 --dequeue-batch-size
+  10``), which produced the published figures (14k jobs/s). Our dispatcher also
+  drains in one process.
+- **No concurrency limits** (``max_concurrent_tasks`` unset, ``concurrency_limit=0``):
+  as in the benchmark; the dequeue statement then has no gating CTEs.
+- **Default heartbeat (30 s, beats batched), no retry executor, failed jobs
+  deleted**: the benchmark's defaults; a retrying executor adds work per job.
+- **``durable`` tables** (the default): the queue is WAL-logged, as our messages
+  are. ``balanced`` and ``volatile`` are faster but lose jobs in a crash, which a
+  transactional outbox may not.
+- **``pgq autovac``** applied after install, as the tuning checklist asks.
+- **uvloop**, the event loop ``pgq run`` and ``tools/benchmark.py`` use (our
+  dispatcher runs on asyncio's own loop here).
+- **Latency: one QueueManager** (what ``pgq run`` starts per process), batch 10,
+  woken by the NOTIFY its trigger sends on every change to the queue table. The
+  entrypoint POSTs each job with one shared ``aiohttp.ClientSession``.
+- **No dedupe key**: the benchmark uses none (pgqueuer's key deduplicates only
+  while a job waits, ours for the retention period); the job's key rides in its
+  headers and is sent as ``Idempotency-Key``.
+
+pgqueuer installs into a named schema with its own NOTIFY channel
+(``DBSettings.db_schema``, ``channel``), so every run installs it into a fresh
+schema and drops that schema (tables, enum, function, trigger) afterwards.
+
+The module stays whole past the usual length: it is the one place that imports
+pgqueuer, asyncpg and uvloop (an import-linter contract holds every other module to
+that), and its drain and latency runs share the installation and the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from importlib import metadata
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from psycopg import sql
+
+from dispatchers.bench.env import CpuClock, connect, payload, run_id
+from dispatchers.bench.receiver import ReceiverProcess
+from outbox.queries import check_schema_name
+
+if TYPE_CHECKING:
+    import aiohttp
+    import asyncpg
+    from pgqueuer.domain.settings import DBSettings
+    from pgqueuer.models import Job
+    from pgqueuer.qm import QueueManager
+    from pgqueuer.queries import Queries
+
+__all__ = [
+    "BATCH_SIZE",
+    "DRAIN_MANAGERS",
+    "available",
+    "drain",
+    "latency",
+    "version",
+]
+
+DRAIN_MANAGERS = 5  # tools/benchmark.py --dequeue
+LATENCY_MANAGERS = 1  # one `pgq run` process
+BATCH_SIZE = 10  # tools/benchmark.py --dequeue-batch-size, QueueManager.run's default
+ENTRYPOINT = "deliver"
+SEED_CHUNK = 5000  # jobs per enqueue statement while seeding a backlog
+REQUEST_TIMEOUT = 10.0
+LISTEN_PROBES = 30  # one-second NOTIFY round trips tried before the consumer is "not listening"
+SPAWN = multiprocessing.get_context("spawn")
+T = TypeVar("T")
+
+
+def available() -> str | None:
+    """None when pgqueuer, asyncpg and uvloop can be imported; else why not."""
+    try:
+        import asyncpg  # noqa: F401
+        import pgqueuer  # noqa: F401
+        import uvloop  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name} is not installed (pip install 'outbox[bench]')"
+    return None
+
+
+def version() -> str | None:
+    try:
+        return metadata.version("pgqueuer")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a fresh uvloop event loop, as ``pgq run`` does."""
+    import uvloop
+
+    return uvloop.run(coro)
+
+
+def _per_msg_us(seconds: float | None, count: int) -> float | None:
+    return None if seconds is None or not count else seconds * 1e6 / count
+
+
+def _delta(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
+
+
+# -- installation ---------------------------------------------------------------------
+
+
+def _settings(schema: str) -> DBSettings:
+    """pgqueuer's object names, all in ``schema``, with a NOTIFY channel of its own."""
+    from pgqueuer.domain.settings import DBSettings, Durability
+    from pgqueuer.types import Channel
+
+    return DBSettings(
+        prefix="", db_schema=schema, channel=Channel(schema), durability=Durability.durable
+    )
+
+
+@dataclass
+class Counters:
+    """What one pgqueuer run did, as its entrypoint and its drivers saw it."""
+
+    round_trips: int = 0
+    handled: int = 0
+    duplicates: int = 0
+    failed: int = 0
+    seen: set[int] = field(default_factory=set, repr=False)
+    expected: int | None = None
+    """When set, :attr:`all_handled` is set once this many jobs were handled."""
+    all_handled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def record(self, job_id: int) -> None:
+        if job_id in self.seen:
+            self.duplicates += 1
+        else:
+            self.seen.add(job_id)
+        self.handled += 1
+        if self.expected is not None and self.handled >= self.expected:
+            self.all_handled.set()
+
+
+def _queries(connection: asyncpg.Connection, settings: DBSettings, counters: Counters) -> Queries:
+    """pgqueuer's ``Queries`` on one asyncpg connection, counting the statements sent."""
+    from pgqueuer.adapters.persistence import qb
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.queries import Queries
+
+    class CountingDriver(AsyncpgDriver):
+        async def fetch(self, query: str, *args: object) -> list[dict[str, object]]:
+            counters.round_trips += 1
+            return await super().fetch(query, *args)
+
+        async def execute(self, query: str, *args: object) -> str:
+            counters.round_trips += 1
+            return await super().execute(query, *args)
+
+    return Queries(
+        CountingDriver(connection),
+        qbe=qb.QueryBuilderEnvironment(settings),
+        qbq=qb.QueryQueueBuilder(settings),
+        qbs=qb.QuerySchedulerBuilder(settings),
+    )
+
+
+async def _install(url: str, schema: str) -> None:
+    import asyncpg
+
+    connection = await asyncpg.connect(url)
+    try:
+        queries = _queries(connection, _settings(schema), Counters())
+        await queries.install()
+        await queries.optimize_autovacuum()  # `pgq autovac`
+    finally:
+        await connection.close()
+
+
+@contextmanager
+def installed(url: str) -> Iterator[str]:
+    """pgqueuer installed in a fresh schema (its name yielded), dropped afterwards."""
+    schema = check_schema_name(f"outbox_bench_pgq_{uuid.uuid4().hex[:12]}")
+    try:
+        _run(_install(url, schema))
+        yield schema
+    finally:
+        with connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _counts(url: str, schema: str) -> tuple[int, int]:
+    """(jobs left in the queue table, jobs logged as successful)."""
+    with connect(url, autocommit=True) as conn:
+        left = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.pgqueuer").format(sql.Identifier(schema))
+        ).fetchone()
+        done = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.pgqueuer_log WHERE status = 'successful'").format(
+                sql.Identifier(schema)
+            )
+        ).fetchone()
+    return (int(left[0]) if left else -1, int(done[0]) if done else -1)
+
+
+# -- the consumer --------------------------------------------------------------------
+
+
+def _session(limit: int) -> aiohttp.ClientSession:
+    import aiohttp
+
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit),
+        timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
+        trust_env=False,
+    )
+
+
+def _handler(
+    counters: Counters, session: aiohttp.ClientSession | None, target: str | None
+) -> Callable[[Job], Coroutine[Any, Any, None]]:
+    """The entrypoint: POST the job's payload with its key to ``target``, or (no
+    session) nothing at all, as drain-noop's client answers without a network."""
+
+    async def deliver(job: Job) -> None:
+        counters.record(int(job.id))
+        if session is None or target is None:
+            return
+        key = str((job.headers or {}).get("key", ""))
+        async with session.post(
+            target,
+            data=job.payload or b"",
+            headers={"Content-Type": "application/json", "Idempotency-Key": key},
+        ) as response:
+            await response.read()
+            if not 200 <= response.status < 300:
+                counters.failed += 1
+                response.raise_for_status()
+
+    return deliver
+
+
+@dataclass
+class _Consumer:
+    """``managers`` QueueManagers on one asyncpg connection each, one entrypoint."""
+
+    url: str
+    schema: str
+    managers: int
+    target: str | None
+    concurrency: int
+    counters: Counters = field(default_factory=Counters)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self, *, drain: bool, started: asyncio.Event | None = None) -> None:
+        """Drain the queue and return (``drain``), or handle jobs until :attr:`stop`
+        is set, setting ``started`` once the first manager hears its NOTIFYs."""
+        import asyncpg
+        from pgqueuer.qm import QueueManager
+        from pgqueuer.types import Channel, QueueExecutionMode
+
+        settings = _settings(self.schema)
+        connections: list[asyncpg.Connection] = []
+        session = _session(self.concurrency) if self.target else None
+        try:
+            for _ in range(self.managers):
+                connections.append(await asyncpg.connect(self.url))
+            qms = [
+                QueueManager(
+                    _queries(c, settings, self.counters), channel=Channel(settings.channel)
+                )
+                for c in connections
+            ]
+            deliver = _handler(self.counters, session, self.target)
+            for qm in qms:
+                qm.entrypoint(ENTRYPOINT, accepts_context=False)(deliver)
+            mode = QueueExecutionMode.drain if drain else QueueExecutionMode.continuous
+            runs = [asyncio.create_task(qm.run(batch_size=BATCH_SIZE, mode=mode)) for qm in qms]
+            try:
+                if started is not None:
+                    await self._until_listening(qms[0], runs)
+                    started.set()
+                if not drain:
+                    stopping = asyncio.create_task(self.stop.wait())
+                    await asyncio.wait([stopping, *runs], return_when=asyncio.FIRST_COMPLETED)
+                    stopping.cancel()
+                    for qm in qms:
+                        qm.shutdown.set()
+                await asyncio.gather(*runs)
+            finally:
+                for qm in qms:
+                    qm.shutdown.set()
+                for task in runs:
+                    task.cancel()
+                await asyncio.gather(*runs, return_exceptions=True)
+        finally:
+            if session is not None:
+                await session.close()
+            for connection in connections:
+                await connection.close()
+
+    @staticmethod
+    async def _until_listening(qm: QueueManager, runs: list[asyncio.Task[None]]) -> None:
+        """Wait until a NOTIFY reaches ``qm``'s listener (pgqueuer's own probe)."""
+        from pgqueuer.domain.errors import FailingListenerError
+
+        for _ in range(LISTEN_PROBES):
+            if any(task.done() for task in runs):
+                await asyncio.gather(*runs)  # raises what ended it
+                raise RuntimeError("pgqueuer's QueueManager ended before it listened")
+            try:
+                await qm.listener_healthy(timeout=timedelta(seconds=1))
+                return
+            except FailingListenerError:
+                continue
+        raise RuntimeError(f"pgqueuer's listener answered no probe in {LISTEN_PROBES} s")
+
+
+# -- drain ------------------------------------------------------------------------------
+
+
+async def _seed(url: str, schema: str, keys: list[str]) -> None:
+    """Enqueue one job per key with pgqueuer's own batch enqueue (as its benchmark
+    seeds its drain), then ANALYZE the queue table."""
+    import asyncpg
+
+    connection = await asyncpg.connect(url)
+    try:
+        queries = _queries(connection, _settings(schema), Counters())
+        for start in range(0, len(keys), SEED_CHUNK):
+            chunk = keys[start : start + SEED_CHUNK]
+            await queries.enqueue(
+                [ENTRYPOINT] * len(chunk),
+                [json.dumps(payload(start + i)).encode() for i in range(len(chunk))],
+                [0] * len(chunk),
+                headers=[{"key": key} for key in chunk],
+            )
+    finally:
+        await connection.close()
+    with connect(url, autocommit=True) as conn:  # fresh planner statistics, as ours get
+        conn.execute(sql.SQL("ANALYZE {}.pgqueuer").format(sql.Identifier(schema)))
+
+
+def drain(
+    url: str,
+    *,
+    messages: int,
+    receiver: ReceiverProcess | None,
+    pg_clock: CpuClock | None,
+    concurrency: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """Seed ``messages`` jobs and time pgqueuer draining them (POSTed to ``receiver``,
+    or handled without a network when it is None), checking each was handled once.
+
+    Returns the keys our drains report (``delivered``, ``msgs_per_s``,
+    ``cpu_*_us_per_msg``, ``round_trips_per_msg``, ``failures``, ...).
+    """
+    result: dict[str, Any] = {"design": "pgqueuer", "messages": messages}
+    with installed(url) as schema:
+        keys = [f"pgqueuer-{run_id()}-{i}" for i in range(messages)]
+        t0 = time.perf_counter()
+        _run(_seed(url, schema, keys))
+        result["seed_s"] = time.perf_counter() - t0
+        consumer = _Consumer(
+            url,
+            schema,
+            DRAIN_MANAGERS,
+            receiver.url if receiver else None,
+            concurrency,
+        )
+
+        async def timed() -> bool:
+            try:
+                async with asyncio.timeout(timeout):
+                    await consumer.run(drain=True)
+            except TimeoutError:
+                return True
+            return False
+
+        before = receiver.counts() if receiver else None
+        receiver_clock = CpuClock(receiver.pid) if receiver else None
+        rcpu0 = receiver_clock.read() if receiver_clock else None
+        pgcpu0 = pg_clock.read() if pg_clock else None
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        timed_out = _run(timed())
+        seconds = time.perf_counter() - wall0
+        own_cpu = time.process_time() - cpu0
+        pg_cpu = _delta(pg_clock.read() if pg_clock else None, pgcpu0)
+        receiver_cpu = _delta(receiver_clock.read() if receiver_clock else None, rcpu0)
+        after = receiver.counts() if receiver else None
+        left, logged = _counts(url, schema)
+
+    c = consumer.counters
+    delivered = len(c.seen)
+    result.update(
+        {
+            "delivered": delivered,
+            "handled": c.handled,
+            "round_trips": c.round_trips,
+            "timed_out": timed_out,
+            "seconds": seconds,
+            "msgs_per_s": delivered / seconds if seconds > 0 else None,
+            "round_trips_per_msg": c.round_trips / delivered if delivered else None,
+            "cpu_dispatcher_us_per_msg": _per_msg_us(own_cpu, delivered),
+            "cpu_postgres_us_per_msg": _per_msg_us(pg_cpu, delivered),
+            "cpu_receiver_us_per_msg": _per_msg_us(receiver_cpu, delivered),
+            "rows_in_queue": left,
+            "rows_logged_successful": logged,
+        }
+    )
+    failures: list[str] = []
+    if timed_out:
+        failures.append(f"not drained within {timeout:g} s")
+    if delivered != messages:
+        failures.append(f"handled {delivered} distinct jobs, expected {messages}")
+    if c.duplicates:
+        failures.append(f"{c.duplicates} jobs handled more than once")
+    if c.failed:
+        failures.append(f"{c.failed} requests failed")
+    if left != 0:
+        failures.append(f"{left} jobs left in the queue table")
+    if logged != messages:
+        failures.append(f"{logged} jobs logged successful, expected {messages}")
+    if before is not None and after is not None:
+        requests = after["requests"] - before["requests"]
+        duplicates = after["duplicates"] - before["duplicates"]
+        result["receiver_requests"] = requests
+        result["duplicates"] = duplicates
+        if requests != messages:
+            failures.append(f"receiver saw {requests} requests, expected {messages}")
+        if duplicates:
+            failures.append(f"receiver saw {duplicates} duplicate keys")
+    else:
+        result["duplicates"] = c.duplicates
+    result["ok"] = not failures
+    result["failures"] = failures
+    return result
+
+
+# -- latency ------------------------------------------------------------------------
+
+
+def _produce(
+    url: str,
+    schema: str,
+    prefix: str,
+    rate: float,
+    count: int,
+    ready: Event,
+    go: Event,
+    out: str,
+) -> None:
+    """The application, in its own process: ``count`` jobs at ``rate`` per second with
+    ``Queries.enqueue``, each its own committed transaction (asyncpg autocommits;
+    pgqueuer's trigger sends the NOTIFY); writes the wall time (``time.time()``)
+    right after each commit to ``out`` as JSON."""
+    produced = asyncio.run(_produce_async(url, schema, prefix, rate, count, ready, go))
+    Path(out).write_text(json.dumps(produced))
+
+
+async def _produce_async(
+    url: str, schema: str, prefix: str, rate: float, count: int, ready: Event, go: Event
+) -> dict[str, Any]:
+    import asyncpg
+
+    commits = [0.0] * count
+    late = 0.0
+    connection = await asyncpg.connect(url)
+    try:
+        queries = _queries(connection, _settings(schema), Counters())
+        # warm the connection and its statement cache; rolled back, never handled
+        transaction = connection.transaction()
+        await transaction.start()
+        await queries.enqueue(ENTRYPOINT, b"{}", headers={"key": f"{prefix}warmup"})
+        await transaction.rollback()
+        ready.set()
+        if not await asyncio.to_thread(go.wait, 60):
+            raise RuntimeError("the benchmark never said go")
+        start = time.monotonic()
+        for i in range(count):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                late = max(late, -delay)
+            await queries.enqueue(
+                ENTRYPOINT,
+                json.dumps(payload(i)).encode(),
+                headers={"key": f"{prefix}{i}"},
+            )
+            commits[i] = time.time()
+        elapsed = time.monotonic() - start
+    finally:
+        await connection.close()
+    return {"commits": commits, "late_max_s": late, "elapsed": elapsed}
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def latency(
+    url: str,
+    *,
+    receiver: ReceiverProcess,
+    pg_clock: CpuClock | None,
+    rate: float,
+    duration: float,
+    concurrency: int,
+) -> dict[str, Any]:
+    """A steady ``rate`` of jobs for ``duration`` seconds, enqueued by another
+    process and POSTed to ``receiver`` by a pgqueuer consumer in this one: commit to
+    receiver percentiles and CPU per message of the consumer and PostgreSQL."""
+    count = max(1, round(rate * duration))
+    prefix = f"pgqueuer-latency-{run_id()}-"
+    failures: list[str] = []
+    cpu: dict[str, float | None] = {}
+    with installed(url) as schema, tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "commits.json")
+        ready, go = SPAWN.Event(), SPAWN.Event()
+        producer = SPAWN.Process(
+            target=_produce,
+            args=(url, schema, prefix, rate, count, ready, go, out),
+            name="outbox-bench-pgqueuer-producer",
+            daemon=True,
+        )
+        consumer = _Consumer(url, schema, LATENCY_MANAGERS, receiver.url, concurrency)
+        consumer.counters.expected = count
+        before = receiver.counts()
+
+        async def run() -> None:
+            listening = asyncio.Event()
+            task = asyncio.create_task(consumer.run(drain=False, started=listening))
+            try:
+                waiter = asyncio.create_task(listening.wait())
+                await asyncio.wait([waiter, task], return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if task.done():
+                    await task  # raises what ended it
+                if not await asyncio.to_thread(ready.wait, 60):
+                    failures.append("producer did not start")
+                    return
+                cpu["consumer"] = time.process_time()
+                cpu["postgres"] = pg_clock.read() if pg_clock else None
+                go.set()
+                await asyncio.to_thread(producer.join, duration * 2 + 60)
+                if producer.exitcode != 0:  # it exits 0 only once it wrote its commits
+                    failures.append(f"producer failed (exit code {producer.exitcode})")
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(consumer.counters.all_handled.wait(), 60)
+                if consumer.counters.handled < count:
+                    failures.append(
+                        f"only {consumer.counters.handled} of {count} handled 60 s after "
+                        "the last commit"
+                    )
+                cpu["consumer"] = time.process_time() - (cpu["consumer"] or 0.0)
+                cpu["postgres"] = _delta(pg_clock.read() if pg_clock else None, cpu["postgres"])
+            finally:
+                consumer.stop.set()
+                await task
+
+        producer.start()
+        try:
+            _run(run())
+        finally:
+            if producer.is_alive():
+                producer.terminate()
+            producer.join(10)
+        after = receiver.counts()
+        produced = json.loads(Path(out).read_text()) if Path(out).exists() else None
+
+    arrivals = receiver.arrivals(prefix)
+    commits: list[float] = produced["commits"] if produced else []
+    latencies_ms = [
+        (arrivals[f"{prefix}{i}"] - at) * 1000
+        for i, at in enumerate(commits)
+        if f"{prefix}{i}" in arrivals
+    ]
+    delivered = len(consumer.counters.seen)
+    duplicates = after["duplicates"] - before["duplicates"]
+    if produced and len(latencies_ms) != count:
+        failures.append(f"receiver saw {len(latencies_ms)} of {count} jobs")
+    if duplicates or consumer.counters.duplicates:
+        failures.append(
+            f"receiver saw {duplicates} duplicate keys; "
+            f"{consumer.counters.duplicates} jobs handled twice"
+        )
+    if consumer.counters.failed:
+        failures.append(f"{consumer.counters.failed} requests failed")
+    return {
+        "name": "pgqueuer",
+        "version": version(),
+        "managers": LATENCY_MANAGERS,
+        "batch_size": BATCH_SIZE,
+        "offered_rate": rate,
+        "duration_s": duration,
+        "messages": count,
+        "achieved_rate": count / produced["elapsed"] if produced and produced["elapsed"] else None,
+        "producer_late_max_ms": produced["late_max_s"] * 1000 if produced else None,
+        "delivered": delivered,
+        "received": len(latencies_ms),
+        "duplicates": duplicates,
+        "p50_ms": _percentile(latencies_ms, 50),
+        "p95_ms": _percentile(latencies_ms, 95),
+        "p99_ms": _percentile(latencies_ms, 99),
+        "max_ms": max(latencies_ms) if latencies_ms else None,
+        # from the first commit until the last job was handled
+        "cpu_dispatcher_us_per_msg": _per_msg_us(cpu.get("consumer"), delivered),
+        "cpu_postgres_us_per_msg": _per_msg_us(cpu.get("postgres"), delivered),
+        "round_trips_per_msg": consumer.counters.round_trips / delivered if delivered else None,
+        "ok": not failures,
+        "failures": failures,
+    }
