@@ -34,6 +34,7 @@ from typing import Any
 
 from psycopg import sql
 
+from dispatchers import loop as loops
 from dispatchers.bench import Settings
 from dispatchers.bench.env import (
     CpuClock,
@@ -219,6 +220,7 @@ def drain_in(
     """Enqueue ``messages`` in ``schema`` and time one drain of them by ``design``
     ("outbox" or "naive"), checking that each was delivered once."""
     url = bench.db.url
+    s = bench.settings
     receiver = bench.receiver if http else None
     target = receiver.url if receiver else NOOP_URL
     result: dict[str, Any] = {"design": design, "messages": messages}
@@ -237,7 +239,7 @@ def drain_in(
     pgcpu0 = bench.pg_clock.read() if bench.pg_clock else None
     cpu0, wall0 = time.process_time(), time.perf_counter()
     drain = _drain_ours if design == "outbox" else _drain_naive
-    figures = asyncio.run(drain(bench, schema, http))
+    figures = loops.run(drain(bench, schema, http), event_loop=s.event_loop)
     seconds = time.perf_counter() - wall0
     own_cpu = time.process_time() - cpu0
     pg_cpu = _delta(bench.pg_clock.read() if bench.pg_clock else None, pgcpu0)
@@ -512,7 +514,7 @@ def latency(bench: Bench) -> dict[str, Any]:
 
         producer.start()
         try:
-            delivered = asyncio.run(run())
+            delivered = loops.run(run(), event_loop=s.event_loop)
         finally:
             if producer.is_alive():
                 producer.terminate()
