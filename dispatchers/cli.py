@@ -336,7 +336,7 @@ def add_dispatch_parser(sub: Any) -> None:
         "--event-loop",
         choices=EVENT_LOOPS,
         default=None,
-        help="event loop to run on: uvloop (about 9%% less CPU per delivery; "
+        help="event loop to run on: uvloop (about 7%% less CPU per delivery; "
         "pip install 'outbox[fast]') or asyncio's own; auto uses uvloop when it is "
         "installed (default: auto)",
     )

@@ -1,11 +1,12 @@
 """The event loop a dispatcher runs on: asyncio's own, or uvloop's where installed.
 
 Much of a dispatcher's CPU per HTTP delivery is the event loop and the socket work
-under the HTTP client, and uvloop (libuv, in C) does that work for less: about 9%
-less dispatcher CPU per message in ``outbox bench --scenario drain-http``, runs on
-either loop alternated (``--event-loop``). It is an optional dependency
-(``pip install 'outbox[fast]'``; not on Windows), so ``"auto"``, the default, uses
-it when it can be imported and asyncio's loop otherwise; ``"uvloop"`` insists on it.
+under the HTTP client, and uvloop (libuv, in C) does that work for less: 5 to 9%
+less dispatcher CPU per message in ``outbox bench --scenario drain-http`` (four
+runs of 4 to 6 drains per loop, alternated; ``--event-loop``), 11% less on the
+sending path alone. It is an optional dependency (``pip install 'outbox[fast]'``;
+not on Windows), so ``"auto"``, the default, uses it when it can be imported and
+asyncio's loop otherwise; ``"uvloop"`` insists on it.
 
 Loops are made by :class:`asyncio.Runner` with a loop factory, never through an
 event loop policy (deprecated from Python 3.14).
