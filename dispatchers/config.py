@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from dispatchers.loop import EVENT_LOOPS
 from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
 from outbox.errors import ConfigurationError
 from outbox.queries import check_schema_name
@@ -26,6 +27,9 @@ class DispatcherConfig:
     ``http_client`` chooses the client that sends: ``"aiohttp"`` (the default: a
     quarter of httpx's CPU per request) or ``"httpx"``, both behind the SSRF guard
     (see :mod:`dispatchers.http`).
+    ``event_loop`` is the loop :func:`~dispatchers.pool.run_dispatcher` runs on:
+    ``"auto"`` (uvloop when it can be imported, else asyncio's), ``"asyncio"`` or
+    ``"uvloop"`` (see :mod:`dispatchers.loop`).
     ``prepared_statements`` prepares the dispatcher's statements on each server
     connection as needed (SQL ``PREPARE``, sent with the first execution), so they
     are planned once per connection; a pooler that moves the dispatcher to another
@@ -66,6 +70,7 @@ class DispatcherConfig:
     idempotency_key_format: str = "structured"
     user_agent: str = "outbox-dispatcher"
     http_client: str = "aiohttp"
+    event_loop: str = "auto"
     retry_policy: RetryPolicy = field(default_factory=ExponentialBackoff)
     retry_statuses: frozenset[int] = frozenset({408, 425, 429})
     disable_after: float = 5 * 24 * 3600.0
@@ -155,6 +160,11 @@ class DispatcherConfig:
             raise ConfigurationError(
                 f"http_client: must be one of {', '.join(map(repr, HTTP_CLIENTS))}, "
                 f"got {self.http_client!r}"
+            )
+        if self.event_loop not in EVENT_LOOPS:
+            raise ConfigurationError(
+                f"event_loop: must be one of {', '.join(map(repr, EVENT_LOOPS))}, "
+                f"got {self.event_loop!r}"
             )
         for cidr in self.allow_networks:
             try:

@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from dispatchers import loop as loops
 from dispatchers.config import DispatcherConfig
 from dispatchers.log import NullLog
 from dispatchers.pool import Dispatcher
@@ -266,7 +267,7 @@ def run_demo(
         _progress(dispatcher.stats.delivered, expected, started, final=True)
 
     try:
-        asyncio.run(main())
+        loops.run(main(), event_loop=config.event_loop)
     finally:
         receiver.stop()
     elapsed = time.monotonic() - started

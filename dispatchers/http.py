@@ -6,7 +6,8 @@ error becomes an :class:`~dispatchers.outcome.Outcome`. It reads at most
 (``excerpt_bytes``: what is recorded; the rest is dropped as it is read, so a
 thousand requests in flight hold a thousand excerpts, not a thousand bounds), bounds
 the whole attempt by ``request_timeout`` (per-operation timeouts alone would let a
-trickling response last forever) and never follows redirects.
+trickling response last forever; one timer serves every attempt in flight, see
+:mod:`dispatchers.deadline`) and never follows redirects.
 
 Two HTTP clients can send (``DispatcherConfig.http_client``): one aiohttp session
 behind the SSRF-guarded aiohttp connector (``"aiohttp"``, :class:`AiohttpClient`, the
@@ -38,6 +39,7 @@ from yarl import URL
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Job
+from dispatchers.deadline import Deadlines
 from dispatchers.outcome import Outcome, Verdict, classify_exception, classify_response
 from dispatchers.signing import webhook_headers
 from dispatchers.ssrf import AddressPolicy, guarded_connector, guarded_transport
@@ -112,6 +114,15 @@ class Sender:
     ) -> None:
         self.config = config
         self._owns_client = client is None and transport is None
+        self.deadlines = Deadlines(config.request_timeout)
+        """Ends each attempt at ``request_timeout``, from connect to the last byte."""
+        self._timed_out = Outcome(
+            verdict=Verdict.RETRY,
+            status=None,
+            error=f"no complete response within {config.request_timeout:g} s",
+            error_class="timeout",
+            retry_after=None,
+        )
         self.client: HttpClient
         if client is not None:
             self.client = client
@@ -178,24 +189,29 @@ class Sender:
         started_at = datetime.now(UTC)
         start = time.monotonic()
         excerpt: str | None = None
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("Sender.send must be awaited in a task")
+        deadlines = self.deadlines
+        deadlines.add(task)
         try:
-            async with asyncio.timeout(config.request_timeout):
-                status, headers, body = await self.client.request(
-                    job.method, job.url, headers=self.request_headers(job), body=job.body
-                )
+            status, headers, body = await self.client.request(
+                job.method, job.url, headers=self.request_headers(job), body=job.body
+            )
+        except asyncio.CancelledError:
+            if not deadlines.expired(task):
+                raise
+            outcome = self._timed_out
+        except TimeoutError:  # a client's own
+            outcome = self._timed_out
+        except Exception as exc:
+            outcome = classify_exception(exc)
+        else:
             outcome = classify_response(status, headers, retry_statuses=config.retry_statuses)
             if config.excerpt_bytes and body:
                 excerpt = body[: config.excerpt_bytes].decode("utf-8", errors="replace")
-        except TimeoutError:
-            outcome = Outcome(
-                verdict=Verdict.RETRY,
-                status=None,
-                error=f"no complete response within {config.request_timeout:g} s",
-                error_class="timeout",
-                retry_after=None,
-            )
-        except Exception as exc:
-            outcome = classify_exception(exc)
+        finally:
+            deadlines.discard(task)
         duration_ms = int((time.monotonic() - start) * 1000)
         return Attempt(outcome, started_at, duration_ms, excerpt)
 

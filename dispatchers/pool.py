@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 import httpx
 import tenacity
 
+from dispatchers import loop as loops
 from dispatchers.cadence import Cadence
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Job, Store, is_transient
@@ -708,11 +709,18 @@ def run_dispatcher(
     drain: bool = False,
     log: EventLog | None = None,
 ) -> Stats:
-    """Run a dispatcher on a fresh event loop with SIGTERM/SIGINT handlers."""
+    """Run a dispatcher on a fresh event loop (of the kind ``config.event_loop``
+    names) with SIGTERM/SIGINT handlers."""
 
     async def main() -> Stats:
         dispatcher = Dispatcher(conninfo, config, log=log)
         dispatcher.install_signal_handlers()
+        dispatcher.log.event(
+            "started",
+            event_loop=loops.running(),
+            http_client=config.http_client,
+            concurrency=config.concurrency,
+        )
         return await dispatcher.run(drain=drain)
 
-    return asyncio.run(main())
+    return loops.run(main(), event_loop=config.event_loop)

@@ -63,6 +63,9 @@ class Settings:
     drain_timeout: float = 300.0
     http_client: str | None = None
     """None: the dispatcher's default (``DispatcherConfig.http_client``)."""
+    event_loop: str = "auto"
+    """The loop every drain and the latency scenario run on (see
+    :mod:`dispatchers.loop`); the report names the one used."""
 
 
 def _positive_int(text: str) -> int:
@@ -171,6 +174,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="HTTP client of our dispatcher in drain-http and latency (drain-noop and "
         "the naive baseline always use an httpx transport, pgqueuer's entrypoint "
         "aiohttp) (default: the dispatcher's)",
+    )
+    drains.add_argument(
+        "--event-loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default=d.event_loop,
+        help="event loop of the drains and the latency scenario, ours and the naive "
+        "baseline's alike: auto is uvloop when installed (default: auto)",
     )
     drains.add_argument(
         "--naive-workers",

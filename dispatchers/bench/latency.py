@@ -30,6 +30,7 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dispatchers import loop as loops
 from dispatchers.bench import pgqueuer_baseline
 from dispatchers.bench.env import SPAWN, connect, fresh_schema, payload, percentile, run_id
 from dispatchers.config import DispatcherConfig
@@ -118,7 +119,7 @@ def _dispatch(url: str, config: DispatcherConfig, pipe: Connection) -> None:
             await task
             pipe.send(_snapshot(dispatcher))
 
-    asyncio.run(main())
+    loops.run(main(), event_loop=config.event_loop)
 
 
 class _Fleet:
@@ -210,6 +211,7 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> dict[str, Any
             allow_private_networks=True,
             listen=True,
             http_client=s.http_client or DispatcherConfig.http_client,
+            event_loop=s.event_loop,
         )
         before = receiver.counts()
         fleet = _Fleet(bench.db.url, config, dispatchers)

@@ -40,7 +40,7 @@ pgqueuer installs into a named schema with its own NOTIFY channel
 schema and drops that schema (tables, enum, function, trigger) afterwards.
 
 The module stays whole past the usual length: it is the one place that imports
-pgqueuer, asyncpg and uvloop (an import-linter contract holds every other module to
+pgqueuer and asyncpg (an import-linter contract holds every other module to
 that), and its drain and latency runs share the installation and the consumer.
 """
 

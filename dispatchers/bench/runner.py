@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
+from dispatchers import loop as loops
 from dispatchers.bench import SCENARIO_NAMES, Settings, settings_from_args
 from dispatchers.bench.env import connect, database
 from dispatchers.bench.scenarios import MEMORY_CONCURRENCY, SCENARIOS, Bench
@@ -427,6 +428,7 @@ def run(
 ) -> dict[str, Any]:
     """Run ``scenarios`` in order and return the report (JSON-ready)."""
     results: dict[str, dict[str, Any]] = {}
+    event_loop = loops.resolve(settings.event_loop)  # uvloop asked for but missing: fail now
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     with database(database_url) as db:
         with connect(db.url, autocommit=True) as conn:
@@ -451,6 +453,8 @@ def run(
             "psycopg": _version("psycopg"),
             "httpx": _version("httpx"),
             "httpcore": _version("httpcore"),
+            "event_loop": event_loop,
+            "uvloop": _version("uvloop") if event_loop == "uvloop" else None,
             "load_average_before": load_before,
             "load_average_after": os.getloadavg() if hasattr(os, "getloadavg") else None,
         },
@@ -483,7 +487,9 @@ def main(args: argparse.Namespace) -> int:
         print(
             f"outbox bench: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, "
             f"PostgreSQL {m['postgres']} ({report['database']}), psycopg {m['psycopg']}, "
-            f"httpx {m['httpx']}" + (f", load average {load[0]:.1f} at start" if load else "")
+            f"httpx {m['httpx']}, event loop {m['event_loop']}"
+            + (f" {m['uvloop']}" if m["uvloop"] else "")
+            + (f", load average {load[0]:.1f} at start" if load else "")
         )
         print(format_table(table_rows(report)))
         for name, result in report["scenarios"].items():

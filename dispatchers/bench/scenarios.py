@@ -41,6 +41,7 @@ from typing import Any
 
 from psycopg import sql
 
+from dispatchers import loop as loops
 from dispatchers.bench import Settings, latency, pgqueuer_baseline
 from dispatchers.bench.env import (
     SPAWN,
@@ -226,7 +227,7 @@ def _drain_process(
     if not pipe.poll(DRAIN_START_TIMEOUT) or pipe.recv() != "go":
         return
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    figures = asyncio.run(drain(url, settings, schema, http))
+    figures = loops.run(drain(url, settings, schema, http), event_loop=settings.event_loop)
     figures["seconds"] = time.perf_counter() - wall0
     figures["cpu_s"] = time.process_time() - cpu0
     figures["peak_rss"] = peak_rss()

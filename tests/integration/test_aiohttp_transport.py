@@ -260,6 +260,37 @@ async def test_a_trickling_body_is_cut_at_the_request_timeout() -> None:
     assert 550 <= attempt.duration_ms <= 1500
 
 
+@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+async def test_timed_out_and_cancelled_attempts_leave_no_timer_behind(http_client: str) -> None:
+    requests = threading.Semaphore(0)
+
+    def silent(conn: socket.socket, closed: threading.Event) -> None:
+        read_request(conn)
+        requests.release()
+        closed.wait(30)
+
+    sender = Sender(aio_config(http_client=http_client, request_timeout=0.5, connect_timeout=0.5))
+    try:
+        with RawServer(silent) as server:
+            async with asyncio.timeout(10):
+                # cut by the timer
+                attempt = await sender.send(job(server.url()))
+                assert attempt.outcome.error_class == "timeout"
+                assert 450 <= attempt.duration_ms <= 1500
+                assert (len(sender.deadlines), sender.deadlines.armed) == (0, False)
+                assert await asyncio.to_thread(requests.acquire, True, 5)  # it was sent
+                # cancelled by its owner (a lost lease) while the receiver holds it
+                task = asyncio.create_task(sender.send(job(server.url())))
+                assert await asyncio.to_thread(requests.acquire, True, 5)
+                assert sender.deadlines.armed
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                assert (len(sender.deadlines), sender.deadlines.armed) == (0, False)
+    finally:
+        await sender.aclose()
+
+
 async def test_a_connection_reset_is_retried(receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(reset=True)
     attempt = await send(aio_config(), job(receiver.url))

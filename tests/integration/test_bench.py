@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from dispatchers import loop as loops
 from dispatchers.bench import pgqueuer_baseline
 from dispatchers.cli import main
 
@@ -115,6 +116,7 @@ def test_every_scenario_reports_plausible_figures(
         "history",
         "memory",
     ]
+    assert report["machine"]["event_loop"] == loops.resolve("auto")  # uvloop where installed
 
     http = results["drain-http"]
     assert http["delivered"] == 150
@@ -333,11 +335,17 @@ def test_pgqueuer_baseline_handles_every_job_once_beside_ours(
 def test_table_shows_targets_and_exit_status_ignores_speed(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["bench", "--database-url", database_url, "--scenario", "drain-noop", *TINY])
+    code = main(
+        [
+            *("bench", "--database-url", database_url, "--scenario", "drain-noop"),
+            *("--event-loop", "asyncio", *TINY),
+        ]
+    )
     out = capsys.readouterr().out
 
     assert code == 0  # tiny drains miss the throughput target: reported, not failed
     lines = out.splitlines()
+    assert "event loop asyncio," in lines[0]
     assert lines[1].split()[:4] == ["scenario", "measure", "value", "target"]
     rate = next(line for line in lines if line.startswith("drain-noop  msgs/s"))
     assert ">= 10,000" in rate

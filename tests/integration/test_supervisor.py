@@ -13,7 +13,7 @@ import psycopg
 
 from dispatchers.supervisor import child_argv
 from outbox import Outbox
-from tests.receiver import Receiver
+from tests.receiver import Receiver, Reply
 
 
 def test_child_arguments_drop_processes_and_pin_the_database() -> None:
@@ -37,7 +37,9 @@ def test_child_arguments_drop_processes_and_pin_the_database() -> None:
 
 
 def test_processes_drain_the_backlog_together(database_url: str) -> None:
-    with Receiver() as receiver:
+    # Slow answers and few requests in flight per process, so that one process
+    # cannot drain the backlog alone before the others have started.
+    with Receiver(lambda req: Reply(delay=0.02)) as receiver:
         with psycopg.connect(database_url) as conn:
             for i in range(300):
                 Outbox().enqueue(conn, url=receiver.url, idempotency_key=f"p-{i}", json={})
@@ -51,6 +53,8 @@ def test_processes_drain_the_backlog_together(database_url: str) -> None:
                 database_url,
                 "--processes",
                 "3",
+                "--concurrency",
+                "4",
                 "--drain",
                 "--allow-private-networks",
                 "--log-format",
