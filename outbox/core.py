@@ -33,9 +33,11 @@ class Outbox:
     """Settings for writing outbox messages. Holds no connection.
 
     :param schema: the PostgreSQL schema of the outbox tables.
-    :param notify: wake listening dispatchers when the transaction commits
-        (one ``NOTIFY`` per transaction, folded by PostgreSQL). Turn it off when
-        dispatchers only poll, for example behind PgBouncer in transaction mode.
+    :param notify: wake the dispatcher on duty when the transaction commits, if it
+        is waiting idle for work (one ``NOTIFY`` per transaction, folded by
+        PostgreSQL; while dispatchers are busy, or none listens, nothing is sent
+        and the check costs one shared advisory lock). Off, dispatchers find the
+        message when they next poll.
     :param max_body_bytes: the largest body ``enqueue`` accepts.
     :param max_attempts: the attempt budget of a message that does not give one.
     :param webhook_max_attempts: the attempt budget of each published webhook.
