@@ -52,10 +52,22 @@ _PREPARED = frozenset({"claim", "claim_uncapped", "complete", "complete_succeede
 a generic plan of the retention batch joined whole tables instead of looking
 its rows up."""
 
-_GENERIC_PLAN = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true);\n"
-"""With prepared statements: plan once per connection. Custom plans (PostgreSQL's
-default for the first five executions, and whenever it guesses they pay) cost
-more to make than the claim and completion statements cost to run."""
+_SET_PREPARED = (
+    "SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),"
+    " set_config('lock_timeout', %(outbox_lock_timeout)s, true),"
+    " set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true),"
+    " set_config('plan_cache_mode', 'force_generic_plan', true),"
+    " set_config('enable_seqscan', 'off', true);\n"
+)
+""":data:`_SET_TIMEOUTS` for a prepared statement, in the same one statement, plus
+how it is planned. Once per connection, with a generic plan: custom plans
+(PostgreSQL's default for the first five executions, and whenever it guesses they
+pay) cost more to make than the claim and completion statements cost to run.
+Without sequential scans: the plan is kept for as long as the connection lives,
+and the hot table's size swings between empty and a backlog of millions. Planned
+while it was empty (a dispatcher started on an idle outbox), the claim's update
+read the whole table for its batch, dead rows included, at every claim; by its
+indexes, every statement touches only its own rows whatever the table's size."""
 
 
 def answer_bound(timeout: float) -> float:
@@ -235,7 +247,7 @@ class Store:
             prepared = statement.prepared
             names = self._prepared.setdefault(conn, set())
             for _ in range(2):
-                text = _SET_TIMEOUTS + _GENERIC_PLAN
+                text = _SET_PREPARED
                 if prepared.name not in names:
                     text += prepared.prepare + ";\n"
                 try:
