@@ -1,10 +1,11 @@
 """``outbox bench``: throughput and latency of the outbox on this machine.
 
 Scenarios (see :mod:`dispatchers.bench.scenarios`): ``drain-http``,
-``drain-noop``, ``latency``, ``enqueue`` and ``history``; ``--baseline naive``
-runs the naive one-row-at-a-time design (:mod:`dispatchers.bench.naive`) beside
-the drain scenarios, interleaved. The runner (:mod:`dispatchers.bench.runner`)
-prints one table, or one JSON object with ``--json``.
+``drain-noop``, ``latency``, ``enqueue``, ``commit-latency`` and ``history``;
+``--baseline naive`` runs the naive one-row-at-a-time design
+(:mod:`dispatchers.bench.naive`) beside the drain scenarios, interleaved. The
+runner (:mod:`dispatchers.bench.runner`) prints one table, or one JSON object
+with ``--json``.
 
 This module holds only the settings and the command-line options, so building
 the ``outbox`` parser imports nothing heavy.
@@ -17,12 +18,12 @@ from dataclasses import dataclass, fields
 
 __all__ = ["SCENARIO_NAMES", "Settings", "add_arguments", "settings_from_args"]
 
-SCENARIO_NAMES = ("drain-http", "drain-noop", "latency", "enqueue", "history")
+SCENARIO_NAMES = ("drain-http", "drain-noop", "latency", "enqueue", "commit-latency", "history")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Sizes and knobs of every scenario (the defaults take about 3 minutes on
+    """Sizes and knobs of every scenario (the defaults take about 4 minutes on
     2 cores; ``--baseline naive`` adds the baseline's drains)."""
 
     messages: int = 20_000
@@ -33,9 +34,14 @@ class Settings:
     duration: float = 20.0
     enqueue_count: int = 5_000
     enqueue_batch: int = 100
-    commit_workers: int = 4
+    commit_workers: tuple[int, ...] = (4, 8)
     commit_seconds: float = 3.0
     commit_rounds: int = 2
+    commit_rates: tuple[float, ...] = (500.0, 1000.0, 2000.0)
+    commit_producers: int = 8
+    commit_rate_seconds: float = 3.0
+    commit_dispatcher: str = "both"
+    """commit-latency with a dispatcher consuming: "off", "on" or "both"."""
     history_rows: int = 1_000_000
     history_messages: int = 20_000
     history_rounds: int = 2
@@ -65,6 +71,18 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
     return value
+
+
+def _positive_ints(text: str) -> tuple[int, ...]:
+    return tuple(_positive_int(part) for part in text.split(","))
+
+
+def _positive_floats(text: str) -> tuple[float, ...]:
+    return tuple(_positive_float(part) for part in text.split(","))
+
+
+def _listed(values: tuple[float, ...]) -> str:
+    return ",".join(f"{v:g}" for v in values)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -172,9 +190,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     enq.add_argument(
         "--commit-workers",
-        type=_positive_int,
+        type=_positive_ints,
         default=d.commit_workers,
-        help=f"concurrent business connections (default: {d.commit_workers})",
+        metavar="N[,N...]",
+        help="concurrent business connections; each count is measured in turn "
+        f"(default: {_listed(d.commit_workers)})",
     )
     enq.add_argument(
         "--commit-seconds",
@@ -187,7 +207,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--commit-rounds",
         type=_positive_int,
         default=d.commit_rounds,
-        help=f"rounds of (plain, outbox, outbox without NOTIFY) (default: {d.commit_rounds})",
+        help="rounds of (plain, floor, outbox, outbox without NOTIFY) "
+        f"(default: {d.commit_rounds})",
+    )
+    lag = parser.add_argument_group("commit-latency")
+    lag.add_argument(
+        "--commit-rates",
+        type=_positive_floats,
+        default=d.commit_rates,
+        metavar="R[,R...]",
+        help="offered business transactions per second, each measured in turn "
+        f"(default: {_listed(d.commit_rates)})",
+    )
+    lag.add_argument(
+        "--commit-producers",
+        type=_positive_int,
+        default=d.commit_producers,
+        help=f"producer connections sharing the offered rate (default: {d.commit_producers})",
+    )
+    lag.add_argument(
+        "--commit-rate-seconds",
+        type=_positive_float,
+        default=d.commit_rate_seconds,
+        metavar="SECONDS",
+        help=f"how long each rate is offered (default: {d.commit_rate_seconds:g})",
+    )
+    lag.add_argument(
+        "--commit-dispatcher",
+        choices=("off", "on", "both"),
+        default=d.commit_dispatcher,
+        help="run a dispatcher (LISTEN on, no network) consuming while the load is "
+        f"offered: off, on, or each rate both ways (default: {d.commit_dispatcher})",
     )
     hist = parser.add_argument_group("history")
     hist.add_argument(
