@@ -2,24 +2,32 @@
 
 Runs ``pgbench`` (4 clients, prepared statements) on scripts that play the
 business transaction of ``outbox bench --scenario enqueue``: one INSERT into a
-small table, then COMMIT (``plain``), and the same plus the real ``enqueue``
-statement of ``outbox/queries.sql`` without and with its ``pg_notify``
-(``enqueue``, ``enqueue-notify``). The scripts run interleaved (A B C A B C ...)
-for ``--rounds`` rounds of ``--seconds`` each, so load from other work on the
+small table, then COMMIT (``plain``); the same plus one INSERT of the message's
+payload into a table keyed only by a bigint identity (``floor``: the least any
+durable outbox writes); and the same plus the real ``enqueue`` statement of
+``outbox/queries.sql`` without and with its ``pg_notify`` (``enqueue``,
+``enqueue-notify``). The scripts run interleaved (A B C A B C ...) for
+``--rounds`` rounds of ``--seconds`` each, so load from other work on the
 machine falls on all of them alike. Prints, per script, the transactions per
-second, the ratio to ``plain``, and the CPU per transaction of PostgreSQL (all
-its processes, from ``/proc``) and of pgbench.
+second, the ratio to ``plain``, the CPU per transaction of PostgreSQL (all its
+processes, from ``/proc``) and of pgbench, and the WAL bytes per transaction
+(exact, so it compares designs even on a noisy machine).
 
-``--breakdown`` adds scripts that each write only part of the outbox row, to show
-where PostgreSQL's time goes: ``key-only`` (the ``message_keys`` row alone),
-``message-only`` (the ``messages`` row alone, its id from the sequence) and
-``notify-only`` (the business insert plus ``pg_notify``).
+``--statements N`` writes N rows (N statements) per transaction instead of one,
+so the commit is shared and each row's own cost stands out. ``--breakdown`` adds
+scripts that each write only part of the outbox row, to show where PostgreSQL's
+time goes: ``key-only`` (the ``message_keys`` row alone), ``message-only`` (the
+``messages`` row alone, its id from the sequence) and ``notify-only`` (the
+business insert plus ``pg_notify``). ``--against VERSION`` also runs the enqueue
+scripts on a second schema migrated only up to that migration (named
+``enqueue-vNNNN``), to measure a schema change against the schema before it.
 
 Works on a throwaway embedded server (default) or ``--database-url``; either way
-in a fresh schema dropped afterwards. Takes about ``rounds x scripts x seconds``.
+in fresh schemas dropped afterwards. Takes about ``rounds x scripts x seconds``.
 
     python benchmarks/enqueue_floor.py [--database-url URL] [--seconds 4] [--rounds 3]
-                                       [--clients 4] [--breakdown] [--pgbench PATH]
+                                       [--clients 4] [--statements 1] [--breakdown]
+                                       [--against 3] [--pgbench PATH]
 """
 
 from __future__ import annotations
@@ -31,7 +39,14 @@ import re
 import shutil
 import subprocess
 import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from psycopg import sql
 
 from dispatchers.bench.env import (
     bench_queries,
@@ -41,7 +56,8 @@ from dispatchers.bench.env import (
     message_params,
     postgres_clock,
 )
-from outbox.queries import queries_for
+from outbox.migrations import load_migrations, migrate
+from outbox.queries import check_schema_name, queries_for
 
 TARGET = "http://127.0.0.1:9/orders"
 _PARAM = re.compile(r"%\((\w+)\)s")
@@ -78,40 +94,91 @@ def message_insert(enqueue: str, schema: str) -> str:
     )
 
 
-def scripts(schema: str, breakdown: bool) -> tuple[dict[str, str], dict[str, str]]:
-    """The pgbench scripts by name, and the ``-D`` variables they use."""
+@dataclass(frozen=True)
+class Options:
+    statements: int
+    breakdown: bool
+
+
+def row_statements(schema: str, breakdown: bool, suffix: str = "") -> dict[str, str]:
+    """What each script writes after the business insert, by script name."""
     params = message_params(TARGET, "k", 1)
     nulls = {name for name, value in params.items() if value is None}
+    queries = queries_for(schema)
+    floor = _PARAM.sub(lambda m: ":" + m[1], bench_queries(schema)["floor_insert"])
+    rows = {
+        "floor": floor.replace(":payload", ":body") + ";\n",
+        "enqueue": pgbench_sql(queries["enqueue"].text, nulls),
+        "enqueue-notify": pgbench_sql(queries["enqueue_notify"].text, nulls),
+    }
+    if breakdown:
+        rows["key-only"] = (
+            f'INSERT INTO "{schema}".message_keys (target, idempotency_key, message_id)\n'
+            f"VALUES (:target, :idempotency_key, nextval('\"{schema}\".messages_id_seq'))\n"
+            "ON CONFLICT (target, idempotency_key) DO NOTHING RETURNING message_id;\n"
+        )
+        rows["message-only"] = pgbench_sql(message_insert(queries["enqueue"].text, schema), nulls)
+    return {name + suffix: text for name, text in rows.items()}
+
+
+def scripts(
+    schema: str, options: Options, baseline: str | None = None, version: int = 0
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The pgbench scripts by name, and the ``-D`` variables they use."""
+    params = message_params(TARGET, "k", 1)
     variables = {
         name: value.decode() if isinstance(value, bytes) else str(value)
         for name, value in params.items()
         if value is not None and name != "idempotency_key"
     }
-    queries = queries_for(schema)
     business = _PARAM.sub(lambda m: ":" + m[1], bench_queries(schema)["business_insert"]).replace(
         ":amount_cents", "1299"
     )
-    head = (
-        "\\set customer_id random(0, 999)\n"
-        "\\set idempotency_key random(1, 1000000000000000)\n"
-        f"BEGIN;\n{business};\n"
-    )
-    bodies = {
-        "plain": "",
-        "enqueue": pgbench_sql(queries["enqueue"].text, nulls),
-        "enqueue-notify": pgbench_sql(queries["enqueue_notify"].text, nulls),
-    }
-    if breakdown:
-        key_only = (
-            f'INSERT INTO "{schema}".message_keys (target, idempotency_key, message_id)\n'
-            f"VALUES (:target, :idempotency_key, nextval('\"{schema}\".messages_id_seq'))\n"
-            "ON CONFLICT (target, idempotency_key) DO NOTHING RETURNING message_id;\n"
+    n = options.statements
+    keys = "".join(f"\\set idempotency_key{i} random(1, 1000000000000000)\n" for i in range(n))
+    head = f"\\set customer_id random(0, 999)\n{keys}BEGIN;\n{business};\n"
+    rows = row_statements(schema, options.breakdown)
+    if baseline is not None:
+        against = row_statements(baseline, False, f"-v{version:04d}")
+        rows.update({k: v for k, v in against.items() if k.startswith("enqueue")})
+    bodies = {"plain": ""}
+    for name, row in rows.items():
+        bodies[name] = "".join(
+            row.replace(":idempotency_key", f":idempotency_key{i}") for i in range(n)
         )
-        message_only = pgbench_sql(message_insert(queries["enqueue"].text, schema), nulls)
-        bodies["key-only"] = key_only
-        bodies["message-only"] = message_only
-        bodies["notify-only"] = f"SELECT pg_notify('{queries.channel}', '');\n"
+    if options.breakdown:
+        bodies["notify-only"] = f"SELECT pg_notify('{queries_for(schema).channel}', '');\n"
     return {name: head + body + "COMMIT;\n" for name, body in bodies.items()}, variables
+
+
+@contextmanager
+def schema_at(url: str, version: int) -> Iterator[str]:
+    """A fresh schema migrated only up to ``version``, dropped afterwards."""
+    schema = check_schema_name(f"outbox_floor_v{version}_{uuid.uuid4().hex[:12]}")
+    try:
+        migrate(url, schema=schema, migrations=load_migrations()[:version])
+        yield schema
+    finally:
+        with connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def prepare_tables(url: str, schema: str) -> None:
+    with connect(url, autocommit=True) as conn:
+        conn.execute(bench_queries(schema)["business_table"])
+        conn.execute(bench_queries(schema)["floor_table"])
+
+
+def wal_position(url: str) -> Any:
+    with connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
+    return row[0] if row else None
+
+
+def wal_since(url: str, start: Any) -> float:
+    with connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_insert_lsn() - %s::pg_lsn", (start,)).fetchone()
+    return float(row[0]) if row else float("nan")
 
 
 def main() -> None:
@@ -120,26 +187,39 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0, help="per script and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument(
+        "--statements", type=int, default=1, help="rows (statements) per transaction"
+    )
     parser.add_argument("--breakdown", action="store_true", help="add partial-row scripts")
+    parser.add_argument(
+        "--against",
+        type=int,
+        metavar="VERSION",
+        help="also run the enqueue scripts on a schema migrated only up to VERSION",
+    )
     parser.add_argument("--pgbench", help="the pgbench binary (default: found)")
     args = parser.parse_args()
     pgbench = find_pgbench(args.pgbench)
     seconds = max(1, round(args.seconds))
-    with (
-        database(args.database_url) as db,
-        fresh_schema(db.url, prefix="outbox_floor") as schema,
-        tempfile.TemporaryDirectory(prefix="outbox-floor-") as tmp,
-    ):
-        with connect(db.url, autocommit=True) as conn:
-            conn.execute(bench_queries(schema)["business_table"])
+    options = Options(max(1, args.statements), args.breakdown)
+    with ExitStack() as stack:
+        db = stack.enter_context(database(args.database_url))
+        schema = stack.enter_context(fresh_schema(db.url, prefix="outbox_floor"))
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="outbox-floor-"))
+        prepare_tables(db.url, schema)
+        baseline = None
+        if args.against is not None:
+            baseline = stack.enter_context(schema_at(db.url, args.against))
+            prepare_tables(db.url, baseline)
         clock = postgres_clock(db.url)
-        texts, variables = scripts(schema, args.breakdown)
+        texts, variables = scripts(schema, options, baseline, args.against or 0)
         defines = [f"--define={name}={value}" for name, value in variables.items()]
         paths = {}
         for name, text in texts.items():
             paths[name] = Path(tmp, f"{name}.sql")
             paths[name].write_text(text)
-        totals = {name: [0, 0.0, 0.0] for name in texts}  # transactions, pg cpu, pgbench cpu
+        # transactions, pg cpu, pgbench cpu, WAL bytes
+        totals = {name: [0, 0.0, 0.0, 0.0] for name in texts}
         for _ in range(args.rounds):
             for name, path in paths.items():
                 command = [
@@ -155,6 +235,7 @@ def main() -> None:
                     *defines,
                     db.url,
                 ]
+                wal0 = wal_position(db.url)
                 pg0 = clock.read() if clock else None
                 child0 = os.times()
                 done = subprocess.run(
@@ -162,6 +243,7 @@ def main() -> None:
                 )
                 child1 = os.times()
                 pg1 = clock.read() if clock else None
+                wal = wal_since(db.url, wal0)
                 found = re.search(r"number of transactions actually processed: (\d+)", done.stdout)
                 if done.returncode != 0 or not found:
                     raise SystemExit(f"pgbench failed on {name}:\n{done.stdout}\n{done.stderr}")
@@ -171,15 +253,22 @@ def main() -> None:
                 total[2] += (child1.children_user + child1.children_system) - (
                     child0.children_user + child0.children_system
                 )
+                total[3] += wal
     elapsed = args.rounds * seconds
     plain = totals["plain"][0] / elapsed
-    print(f"{args.clients} clients, {args.rounds} x {seconds} s per script, pgbench -M prepared")
-    print(f"{'script':<15} {'tx/s':>8} {'ratio':>6} {'pg us/tx':>9} {'pgbench us/tx':>14}")
-    for name, (count, pg_cpu, bench_cpu) in totals.items():
+    print(
+        f"{args.clients} clients, {args.rounds} x {seconds} s per script, pgbench -M prepared, "
+        f"{options.statements} row(s) per transaction"
+    )
+    print(
+        f"{'script':<20} {'tx/s':>8} {'ratio':>6} {'pg us/tx':>9} {'pgbench us/tx':>14} "
+        f"{'WAL B/tx':>9}"
+    )
+    for name, (count, pg_cpu, bench_cpu, wal) in totals.items():
         rate = count / elapsed
         print(
-            f"{name:<15} {rate:>8.0f} {rate / plain:>6.2f} "
-            f"{pg_cpu / count * 1e6:>9.0f} {bench_cpu / count * 1e6:>14.0f}"
+            f"{name:<20} {rate:>8.0f} {rate / plain:>6.2f} "
+            f"{pg_cpu / count * 1e6:>9.0f} {bench_cpu / count * 1e6:>14.0f} {wal / count:>9.0f}"
         )
 
 

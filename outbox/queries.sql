@@ -890,11 +890,14 @@ WITH old AS (
     DELETE FROM {schema}.delivered AS d
     USING old
     WHERE d.id = old.id
-    RETURNING d.id
+    RETURNING d.id, d.target, d.idempotency_key
 ), keys AS (
+    -- by the key's primary key: a history row keeps its target and key
     DELETE FROM {schema}.message_keys AS k
     USING removed
-    WHERE k.message_id = removed.id
+    WHERE k.target = removed.target
+      AND k.idempotency_key = removed.idempotency_key
+      AND k.message_id = removed.id
 ), attempt_rows AS (
     DELETE FROM {schema}.attempts AS a
     USING removed

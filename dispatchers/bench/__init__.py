@@ -1,12 +1,13 @@
 """``outbox bench``: throughput and latency of the outbox on this machine.
 
 Scenarios (see :mod:`dispatchers.bench.scenarios`): ``drain-http``,
-``drain-noop``, ``latency``, ``enqueue``, ``history`` and ``memory``; ``--baseline naive``
-runs the naive one-row-at-a-time design (:mod:`dispatchers.bench.naive`) beside
-the drain scenarios, interleaved; ``--baseline pgqueuer`` runs pgqueuer
-(:mod:`dispatchers.bench.pgqueuer_baseline`, the ``bench`` extra) beside the drain
-scenarios, interleaved, and after ours in the latency scenario. The runner
-(:mod:`dispatchers.bench.runner`) prints one table, or one JSON object with ``--json``.
+``drain-noop``, ``latency``, ``enqueue``, ``commit-latency``, ``history`` and
+``memory``; ``--baseline naive`` runs the naive one-row-at-a-time design
+(:mod:`dispatchers.bench.naive`) beside the drain scenarios, interleaved;
+``--baseline pgqueuer`` runs pgqueuer (:mod:`dispatchers.bench.pgqueuer_baseline`,
+the ``bench`` extra) beside the drain scenarios, interleaved, and beside ours in the
+latency scenario. The runner (:mod:`dispatchers.bench.runner`) prints one table, or
+one JSON object with ``--json``.
 
 This module holds only the settings and the command-line options, so building
 the ``outbox`` parser imports nothing heavy.
@@ -29,14 +30,22 @@ __all__ = [
     "settings_from_args",
 ]
 
-SCENARIO_NAMES = ("drain-http", "drain-noop", "latency", "enqueue", "history", "memory")
+SCENARIO_NAMES = (
+    "drain-http",
+    "drain-noop",
+    "latency",
+    "enqueue",
+    "commit-latency",
+    "history",
+    "memory",
+)
 BASELINE_NAMES = ("naive", "pgqueuer")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Sizes and knobs of every scenario (the defaults take about 3 minutes on
-    2 cores; a baseline adds its drains, and pgqueuer its latency run)."""
+    """Sizes and knobs of every scenario (the defaults take about 7 minutes on
+    2 cores; a baseline adds its drains, and pgqueuer its latency runs)."""
 
     messages: int = 20_000
     concurrency: int = 64
@@ -47,9 +56,14 @@ class Settings:
     duration: float = 10.0
     enqueue_count: int = 5_000
     enqueue_batch: int = 100
-    commit_workers: int = 4
+    commit_workers: tuple[int, ...] = (4, 8)
     commit_seconds: float = 3.0
     commit_rounds: int = 2
+    commit_rates: tuple[float, ...] = (500.0, 1000.0, 2000.0)
+    commit_producers: int = 8
+    commit_rate_seconds: float = 3.0
+    commit_dispatcher: str = "both"
+    """commit-latency with a dispatcher consuming: "off", "on" or "both"."""
     history_rows: int = 1_000_000
     history_messages: int = 20_000
     history_rounds: int = 2
@@ -108,6 +122,14 @@ def _share(text: str) -> float:
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
     return value
+
+
+_positive_ints = _list_of(_positive_int)
+_positive_floats = _list_of(_positive_float)
+
+
+def _listed(values: tuple[float, ...]) -> str:
+    return ",".join(f"{v:g}" for v in values)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -235,9 +257,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     enq.add_argument(
         "--commit-workers",
-        type=_positive_int,
+        type=_positive_ints,
         default=d.commit_workers,
-        help=f"concurrent business connections (default: {d.commit_workers})",
+        metavar="N[,N...]",
+        help="concurrent business connections; each count is measured in turn "
+        f"(default: {_listed(d.commit_workers)})",
     )
     enq.add_argument(
         "--commit-seconds",
@@ -250,7 +274,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--commit-rounds",
         type=_positive_int,
         default=d.commit_rounds,
-        help=f"rounds of (plain, outbox, outbox without NOTIFY) (default: {d.commit_rounds})",
+        help="rounds of (plain, floor, outbox, outbox without NOTIFY) "
+        f"(default: {d.commit_rounds})",
+    )
+    lag = parser.add_argument_group("commit-latency")
+    lag.add_argument(
+        "--commit-rates",
+        type=_positive_floats,
+        default=d.commit_rates,
+        metavar="R[,R...]",
+        help="offered business transactions per second, each measured in turn "
+        f"(default: {_listed(d.commit_rates)})",
+    )
+    lag.add_argument(
+        "--commit-producers",
+        type=_positive_int,
+        default=d.commit_producers,
+        help=f"producer connections sharing the offered rate (default: {d.commit_producers})",
+    )
+    lag.add_argument(
+        "--commit-rate-seconds",
+        type=_positive_float,
+        default=d.commit_rate_seconds,
+        metavar="SECONDS",
+        help=f"how long each rate is offered (default: {d.commit_rate_seconds:g})",
+    )
+    lag.add_argument(
+        "--commit-dispatcher",
+        choices=("off", "on", "both"),
+        default=d.commit_dispatcher,
+        help="run a dispatcher (LISTEN on, no network) consuming while the load is "
+        f"offered: off, on, or each rate both ways (default: {d.commit_dispatcher})",
     )
     hist = parser.add_argument_group("history")
     hist.add_argument(

@@ -44,6 +44,17 @@ CREATE TABLE {schema}.bench_orders (
 INSERT INTO {schema}.bench_orders (customer_id, amount_cents, status)
 VALUES (%(customer_id)s, %(amount_cents)s, 'paid')
 
+-- name: floor_table
+-- The least any durable outbox writes per business transaction: one row of the
+-- message's payload, keyed by a bigint identity (the enqueue scenario's floor).
+CREATE TABLE {schema}.bench_floor (
+    id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    payload  bytea  NOT NULL
+)
+
+-- name: floor_insert
+INSERT INTO {schema}.bench_floor (payload) VALUES (%(payload)s)
+
 -- name: naive_claim
 -- NAIVE BASELINE (comparison only). Claim ONE due message, in its own transaction.
 UPDATE {schema}.messages AS m

@@ -10,7 +10,11 @@ schema that is dropped afterwards, all traffic to 127.0.0.1.
   (:mod:`dispatchers.bench.latency`).
 - ``enqueue``: time of ``enqueue`` inside an open transaction, with and without
   NOTIFY; commit throughput of business transactions with one outbox row each
-  against the same transactions without it.
+  against the same transactions without it and with the floor (one payload row in
+  a table keyed by a bigint identity), at each count of connections.
+- ``commit-latency``: commit latency of business transactions with one outbox row
+  each at offered rates, paced over several connections, with and without a
+  dispatcher consuming.
 - ``history``: drain-noop with a large delivered history against an empty one.
 - ``memory``: drain-http at concurrency 256, then 1,024, against a receiver that
   answers a share of the requests with a huge body: the dispatcher's peak RSS.
@@ -43,6 +47,7 @@ from psycopg import sql
 
 from dispatchers import loop as loops
 from dispatchers.bench import Settings, latency, pgqueuer_baseline
+from dispatchers.bench.committers import MODES, Committers
 from dispatchers.bench.env import (
     SPAWN,
     CpuClock,
@@ -102,6 +107,16 @@ class Bench:
 
 
 # -- small helpers ----------------------------------------------------------------------
+
+
+async def _wait_for(condition: Callable[[], bool], within: float) -> bool:
+    """Poll ``condition`` until it holds (True) or ``within`` seconds pass (False)."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def median(values: list[float | None]) -> float | None:
@@ -666,116 +681,67 @@ def _enqueue_timing(url: str, *, count: int, batch: int, notify: bool) -> dict[s
     }
 
 
-def _commit_worker(url: str, schema: str, number: int, pipe: Connection) -> None:
-    """One business connection of the commit-throughput comparison, in its own process.
-
-    Receives ``(mode, start_at, seconds)``; from ``start_at`` (wall time) commits
-    transactions for ``seconds`` and sends back how many, and the CPU seconds it
-    used; ``None`` ends it. Modes:
-    ``plain`` (the business INSERT alone), ``outbox`` (plus one enqueue, NOTIFY
-    on) and ``outbox-no-notify``.
-    """
-    boxes = {
-        "outbox": Outbox(schema=schema, notify=True),
-        "outbox-no-notify": Outbox(schema=schema, notify=False),
-    }
-    insert = bench_queries(schema)["business_insert"]
-    prefix = f"commit-{run_id()}-{number}-"
-    sequence = 0
-    with connect(url) as conn:
-        pipe.send("ready")
-        while True:
-            command = pipe.recv()
-            if command is None:
-                return
-            mode, start_at, seconds = command
-            box = boxes.get(mode)
-            time.sleep(max(0.0, start_at - time.time()))
-            end = start_at + seconds
-            commits = 0
-            cpu = time.process_time()
-            while time.time() < end:
-                sequence += 1
-                conn.execute(insert, {"customer_id": sequence % 1000, "amount_cents": 1299})
-                if box is not None:
-                    box.enqueue(
-                        conn,
-                        url=ENQUEUE_URL,
-                        idempotency_key=f"{prefix}{sequence}",
-                        json=payload(sequence),
-                    )
-                conn.commit()
-                commits += 1
-            pipe.send((commits, time.process_time() - cpu))
-
-
-def _commit_throughput(bench: Bench) -> dict[str, Any]:
+def _throughput_at(bench: Bench, schema: str, workers: int) -> dict[str, Any]:
+    """Commit throughput of ``workers`` business connections in every mode of
+    :data:`~dispatchers.bench.committers.MODES`, the modes alternating for
+    ``commit_rounds`` rounds so that other load on the machine falls on all alike."""
     s = bench.settings
-    modes = ("plain", "outbox", "outbox-no-notify")
-    commits = dict.fromkeys(modes, 0)
-    client_cpu = dict.fromkeys(modes, 0.0)
-    pg_cpu: dict[str, float | None] = dict.fromkeys(modes, 0.0)
+    commits = dict.fromkeys(MODES, 0)
+    client_cpu = dict.fromkeys(MODES, 0.0)
+    pg_cpu: dict[str, float | None] = dict.fromkeys(MODES, 0.0)
+    with Committers(bench.db.url, schema, workers) as committers:
+        for _ in range(s.commit_rounds):
+            for mode in MODES:
+                pg0 = bench.pg_clock.read() if bench.pg_clock else None
+                results = committers.run(mode, s.commit_seconds)
+                spent = _delta(bench.pg_clock.read() if bench.pg_clock else None, pg0)
+                commits[mode] += sum(r.commits for r in results)
+                client_cpu[mode] += sum(r.cpu_s for r in results)
+                total = pg_cpu[mode]
+                pg_cpu[mode] = None if spent is None or total is None else total + spent
+    seconds = s.commit_rounds * s.commit_seconds
+    rates = {mode: commits[mode] / seconds for mode in MODES}
+
+    def share(mode: str, of: str) -> float | None:
+        return rates[mode] / rates[of] if rates[of] else None
+
+    notify_share = share("outbox", "outbox-no-notify")
+    return {
+        "workers": workers,
+        "seconds_per_mode": seconds,
+        "plain_tx_per_s": rates["plain"],
+        "floor_tx_per_s": rates["floor"],
+        "outbox_tx_per_s": rates["outbox"],
+        "outbox_no_notify_tx_per_s": rates["outbox-no-notify"],
+        "ratio": share("outbox", "plain"),
+        "ratio_no_notify": share("outbox-no-notify", "plain"),
+        "floor_ratio": share("floor", "plain"),
+        # the targets: the outbox row against the least a durable outbox writes,
+        # and what NOTIFY itself costs
+        "outbox_to_floor": share("outbox", "floor"),
+        "outbox_no_notify_to_floor": share("outbox-no-notify", "floor"),
+        "notify_cost": None if notify_share is None else 1 - notify_share,
+        # CPU per committed transaction: the application's (Python, psycopg) and
+        # PostgreSQL's (each phase starts 0.2 s after the clock, idle then)
+        "client_cpu_us_per_tx": {m: _per_msg_us(client_cpu[m], commits[m]) for m in MODES},
+        "postgres_cpu_us_per_tx": {m: _per_msg_us(pg_cpu[m], commits[m]) for m in MODES},
+    }
+
+
+def _commit_throughput(bench: Bench) -> list[dict[str, Any]]:
+    """:func:`_throughput_at` for each count of ``commit_workers``."""
+    results = []
     with fresh_schema(bench.db.url) as schema:
         with connect(bench.db.url, autocommit=True) as conn:
             conn.execute(bench_queries(schema)["business_table"])
-        pipes: list[Connection] = []
-        workers = []
-        try:
-            for number in range(s.commit_workers):
-                ours, theirs = SPAWN.Pipe()
-                worker = SPAWN.Process(
-                    target=_commit_worker,
-                    args=(bench.db.url, schema, number, theirs),
-                    name=f"outbox-bench-committer-{number}",
-                    daemon=True,
-                )
-                worker.start()
-                theirs.close()
-                pipes.append(ours)
-                workers.append(worker)
-            for pipe in pipes:
-                if not pipe.poll(60) or pipe.recv() != "ready":
-                    raise RuntimeError("a commit worker did not start")
-            for _ in range(s.commit_rounds):
-                for mode in modes:
-                    start_at = time.time() + 0.2
-                    for pipe in pipes:
-                        pipe.send((mode, start_at, s.commit_seconds))
-                    pg0 = bench.pg_clock.read() if bench.pg_clock else None
-                    for pipe in pipes:
-                        if not pipe.poll(s.commit_seconds + 60):
-                            raise RuntimeError("a commit worker stopped answering")
-                        count, cpu = pipe.recv()
-                        commits[mode] += int(count)
-                        client_cpu[mode] += float(cpu)
-                    spent = _delta(bench.pg_clock.read() if bench.pg_clock else None, pg0)
-                    total = pg_cpu[mode]
-                    pg_cpu[mode] = None if spent is None or total is None else total + spent
-            for pipe in pipes:
-                pipe.send(None)
-        finally:
-            for worker in workers:
-                worker.join(10)
-                if worker.is_alive():
-                    worker.terminate()
-                    worker.join(5)
-            for pipe in pipes:
-                pipe.close()
-    seconds = s.commit_rounds * s.commit_seconds
-    rates = {mode: commits[mode] / seconds for mode in modes}
-    return {
-        "workers": s.commit_workers,
-        "seconds_per_mode": seconds,
-        "plain_tx_per_s": rates["plain"],
-        "outbox_tx_per_s": rates["outbox"],
-        "outbox_no_notify_tx_per_s": rates["outbox-no-notify"],
-        "ratio": rates["outbox"] / rates["plain"] if rates["plain"] else None,
-        "ratio_no_notify": rates["outbox-no-notify"] / rates["plain"] if rates["plain"] else None,
-        # CPU per committed transaction: the application's (Python, psycopg) and
-        # PostgreSQL's (the phase starts 0.2 s after the clock, idle then)
-        "client_cpu_us_per_tx": {m: _per_msg_us(client_cpu[m], commits[m]) for m in modes},
-        "postgres_cpu_us_per_tx": {m: _per_msg_us(pg_cpu[m], commits[m]) for m in modes},
-    }
+            conn.execute(bench_queries(schema)["floor_table"])
+        for workers in bench.settings.commit_workers:
+            bench.progress(
+                f"enqueue: commit throughput, {workers} connections, "
+                f"{bench.settings.commit_rounds} x {bench.settings.commit_seconds:g} s per mode"
+            )
+            results.append(_throughput_at(bench, schema, workers))
+    return results
 
 
 def enqueue(bench: Bench) -> dict[str, Any]:
@@ -790,13 +756,10 @@ def enqueue(bench: Bench) -> dict[str, Any]:
         if timing["stored"] != s.enqueue_count:
             failures.append(f"{timing['stored']} messages stored, expected {s.enqueue_count}")
         timings["notify" if notify else "no_notify"] = timing
-    bench.progress(
-        f"enqueue: commit throughput, {s.commit_workers} connections, "
-        f"{s.commit_rounds} x {s.commit_seconds:g} s per mode"
-    )
     throughput = _commit_throughput(bench)
-    if not all(throughput[k] for k in ("plain_tx_per_s", "outbox_tx_per_s")):
-        failures.append("no transaction committed")
+    for t in throughput:
+        if not all(t[f"{m}_tx_per_s"] for m in ("plain", "floor", "outbox", "outbox_no_notify")):
+            failures.append(f"{t['workers']} connections: a mode committed no transaction")
     return {
         "batch": s.enqueue_batch,
         "no_notify": timings["no_notify"],
@@ -807,11 +770,137 @@ def enqueue(bench: Bench) -> dict[str, Any]:
     }
 
 
+# -- commit latency under an offered load -----------------------------------------------
+
+
+def _paced_rate(bench: Bench, committers: Committers, rate: float) -> dict[str, Any]:
+    """One offered ``rate`` of business transactions with an outbox row (NOTIFY on):
+    commit latency percentiles, and the CPU each transaction cost."""
+    s = bench.settings
+    pg0 = bench.pg_clock.read() if bench.pg_clock else None
+    results = committers.run("outbox", s.commit_rate_seconds, rate=rate)
+    pg_cpu = _delta(bench.pg_clock.read() if bench.pg_clock else None, pg0)
+    service = [ms for r in results for ms in r.service_ms]
+    scheduled = [ms for r in results for ms in r.scheduled_ms]
+    commits = sum(r.commits for r in results)
+    per_connection = max(1, round(s.commit_rate_seconds * rate / committers.count))
+    return {
+        "offered_tx_per_s": rate,
+        "seconds": s.commit_rate_seconds,
+        "expected": per_connection * committers.count,
+        "committed": commits,
+        "p50_ms": percentile(service, 50),
+        "p99_ms": percentile(service, 99),
+        "max_ms": max(service) if service else None,
+        "p50_from_schedule_ms": percentile(scheduled, 50),
+        "p99_from_schedule_ms": percentile(scheduled, 99),
+        "producer_late_max_ms": max(r.late_max_s for r in results) * 1000,
+        "client_cpu_us_per_tx": _per_msg_us(sum(r.cpu_s for r in results), commits),
+        # with a dispatcher, PostgreSQL's CPU includes what it spent dispatching
+        "postgres_cpu_us_per_tx": _per_msg_us(pg_cpu, commits),
+    }
+
+
+def commit_latency_in(bench: Bench, schema: str, *, dispatcher: bool = False) -> dict[str, Any]:
+    """Commit latency of business transactions with an outbox row (NOTIFY on) at each
+    of ``commit_rates``, offered by ``commit_producers`` paced connections sharing
+    the rate. With ``dispatcher``, a dispatcher (LISTEN on, :class:`NoopClient`: no
+    network) consumes the messages meanwhile, as in production; its claims and
+    outcome writes then compete with the producers for PostgreSQL."""
+    s = bench.settings
+    failures: list[str] = []
+    with Committers(bench.db.url, schema, s.commit_producers) as committers:
+
+        def offer() -> list[dict[str, Any]]:
+            figures = []
+            for rate in s.commit_rates:
+                bench.progress(
+                    f"commit-latency: {rate:g} tx/s for {s.commit_rate_seconds:g} s, "
+                    f"dispatcher {'on' if dispatcher else 'off'}"
+                )
+                figures.append(_paced_rate(bench, committers, rate))
+            return figures
+
+        if dispatcher:
+            rates, problems = loops.run(
+                _offer_consumed(bench, schema, offer), event_loop=bench.settings.event_loop
+            )
+            failures += problems
+        else:
+            rates = offer()
+    for r in rates:
+        if r["committed"] != r["expected"]:
+            failures.append(
+                f"{r['offered_tx_per_s']:g} tx/s: {r['committed']} of {r['expected']} "
+                "transactions committed within the time bound"
+            )
+    return {"dispatcher": dispatcher, "rates": rates, "failures": failures}
+
+
+async def _offer_consumed(
+    bench: Bench, schema: str, offer: Callable[[], list[dict[str, Any]]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Run ``offer`` (in a thread) while a dispatcher consumes ``schema``; then wait
+    until it has delivered every committed message."""
+    s = bench.settings
+    config = DispatcherConfig(
+        schema=schema,
+        concurrency=s.concurrency,
+        batch_size=s.batch_size,
+        allow_private_networks=True,
+        listen=True,
+    )
+    dispatcher = Dispatcher(bench.db.url, config, client=NoopClient(), log=NullLog())
+    task = asyncio.create_task(dispatcher.run())
+    failures: list[str] = []
+    try:
+        waker = dispatcher.waker
+        if not await _wait_for(
+            lambda: bool(waker and waker.on_duty and dispatcher.stats.claims), 30
+        ):
+            raise RuntimeError("the dispatcher did not go on duty within 30 s")
+        rates = await asyncio.to_thread(offer)
+        committed = sum(r["committed"] for r in rates)
+        if not await _wait_for(lambda: dispatcher.stats.delivered >= committed, 60):
+            failures.append(
+                f"dispatcher delivered {dispatcher.stats.delivered} of {committed} "
+                "60 s after the last commit"
+            )
+        return rates, failures
+    finally:
+        dispatcher.stop()
+        await task
+
+
+def commit_latency(bench: Bench) -> dict[str, Any]:
+    """:func:`commit_latency_in` without a dispatcher, with one, or both (in fresh
+    schemas), as ``commit_dispatcher`` says."""
+    choice = bench.settings.commit_dispatcher
+    runs = []
+    for dispatcher in (False, True):
+        if choice == ("on" if dispatcher else "off") or choice == "both":
+            with fresh_schema(bench.db.url) as schema:
+                with connect(bench.db.url, autocommit=True) as conn:
+                    conn.execute(bench_queries(schema)["business_table"])
+                    conn.execute(bench_queries(schema)["floor_table"])
+                runs.append(commit_latency_in(bench, schema, dispatcher=dispatcher))
+    failures = [
+        f"dispatcher {'on' if r['dispatcher'] else 'off'}: {f}" for r in runs for f in r["failures"]
+    ]
+    return {
+        "producers": bench.settings.commit_producers,
+        "runs": runs,
+        "ok": not failures,
+        "failures": failures,
+    }
+
+
 SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "drain-http": drain_http,
     "drain-noop": drain_noop,
     "latency": latency.latency,
     "enqueue": enqueue,
+    "commit-latency": commit_latency,
     "history": history,
     "memory": memory,
 }

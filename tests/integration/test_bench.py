@@ -38,6 +38,12 @@ TINY = [
     "0.3",
     "--commit-rounds",
     "1",
+    "--commit-rates",
+    "40,80",
+    "--commit-producers",
+    "2",
+    "--commit-rate-seconds",
+    "0.5",
     "--history-rows",
     "2000",
     "--history-messages",
@@ -100,6 +106,23 @@ def check_drain_run(run: dict[str, Any], messages: int) -> None:
     assert 0 <= run["rss_growth_mb"] <= run["peak_rss_mb"]
 
 
+def check_throughput(throughput: dict[str, Any], *, workers: int) -> None:
+    assert throughput["workers"] == workers
+    for mode in ("plain", "floor", "outbox", "outbox_no_notify"):
+        assert throughput[f"{mode}_tx_per_s"] > 0
+    assert throughput["ratio"] == pytest.approx(
+        throughput["outbox_tx_per_s"] / throughput["plain_tx_per_s"]
+    )
+    assert throughput["outbox_to_floor"] == pytest.approx(
+        throughput["outbox_tx_per_s"] / throughput["floor_tx_per_s"]
+    )
+    assert throughput["notify_cost"] == pytest.approx(
+        1 - throughput["outbox_tx_per_s"] / throughput["outbox_no_notify_tx_per_s"]
+    )
+    for mode in ("plain", "floor", "outbox", "outbox-no-notify"):
+        assert throughput["client_cpu_us_per_tx"][mode] > 0
+
+
 def test_every_scenario_reports_plausible_figures(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,6 +136,7 @@ def test_every_scenario_reports_plausible_figures(
         "drain-noop",
         "latency",
         "enqueue",
+        "commit-latency",
         "history",
         "memory",
     ]
@@ -157,15 +181,9 @@ def test_every_scenario_reports_plausible_figures(
         timing = enqueue[mode]
         assert timing["stored"] == 100
         assert 0 < timing["median_ms"] <= timing["p99_ms"]
-    throughput = enqueue["commit_throughput"]
-    assert throughput["plain_tx_per_s"] > 0
-    assert throughput["outbox_tx_per_s"] > 0
-    assert throughput["outbox_no_notify_tx_per_s"] > 0
-    assert throughput["ratio"] == pytest.approx(
-        throughput["outbox_tx_per_s"] / throughput["plain_tx_per_s"]
-    )
-    for mode in ("plain", "outbox", "outbox-no-notify"):
-        assert throughput["client_cpu_us_per_tx"][mode] > 0
+    (throughput,) = enqueue["commit_throughput"]
+    check_throughput(throughput, workers=2)
+    assert results["commit-latency"]["ok"], results["commit-latency"]["failures"]
 
     history = results["history"]
     assert history["ok"], history["failures"]
@@ -350,3 +368,52 @@ def test_table_shows_targets_and_exit_status_ignores_speed(
     rate = next(line for line in lines if line.startswith("drain-noop  msgs/s"))
     assert ">= 10,000" in rate
     assert rate.rstrip().endswith(("met", "MISSED"))
+
+
+def test_enqueue_compares_with_the_floor_at_each_worker_count_and_paces_commit_latency(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = run_bench(
+        capsys,
+        "--database-url",
+        database_url,
+        "--scenario",
+        "enqueue",
+        "--scenario",
+        "commit-latency",
+        *TINY,
+        "--commit-workers",
+        "1,2",
+    )
+
+    assert code == 0, report
+    enqueue = report["scenarios"]["enqueue"]
+    assert enqueue["ok"], enqueue["failures"]
+    one, two = enqueue["commit_throughput"]
+    check_throughput(one, workers=1)
+    check_throughput(two, workers=2)
+    table = report["table"]
+    targets = {row["measure"]: row["target"] for row in table}
+    assert targets["1 conns:   outbox (NOTIFY) / floor"] == ">= 0.80"
+    assert targets["2 conns:   outbox (NOTIFY) / floor"] == ">= 0.80"
+
+    latency = report["scenarios"]["commit-latency"]
+    assert latency["ok"], latency["failures"]
+    assert latency["producers"] == 2
+    assert [r["dispatcher"] for r in latency["runs"]] == [False, True]
+    for run in latency["runs"]:
+        assert [r["offered_tx_per_s"] for r in run["rates"]] == [40, 80]
+        for rate in run["rates"]:
+            # each producer commits its share: half the rate for half a second
+            assert (
+                rate["committed"]
+                == rate["expected"]
+                == 2 * round(0.5 * rate["offered_tx_per_s"] / 2)
+            )
+            assert 0 < rate["p50_ms"] <= rate["p99_ms"] <= rate["max_ms"] < 60_000
+            assert rate["p99_from_schedule_ms"] >= 0
+            assert rate["client_cpu_us_per_tx"] > 0
+    measures = {row["measure"] for row in table}
+    assert "80/s, 2 conns, dispatcher on: commit p99 ms" in measures
+    assert bench_schemas(database_url) == []
+    assert not [c for c in child_commands() if "spawn_main" in c]  # committers ended

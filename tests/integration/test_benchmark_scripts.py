@@ -7,6 +7,7 @@ from rotting as the code they drive changes.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,38 @@ def test_publish_cost_prints_a_median_per_endpoint_count(database_url: str) -> N
         "publish_cost.py", "--database-url", database_url, "-n", "20", "--endpoints", "1", "3"
     )
     assert len(re.findall(r"^\s*[13]\b.*\d", out, re.MULTILINE)) == 2, out
+
+
+@pytest.mark.skipif(shutil.which("pgbench") is None, reason="needs pgbench")
+def test_enqueue_floor_prints_the_floor_and_the_schema_it_is_measured_against(
+    database_url: str,
+) -> None:
+    out = run(
+        "enqueue_floor.py",
+        "--database-url",
+        database_url,
+        "--seconds",
+        "1",
+        "--rounds",
+        "1",
+        "--clients",
+        "1",
+        "--statements",
+        "2",
+        "--against",
+        "3",
+    )
+    wal = {
+        m[1]: int(m[2])
+        for m in re.finditer(r"^(\S+)\s+\d+\s+[\d.]+\s+\d+\s+\d+\s+(\d+)$", out, re.M)
+    }
+    assert set(wal) == {
+        "plain",
+        "floor",
+        "enqueue",
+        "enqueue-notify",
+        "enqueue-v0003",
+        "enqueue-notify-v0003",
+    }, out
+    # two rows per transaction: each script writes more WAL than the business row alone
+    assert wal["plain"] < wal["floor"] < wal["enqueue"], out

@@ -175,6 +175,47 @@ def test_custom_schema_is_migrated_and_used_by_outbox(empty_database_url: str) -
     assert keys == [(message_id,)]
 
 
+def test_dropping_the_key_index_keeps_existing_keys_deduping(empty_database_url: str) -> None:
+    # a database at 0003 with a pending message and a delivered one, each with its key
+    migrate(empty_database_url, migrations=MIGRATIONS[:3])
+    box = Outbox()
+    with psycopg.connect(empty_database_url) as conn:
+        pending = box.enqueue(conn, url="https://example.com/a", idempotency_key="p", json={})
+        done = box.enqueue(conn, url="https://example.com/a", idempotency_key="d", json={})
+        conn.execute(
+            "WITH moved AS (DELETE FROM outbox.messages WHERE id = %s RETURNING *)"
+            " INSERT INTO outbox.delivered (id, idempotency_key, target, url, method, headers,"
+            " body, content_type, attempts, max_attempts, created_at, completed_at)"
+            " SELECT id, idempotency_key, target, url, method, headers, body, content_type,"
+            " 1, max_attempts, created_at, now() FROM moved",
+            (done,),
+        )
+
+    applied = migrate(empty_database_url)
+
+    assert [m.name for m in applied] == [m.name for m in MIGRATIONS[3:]]
+    with connect(empty_database_url) as conn:
+        indexes = conn.execute(
+            "SELECT indexname FROM pg_indexes"
+            " WHERE schemaname = 'outbox' AND tablename = 'message_keys'"
+        ).fetchall()
+        assert indexes == [("message_keys_pkey",)]
+        with conn.transaction():
+            assert (
+                box.enqueue(conn, url="https://example.com/a", idempotency_key="p", json={})
+                == pending
+            )
+            assert (
+                box.enqueue(conn, url="https://example.com/a", idempotency_key="d", json={}) == done
+            )
+        keys = conn.execute(
+            "SELECT idempotency_key, message_id FROM outbox.message_keys ORDER BY 1"
+        ).fetchall()
+        messages = conn.execute("SELECT id FROM outbox.messages").fetchall()
+    assert keys == [("d", done), ("p", pending)]
+    assert messages == [(pending,)]
+
+
 @pytest.mark.parametrize(
     "schema",
     ["", "1box", "out-box", "out box", 'x"; DROP TABLE t; --', "a" * 49, "bo\u00eete", "a.b"],

@@ -93,3 +93,21 @@ def test_claim_plan_ignores_a_large_history(database_url: str) -> None:
         )
     assert "delivered" not in plan
     assert "messages_claimable_idx" in plan or "Seq Scan on messages" in plan, plan
+
+
+def test_retention_finds_keys_by_their_primary_key(database_url: str) -> None:
+    # message_keys has no index on message_id: the history row's target and key
+    # lead retention to its key, never a scan of every key ever used
+    with psycopg.connect(database_url) as conn:
+        add_history(conn, 1, 50_000, "8 days")
+        conn.execute("ANALYZE outbox.delivered")
+        conn.execute("ANALYZE outbox.message_keys")
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN " + Outbox().queries["retention"].text,
+                {"retention_s": 7 * 86400.0, "limit": 100},
+            ).fetchall()
+        )
+    assert "message_keys_pkey" in plan, plan
+    assert "Seq Scan on message_keys" not in plan, plan
