@@ -71,7 +71,7 @@ class Settings:
     memory_delay: float = 0.5
     big_response_share: float = 0.01
     big_response_mb: float = 50.0
-    baseline: str | None = None
+    baselines: tuple[str, ...] = ()
     pairs: int = 3
     naive_workers: int = 32
     drain_timeout: float = 300.0
@@ -151,10 +151,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--baseline",
+        dest="baselines",
+        action="append",
         choices=BASELINE_NAMES,
+        default=[],
         help="also run another design in the drain scenarios, interleaved with ours "
         "(A B A B ...), and print the ratios: naive (one row at a time) or pgqueuer "
-        "(needs the bench extra; it also runs after ours in latency)",
+        "(needs the bench extra; it also runs beside ours in latency); repeatable",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     drains = parser.add_argument_group("drain-http, drain-noop")
@@ -187,7 +190,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pairs",
         type=_positive_int,
         default=d.pairs,
-        help=f"(ours, baseline) pairs with --baseline (default: {d.pairs})",
+        help=f"rounds of ours and each baseline's with --baseline (default: {d.pairs})",
     )
     drains.add_argument(
         "--http-client",
@@ -362,4 +365,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """The :class:`Settings` named by parsed ``outbox bench`` options."""
-    return Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
+    values = {f.name: getattr(args, f.name) for f in fields(Settings)}
+    values["baselines"] = tuple(dict.fromkeys(values["baselines"]))  # once each, in order
+    return Settings(**values)

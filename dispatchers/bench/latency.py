@@ -367,7 +367,7 @@ def latency(bench: Bench) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     for rate in s.rates:
         at_rate = [latency_run(bench, rate=rate, dispatchers=n) for n in s.dispatchers]
-        if s.baseline == "pgqueuer":
+        if "pgqueuer" in s.baselines:
             pgqueuer_beside(bench, min(at_rate, key=lambda r: r["dispatchers"]))
         runs += at_rate
     failures = [

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg import sql
 
-from dispatchers.bench.env import CpuClock, connect, payload, run_id
+from dispatchers.bench.env import CpuClock, connect, payload, percentile, run_id
 from dispatchers.bench.receiver import ReceiverProcess
 from outbox.queries import check_schema_name
 
@@ -519,16 +519,6 @@ async def _produce_async(
     return {"commits": commits, "late_max_s": late, "elapsed": elapsed}
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
 def latency(
     url: str,
     *,
@@ -631,9 +621,9 @@ def latency(
         "delivered": delivered,
         "received": len(latencies_ms),
         "duplicates": duplicates,
-        "p50_ms": _percentile(latencies_ms, 50),
-        "p95_ms": _percentile(latencies_ms, 95),
-        "p99_ms": _percentile(latencies_ms, 99),
+        "p50_ms": percentile(latencies_ms, 50),
+        "p95_ms": percentile(latencies_ms, 95),
+        "p99_ms": percentile(latencies_ms, 99),
         "max_ms": max(latencies_ms) if latencies_ms else None,
         # from the first commit until the last job was handled
         "cpu_dispatcher_us_per_msg": _per_msg_us(cpu.get("consumer"), delivered),

@@ -118,8 +118,7 @@ def _drain_rows(name: str, r: dict[str, Any], rate: Target) -> list[Row]:
         rows.append(
             Row(name, "msgs/s per run", _list([x["msgs_per_s"] for x in r["runs"]], ",.0f"))
         )
-    base = r.get("baseline")
-    if base:
+    for base in r["baselines"]:
         rows += _baseline_drain_rows(name, base)
     return rows
 

@@ -22,9 +22,9 @@ schema that is dropped afterwards, all traffic to 127.0.0.1.
 Every drain runs the dispatcher in a fresh process of its own (see
 :class:`DrainProcess`), so each reports the peak RSS of a dispatcher doing it.
 
-With a baseline (``naive``: :mod:`dispatchers.bench.naive`; ``pgqueuer``:
-:mod:`dispatchers.bench.pgqueuer_baseline`), each drain scenario runs as pairs, ours
-then the baseline's, on the same database and receiver; with ``pgqueuer``, the
+With baselines (``naive``: :mod:`dispatchers.bench.naive`; ``pgqueuer``:
+:mod:`dispatchers.bench.pgqueuer_baseline`), each drain scenario runs in rounds, ours
+then each baseline's, on the same database and receiver; with ``pgqueuer``, the
 latency scenario runs pgqueuer after ours at the same offered load.
 """
 
@@ -472,10 +472,10 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def _baseline_drain(bench: Bench, *, http: bool) -> dict[str, Any]:
-    """One timed drain of ``messages`` by the baseline design named in the settings."""
+def _baseline_drain(bench: Bench, baseline: str, *, http: bool) -> dict[str, Any]:
+    """One timed drain of ``messages`` by the ``baseline`` design."""
     s = bench.settings
-    if s.baseline == "pgqueuer":
+    if baseline == "pgqueuer":
         return pgqueuer_baseline.drain(
             bench.db.url,
             messages=s.messages,
@@ -487,9 +487,9 @@ def _baseline_drain(bench: Bench, *, http: bool) -> dict[str, Any]:
     return drain_once(bench, design="naive", http=http, messages=s.messages)
 
 
-def _baseline_facts(settings: Settings) -> dict[str, Any]:
-    """How the baseline named in ``settings`` was configured, for the report."""
-    if settings.baseline == "pgqueuer":
+def _baseline_facts(settings: Settings, baseline: str) -> dict[str, Any]:
+    """How the ``baseline`` design was configured, for the report."""
+    if baseline == "pgqueuer":
         return {
             "name": "pgqueuer",
             "version": pgqueuer_baseline.version(),
@@ -499,24 +499,26 @@ def _baseline_facts(settings: Settings) -> dict[str, Any]:
     return {"name": "naive", "workers": settings.naive_workers}
 
 
-def _require_baseline(settings: Settings) -> None:
-    """Refuse to start when the baseline's packages are missing (say which)."""
-    if settings.baseline == "pgqueuer" and (reason := pgqueuer_baseline.available()):
+def require_baselines(settings: Settings) -> None:
+    """Refuse to start when a baseline's packages are missing (say which)."""
+    if "pgqueuer" in settings.baselines and (reason := pgqueuer_baseline.available()):
         raise RuntimeError(f"--baseline pgqueuer: {reason}")
 
 
 def drain_scenario(bench: Bench, name: str, *, http: bool) -> dict[str, Any]:
-    """drain-http or drain-noop: ``repeat`` runs, or ``pairs`` pairs with the baseline."""
+    """drain-http or drain-noop: ``repeat`` runs, or ``pairs`` rounds of ours and
+    each baseline's, interleaved."""
     s = bench.settings
     ours: list[dict[str, Any]] = []
-    theirs: list[dict[str, Any]] = []
-    if s.baseline:
-        _require_baseline(s)
+    theirs: dict[str, list[dict[str, Any]]] = {b: [] for b in s.baselines}
+    if s.baselines:
+        require_baselines(s)
         for i in range(s.pairs):
-            bench.progress(f"{name}: pair {i + 1}/{s.pairs}: outbox dispatcher")
+            bench.progress(f"{name}: round {i + 1}/{s.pairs}: outbox dispatcher")
             ours.append(drain_once(bench, design="outbox", http=http, messages=s.messages))
-            bench.progress(f"{name}: pair {i + 1}/{s.pairs}: {s.baseline} baseline")
-            theirs.append(_baseline_drain(bench, http=http))
+            for baseline, runs in theirs.items():
+                bench.progress(f"{name}: round {i + 1}/{s.pairs}: {baseline} baseline")
+                runs.append(_baseline_drain(bench, baseline, http=http))
     else:
         for i in range(s.repeat):
             bench.progress(f"{name}: run {i + 1}/{s.repeat}")
@@ -526,20 +528,24 @@ def drain_scenario(bench: Bench, name: str, *, http: bool) -> dict[str, Any]:
         "batch_size": s.batch_size,
         **_summary(ours),
         "runs": ours,
+        "baselines": [],
     }
-    if theirs:
+    for baseline, runs in theirs.items():
         ratios = [
             a["msgs_per_s"] / b["msgs_per_s"] if a["msgs_per_s"] and b["msgs_per_s"] else None
-            for a, b in zip(ours, theirs, strict=True)
+            for a, b in zip(ours, runs, strict=True)
         ]
-        result["baseline"] = {
-            **_baseline_facts(s),
-            **_summary(theirs),
-            "runs": theirs,
-            "ratios": ratios,
-            "median_ratio": median(list(ratios)),
-        }
-    failures = [f"{r['design']} run: {f}" for r in ours + theirs for f in r["failures"]]
+        result["baselines"].append(
+            {
+                **_baseline_facts(s, baseline),
+                **_summary(runs),
+                "runs": runs,
+                "ratios": ratios,
+                "median_ratio": median(list(ratios)),
+            }
+        )
+    every = ours + [r for runs in theirs.values() for r in runs]
+    failures = [f"{r['design']} run: {f}" for r in every for f in r["failures"]]
     result["ok"] = not failures
     result["failures"] = failures
     return result

@@ -152,7 +152,7 @@ def test_every_scenario_reports_plausible_figures(
     (run,) = http["runs"]
     check_drain_run(run, 150)
     assert run["receiver_requests"] == 150
-    assert "baseline" not in http
+    assert http["baselines"] == []
 
     noop = results["drain-noop"]
     (run,) = noop["runs"]
@@ -247,7 +247,7 @@ def test_naive_baseline_runs_interleaved_with_ours(
     for name in ("drain-http", "drain-noop"):
         result = report["scenarios"][name]
         assert result["ok"], result["failures"]
-        base = result["baseline"]
+        (base,) = result["baselines"]
         assert base["name"] == "naive"
         assert [r["design"] for r in result["runs"]] == ["outbox", "outbox"]
         assert [r["design"] for r in base["runs"]] == ["naive", "naive"]
@@ -259,7 +259,7 @@ def test_naive_baseline_runs_interleaved_with_ours(
         assert len(base["ratios"]) == 2
         assert all(ratio > 0 for ratio in base["ratios"])
         assert base["median_ratio"] == pytest.approx(statistics.median(base["ratios"]))
-    assert report["scenarios"]["drain-http"]["baseline"]["duplicates"] == 0
+    assert report["scenarios"]["drain-http"]["baselines"][0]["duplicates"] == 0
     assert bench_schemas(database_url) == []
 
 
@@ -275,7 +275,7 @@ def pgqueuer_schemas(url: str) -> list[str]:
     pgqueuer_baseline.available() is not None,
     reason=f"the pgqueuer baseline needs the bench extra: {pgqueuer_baseline.available()}",
 )
-def test_pgqueuer_baseline_handles_every_job_once_beside_ours(
+def test_pgqueuer_and_naive_baselines_handle_every_job_once_beside_ours(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, report = run_bench(
@@ -290,6 +290,8 @@ def test_pgqueuer_baseline_handles_every_job_once_beside_ours(
         "latency",
         "--baseline",
         "pgqueuer",
+        "--baseline",
+        "naive",
         "--pairs",
         "1",
         *TINY,
@@ -302,7 +304,12 @@ def test_pgqueuer_baseline_handles_every_job_once_beside_ours(
     assert noop["ok"], noop["failures"]
     (ours,) = noop["runs"]
     check_drain_run(ours, 200)
-    base = noop["baseline"]
+    # both baselines, in the order given, each beside the same run of ours
+    base, naive = noop["baselines"]
+    assert naive["name"] == "naive"
+    (naive_run,) = naive["runs"]
+    check_drain_run(naive_run, 200)
+    assert naive["ratios"] == [pytest.approx(ours["msgs_per_s"] / naive_run["msgs_per_s"])]
     assert base["name"] == "pgqueuer"
     assert (base["managers"], base["batch_size"]) == (5, 10)
     (theirs,) = base["runs"]
@@ -321,7 +328,7 @@ def test_pgqueuer_baseline_handles_every_job_once_beside_ours(
 
     http = report["scenarios"]["drain-http"]
     assert http["ok"], http["failures"]
-    (theirs,) = http["baseline"]["runs"]
+    (theirs,) = http["baselines"][0]["runs"]
     assert theirs["delivered"] == theirs["receiver_requests"] == 200  # POSTed once each
     assert theirs["duplicates"] == 0
 
