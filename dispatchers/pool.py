@@ -50,6 +50,11 @@ from dispatchers.metrics import Metrics, serve
 from dispatchers.outcome import decide
 from dispatchers.waker import Waker
 
+HAND_OFF_AFTER = 0.1
+"""Seconds a dispatcher on duty may have every request slot taken before it hands
+duty to another (a drain fills them for moments at a time; slow receivers for
+longer)."""
+
 
 def make_owner() -> str:
     """A lease owner id unique to this process: host, pid and a random suffix."""
@@ -233,6 +238,7 @@ class Dispatcher:
         low_water = max(1, min(config.batch_size, config.concurrency) // 2)
         held_limit = 2 * config.concurrency
         backoff = _Backoff()
+        full_since: float | None = None  # when every request slot was last taken
         while not self._stop.is_set():
             # Requests in flight are bounded by the concurrency; the messages held
             # (sending, or waiting for their outcome write) by twice that.
@@ -242,10 +248,21 @@ class Dispatcher:
                 self._capacity.clear()
                 if len(self._inflight) >= held_limit:
                     self._flush_now.set()  # held outcomes are what blocks: write them
-                await self._wait(
-                    self._capacity, seconds=config.flush_interval if free > 0 else None
-                )
+                seconds: float | None = config.flush_interval if free > 0 else None
+                if free <= 0 and self._waker is not None and self._waker.want_duty:
+                    # Full for a while (slow receivers): hand duty to a dispatcher
+                    # with room, so that new messages do not wait for our slots.
+                    now = time.monotonic()
+                    full_since = full_since if full_since is not None else now
+                    if now - full_since >= HAND_OFF_AFTER:
+                        self._waker.request(duty=False)
+                    else:
+                        seconds = full_since + HAND_OFF_AFTER - now
+                await self._wait(self._capacity, seconds=seconds)
                 continue
+            full_since = None
+            if self._waker is not None:
+                self._waker.request(duty=True)
             want = min(free, config.batch_size)
             self._wake.clear()
             sent_at = time.monotonic()

@@ -7,8 +7,10 @@ locks and ``LISTEN``:
   *on duty*: it listens, and it claims within a few milliseconds of new work.
   The others poll every ``poll_interval`` (and keep claiming while their claims
   come back full), so one notification wakes one dispatcher, not all of them.
-  Whoever is off duty tries for the lock at each poll; a dispatcher that stops
-  or dies releases it with its session.
+  The others also queue for the lock (a lock wait bounded by ``poll_interval``,
+  then again), so when the dispatcher on duty stops, dies (its session ends) or
+  hands duty off because all its capacity is taken, the next one is on duty at
+  once: the dispatcher that claims promptly is always one with room for more.
 - **the wake lock** (session-level, exclusive), held by the dispatcher on duty
   while it is *idle*, waiting for a notification. Every enqueue tries to take it
   shared for its own transaction (``pg_try_advisory_xact_lock_shared``) and calls
@@ -71,19 +73,25 @@ class Waker:
         self._on_change = on_change
         queries = queries_for(config.schema)
         self._listen = sql.SQL("LISTEN {}").format(sql.Identifier(queries.channel))
+        self._unlisten = sql.SQL("UNLISTEN {}").format(sql.Identifier(queries.channel))
         self._duty = duty_lock_key(config.schema)
         self._wake = queries.wake_lock
         self.on_duty = False
         self.notified = False  # holds the wake lock: producers notify us
         self.want_wake = False
+        self.want_duty = True
         self.notifications = 0  # received, for benchmarks and tests
         self.round_trips = 0  # statements sent
         self._changed = asyncio.Event()
 
-    def request(self, *, wake: bool) -> None:
-        """Ask to hold the wake lock (be notified) or to release it."""
-        if wake != self.want_wake:
+    def request(self, *, wake: bool | None = None, duty: bool | None = None) -> None:
+        """Ask to hold the wake lock (be notified) or to release it; to take duty
+        (when it is free) or to hand it off."""
+        if wake is not None and wake != self.want_wake:
             self.want_wake = wake
+            self._changed.set()
+        if duty is not None and duty != self.want_duty:
+            self.want_duty = duty
             self._changed.set()
 
     async def run(self) -> None:
@@ -110,22 +118,30 @@ class Waker:
             pause = min(10.0, pause * 2)
 
     async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        # Statements here are instant (no lock waits): bound them all the same, and
-        # let the server notice a vanished dispatcher (its locks are then freed).
+        # The one lock wait here (for duty) is bounded by lock_timeout; every
+        # statement by statement_timeout; and the server notices a vanished
+        # dispatcher (its locks are then freed) by TCP keepalives.
+        poll_ms = int(self.config.poll_interval * 1000)
         await self._run(
             conn,
-            "SELECT set_config('statement_timeout', %s, false),"
+            "SELECT set_config('lock_timeout', %s, false),"
+            " set_config('statement_timeout', %s, false),"
             " set_config('tcp_keepalives_idle', '10', false),"
             " set_config('tcp_keepalives_interval', '5', false),"
             " set_config('tcp_keepalives_count', '3', false)",
-            (f"{int(self.config.statement_timeout * 1000)}ms",),
+            (f"{poll_ms}ms", f"{poll_ms + int(self.config.statement_timeout * 1000)}ms"),
         )
         while True:
-            if not self.on_duty and await self._try(conn, self._duty):
+            if not self.on_duty and self.want_duty and await self._take_duty(conn):
                 # Listen before the wake lock can be taken: a producer that sees it
                 # held notifies at once, and that notification must not be lost.
                 await self._run(conn, self._listen)
                 self._set(on_duty=True, notified=False)
+            if self.on_duty and not self.want_duty:
+                # Hand off: the next dispatcher queued for duty takes it at once.
+                await self._run(conn, self._unlisten)
+                await self._run(conn, "SELECT pg_advisory_unlock_all()")
+                self._set(on_duty=False, notified=False)
             if self.on_duty:
                 if self.want_wake and not self.notified:
                     if await self._try(conn, self._wake):
@@ -133,15 +149,25 @@ class Waker:
                 elif not self.want_wake and self.notified:
                     await self._run(conn, "SELECT pg_advisory_unlock(%s, %s)", self._wake)
                     self._set(on_duty=True, notified=False)
-            settled = self.on_duty and self.want_wake == self.notified
-            # Off duty: try for duty again at the next poll. On duty but not yet
-            # holding the wake lock (a producer holds it shared): try again soon.
-            if settled:
+            if not self.on_duty:
+                if not self.want_duty:
+                    await self._wait(conn, None)
+                # else: queue for duty again at once (the wait is in _take_duty)
+            elif self.want_wake == self.notified:
                 await self._wait(conn, None)
-            elif not self.on_duty:
-                await self._wait(conn, self.config.poll_interval)
             else:
+                # On duty but not yet holding the wake lock (a producer holds it
+                # shared until its commit): try again soon.
                 await self._wait(conn, self.config.claim_window)
+
+    async def _take_duty(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Wait for the duty lock, at most ``poll_interval`` (the lock_timeout);
+        say whether it was taken."""
+        try:
+            await self._run(conn, "SELECT pg_advisory_lock(%s, %s)", self._duty)
+        except psycopg.errors.LockNotAvailable:
+            return False
+        return True
 
     async def _try(self, conn: psycopg.AsyncConnection[Any], key: tuple[int, int]) -> bool:
         """Take the session lock ``key`` if it is free; say whether it was."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -16,7 +17,7 @@ from dispatchers.log import NullLog
 from dispatchers.pool import Dispatcher
 from dispatchers.waker import Waker
 from outbox import Outbox
-from tests.receiver import Receiver
+from tests.receiver import Receiver, Reply
 
 
 def config(**overrides: Any) -> DispatcherConfig:
@@ -109,6 +110,39 @@ async def test_a_notification_wakes_the_dispatcher_on_duty_and_no_other(
             assert duty.waker is not None and duty.waker.notifications >= 5
             assert [d.stats.claims for d in others] == claims
             assert all(d.waker is not None and d.waker.notifications == 0 for d in others)
+
+
+async def test_a_dispatcher_whose_slots_are_all_taken_hands_duty_to_one_with_room(
+    database_url: str,
+) -> None:
+    # One request slot each, and no polls within the test: a message reaches a
+    # receiver only through the dispatcher on duty.
+    release = threading.Event()
+    with Receiver() as receiver:
+        receiver.responder = lambda req: (
+            release.wait(20) if req.path == "/slow" else None,
+            Reply(),
+        )[1]
+        try:
+            async with dispatchers(
+                database_url, config(poll_interval=30.0, concurrency=1, lease=30.0), 2
+            ) as fleet:
+                await until(
+                    lambda: len(on_duty(fleet)) == 1 and all(d.stats.claims for d in fleet),
+                    "one dispatcher on duty",
+                )
+                (first,) = on_duty(fleet)
+                await asyncio.to_thread(enqueue, database_url, receiver.url + "/slow", "slow")
+                await until(lambda: first.in_flight == 1, "the slow message taken")
+                (second,) = [d for d in fleet if d is not first]
+                await until(lambda: on_duty(fleet) == [second], "duty handed off")
+                await asyncio.to_thread(enqueue, database_url, receiver.url + "/fast", "fast")
+                await until(lambda: second.stats.delivered == 1, "the fast message delivered")
+                assert first.stats.delivered == 0  # still waiting for the slow receiver
+                release.set()
+                await until(lambda: first.stats.delivered == 1, "the slow message delivered")
+        finally:
+            release.set()
 
 
 @pytest.fixture
