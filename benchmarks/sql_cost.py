@@ -13,7 +13,13 @@ Then the cost of parsing and planning alone: each statement under ``EXPLAIN``
 (planned, never run), the backend's CPU per statement and the planner's own
 "Planning Time".
 
+``--against VERSION`` also drains a schema migrated only up to that migration
+(rows marked ``vNNNN``), the two taking turns statement by statement so that
+load from other work falls on both alike: a schema change measured against the
+schema before it.
+
     python benchmarks/sql_cost.py [--database-url URL] [-n 20000] [--batch 10 30 100]
+                                  [--against 4]
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ import argparse
 import asyncio
 import os
 import statistics
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +42,8 @@ from psycopg import sql
 from dispatchers.bench.env import connect, database, fresh_schema, postgres_clock, seed_backlog
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Store
-from outbox.queries import Statement
+from outbox.migrations import load_migrations, migrate
+from outbox.queries import Statement, check_schema_name
 
 TABLES = ("messages", "delivered", "attempts", "message_keys", "endpoint_slots", "endpoints")
 OWNER = "sql-cost:1:bench"
@@ -63,13 +71,15 @@ class ServerCpu:
 
     def __init__(self, postmaster: int) -> None:
         self.pids = [postmaster, *_children(postmaster)]
+        self.last: dict[int, int] = {}
 
     def read(self) -> int:
-        total = 0
         for pid in self.pids:
-            with suppress(OSError):  # a process that exited since
-                total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
-        return total
+            # a process that exited since (a closed connection's backend) keeps
+            # the last figure read, so that a difference never goes negative
+            with suppress(OSError):
+                self.last[pid] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+        return sum(self.last.values())
 
 
 def _success(
@@ -93,8 +103,24 @@ def _successes(jobs: list[Any], started: datetime) -> list[Completion]:
 
 
 @contextmanager
-def _schema(url: str, messages: int) -> Iterator[str]:
-    with fresh_schema(url, prefix="sql_cost") as schema:
+def _migrated(url: str, version: int | None) -> Iterator[str]:
+    """A fresh schema, migrated fully or only up to ``version``; dropped after."""
+    if version is None:
+        with fresh_schema(url, prefix="sql_cost") as schema:
+            yield schema
+        return
+    schema = check_schema_name(f"sql_cost_v{version}_{uuid.uuid4().hex[:12]}")
+    try:
+        migrate(url, schema=schema, migrations=load_migrations()[:version])
+        yield schema
+    finally:
+        with connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@contextmanager
+def _schema(url: str, messages: int, version: int | None = None) -> Iterator[str]:
+    with _migrated(url, version) as schema:
         with connect(url, autocommit=True) as conn:
             for table in TABLES:
                 conn.execute(
@@ -109,56 +135,78 @@ def _schema(url: str, messages: int) -> Iterator[str]:
         yield schema
 
 
-async def drain(url: str, postmaster: int, messages: int, batch: int) -> dict[str, float]:
-    """Claim and complete ``messages`` in statements of ``batch``; µs per message."""
-    with _schema(url, messages + HELD) as schema:
-        config = DispatcherConfig(schema=schema, lease=600.0)
-        store = Store(url, config)
-        await store.open()
+async def drain(
+    url: str, postmaster: int, messages: int, batch: int, versions: list[int | None]
+) -> dict[int | None, dict[str, float]]:
+    """Claim and complete ``messages`` in statements of ``batch`` on a schema of
+    each of ``versions`` (None: the current one), taking turns statement by
+    statement; µs per message, by version."""
+    with ExitStack() as stack:
+        schemas = {v: stack.enter_context(_schema(url, messages + HELD, v)) for v in versions}
+        stores = {
+            v: Store(url, DispatcherConfig(schema=s, lease=600.0)) for v, s in schemas.items()
+        }
         try:
-            # one backend, opened before the clock: it reads the processes alive then
-            await store.pool.resize(min_size=1, max_size=1)
-            await store.work_remaining()
+            for store in stores.values():
+                await store.open()
+                # one backend each, opened before the clock: it reads the processes alive then
+                await store.pool.resize(min_size=1, max_size=1)
+                await store.work_remaining()
             cpu = ServerCpu(postmaster)
-            # a heartbeat of HELD leases, renewed RENEWALS times
-            held = await store.claim(OWNER, HELD)
-            before = cpu.read()
-            for _ in range(RENEWALS):
-                await store.renew(OWNER, [(j.id, j.attempts) for j in held])
-            renew = cpu.read() - before
-            await store.complete(OWNER, _successes(held, datetime.now(UTC)))
-            claim = complete = 0
-            done = 0
+            spent = {
+                v: dict.fromkeys(("claim", "complete", "renew", "vacuum"), 0) for v in versions
+            }
+            done = dict.fromkeys(versions, 0)
+            for v, store in stores.items():
+                # a heartbeat of HELD leases, renewed RENEWALS times
+                held = await store.claim(OWNER, HELD)
+                before = cpu.read()
+                for _ in range(RENEWALS):
+                    await store.renew(OWNER, [(j.id, j.attempts) for j in held])
+                spent[v]["renew"] = cpu.read() - before
+                await store.complete(OWNER, _successes(held, datetime.now(UTC)))
             while True:
-                t0 = cpu.read()
-                jobs = await store.claim(OWNER, batch)
-                t1 = cpu.read()
-                if not jobs:
+                drained = True
+                for v, store in stores.items():
+                    t0 = cpu.read()
+                    jobs = await store.claim(OWNER, batch)
+                    t1 = cpu.read()
+                    if not jobs:
+                        continue
+                    drained = False
+                    applied, _ = await store.complete(OWNER, _successes(jobs, datetime.now(UTC)))
+                    t2 = cpu.read()
+                    if len(applied) != len(jobs):
+                        raise RuntimeError(f"{len(jobs) - len(applied)} outcomes fenced out")
+                    spent[v]["claim"] += t1 - t0
+                    spent[v]["complete"] += t2 - t1
+                    done[v] += len(jobs)
+                if drained:
                     break
-                applied, _ = await store.complete(OWNER, _successes(jobs, datetime.now(UTC)))
-                t2 = cpu.read()
-                if len(applied) != len(jobs):
-                    raise RuntimeError(f"{len(jobs) - len(applied)} outcomes fenced out")
-                claim += t1 - t0
-                complete += t2 - t1
-                done += len(jobs)
         finally:
-            await store.close()
-        if done != messages:
-            raise RuntimeError(f"drained {done} of {messages}")
+            for store in stores.values():
+                await store.close()
+        if set(done.values()) != {messages}:
+            raise RuntimeError(f"drained {done} of {messages} each")
         with connect(url, autocommit=True) as conn:
             cpu = ServerCpu(postmaster)
-            before = cpu.read()
-            for table in ("messages", "delivered", "attempts"):
-                conn.execute(
-                    sql.SQL("VACUUM {}.{}").format(sql.Identifier(schema), sql.Identifier(table))
-                )
-            vacuum = cpu.read() - before
+            for v, schema in schemas.items():
+                before = cpu.read()
+                for table in ("messages", "delivered", "attempts"):
+                    conn.execute(
+                        sql.SQL("VACUUM {}.{}").format(
+                            sql.Identifier(schema), sql.Identifier(table)
+                        )
+                    )
+                spent[v]["vacuum"] = cpu.read() - before
     return {
-        "claim": claim / done / 1000,
-        "complete": complete / done / 1000,
-        "vacuum": vacuum / done / 1000,
-        "renew": renew / RENEWALS / HELD / 1000,
+        v: {
+            "claim": t["claim"] / messages / 1000,
+            "complete": t["complete"] / messages / 1000,
+            "vacuum": t["vacuum"] / messages / 1000,
+            "renew": t["renew"] / RENEWALS / HELD / 1000,
+        }
+        for v, t in spent.items()
     }
 
 
@@ -225,6 +273,12 @@ def main() -> None:
     parser.add_argument("--database-url")
     parser.add_argument("-n", type=int, default=20000, help="messages per batch size")
     parser.add_argument("--batch", type=int, nargs="+", default=[10, 30, 100])
+    parser.add_argument(
+        "--against",
+        type=int,
+        metavar="VERSION",
+        help="also drain a schema migrated only up to VERSION",
+    )
     args = parser.parse_args()
     with database(args.database_url) as db:
         clock = postgres_clock(db.url)
@@ -233,11 +287,17 @@ def main() -> None:
         print(f"PostgreSQL CPU µs per message, {args.n} messages, successes only")
         heads = ("claim", "complete", "vacuum", "total", "renew")
         print(f"{'batch':>5}" + "".join(f"  {h:>8}" for h in heads))
+        versions: list[int | None] = [None]
+        if args.against is not None:
+            versions.append(args.against)
         for batch in args.batch:
-            r = asyncio.run(drain(db.url, clock.pid, args.n, batch))
-            total = r["claim"] + r["complete"] + r["vacuum"]
-            values = (r["claim"], r["complete"], r["vacuum"], total, r["renew"])
-            print(f"{batch:>5}" + "".join(f"  {v:>8.1f}" for v in values))
+            results = asyncio.run(drain(db.url, clock.pid, args.n, batch, versions))
+            for version in versions:
+                r = results[version]
+                total = r["claim"] + r["complete"] + r["vacuum"]
+                values = (r["claim"], r["complete"], r["vacuum"], total, r["renew"])
+                mark = "" if version is None else f"  v{version:04d}"
+                print(f"{batch:>5}" + "".join(f"  {v:>8.1f}" for v in values) + mark)
         print(f"\nparse + plan, EXPLAIN only, batch of {max(args.batch)} (µs per statement)")
         print(f"{'statement':<20}  {'backend CPU':>11}  {'planner':>8}")
         for name, cpu, planner in plans(db.url, args.batch):

@@ -43,6 +43,14 @@ def test_sql_cost_prints_cpu_per_message_and_plan_cost(database_url: str) -> Non
     assert re.search(r"^claim_uncapped\s+\d+\s+\d+$", out, re.MULTILINE), out
 
 
+def test_sql_cost_against_an_earlier_schema_prints_a_row_for_each(database_url: str) -> None:
+    out = run(
+        "sql_cost.py", "--database-url", database_url, "-n", "60", "--batch", "20", "--against", "4"
+    )
+    rows = re.findall(r"^\s*20(?:\s+-?[\d.]+){5}(\s+v0004)?$", out, re.MULTILINE)
+    assert rows == ["", "  v0004"], out
+
+
 def test_publish_cost_prints_a_median_per_endpoint_count(database_url: str) -> None:
     out = run(
         "publish_cost.py", "--database-url", database_url, "-n", "20", "--endpoints", "1", "3"

@@ -89,9 +89,9 @@ def test_migrate_creates_the_schema_on_an_empty_database(empty_database_url: str
                 " WHERE schemaname = 'outbox' AND tablename = 'messages'"
             ).fetchall()
         )
-    assert "WHERE (state = 'ready'::text)" in indexes["messages_claimable_idx"]
+    assert "WHERE ((state)::text = 'ready'::text)" in indexes["messages_claimable_idx"]
     assert "(available_at, id)" in indexes["messages_claimable_idx"]
-    assert "WHERE (state = 'running'::text)" in indexes["messages_lease_idx"]
+    assert "WHERE ((state)::text = 'running'::text)" in indexes["messages_lease_idx"]
     assert "(lease_until)" in indexes["messages_lease_idx"]
 
 
@@ -316,6 +316,15 @@ CATALOG = {
           AND c.relname NOT LIKE 'schema_migrations%%'
         ORDER BY 1
     """,
+    "domains": """
+        SELECT t.typname, format_type(t.typbasetype, t.typtypmod), t.typnotnull,
+               con.conname, pg_get_constraintdef(con.oid), con.convalidated
+        FROM pg_type t
+        JOIN pg_namespace n ON n.oid = t.typnamespace
+        LEFT JOIN pg_constraint con ON con.contypid = t.oid
+        WHERE n.nspname = %(schema)s AND t.typtype = 'd'
+        ORDER BY 1, 4
+    """,
     "functions": """
         SELECT p.proname, pg_get_function_identity_arguments(p.oid)
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -361,8 +370,101 @@ def test_migrated_schema_equals_what_the_migration_files_describe(
     assert {t for t, *_ in by_runner["columns"]} == TABLES - {"schema_migrations"}
     assert ("messages", "messages_claimable_idx") in {i[:2] for i in by_runner["indexes"]}
     assert any("REFERENCES SCHEMA.endpoints(id)" in c[3] for c in by_runner["constraints"])
+    assert ("message_state", "text") in {d[:2] for d in by_runner["domains"]}
     for part in CATALOG:
         assert by_runner[part] == by_hand[part], part
+
+
+# A value each single-column rule refuses: (table, column, value).
+REFUSED = [
+    ("messages", "state", "succeeded"),
+    ("messages", "attempts", -1),
+    ("messages", "max_attempts", 0),
+    ("messages", "retry_base", -1),
+    ("attempts", "attempt", 0),
+    ("endpoints", "failure_streak", -1),
+    ("endpoints", "max_concurrency", 0),
+    ("endpoints", "rate_limit_per_s", 0.0),
+    ("endpoint_slots", "slot", 0),
+]
+
+
+def test_upgrading_rows_to_domains_keeps_them_and_equals_a_fresh_schema(
+    empty_database_url: str,
+) -> None:
+    # a database at 0004 with a row in every table that 0005 changes
+    before = MIGRATIONS[:4]
+    migrate(empty_database_url, migrations=before)
+    box = Outbox()
+    with psycopg.connect(empty_database_url) as conn:
+        endpoint = conn.execute(
+            "INSERT INTO outbox.endpoints (url, max_concurrency, rate_limit_per_s)"
+            " VALUES ('https://example.com/hooks', 2, 5.0) RETURNING id"
+        ).fetchone()
+        assert endpoint
+        conn.execute(
+            "INSERT INTO outbox.endpoint_slots (endpoint_id, slot) VALUES (%s, 1), (%s, 2)",
+            (endpoint[0], endpoint[0]),
+        )
+        message = box.enqueue(conn, url="https://example.com/a", idempotency_key="p", json={})
+        conn.execute(
+            "UPDATE outbox.messages SET state = 'dead', attempts = 3, retry_base = 1 WHERE id = %s",
+            (message,),
+        )
+        conn.execute(
+            "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
+            " VALUES (%s, 3, 'o', now(), 'failed')",
+            (message,),
+        )
+    with connect(empty_database_url) as conn:
+        rows = {
+            t: conn.execute(f"SELECT * FROM outbox.{t} ORDER BY 1, 2").fetchall()
+            for t in ("messages", "attempts", "endpoints", "endpoint_slots")
+        }
+
+    applied = migrate(empty_database_url)
+    migrate(empty_database_url, schema="fresh")
+
+    assert [m.version for m in applied] == VERSIONS[4:]
+    with connect(empty_database_url) as conn:
+        for table, kept in rows.items():
+            assert conn.execute(f"SELECT * FROM outbox.{table} ORDER BY 1, 2").fetchall() == kept
+        upgraded, fresh = catalog(conn, "outbox"), catalog(conn, "fresh")
+    assert "messages_state_check" not in {c[1] for c in upgraded["constraints"]}
+    for part in CATALOG:
+        assert upgraded[part] == fresh[part], part
+
+
+@pytest.mark.parametrize(("table", "column", "value"), REFUSED)
+def test_upgraded_schema_still_refuses_a_value_outside_each_rule(
+    empty_database_url: str, table: str, column: str, value: object
+) -> None:
+    migrate(empty_database_url, migrations=MIGRATIONS[:4])
+    with psycopg.connect(empty_database_url) as conn:
+        endpoint = conn.execute(
+            "INSERT INTO outbox.endpoints (url) VALUES ('https://example.com/hooks') RETURNING id"
+        ).fetchone()
+        assert endpoint
+        conn.execute(
+            "INSERT INTO outbox.endpoint_slots (endpoint_id, slot) VALUES (%s, 1)", endpoint
+        )
+        message = Outbox().enqueue(conn, url="https://example.com/a", idempotency_key="p", json={})
+        conn.execute(
+            "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
+            " VALUES (%s, 1, 'o', now(), 'failed')",
+            (message,),
+        )
+    migrate(empty_database_url)
+
+    with connect(empty_database_url) as conn:
+        with pytest.raises(psycopg.errors.CheckViolation) as refused:
+            conn.execute(
+                sql.SQL("UPDATE outbox.{} SET {} = %s").format(
+                    sql.Identifier(table), sql.Identifier(column)
+                ),
+                (value,),
+            )
+        assert refused.value.sqlstate == "23514"
 
 
 # -- the command ---------------------------------------------------------------------
