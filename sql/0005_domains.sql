@@ -18,6 +18,10 @@
 -- scan. A domain with a CHECK already in place would make ALTER COLUMN TYPE
 -- rewrite the table. A value outside a rule is still refused with SQLSTATE 23514
 -- (check_violation).
+--
+-- Clients read these columns as their base types. An array of them (say
+-- array_agg(attempt)) is an array of the domain, which a driver may not decode
+-- (psycopg returns it as text): cast first, array_agg(CAST(attempt AS integer)).
 
 CREATE DOMAIN message_state AS text;
 -- how many attempts were made, or where the current attempt budget began

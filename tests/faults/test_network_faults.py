@@ -206,7 +206,7 @@ def check_invariants(
 
     attempts = query(
         database_url,
-        "SELECT message_id, array_agg(attempt ORDER BY attempt),"
+        "SELECT message_id, array_agg(CAST(attempt AS integer) ORDER BY attempt),"
         " array_agg(outcome ORDER BY attempt) FROM outbox.attempts GROUP BY message_id",
     )
     assert len(attempts) == len(ids)

@@ -343,7 +343,7 @@ def test_database_restart_mid_run_loses_nothing(
     # last one succeeded.
     attempts = query(
         database_url,
-        "SELECT message_id, array_agg(attempt ORDER BY attempt),"
+        "SELECT message_id, array_agg(CAST(attempt AS integer) ORDER BY attempt),"
         " (array_agg(outcome ORDER BY attempt DESC))[1]"
         " FROM outbox.attempts GROUP BY message_id",
     )
