@@ -3,14 +3,15 @@
 One process runs up to ``concurrency`` deliveries at once on one asyncio loop:
 
 - the **claimer** claims up to the free capacity in one statement (committed
-  before any HTTP work) and starts a delivery task per message; capacity is
-  ``concurrency`` requests in flight, and at most as many again whose outcome
-  awaits its write (so claiming overlaps the writing of outcomes);
+  before any HTTP work), once three quarters of it is free, and starts a delivery
+  task per message; capacity is ``concurrency`` requests in flight, and at most
+  as many again whose outcome awaits its write (so claiming overlaps the writing
+  of outcomes);
 - the **heartbeat** renews every lease the process holds in one statement per
   ``lease / 3``; a lease missing from the result is lost: its delivery is
   cancelled and its outcome dropped;
 - the **flusher** writes outcomes in batches, each fenced by owner and attempt:
-  it lets a batch gather (until half the concurrency is waiting, or for
+  it lets a batch gather (until three quarters of the concurrency wait, or for
   ``flush_interval``) and a message stays held (its lease renewed) until its
   outcome is written;
 - the **rescuer** returns expired leases of dead dispatchers to ``ready``;
@@ -144,7 +145,7 @@ class Dispatcher:
         self._capacity = asyncio.Event()
         self._pending_ready = asyncio.Event()
         self._flush_now = asyncio.Event()
-        self._flush_min = max(1, self.config.concurrency // 2)
+        self._flush_min = max(1, self.config.concurrency * 3 // 4)
         self._write_lock = asyncio.Lock()
         self._flush_lock = asyncio.Lock()
         self._shutting_down = False
@@ -235,7 +236,7 @@ class Dispatcher:
 
     async def _claim_loop(self, *, drain: bool) -> None:
         config = self.config
-        low_water = max(1, min(config.batch_size, config.concurrency) // 2)
+        low_water = max(1, min(config.batch_size, config.concurrency) * 3 // 4)
         held_limit = 2 * config.concurrency
         backoff = _Backoff()
         full_since: float | None = None  # when every request slot was last taken
