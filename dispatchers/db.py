@@ -140,6 +140,7 @@ class Job:
     created_at: datetime
     retry_base: int = 0
     secrets: tuple[str, ...] = ()
+    ordering_key: str | None = None
 
     def __repr__(self) -> str:  # never show secrets or payloads
         return f"Job(id={self.id}, attempts={self.attempts}, endpoint_id={self.endpoint_id})"
@@ -352,6 +353,7 @@ class Store:
                 created_at=r[11],
                 retry_base=r[12],
                 secrets=tuple(r[13] or ()),
+                ordering_key=r[14],
             )
             for r in rows
         ]

@@ -149,6 +149,7 @@ class Dispatcher:
         self._write_lock = asyncio.Lock()
         self._flush_lock = asyncio.Lock()
         self._shutting_down = False
+        self._draining = False
         self._cadence = Cadence(
             window=self.config.claim_window, poll_interval=self.config.poll_interval
         )
@@ -216,6 +217,7 @@ class Dispatcher:
         if self._waker is not None:
             helpers.append(asyncio.create_task(self._waker.run(), name="outbox-waker"))
         try:
+            self._draining = drain
             await self._claim_loop(drain=drain)
             await self._shutdown()
         finally:
@@ -477,17 +479,21 @@ class Dispatcher:
                 # Settle the books before the heartbeat can look at them again.
                 self.stats.flushes += 1
                 now = datetime.now(UTC)
+                unblocked = False  # a message with an ordering key is done with
                 for completion in batch:
                     if self._pending.get(completion.id) is completion:
                         del self._pending[completion.id]
                     flight = self._settle(completion)
                     if completion.id in applied:
                         self._log_outcome(completion, flight, now)
+                        unblocked |= flight is not None and flight.job.ordering_key is not None
                     elif flight is not None:  # a flight gone already was logged as lost
                         self._log_lost(completion.id, completion.attempt, "outcome fenced out")
             self._capacity.set()
-            if not self._inflight:
-                self._wake.set()  # idle now: look for more work (and let --drain finish)
+            if unblocked or (self._draining and not self._inflight):
+                # The next message of that ordering key may be due now, and nobody
+                # announces it; or nothing is held: see whether the drain is done.
+                self._wake.set()
 
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception(is_transient),

@@ -117,7 +117,7 @@ WITH candidates AS (
     WHERE m.id = ANY (ARRAY(SELECT id FROM claimable))
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at
+              m.retry_base, m.available_at, m.ordering_key
 )
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url),
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
@@ -126,7 +126,8 @@ SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url),
        ARRAY(SELECT s.value ->> 'secret'
              FROM jsonb_array_elements(e.secrets) AS s
              WHERE s.value ->> 'expires_at' IS NULL
-                OR CAST(s.value ->> 'expires_at' AS timestamptz) > now())
+                OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()),
+       c.ordering_key
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
 ORDER BY c.available_at, c.id
@@ -169,7 +170,7 @@ WITH candidates AS (
     WHERE m.id = ANY (ARRAY(SELECT id FROM candidates))
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at
+              m.retry_base, m.available_at, m.ordering_key
 )
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url),
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
@@ -177,12 +178,13 @@ WITH candidates AS (
         ARRAY(SELECT s.value ->> 'secret'
               FROM jsonb_array_elements(e.secrets) AS s
               WHERE s.value ->> 'expires_at' IS NULL
-                 OR CAST(s.value ->> 'expires_at' AS timestamptz) > now())
+                 OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()),
+        c.ordering_key
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
  ORDER BY c.available_at, c.id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM capped
 
 -- name: renew

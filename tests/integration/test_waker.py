@@ -145,6 +145,30 @@ async def test_a_dispatcher_whose_slots_are_all_taken_hands_duty_to_one_with_roo
             release.set()
 
 
+async def test_the_next_message_of_an_ordering_key_is_claimed_once_the_last_is_done(
+    database_url: str,
+) -> None:
+    # Nobody announces that a successor became claimable; with no poll within the
+    # test, each must be claimed because its predecessor's outcome was recorded.
+    with Receiver() as receiver:
+        async with dispatchers(database_url, config(poll_interval=30.0), 1) as (dispatcher,):
+            await until(
+                lambda: bool(dispatcher.waker and dispatcher.waker.notified),
+                "the dispatcher waits for notifications",
+            )
+            with psycopg.connect(database_url) as conn:
+                for i in range(5):
+                    Outbox().enqueue(
+                        conn,
+                        url=receiver.url,
+                        idempotency_key=f"k{i}",
+                        json={"i": i},
+                        ordering_key="order-1",
+                    )
+            await until(lambda: dispatcher.stats.delivered == 5, "the chain delivered")
+            assert [r.body for r in receiver.requests] == [b'{"i":%d}' % i for i in range(5)]
+
+
 @pytest.fixture
 def observer(database_url: str) -> Any:
     with psycopg.connect(database_url, autocommit=True) as conn:
