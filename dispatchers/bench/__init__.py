@@ -54,6 +54,8 @@ class Settings:
     rates: tuple[float, ...] = (50.0, 500.0, 2000.0)
     dispatchers: tuple[int, ...] = (1, 3)
     duration: float = 10.0
+    claim_window: float = 0.005
+    """The dispatchers' ``--claim-window`` in the latency scenario."""
     enqueue_count: int = 5_000
     enqueue_batch: int = 100
     commit_workers: tuple[int, ...] = (4, 8)
@@ -99,6 +101,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number, 0 or more")
     return value
 
 
@@ -244,6 +256,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.duration,
         metavar="SECONDS",
         help=f"how long the load is offered in each run (default: {d.duration:g})",
+    )
+    lat.add_argument(
+        "--claim-window",
+        type=_non_negative_float,
+        default=d.claim_window,
+        metavar="SECONDS",
+        help="the dispatchers' --claim-window: what arrives within it is claimed "
+        f"together; 0 claims on every notification (default: {d.claim_window:g})",
     )
     enq = parser.add_argument_group("enqueue")
     enq.add_argument(

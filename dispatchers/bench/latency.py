@@ -212,6 +212,7 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> dict[str, Any
             listen=True,
             http_client=s.http_client or DispatcherConfig.http_client,
             event_loop=s.event_loop,
+            claim_window=s.claim_window,
         )
         before = receiver.counts()
         fleet = _Fleet(bench.db.url, config, dispatchers)
