@@ -17,23 +17,8 @@ from dispatchers.log import NullLog
 from dispatchers.pool import Dispatcher
 from dispatchers.waker import Waker
 from outbox import Outbox
+from tests.integration.test_dispatcher import config
 from tests.receiver import Receiver, Reply
-
-
-def config(**overrides: Any) -> DispatcherConfig:
-    settings: dict[str, Any] = {
-        "lease": 3.0,
-        "request_timeout": 1.0,
-        "connect_timeout": 0.5,
-        "statement_timeout": 0.5,
-        "claim_timeout": 0.5,
-        "lock_timeout": 0.5,
-        "poll_interval": 0.2,
-        "allow_private_networks": True,
-        "concurrency": 8,
-    }
-    settings.update(overrides)
-    return DispatcherConfig(**settings)
 
 
 async def until(condition: Callable[[], bool], what: str, within: float = 15.0) -> None:
