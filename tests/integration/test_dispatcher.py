@@ -412,9 +412,10 @@ async def test_frozen_delivery_past_its_lease_cannot_complete(db: Db, receiver: 
     receiver.responder = lambda req: (release.wait(10), Reply())[1]
     mid = db.enqueue(receiver.url, "frozen")
     # A long lease: no heartbeat fires during the test; the test expires the lease.
-    # No poll either, so that the rescued message is owner-b's to claim.
+    # One request slot, taken by the frozen delivery: the dispatcher claims nothing
+    # more, so the rescued message is owner-b's to claim.
     dispatcher = Dispatcher(
-        db.url, config(lease=60.0, rescue_interval=60.0, poll_interval=30.0), log=NullLog()
+        db.url, config(lease=60.0, rescue_interval=60.0, concurrency=1), log=NullLog()
     )
     task = asyncio.create_task(dispatcher.run())
     store = Store(db.url, config())
