@@ -39,14 +39,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from psycopg import sql
 
 from dispatchers.bench.env import (
     bench_queries,
@@ -56,8 +52,7 @@ from dispatchers.bench.env import (
     message_params,
     postgres_clock,
 )
-from outbox.migrations import load_migrations, migrate
-from outbox.queries import check_schema_name, queries_for
+from outbox.queries import queries_for
 
 TARGET = "http://127.0.0.1:9/orders"
 _PARAM = re.compile(r"%\((\w+)\)s")
@@ -151,16 +146,9 @@ def scripts(
     return {name: head + body + "COMMIT;\n" for name, body in bodies.items()}, variables
 
 
-@contextmanager
-def schema_at(url: str, version: int) -> Iterator[str]:
+def schema_at(url: str, version: int) -> AbstractContextManager[str]:
     """A fresh schema migrated only up to ``version``, dropped afterwards."""
-    schema = check_schema_name(f"outbox_floor_v{version}_{uuid.uuid4().hex[:12]}")
-    try:
-        migrate(url, schema=schema, migrations=load_migrations()[:version])
-        yield schema
-    finally:
-        with connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    return fresh_schema(url, prefix=f"outbox_floor_v{version}", version=version)
 
 
 def prepare_tables(url: str, schema: str) -> None:

@@ -28,9 +28,8 @@ import argparse
 import asyncio
 import os
 import statistics
-import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,8 +41,7 @@ from psycopg import sql
 from dispatchers.bench.env import connect, database, fresh_schema, postgres_clock, seed_backlog
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Store
-from outbox.migrations import load_migrations, migrate
-from outbox.queries import Statement, check_schema_name
+from outbox.queries import Statement
 
 TABLES = ("messages", "delivered", "attempts", "message_keys", "endpoint_slots", "endpoints")
 OWNER = "sql-cost:1:bench"
@@ -102,20 +100,10 @@ def _successes(jobs: list[Any], started: datetime) -> list[Completion]:
     return [_success(j.id, j.attempts, started, j.endpoint_id) for j in jobs]
 
 
-@contextmanager
-def _migrated(url: str, version: int | None) -> Iterator[str]:
+def _migrated(url: str, version: int | None) -> AbstractContextManager[str]:
     """A fresh schema, migrated fully or only up to ``version``; dropped after."""
-    if version is None:
-        with fresh_schema(url, prefix="sql_cost") as schema:
-            yield schema
-        return
-    schema = check_schema_name(f"sql_cost_v{version}_{uuid.uuid4().hex[:12]}")
-    try:
-        migrate(url, schema=schema, migrations=load_migrations()[:version])
-        yield schema
-    finally:
-        with connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    prefix = "sql_cost" if version is None else f"sql_cost_v{version}"
+    return fresh_schema(url, prefix=prefix, version=version)
 
 
 @contextmanager

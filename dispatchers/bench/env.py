@@ -33,7 +33,7 @@ from psycopg import sql
 
 from outbox.dsn import libpq_url
 from outbox.message import build_message
-from outbox.migrations import migrate
+from outbox.migrations import load_migrations, migrate
 from outbox.queries import check_schema_name, queries_for
 
 CONNECT_TIMEOUT = 10  # seconds, for the benchmark's own connections
@@ -89,11 +89,14 @@ def database(url: str | None) -> Iterator[Database]:
 
 
 @contextmanager
-def fresh_schema(url: str, prefix: str = "outbox_bench") -> Iterator[str]:
-    """A newly migrated schema with a random name, dropped (with all it holds) after."""
+def fresh_schema(
+    url: str, prefix: str = "outbox_bench", *, version: int | None = None
+) -> Iterator[str]:
+    """A newly migrated schema with a random name, dropped (with all it holds) after;
+    with ``version``, migrated only that far (to measure against an earlier schema)."""
     schema = check_schema_name(f"{prefix}_{uuid.uuid4().hex[:12]}")
     try:
-        migrate(url, schema=schema)
+        migrate(url, schema=schema, migrations=load_migrations()[:version])
         yield schema
     finally:
         with connect(url, autocommit=True) as conn:
