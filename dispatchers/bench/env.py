@@ -55,6 +55,20 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def receiver_check(
+    before: dict[str, Any], after: dict[str, Any], messages: int
+) -> tuple[dict[str, int], list[str]]:
+    """What the bench receiver saw between two of its counts, as figures, and the
+    failures of a run that should have sent each of ``messages`` exactly once."""
+    seen = {key: after[key] - before[key] for key in ("requests", "duplicates")}
+    failures = []
+    if seen["requests"] != messages:
+        failures.append(f"receiver saw {seen['requests']} requests, expected {messages}")
+    if seen["duplicates"]:
+        failures.append(f"receiver saw {seen['duplicates']} duplicate keys")
+    return {"receiver_requests": seen["requests"], "duplicates": seen["duplicates"]}, failures
+
+
 def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     """A connection for the benchmark's own work, with its waits bounded."""
     conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT)

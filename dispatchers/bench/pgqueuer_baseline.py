@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg import sql
 
-from dispatchers.bench.env import CpuClock, connect, payload, percentile, run_id
+from dispatchers.bench.env import CpuClock, connect, payload, percentile, receiver_check, run_id
 from dispatchers.bench.receiver import ReceiverProcess
 from outbox.queries import check_schema_name
 
@@ -446,14 +446,9 @@ def drain(
     if logged != messages:
         failures.append(f"{logged} jobs logged successful, expected {messages}")
     if before is not None and after is not None:
-        requests = after["requests"] - before["requests"]
-        duplicates = after["duplicates"] - before["duplicates"]
-        result["receiver_requests"] = requests
-        result["duplicates"] = duplicates
-        if requests != messages:
-            failures.append(f"receiver saw {requests} requests, expected {messages}")
-        if duplicates:
-            failures.append(f"receiver saw {duplicates} duplicate keys")
+        seen, problems = receiver_check(before, after, messages)
+        result.update(seen)
+        failures += problems
     else:
         result["duplicates"] = c.duplicates
     result["ok"] = not failures

@@ -58,6 +58,7 @@ from dispatchers.bench.env import (
     payload,
     percentile,
     postgres_clock,
+    receiver_check,
     run_id,
     seed_backlog,
     table_counts,
@@ -435,15 +436,10 @@ def drain_in(
     if new_rows != messages:
         failures.append(f"{new_rows} new rows in delivered, expected {messages}")
     if before is not None and after is not None:
-        requests = after["requests"] - before["requests"]
-        duplicates = after["duplicates"] - before["duplicates"]
-        result["receiver_requests"] = requests
-        result["duplicates"] = duplicates
+        seen, problems = receiver_check(before, after, messages)
+        result.update(seen)
         result["big_responses"] = after["big_responses"] - before["big_responses"]
-        if requests != messages:
-            failures.append(f"receiver saw {requests} requests, expected {messages}")
-        if duplicates:
-            failures.append(f"receiver saw {duplicates} duplicate keys")
+        failures += problems
     else:
         result["duplicates"] = None  # no receiver: the transport answered
     result["ok"] = not failures
