@@ -21,12 +21,12 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from dispatchers.embedded import Database
 from dispatchers.loop import EVENT_LOOPS
 from outbox.dsn import libpq_url, redact
 from outbox.errors import InvalidMessage, OutboxError
@@ -35,14 +35,6 @@ if TYPE_CHECKING:
     from outbox.endpoints import Endpoint
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-@dataclass
-class Database:
-    """The database a command talks to, and whether it is the embedded one."""
-
-    url: str
-    embedded: bool
 
 
 def resolve_database(args: argparse.Namespace) -> Database:
@@ -55,7 +47,7 @@ def resolve_database(args: argparse.Namespace) -> Database:
     ):
         if value:
             return Database(libpq_url(value), embedded=False)
-    from outbox.embedded import DEFAULT_PATH, EmbeddedPostgres
+    from dispatchers.embedded import DEFAULT_PATH, EmbeddedPostgres
 
     path = os.environ.get("OUTBOX_EMBEDDED_DIR") or str(DEFAULT_PATH)
     print(
