@@ -30,6 +30,7 @@ from dispatchers.embedded import Database
 from dispatchers.loop import EVENT_LOOPS
 from outbox.dsn import libpq_url, redact
 from outbox.errors import InvalidMessage, OutboxError
+from outbox.secrets import fingerprint
 
 if TYPE_CHECKING:
     from outbox.endpoints import Endpoint
@@ -528,7 +529,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
         ("metadata", json.dumps(ep.metadata) if ep.metadata else None),
     ]
     for i, secret in enumerate(ep.secrets):
-        shown = secret.secret if show_secrets else secret.secret[:10] + "…"
+        shown = secret.secret if show_secrets else fingerprint(secret.secret)
         until = f" (signs until {cell(secret.expires_at)})" if secret.expires_at else ""
         pairs.append(("secrets" if i == 0 else "", shown + until))
     pairs += [("created", ep.created_at), ("updated", ep.updated_at)]
@@ -554,7 +555,7 @@ def cmd_endpoints_add(args: argparse.Namespace) -> int:
         args,
         {**ep.as_dict(show_secrets=True), "secret": secret},
         f"created endpoint {ep.id}: {ep.url}\n"
-        f"signing secret: {secret}\n"
+        f"signing secret: {secret} (fingerprint {fingerprint(secret)})\n"
         "(shown in full only here; `outbox endpoints show "
         f"{ep.id} --show-secrets` prints it again)",
     )
@@ -682,7 +683,8 @@ def cmd_endpoints_rotate_secret(args: argparse.Namespace) -> int:
     emit(
         args,
         {"id": ep.id, "secret": new, "previous_secrets_expire_at": max(previous, default=None)},
-        f"new signing secret for endpoint {ep.id}: {new}{until}",
+        f"new signing secret for endpoint {ep.id}: {new} (fingerprint {fingerprint(new)})"
+        f"{until}",
     )
     return 0
 

@@ -21,6 +21,7 @@ import pytest
 from dispatchers.cli import main, parse_time
 from outbox import Outbox
 from outbox.endpoints import Endpoints
+from outbox.secrets import fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,6 +141,9 @@ def test_endpoints_lifecycle(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
 
     code, out, _ = cli("endpoints", "show", str(ep_id))
     assert code == 0 and "billing" in out and secret not in out
+    # masked by its fingerprint, in text as in JSON; none of the key's characters shown
+    assert fingerprint(secret) in out and secret[:10] not in out
+    assert cli.json("endpoints", "show", str(ep_id))["secrets"][0]["secret"] == fingerprint(secret)
     assert (
         cli.json("endpoints", "show", str(ep_id), "--show-secrets")["secrets"][0]["secret"]
         == secret
@@ -175,6 +179,9 @@ def test_endpoints_lifecycle(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
         ep_id,
     )
     assert new_secret in out and old_secret == secret
+    code, out, _ = cli("endpoints", "show", str(ep_id))
+    assert fingerprint(new_secret) in out and fingerprint(secret) in out
+    assert new_secret[:10] not in out and secret[:10] not in out
     assert timedelta(hours=1.9) < old_expires - datetime.now(UTC) <= timedelta(hours=2)
 
     # delete: refused without a terminal, asks on one
