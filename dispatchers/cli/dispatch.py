@@ -1,13 +1,26 @@
-"""``outbox dispatch``: run a dispatcher process, or several on this host."""
+"""``outbox dispatch``: run a dispatcher process, or several on this host.
+
+The options that set a :class:`~dispatchers.config.DispatcherConfig` field are
+made from the field: its default, and the help and shape in its metadata
+(:class:`~dispatchers.config.Option`). The other options take their defaults from
+where those are defined too (the retry policy's from
+:class:`~dispatchers.retry.ExponentialBackoff`, the log's from
+:class:`~dispatchers.log.EventLog`), so no default is written twice.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
 import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from dispatchers.cli._common import (
     Commands,
     add_database_options,
+    format_duration,
     non_negative_float,
     parse_duration,
     positive_float,
@@ -15,42 +28,91 @@ from dispatchers.cli._common import (
     require_extra,
     resolve_database,
 )
-from dispatchers.loop import EVENT_LOOPS
+from dispatchers.config import DispatcherConfig, Option, Values
+from dispatchers.log import LEVELS, EventLog
+from dispatchers.retry import ExponentialBackoff
+
+_TYPES: dict[Values, Callable[[str], Any]] = {
+    "count": positive_int,
+    "seconds": positive_float,
+    "seconds_or_zero": non_negative_float,
+    "number": float,
+    "span": parse_duration,
+    "port": int,
+    "text": str,
+}
+"""The argument type of each kind of :class:`~dispatchers.config.Option` value."""
+
+
+def _options() -> Iterator[tuple[dataclasses.Field[Any], Option]]:
+    """The fields of :class:`DispatcherConfig` offered as options, with their
+    :class:`Option`."""
+    for f in dataclasses.fields(DispatcherConfig):
+        if (opt := f.metadata.get("option")) is not None:
+            yield f, opt
+
+
+def _shown(default: object, values: Values) -> str:
+    """A default as the help text shows it."""
+    if default is None:
+        return "off"
+    if values == "span" and isinstance(default, int | float):
+        return format_duration(default)
+    if isinstance(default, float):
+        return f"{default:g}"
+    return str(default)
+
+
+def add_config_options(parser: argparse._ActionsContainer) -> None:
+    """One option per :class:`DispatcherConfig` field that has an :class:`Option`,
+    its default the field's (booleans and tuples show none: the flag says it)."""
+    for f, opt in _options():
+        flag = opt.flag or "--" + f.name.replace("_", "-")
+        text = opt.help.replace("%", "%%")  # argparse formats help with %
+        if isinstance(f.default, bool):
+            if f.default:
+                flag = "--no-" + flag.removeprefix("--")
+            action = "store_false" if f.default else "store_true"
+            parser.add_argument(flag, dest=f.name, action=action, help=text)
+        elif isinstance(f.default, tuple):
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                action="append",
+                default=list(f.default),
+                metavar=opt.metavar,
+                help=text,
+            )
+        else:
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                type=_TYPES[opt.values],
+                default=f.default,
+                metavar=opt.metavar,
+                choices=opt.choices,
+                help=f"{text} (default: {_shown(f.default, opt.values)})",
+            )
+
+
+def config_from_args(args: argparse.Namespace) -> DispatcherConfig:
+    """The :class:`DispatcherConfig` named by parsed ``outbox dispatch`` options."""
+    values = {f.name: getattr(args, f.name) for f, _ in _options()}
+    values["allow_networks"] = tuple(values["allow_networks"])
+    values["connect_timeout"] = min(args.connect_timeout, args.request_timeout)
+    return DispatcherConfig(
+        schema=args.schema,
+        retry_policy=ExponentialBackoff(base=args.retry_base, cap=args.retry_cap),
+        **values,
+    )
 
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
     require_extra("dispatcher")
-    from dispatchers.config import DispatcherConfig
-    from dispatchers.log import EventLog
     from dispatchers.loop import resolve as resolve_event_loop
     from dispatchers.pool import run_dispatcher
-    from dispatchers.retry import ExponentialBackoff
 
-    config = DispatcherConfig(
-        schema=args.schema,
-        concurrency=args.concurrency,
-        batch_size=args.batch_size,
-        lease=args.lease,
-        request_timeout=args.request_timeout,
-        connect_timeout=min(args.connect_timeout, args.request_timeout),
-        claim_timeout=args.claim_timeout,
-        statement_timeout=args.statement_timeout,
-        lock_timeout=args.lock_timeout,
-        retry_policy=ExponentialBackoff(base=args.retry_base, cap=args.retry_cap),
-        grace=args.grace,
-        poll_interval=args.poll_interval,
-        claim_window=args.claim_window,
-        listen=args.listen,
-        prepared_statements=args.prepared_statements,
-        allow_private_networks=args.allow_private_networks,
-        allow_networks=tuple(args.allow_network),
-        idempotency_key_format=args.idempotency_key_format,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        retention=args.retention,
-        http_client=args.http_client or DispatcherConfig.http_client,
-        event_loop=args.event_loop or DispatcherConfig.event_loop,
-    )
+    config = config_from_args(args)
     log = EventLog(format=args.log_format, level=args.log_level)
     resolve_event_loop(config.event_loop)  # a missing uvloop fails here, once, not per child
     db = resolve_database(args)
@@ -65,6 +127,10 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _default(function: Callable[..., object], parameter: str) -> Any:
+    return inspect.signature(function).parameters[parameter].default
 
 
 def add_parser(commands: Commands) -> None:
@@ -84,169 +150,35 @@ def add_parser(commands: Commands) -> None:
         help="run this many dispatcher processes on this host (one core each); they "
         "share the work as separate hosts would (default: 1)",
     )
-    p.add_argument(
-        "--concurrency",
-        type=positive_int,
-        default=64,
-        help="HTTP requests in flight at once; messages awaiting their outcome write "
-        "stay leased too, up to as many again (default: 64)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=100,
-        help="most messages claimed by one statement (default: 100)",
-    )
-    p.add_argument(
-        "--lease",
-        type=positive_float,
-        default=30.0,
-        help="lease length in seconds, renewed every third (default: 30)",
-    )
-    p.add_argument(
-        "--request-timeout",
-        type=positive_float,
-        default=10.0,
-        help="bound on one HTTP attempt, connect to last byte (default: 10)",
-    )
-    p.add_argument(
-        "--connect-timeout",
-        type=positive_float,
-        default=5.0,
-        help="bound on opening a connection (default: 5)",
-    )
-    p.add_argument(
-        "--claim-timeout",
-        type=positive_float,
-        default=2.0,
-        help="bound on the claim statement, in seconds (default: 2)",
-    )
-    p.add_argument(
-        "--statement-timeout",
-        type=positive_float,
-        default=3.0,
-        help="bound on every other statement, in seconds (default: 3)",
-    )
-    p.add_argument(
-        "--lock-timeout",
-        type=positive_float,
-        default=1.0,
-        help="bound on waiting for a row lock, in seconds (default: 1)",
-    )
-    p.add_argument(
-        "--retry-base",
-        type=positive_float,
-        default=2.0,
-        help="delay before the first retry of a failed delivery, in seconds; it doubles "
-        "with each attempt, with jitter (default: 2)",
-    )
-    p.add_argument(
-        "--retry-cap",
-        type=positive_float,
-        default=3600.0,
-        help="longest delay between retries, in seconds (default: 3600)",
-    )
-    p.add_argument(
-        "--grace",
-        type=float,
-        default=10.0,
-        help="seconds in-flight deliveries get at shutdown (default: 10)",
-    )
-    p.add_argument(
-        "--poll-interval",
-        type=positive_float,
-        default=1.0,
-        help="seconds between polls when no notification arrives (default: 1)",
-    )
-    p.add_argument(
-        "--claim-window",
-        type=non_negative_float,
-        default=0.005,
-        help="shortest seconds between two claims while messages keep arriving: what "
-        "arrives within it is claimed together, which costs the database less per "
-        "message and adds up to this much latency; 0 claims on every notification "
-        "(default: 0.005)",
-    )
-    p.add_argument(
-        "--no-listen",
-        dest="listen",
-        action="store_false",
-        help="do not LISTEN for enqueue notifications; poll only "
-        "(needed behind PgBouncer in transaction mode)",
-    )
-    p.add_argument(
-        "--no-prepared-statements",
-        dest="prepared_statements",
-        action="store_false",
-        help="plan every statement at every execution instead of once per server "
-        "connection (prepared statements also work behind PgBouncer: a statement "
-        "missing on a server connection is prepared again)",
-    )
     p.add_argument("--drain", action="store_true", help="exit 0 once no message is due or running")
-    p.add_argument(
-        "--allow-private-networks",
-        action="store_true",
-        help="turn the SSRF guard off: allow loopback and private addresses",
-    )
-    p.add_argument(
-        "--allow-network",
-        action="append",
-        default=[],
-        metavar="CIDR",
-        help="allow this non-public network (repeatable), e.g. 10.0.0.0/8",
-    )
-    p.add_argument(
-        "--idempotency-key-format",
-        choices=("structured", "raw"),
-        default="structured",
-        help='Idempotency-Key as an RFC 8941 string ("key", per the IETF '
-        "draft; default) or the raw key",
-    )
-    p.add_argument(
-        "--http-client",
-        choices=("httpx", "aiohttp"),
-        default=None,
-        help="HTTP client that sends, both behind the SSRF guard (default: aiohttp, "
-        "which costs about a quarter of httpx's CPU per request)",
-    )
-    p.add_argument(
-        "--event-loop",
-        choices=EVENT_LOOPS,
-        default=None,
-        help="event loop to run on: uvloop (about 7%% less CPU per delivery; "
-        "pip install 'outbox[fast]') or asyncio's own; auto uses uvloop when it is "
-        "installed (default: auto)",
-    )
-    p.add_argument(
-        "--retention",
-        type=parse_duration,
-        default=7 * 86400.0,
-        metavar="SPAN",
-        help="delete delivered messages, their attempts and keys this long after "
-        "delivery, in small batches (default: 7d; dead messages are kept until purged)",
-    )
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        metavar="PORT",
-        help="serve Prometheus /metrics and /healthz on this port (default: off)",
-    )
-    p.add_argument(
-        "--metrics-host",
-        default="127.0.0.1",
-        help="address for --metrics-port (default: 127.0.0.1; 0.0.0.0 in a container)",
-    )
     p.add_argument(
         "--log-format",
         choices=("json", "text"),
-        default=None,
         help="json lines (default when stdout is not a terminal) or text",
     )
+    log_level = _default(EventLog, "level")
     p.add_argument(
         "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="info",
-        help="least important event to log (default: info)",
+        choices=tuple(LEVELS),
+        default=log_level,
+        help=f"least important event to log (default: {log_level})",
+    )
+
+    settings = p.add_argument_group("dispatcher settings")
+    add_config_options(settings)
+    retry = ExponentialBackoff
+    settings.add_argument(
+        "--retry-base",
+        type=positive_float,
+        default=retry.base,
+        help="delay before the first retry of a failed delivery, in seconds; it is "
+        f"multiplied by {retry.factor:g} with each attempt, with jitter "
+        f"(default: {retry.base:g})",
+    )
+    settings.add_argument(
+        "--retry-cap",
+        type=positive_float,
+        default=retry.cap,
+        help=f"longest delay between retries, in seconds (default: {retry.cap:g})",
     )
     p.set_defaults(handler=cmd_dispatch)
