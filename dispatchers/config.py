@@ -1,12 +1,20 @@
-"""Dispatcher settings: one value object, validated as a whole at start-up."""
+"""Dispatcher settings: one value object, validated as a whole at start-up.
+
+A setting is defined once, here: its default, and for the settings that
+``outbox dispatch`` offers, the option's help and shape (:func:`option`, in the
+field's metadata), from which :mod:`dispatchers.cli.dispatch` builds the option
+and its "(default: ...)".
+"""
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from typing import Literal
 
 from dispatchers.loop import EVENT_LOOPS
 from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
+from outbox.core import DEFAULT_SCHEMA
 from outbox.errors import ConfigurationError
 from outbox.queries import check_schema_name
 
@@ -18,6 +26,45 @@ never outlives its lease even when every heartbeat in between fails."""
 
 HTTP_CLIENTS = ("httpx", "aiohttp")
 """The HTTP clients a dispatcher can send with (``DispatcherConfig.http_client``)."""
+
+IDEMPOTENCY_KEY_FORMATS = ("structured", "raw")
+"""How the ``Idempotency-Key`` header carries a key (``idempotency_key_format``)."""
+
+Values = Literal["count", "seconds", "seconds_or_zero", "number", "span", "port", "text"]
+"""What an option's argument is: ``count`` an integer of at least 1; ``seconds`` a
+finite number above 0; ``seconds_or_zero`` a finite number, 0 or more; ``number``
+any number; ``span`` a whole number of units such as ``7d``; ``port`` an integer;
+``text`` a string (with ``choices``, one of them)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """How a setting appears on the ``outbox dispatch`` command line (made by
+    :func:`option`).
+
+    The flag is ``--`` and the field's name with dashes, unless ``flag`` names it.
+    A boolean setting is a flag without an argument: ``--name`` when it defaults to
+    False, ``--no-name`` when it defaults to True. A tuple setting is repeatable:
+    each use adds one item. ``help`` is completed by the field's default.
+    """
+
+    help: str
+    values: Values
+    metavar: str | None
+    choices: tuple[str, ...] | None
+    flag: str | None
+
+
+def option(
+    help: str,
+    *,
+    values: Values = "text",
+    metavar: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    flag: str | None = None,
+) -> dict[str, Option]:
+    """Field metadata that offers a setting as an ``outbox dispatch`` option."""
+    return {"option": Option(help, values, metavar, choices, flag)}
 
 
 @dataclass(frozen=True)
@@ -43,42 +90,151 @@ class DispatcherConfig:
     (``concurrency`` minus deliveries in flight or awaiting their outcome write).
     """
 
-    schema: str = "outbox"
-    concurrency: int = 64
-    batch_size: int = 100
-    lease: float = 30.0
-    request_timeout: float = 10.0
-    connect_timeout: float = 5.0
+    schema: str = DEFAULT_SCHEMA
+    concurrency: int = field(
+        default=64,
+        metadata=option(
+            "HTTP requests in flight at once; messages awaiting their outcome write "
+            "stay leased too, up to as many again",
+            values="count",
+        ),
+    )
+    batch_size: int = field(
+        default=100,
+        metadata=option("most messages claimed by one statement", values="count"),
+    )
+    lease: float = field(
+        default=30.0,
+        metadata=option("lease length in seconds, renewed every third", values="seconds"),
+    )
+    request_timeout: float = field(
+        default=10.0,
+        metadata=option(
+            "bound on one HTTP attempt, connect to last byte, in seconds", values="seconds"
+        ),
+    )
+    connect_timeout: float = field(
+        default=5.0,
+        metadata=option(
+            "bound on opening a connection, in seconds; at most --request-timeout",
+            values="seconds",
+        ),
+    )
     flush_interval: float = 0.05
     flush_batch: int = 500
-    grace: float = 10.0
-    poll_interval: float = 1.0
-    claim_window: float = 0.005
-    listen: bool = True
-    prepared_statements: bool = True
+    grace: float = field(
+        default=10.0,
+        metadata=option("seconds in-flight deliveries get at shutdown", values="number"),
+    )
+    poll_interval: float = field(
+        default=1.0,
+        metadata=option("seconds between polls when no notification arrives", values="seconds"),
+    )
+    claim_window: float = field(
+        default=0.005,
+        metadata=option(
+            "shortest seconds between two claims while messages keep arriving: what "
+            "arrives within it is claimed together, which costs the database less per "
+            "message and adds up to this much latency; 0 claims on every notification",
+            values="seconds_or_zero",
+        ),
+    )
+    listen: bool = field(
+        default=True,
+        metadata=option(
+            "do not LISTEN for enqueue notifications; poll only "
+            "(needed behind PgBouncer in transaction mode)"
+        ),
+    )
+    prepared_statements: bool = field(
+        default=True,
+        metadata=option(
+            "plan every statement at every execution instead of once per server "
+            "connection (prepared statements also work behind PgBouncer: a statement "
+            "missing on a server connection is prepared again)"
+        ),
+    )
     rescue_interval: float = 5.0
-    claim_timeout: float = 2.0
-    statement_timeout: float = 3.0
-    lock_timeout: float = 1.0
+    claim_timeout: float = field(
+        default=2.0,
+        metadata=option("bound on the claim statement, in seconds", values="seconds"),
+    )
+    statement_timeout: float = field(
+        default=3.0,
+        metadata=option("bound on every other statement, in seconds", values="seconds"),
+    )
+    lock_timeout: float = field(
+        default=1.0,
+        metadata=option("bound on waiting for a row lock, in seconds", values="seconds"),
+    )
     idle_in_transaction_timeout: float = 5.0
     db_connect_timeout: float = 5.0
     max_response_bytes: int = 64 * 1024
     excerpt_bytes: int = 1024
-    allow_private_networks: bool = False
-    allow_networks: tuple[str, ...] = ()
+    allow_private_networks: bool = field(
+        default=False,
+        metadata=option("turn the SSRF guard off: allow loopback and private addresses"),
+    )
+    allow_networks: tuple[str, ...] = field(
+        default=(),
+        metadata=option(
+            "allow this non-public network (repeatable), e.g. 10.0.0.0/8",
+            metavar="CIDR",
+            flag="--allow-network",
+        ),
+    )
     verify_tls: bool = True
-    idempotency_key_format: str = "structured"
+    idempotency_key_format: str = field(
+        default="structured",
+        metadata=option(
+            'Idempotency-Key as an RFC 8941 string ("key", per the IETF draft) or the raw key',
+            choices=IDEMPOTENCY_KEY_FORMATS,
+        ),
+    )
     user_agent: str = "outbox-dispatcher"
-    http_client: str = "aiohttp"
-    event_loop: str = "auto"
+    http_client: str = field(
+        default="aiohttp",
+        metadata=option(
+            "HTTP client that sends, both behind the SSRF guard; aiohttp costs about a "
+            "quarter of httpx's CPU per request",
+            choices=HTTP_CLIENTS,
+        ),
+    )
+    event_loop: str = field(
+        default="auto",
+        metadata=option(
+            "event loop to run on: uvloop (about 7% less CPU per delivery; "
+            "pip install 'outbox[fast]') or asyncio's own; auto uses uvloop when it is "
+            "installed",
+            choices=EVENT_LOOPS,
+        ),
+    )
     retry_policy: RetryPolicy = field(default_factory=ExponentialBackoff)
     retry_statuses: frozenset[int] = frozenset({408, 425, 429})
     disable_after: float = 5 * 24 * 3600.0
-    retention: float = 7 * 24 * 3600.0
+    retention: float = field(
+        default=7 * 24 * 3600.0,
+        metadata=option(
+            "delete delivered messages, their attempts and keys this long after "
+            "delivery, in small batches; dead messages are kept until purged",
+            values="span",
+            metavar="SPAN",
+        ),
+    )
     retention_interval: float = 60.0
     retention_batch: int = 5000
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = field(
+        default=None,
+        metadata=option(
+            "serve Prometheus /metrics and /healthz on this port",
+            values="port",
+            metavar="PORT",
+        ),
+    )
+    metrics_host: str = field(
+        default="127.0.0.1",
+        metadata=option("address for --metrics-port; 0.0.0.0 in a container"),
+    )
     webhook_retry_policy: RetryPolicy = field(default_factory=lambda: STANDARD_WEBHOOKS_SCHEDULE)
 
     def __post_init__(self) -> None:
@@ -151,7 +307,7 @@ class DispatcherConfig:
         for name in ("claim_timeout", "statement_timeout", "lock_timeout"):
             if getattr(self, name) * 3 > self.lease:
                 raise ConfigurationError(f"{name}: must be at most a third of the lease")
-        if self.idempotency_key_format not in ("structured", "raw"):
+        if self.idempotency_key_format not in IDEMPOTENCY_KEY_FORMATS:
             raise ConfigurationError(
                 "idempotency_key_format: must be 'structured' (an RFC 8941 string, as the "
                 "IETF Idempotency-Key draft specifies) or 'raw'"

@@ -6,7 +6,6 @@ All functions run in the caller's transaction (a SQLAlchemy ``Session`` or
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,7 +16,7 @@ from typing import Any
 from outbox.errors import InvalidMessage
 from outbox.message import check_url
 from outbox.queries import Queries, queries_for
-from outbox.secrets import check_secret, generate_secret
+from outbox.secrets import check_secret, fingerprint, generate_secret
 from outbox.transaction import Plan, Row, run_sync
 
 DEFAULT_ROTATION_OVERLAP = timedelta(hours=24)
@@ -92,7 +91,7 @@ class Endpoint:
             "event_types": self.event_types,
             "secrets": [
                 {
-                    "secret": s.secret if show_secrets else _fingerprint(s.secret),
+                    "secret": s.secret if show_secrets else fingerprint(s.secret),
                     "expires_at": s.expires_at,
                 }
                 for s in self.secrets
@@ -108,11 +107,6 @@ class Endpoint:
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
-
-
-def _fingerprint(secret: str) -> str:
-    """A masked secret that still tells secrets apart (a hash prefix, not key bytes)."""
-    return "whsec_…" + hashlib.sha256(secret.encode()).hexdigest()[:8]
 
 
 def _parse_time(value: object) -> datetime | None:

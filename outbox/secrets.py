@@ -64,6 +64,13 @@ def check_secret(secret: object, field: str = "secret") -> str:
     return cast(str, secret)
 
 
+def fingerprint(secret: str) -> str:
+    """How a secret is shown when it is not shown in full: a hash prefix that tells
+    secrets apart and reveals none of the key's bytes (unlike a prefix of the
+    secret itself)."""
+    return SECRET_PREFIX + "…" + hashlib.sha256(secret.encode()).hexdigest()[:8]
+
+
 def signature(key: bytes, *, msg_id: str, timestamp: str, body: bytes) -> bytes:
     """The raw HMAC-SHA256 of ``{msg_id}.{timestamp}.{body}`` under ``key``."""
     content = f"{msg_id}.{timestamp}.".encode() + body

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from dispatchers.embedded import EmbeddedPostgres
 from outbox.dsn import with_database
-from outbox.embedded import EmbeddedPostgres
 from outbox.migrations import migrate
 from tests.transactions import KINDS, Tx, open_tx
 

@@ -31,6 +31,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from dispatchers.embedded import Database, EmbeddedPostgres
 from outbox.dsn import libpq_url
 from outbox.message import build_message
 from outbox.migrations import load_migrations, migrate
@@ -78,22 +79,12 @@ def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     return conn
 
 
-@dataclass(frozen=True)
-class Database:
-    """The database a benchmark runs against."""
-
-    url: str
-    embedded: bool
-
-
 @contextmanager
 def database(url: str | None) -> Iterator[Database]:
     """The given database, or a throwaway embedded server in a temporary directory."""
     if url:
         yield Database(libpq_url(url), embedded=False)
         return
-    from outbox.embedded import EmbeddedPostgres
-
     with tempfile.TemporaryDirectory(prefix="outbox-bench-") as tmp:
         server = EmbeddedPostgres(os.path.join(tmp, "pg"), delete=True)
         try:

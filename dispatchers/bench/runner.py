@@ -7,7 +7,6 @@ behind or delivered twice) makes the exit status 1.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -18,7 +17,7 @@ from importlib import metadata
 from typing import Any
 
 from dispatchers import loop as loops
-from dispatchers.bench import SCENARIO_NAMES, Settings, settings_from_args
+from dispatchers.bench import Settings
 from dispatchers.bench.env import connect, database
 from dispatchers.bench.scenarios import MEMORY_CONCURRENCY, SCENARIOS, Bench
 from outbox.dsn import redact
@@ -532,17 +531,17 @@ def run(
     return report
 
 
-def main(args: argparse.Namespace) -> int:
+def main(
+    settings: Settings, *, scenarios: list[str], database_url: str | None, json_output: bool
+) -> int:
     """``outbox bench``: run, print, and exit 0 unless a scenario lost or duplicated
     a message (a missed performance target does not fail the run)."""
-    settings = settings_from_args(args)
-    scenarios = list(dict.fromkeys(args.scenario or SCENARIO_NAMES))
 
     def progress(text: str) -> None:
         print(f"outbox bench: {text}", file=sys.stderr, flush=True)
 
-    report = run(settings, scenarios=scenarios, database_url=args.database_url, progress=progress)
-    if args.json:
+    report = run(settings, scenarios=scenarios, database_url=database_url, progress=progress)
+    if json_output:
         print(json.dumps(report, indent=2))
     else:
         m = report["machine"]

@@ -51,7 +51,6 @@ from dispatchers.bench.committers import MODES, Committers
 from dispatchers.bench.env import (
     SPAWN,
     CpuClock,
-    Database,
     bench_queries,
     connect,
     fresh_schema,
@@ -66,6 +65,7 @@ from dispatchers.bench.env import (
 from dispatchers.bench.naive import NaiveStats, run_naive
 from dispatchers.bench.receiver import ReceiverProcess, Replies
 from dispatchers.config import DispatcherConfig
+from dispatchers.embedded import Database
 from dispatchers.log import NullLog
 from dispatchers.pool import Dispatcher
 from outbox import Outbox

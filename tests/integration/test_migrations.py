@@ -18,8 +18,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from dispatchers.embedded import EmbeddedPostgres
 from outbox import ConfigurationError, MigrationError, Outbox, migrate
-from outbox.embedded import EmbeddedPostgres
 from outbox.migrations import Migration, _lock_key, applied_versions, load_migrations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -559,7 +559,7 @@ def test_embedded_server_starts_and_is_shared_by_every_handle_on_its_path(tmp_pa
             [
                 sys.executable,
                 "-c",
-                "import sys; from outbox.embedded import EmbeddedPostgres;"
+                "import sys; from dispatchers.embedded import EmbeddedPostgres;"
                 " print(EmbeddedPostgres(sys.argv[1]).url)",
                 str(path),
             ],

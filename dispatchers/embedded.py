@@ -5,15 +5,30 @@ binaries, a data directory (``./.outbox/pg`` by default) and a Unix socket, no
 TCP port. It is shared by every process that uses the same directory and stops
 when the last of them exits. As root, the server runs as an unprivileged system
 user that the package creates.
+
+It belongs to the runtime, not the library: an application that only enqueues
+never needs PostgreSQL binaries (the ``embedded`` extra).
+
+:class:`Database` names the database a command or a benchmark talks to, and whether
+it is this embedded one.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 DEFAULT_PATH = Path(".outbox") / "pg"
+
+
+@dataclass(frozen=True)
+class Database:
+    """A database to talk to: its libpq URL, and whether it is an embedded server."""
+
+    url: str
+    embedded: bool
 
 
 def _pgserver() -> Any:

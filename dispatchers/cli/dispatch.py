@@ -1,0 +1,184 @@
+"""``outbox dispatch``: run a dispatcher process, or several on this host.
+
+The options that set a :class:`~dispatchers.config.DispatcherConfig` field are
+made from the field: its default, and the help and shape in its metadata
+(:class:`~dispatchers.config.Option`). The other options take their defaults from
+where those are defined too (the retry policy's from
+:class:`~dispatchers.retry.ExponentialBackoff`, the log's from
+:class:`~dispatchers.log.EventLog`), so no default is written twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from dispatchers.cli._common import (
+    Commands,
+    add_database_options,
+    format_duration,
+    non_negative_float,
+    parse_duration,
+    positive_float,
+    positive_int,
+    require_extra,
+    resolve_database,
+)
+from dispatchers.config import DispatcherConfig, Option, Values
+from dispatchers.log import LEVELS, EventLog
+from dispatchers.retry import ExponentialBackoff
+
+_TYPES: dict[Values, Callable[[str], Any]] = {
+    "count": positive_int,
+    "seconds": positive_float,
+    "seconds_or_zero": non_negative_float,
+    "number": float,
+    "span": parse_duration,
+    "port": int,
+    "text": str,
+}
+"""The argument type of each kind of :class:`~dispatchers.config.Option` value."""
+
+
+def _options() -> Iterator[tuple[dataclasses.Field[Any], Option]]:
+    """The fields of :class:`DispatcherConfig` offered as options, with their
+    :class:`Option`."""
+    for f in dataclasses.fields(DispatcherConfig):
+        if (opt := f.metadata.get("option")) is not None:
+            yield f, opt
+
+
+def _shown(default: object, values: Values) -> str:
+    """A default as the help text shows it."""
+    if default is None:
+        return "off"
+    if values == "span" and isinstance(default, int | float):
+        return format_duration(default)
+    if isinstance(default, float):
+        return f"{default:g}"
+    return str(default)
+
+
+def add_config_options(parser: argparse._ActionsContainer) -> None:
+    """One option per :class:`DispatcherConfig` field that has an :class:`Option`,
+    its default the field's (booleans and tuples show none: the flag says it)."""
+    for f, opt in _options():
+        flag = opt.flag or "--" + f.name.replace("_", "-")
+        text = opt.help.replace("%", "%%")  # argparse formats help with %
+        if isinstance(f.default, bool):
+            if f.default:
+                flag = "--no-" + flag.removeprefix("--")
+            action = "store_false" if f.default else "store_true"
+            parser.add_argument(flag, dest=f.name, action=action, help=text)
+        elif isinstance(f.default, tuple):
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                action="append",
+                default=list(f.default),
+                metavar=opt.metavar,
+                help=text,
+            )
+        else:
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                type=_TYPES[opt.values],
+                default=f.default,
+                metavar=opt.metavar,
+                choices=opt.choices,
+                help=f"{text} (default: {_shown(f.default, opt.values)})",
+            )
+
+
+def config_from_args(args: argparse.Namespace) -> DispatcherConfig:
+    """The :class:`DispatcherConfig` named by parsed ``outbox dispatch`` options."""
+    values = {f.name: getattr(args, f.name) for f, _ in _options()}
+    values["allow_networks"] = tuple(values["allow_networks"])
+    values["connect_timeout"] = min(args.connect_timeout, args.request_timeout)
+    return DispatcherConfig(
+        schema=args.schema,
+        retry_policy=ExponentialBackoff(base=args.retry_base, cap=args.retry_cap),
+        **values,
+    )
+
+
+def cmd_dispatch(args: argparse.Namespace) -> int:
+    require_extra("dispatcher")
+    from dispatchers.loop import resolve as resolve_event_loop
+    from dispatchers.pool import run_dispatcher
+
+    config = config_from_args(args)
+    log = EventLog(format=args.log_format, level=args.log_level)
+    resolve_event_loop(config.event_loop)  # a missing uvloop fails here, once, not per child
+    db = resolve_database(args)
+    if args.processes > 1:
+        from dispatchers.supervisor import supervise
+
+        return supervise(args.argv, db.url, args.processes, drain=args.drain)
+    stats = run_dispatcher(db.url, config, drain=args.drain, log=log)
+    print(
+        f"outbox dispatch: stopped; delivered {stats.delivered}, retried {stats.retried}, "
+        f"dead {stats.dead}, released {stats.released}, leases lost {stats.lease_lost}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _default(function: Callable[..., object], parameter: str) -> Any:
+    return inspect.signature(function).parameters[parameter].default
+
+
+def add_parser(commands: Commands) -> None:
+    p = commands.add_parser(
+        "dispatch",
+        help="run a dispatcher: claim ready messages and deliver them over HTTP",
+        description="Run a dispatcher process. Run more copies (on any hosts) to scale "
+        "out; each claims with leases, so no two deliver the same message at once. "
+        "SIGTERM or SIGINT stops claiming at once and gives in-flight deliveries "
+        "--grace seconds before releasing them.",
+    )
+    add_database_options(p)
+    p.add_argument(
+        "--processes",
+        type=positive_int,
+        default=1,
+        help="run this many dispatcher processes on this host (one core each); they "
+        "share the work as separate hosts would (default: 1)",
+    )
+    p.add_argument("--drain", action="store_true", help="exit 0 once no message is due or running")
+    p.add_argument(
+        "--log-format",
+        choices=("json", "text"),
+        help="json lines (default when stdout is not a terminal) or text",
+    )
+    log_level = _default(EventLog, "level")
+    p.add_argument(
+        "--log-level",
+        choices=tuple(LEVELS),
+        default=log_level,
+        help=f"least important event to log (default: {log_level})",
+    )
+
+    settings = p.add_argument_group("dispatcher settings")
+    add_config_options(settings)
+    retry = ExponentialBackoff
+    settings.add_argument(
+        "--retry-base",
+        type=positive_float,
+        default=retry.base,
+        help="delay before the first retry of a failed delivery, in seconds; it is "
+        f"multiplied by {retry.factor:g} with each attempt, with jitter "
+        f"(default: {retry.base:g})",
+    )
+    settings.add_argument(
+        "--retry-cap",
+        type=positive_float,
+        default=retry.cap,
+        help=f"longest delay between retries, in seconds (default: {retry.cap:g})",
+    )
+    p.set_defaults(handler=cmd_dispatch)

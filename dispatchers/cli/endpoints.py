@@ -1,0 +1,329 @@
+"""``outbox endpoints``: add, list, show, update, disable, enable, rotate-secret, delete.
+
+A signing secret is printed in full only where it is made (``add``,
+``rotate-secret``) or asked for (``show --show-secrets``); everywhere else, text
+and JSON alike, it is shown by its fingerprint (:func:`outbox.secrets.fingerprint`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from dispatchers.cli._common import (
+    Commands,
+    Handler,
+    UsageError,
+    add_database_options,
+    confirm,
+    non_negative_float,
+    positive_int,
+    transaction,
+)
+from dispatchers.cli._render import cell, emit, fields, table
+from outbox.endpoints import DEFAULT_ROTATION_OVERLAP
+from outbox.errors import InvalidMessage
+from outbox.secrets import fingerprint
+
+if TYPE_CHECKING:
+    from outbox.endpoints import Endpoint
+
+_HOUR = timedelta(hours=1)
+
+
+def parse_metadata(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidMessage("metadata", f"is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise InvalidMessage("metadata", "must be a JSON object")
+    return value
+
+
+def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
+    pairs: list[tuple[str, object]] = [
+        ("id", ep.id),
+        ("url", ep.url),
+        ("description", ep.description or None),
+        ("event types", ", ".join(ep.event_types) or "* (every event type)"),
+        ("enabled", "yes" if ep.enabled else f"no: {ep.disabled_reason or 'disabled'}"),
+    ]
+    if not ep.enabled:
+        pairs.append(("disabled at", ep.disabled_at))
+    pairs += [
+        ("failure streak", ep.failure_streak),
+        ("failing since", ep.failing_since),
+        ("last success", ep.last_success_at),
+        ("max concurrency", ep.max_concurrency),
+        ("metadata", json.dumps(ep.metadata) if ep.metadata else None),
+    ]
+    for i, secret in enumerate(ep.secrets):
+        shown = secret.secret if show_secrets else fingerprint(secret.secret)
+        until = f" (signs until {cell(secret.expires_at)})" if secret.expires_at else ""
+        pairs.append(("secrets" if i == 0 else "", shown + until))
+    pairs += [("created", ep.created_at), ("updated", ep.updated_at)]
+    return fields(pairs)
+
+
+def cmd_endpoints_add(args: argparse.Namespace) -> int:
+    from outbox.endpoints import Endpoints
+
+    metadata = parse_metadata(args.metadata)
+    with transaction(args) as conn:
+        ep = Endpoints(schema=args.schema).add(
+            conn,
+            url=args.url,
+            event_types=args.event_types,
+            secret=args.secret,
+            description=args.description,
+            metadata=metadata,
+            max_concurrency=args.max_concurrency,
+        )
+    secret = ep.secrets[0].secret
+    emit(
+        args,
+        {**ep.as_dict(show_secrets=True), "secret": secret},
+        f"created endpoint {ep.id}: {ep.url}\n"
+        f"signing secret: {secret} (fingerprint {fingerprint(secret)})\n"
+        "(shown in full only here; `outbox endpoints show "
+        f"{ep.id} --show-secrets` prints it again)",
+    )
+    return 0
+
+
+def cmd_endpoints_list(args: argparse.Namespace) -> int:
+    from outbox.endpoints import Endpoints
+
+    with transaction(args) as conn:
+        endpoints = Endpoints(schema=args.schema).all(conn)
+    rows = [
+        (
+            ep.id,
+            ep.url,
+            ep.enabled,
+            ", ".join(ep.event_types) or "*",
+            ep.failure_streak,
+            ep.last_success_at,
+            ep.description,
+        )
+        for ep in endpoints
+    ]
+    text = (
+        table(
+            ["ID", "URL", "ENABLED", "EVENT TYPES", "FAILURES", "LAST SUCCESS", "DESCRIPTION"],
+            rows,
+        )
+        if rows
+        else "no endpoints"
+    )
+    emit(args, [ep.as_dict() for ep in endpoints], text)
+    return 0
+
+
+def cmd_endpoints_show(args: argparse.Namespace) -> int:
+    from outbox.endpoints import Endpoints
+
+    with transaction(args) as conn:
+        ep = Endpoints(schema=args.schema).require(conn, args.id)
+    emit(
+        args,
+        ep.as_dict(show_secrets=args.show_secrets),
+        _endpoint_fields(ep, show_secrets=args.show_secrets),
+    )
+    return 0
+
+
+def cmd_endpoints_update(args: argparse.Namespace) -> int:
+    from outbox.endpoints import Endpoints
+
+    if args.event_types is not None and args.all_event_types:
+        raise UsageError("give --event-type or --all-event-types, not both")
+    if args.max_concurrency is not None and args.no_max_concurrency:
+        raise UsageError("give --max-concurrency or --no-max-concurrency, not both")
+    event_types = [] if args.all_event_types else args.event_types
+    changes = (
+        args.url,
+        event_types,
+        args.description,
+        args.metadata,
+        args.max_concurrency,
+        args.no_max_concurrency or None,
+    )
+    if all(c is None for c in changes):
+        raise UsageError(
+            "nothing to change: give --url, --event-type, --all-event-types, --description, "
+            "--metadata, --max-concurrency or --no-max-concurrency"
+        )
+    metadata = parse_metadata(args.metadata)
+    with transaction(args) as conn:
+        ep = Endpoints(schema=args.schema).update(
+            conn,
+            args.id,
+            url=args.url,
+            event_types=event_types,
+            description=args.description,
+            metadata=metadata,
+            max_concurrency=args.max_concurrency,
+            clear_max_concurrency=args.no_max_concurrency,
+        )
+    emit(
+        args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
+    )
+    return 0
+
+
+def cmd_endpoints_disable(args: argparse.Namespace) -> int:
+    from outbox.endpoints import Endpoints
+
+    with transaction(args) as conn:
+        paused = Endpoints(schema=args.schema).disable(conn, args.id, reason=args.reason)
+    emit(
+        args,
+        {"id": args.id, "enabled": False, "paused": paused},
+        f"disabled endpoint {args.id}; paused {paused} waiting message(s)",
+    )
+    return 0
+
+
+def cmd_endpoints_enable(args: argparse.Namespace) -> int:
+    from outbox.endpoints import Endpoints
+
+    with transaction(args) as conn:
+        resumed = Endpoints(schema=args.schema).enable(conn, args.id)
+    emit(
+        args,
+        {"id": args.id, "enabled": True, "resumed": resumed},
+        f"enabled endpoint {args.id}; resumed {resumed} paused message(s)",
+    )
+    return 0
+
+
+def cmd_endpoints_rotate_secret(args: argparse.Namespace) -> int:
+    from outbox.endpoints import Endpoints
+
+    overlap = timedelta(hours=args.overlap)
+    with transaction(args) as conn:
+        ep = Endpoints(schema=args.schema).rotate_secret(
+            conn, args.id, secret=args.secret, overlap=overlap
+        )
+    new = ep.secrets[0].secret
+    previous = [s.expires_at for s in ep.secrets[1:] if s.expires_at is not None]
+    until = f"\nthe previous secret(s) keep signing until {cell(max(previous))}" if previous else ""
+    emit(
+        args,
+        {"id": ep.id, "secret": new, "previous_secrets_expire_at": max(previous, default=None)},
+        f"new signing secret for endpoint {ep.id}: {new} (fingerprint {fingerprint(new)}){until}",
+    )
+    return 0
+
+
+def cmd_endpoints_delete(args: argparse.Namespace) -> int:
+    from outbox.endpoints import Endpoints
+
+    endpoints = Endpoints(schema=args.schema)
+
+    def question() -> str:
+        with transaction(args) as conn:
+            ep = endpoints.require(conn, args.id)
+        return (
+            f"Delete endpoint {ep.id} ({ep.url})? Its waiting messages become dead; "
+            "delivered history is kept."
+        )
+
+    if not confirm(args, f"delete endpoint {args.id}", question):
+        return 1
+    with transaction(args) as conn:
+        had = endpoints.delete(conn, args.id)
+    emit(
+        args,
+        {"id": args.id, "deleted": True, "messages": had},
+        f"deleted endpoint {args.id} ({had} message(s) of it were in the outbox; "
+        "the waiting ones are now dead)",
+    )
+    return 0
+
+
+def add_parser(commands: Commands) -> None:
+    group = commands.add_parser(
+        "endpoints",
+        help="manage webhook endpoints",
+        description="Webhook endpoints: where published events are delivered, signed "
+        "with the endpoint's secrets (Standard Webhooks).",
+    )
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def action(name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+        p = actions.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+        add_database_options(p)
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+        p.set_defaults(handler=handler, name=f"endpoints {name}")
+        return p
+
+    def fields_options(p: argparse.ArgumentParser, *, update: bool) -> None:
+        p.add_argument(
+            "--event-type",
+            dest="event_types",
+            action="append",
+            default=None,
+            metavar="TYPE",
+            help="subscribe to this event type or prefix.* pattern (repeatable; "
+            + ("replaces the list)" if update else "default: every event type)"),
+        )
+        p.add_argument("--description", default=None if update else "", help="free text")
+        p.add_argument("--metadata", metavar="JSON", help="a JSON object stored with it")
+        p.add_argument(
+            "--max-concurrency",
+            type=positive_int,
+            metavar="N",
+            help="most deliveries in flight to it at once",
+        )
+
+    p = action("add", cmd_endpoints_add, "register an endpoint; prints its id and secret")
+    p.add_argument("url", metavar="URL", help="http(s) URL to POST events to")
+    fields_options(p, update=False)
+    p.add_argument("--secret", help="whsec_... signing secret (default: a new random one)")
+
+    action("list", cmd_endpoints_list, "list the endpoints")
+
+    p = action("show", cmd_endpoints_show, "show one endpoint")
+    p.add_argument("id", type=positive_int, metavar="ID")
+    p.add_argument("--show-secrets", action="store_true", help="print the secrets in full")
+
+    p = action("update", cmd_endpoints_update, "change an endpoint's settings")
+    p.add_argument("id", type=positive_int, metavar="ID")
+    p.add_argument("--url", help="new http(s) URL")
+    fields_options(p, update=True)
+    p.add_argument("--all-event-types", action="store_true", help="subscribe to every event type")
+    p.add_argument("--no-max-concurrency", action="store_true", help="remove the cap")
+
+    p = action("disable", cmd_endpoints_disable, "stop delivering to an endpoint")
+    p.add_argument("id", type=positive_int, metavar="ID")
+    p.add_argument("--reason", default="disabled by an operator", help="why (shown in status)")
+
+    p = action("enable", cmd_endpoints_enable, "resume delivering to an endpoint")
+    p.add_argument("id", type=positive_int, metavar="ID")
+
+    p = action(
+        "rotate-secret",
+        cmd_endpoints_rotate_secret,
+        "sign with a new secret; the old ones keep signing during the overlap",
+    )
+    p.add_argument("id", type=positive_int, metavar="ID")
+    p.add_argument("--secret", help="the new whsec_... secret (default: a new random one)")
+    overlap = DEFAULT_ROTATION_OVERLAP / _HOUR
+    p.add_argument(
+        "--overlap",
+        type=non_negative_float,
+        default=overlap,
+        metavar="HOURS",
+        help=f"hours the previous secrets keep signing (default: {overlap:g})",
+    )
+
+    p = action("delete", cmd_endpoints_delete, "delete an endpoint (its waiting messages die)")
+    p.add_argument("id", type=positive_int, metavar="ID")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")

@@ -1,0 +1,227 @@
+"""``outbox status``, ``outbox messages show`` and ``outbox replay``: look at the
+queue, at one message, and send delivered messages again.
+
+Header values and bodies are hidden unless asked for: they may hold credentials
+and personal data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from dispatchers.cli._common import (
+    Commands,
+    add_database_options,
+    non_negative_float,
+    parse_time,
+    positive_float,
+    positive_int,
+    transaction,
+)
+from dispatchers.cli._render import UNPRINTABLE_TEXT, cell, emit, fields, table
+from outbox.errors import InvalidMessage
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from outbox.admin import replay
+
+    with transaction(args) as conn:
+        count = replay(
+            conn, schema=args.schema, endpoint_id=args.endpoint, since=args.since, until=args.until
+        )
+    emit(
+        args,
+        {"replayed": count, "endpoint_id": args.endpoint},
+        f"replayed {count} delivered message(s) of endpoint {args.endpoint}: they go out "
+        "again with the same webhook-id, so receivers that dedupe ignore them",
+    )
+    return 0
+
+
+def cmd_messages_show(args: argparse.Namespace) -> int:
+    from outbox.admin import message_show
+
+    with transaction(args) as conn:
+        message = message_show(conn, args.id, schema=args.schema)
+    if message is None:
+        raise InvalidMessage("id", f"no message with id {args.id} (never written, or purged)")
+    data = message.as_dict(show_headers=args.show_headers, show_body=args.show_body)
+    pairs: list[tuple[str, object]] = [
+        ("id", message.id),
+        ("state", message.state),
+        ("idempotency key", message.idempotency_key),
+        ("endpoint", message.endpoint_id),
+        ("event type", message.event_type),
+        ("request", f"{message.method} {message.url or '-'}"),
+        ("content type", message.content_type),
+        ("body", f"{len(message.body)} bytes"),
+    ]
+    for i, (name, value) in enumerate(data["headers"].items()):
+        pairs.append(("headers" if i == 0 else "", f"{name}: {value}"))
+    pairs += [
+        ("ordering key", message.ordering_key),
+        ("attempts", f"{message.attempts} of {message.max_attempts}"),
+        ("available at", message.available_at),
+        (
+            "lease",
+            f"{message.lease_owner} until {cell(message.lease_until)}"
+            if message.lease_owner
+            else None,
+        ),
+        ("last status", message.last_status),
+        ("last error", message.last_error),
+        ("created", message.created_at),
+        ("completed", message.completed_at),
+    ]
+    text = fields(pairs)
+    if message.attempt_log:
+        text += "\n\n" + table(
+            ["ATTEMPT", "STARTED", "MS", "STATUS", "OUTCOME", "ERROR", "OWNER"],
+            [
+                (
+                    a.attempt,
+                    a.started_at,
+                    a.duration_ms,
+                    a.status,
+                    a.outcome,
+                    cell(a.error, 50),
+                    a.owner,
+                )
+                for a in message.attempt_log
+            ],
+        )
+    if args.show_body:
+        body = data.get("body")
+        text += "\n\nbody:\n" + (
+            UNPRINTABLE_TEXT.sub("?", body) if body is not None else "(binary) " + data["body_hex"]
+        )
+    emit(args, data, text)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch is None:
+        return _status_once(args)
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() and not args.json else ""
+    try:
+        while True:
+            if clear:
+                sys.stdout.write(clear)
+            _status_once(args)
+            sys.stdout.flush()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _status_once(args: argparse.Namespace) -> int:
+    from outbox.admin import status
+
+    with transaction(args) as conn:
+        snapshot = status(conn, schema=args.schema)
+    age: float | None = snapshot["oldest_ready_age_s"]
+    lagging = args.max_lag is not None and age is not None and age > args.max_lag
+    if args.max_lag is not None:
+        snapshot["max_lag_s"] = args.max_lag
+        snapshot["max_lag_exceeded"] = lagging
+    counts = snapshot["messages"]
+    recent = snapshot["last_5_minutes"]
+    recent["delivered_per_s"] = round(recent["delivered"] / 300, 2)
+    text = fields(
+        [
+            ("ready (due now)", counts["ready"]),
+            ("oldest ready waiting", None if age is None else f"{age:.1f} s"),
+            ("scheduled (due later)", counts["scheduled"]),
+            ("running", counts["running"]),
+            ("running, lease expired", counts["lease_expired"]),
+            ("paused", counts["paused"]),
+            ("dead", counts["dead"]),
+            ("delivered, last 5 min", recent["delivered"]),
+            ("failed, last 5 min", recent["failed"]),
+            ("delivery rate, last 5 min", f"{recent['delivered_per_s']:g}/s"),
+        ]
+    )
+    if snapshot["endpoints"]:
+        text += "\n\n" + table(
+            ["ENDPOINT", "URL", "ENABLED", "FAILURES", "PENDING", "DEAD", "LAST SUCCESS"],
+            [
+                (
+                    e["id"],
+                    cell(e["url"], 50),
+                    e["enabled"],
+                    e["failure_streak"],
+                    e["pending"],
+                    e["dead"],
+                    e["last_success_at"],
+                )
+                for e in snapshot["endpoints"]
+            ],
+        )
+    emit(args, snapshot, text)
+    if lagging:
+        print(
+            f"outbox status: the oldest ready message has waited {age:.1f} s, "
+            f"more than --max-lag {args.max_lag:g} s",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def add_parser(commands: Commands) -> None:
+    p = commands.add_parser(
+        "replay",
+        help="send an endpoint's delivered messages again",
+        description="Send the messages delivered to one endpoint in a time window again, "
+        "with their original webhook-id (receivers that dedupe ignore them). TIME is "
+        "ISO 8601 with an offset or Z, or a span ago such as 30m, 2h, 7d.",
+    )
+    add_database_options(p)
+    p.add_argument("--endpoint", type=positive_int, required=True, metavar="ID")
+    p.add_argument(
+        "--since", type=parse_time, required=True, metavar="TIME", help="delivered at or after TIME"
+    )
+    p.add_argument("--until", type=parse_time, metavar="TIME", help="delivered before TIME")
+    p.add_argument("--json", action="store_true", help="print the count as JSON")
+    p.set_defaults(handler=cmd_replay, name="replay")
+
+    group = commands.add_parser("messages", help="inspect messages")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = actions.add_parser(
+        "show",
+        help="show a message and its attempts",
+        description="Show a message (waiting, running, paused, dead or delivered) and "
+        "every attempt to deliver it. Header values and the body are hidden unless asked "
+        "for: they may hold credentials and personal data.",
+    )
+    add_database_options(p)
+    p.add_argument("id", type=positive_int, metavar="ID")
+    p.add_argument("--show-headers", action="store_true", help="print header values")
+    p.add_argument("--show-body", action="store_true", help="print the body")
+    p.add_argument("--json", action="store_true", help="print the message as JSON")
+    p.set_defaults(handler=cmd_messages_show, name="messages show")
+
+    p = commands.add_parser(
+        "status",
+        help="backlog, lag, lease health and endpoint health",
+        description="Counts by state, how long the oldest due message has waited, "
+        "recent deliveries and failures, and the health of each endpoint.",
+    )
+    add_database_options(p)
+    p.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    p.add_argument(
+        "--max-lag",
+        type=non_negative_float,
+        metavar="SECONDS",
+        help="exit 1 when the oldest due message has waited longer than this",
+    )
+    p.add_argument(
+        "--watch",
+        type=positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS until interrupted (one JSON object per refresh with --json)",
+    )
+    p.set_defaults(handler=cmd_status, name="status")
