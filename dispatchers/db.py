@@ -4,7 +4,7 @@ classification of database errors as transient or not.
 Every statement runs in its own short transaction whose timeouts are set with
 ``set_config(..., is_local => true)``: no session state and no startup parameters,
 so the dispatcher works behind PgBouncer in transaction mode. The statements
-themselves live in ``outbox/queries.sql``.
+themselves live in ``sql/queries/dispatch.sql``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Apply the numbered SQL files of ``sql/`` to a schema, in order, exactly once.
+"""Apply the numbered SQL files of ``sql/migrations/`` to a schema, in order, exactly once.
 
 Each migration runs in its own transaction, under a transaction-scoped advisory
 lock (safe behind PgBouncer in transaction mode), with ``search_path`` set to the
@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from outbox.errors import MigrationError
-from outbox.queries import check_schema_name
+from outbox.queries import check_schema_name, sql_dir
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -36,20 +36,9 @@ class Migration:
         return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
 
 
-def sql_dir() -> Path:
-    """Where the migration files are: inside the installed package, or the source tree."""
-    packaged = Path(__file__).parent / "_sql"
-    if packaged.is_dir():
-        return packaged
-    source = Path(__file__).parent.parent / "sql"
-    if source.is_dir():
-        return source
-    raise MigrationError(f"no migration files found in {packaged} or {source}")
-
-
 def load_migrations(directory: Path | None = None) -> list[Migration]:
     """Every migration file, by version; refuses gaps, duplicates and stray names."""
-    directory = directory or sql_dir()
+    directory = directory or sql_dir() / "migrations"
     found: list[Migration] = []
     for path in sorted(directory.glob("*.sql")):
         match = _FILE.match(path.name)
