@@ -38,28 +38,18 @@ CAPPED_RECHECK = 60.0
 tries the cheaper claim of an outbox without caps again."""
 
 _TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idle_timeout")
-_SET_TIMEOUTS = (
-    "SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),"
-    " set_config('lock_timeout', %(outbox_lock_timeout)s, true),"
-    " set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true);\n"
-)
-"""Sent in the same message as each statement: local to its implicit transaction,
-so no session state is left behind (PgBouncer in transaction mode is fine)."""
+"""The parameters of ``set_timeouts`` and ``set_timeouts_prepared``. Either goes out
+in the same message as each statement, ahead of it: local to its implicit
+transaction, so no session state is left behind (PgBouncer in transaction mode is
+fine)."""
 
 _PREPARED = frozenset({"claim", "claim_uncapped", "complete", "complete_succeeded", "renew"})
 """The statements run per batch, prepared (see ``Store._run``). The occasional ones
 (rescue, retention, the drain check) are planned at each run, for their values:
 a generic plan of the retention batch joined whole tables instead of looking
-its rows up."""
+its rows up.
 
-_SET_PREPARED = (
-    "SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),"
-    " set_config('lock_timeout', %(outbox_lock_timeout)s, true),"
-    " set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true),"
-    " set_config('plan_cache_mode', 'force_generic_plan', true),"
-    " set_config('enable_seqscan', 'off', true);\n"
-)
-""":data:`_SET_TIMEOUTS` for a prepared statement, in the same one statement, plus
+A prepared statement is sent after ``set_timeouts_prepared``: the timeouts, plus
 how it is planned. Once per connection, with a generic plan: custom plans
 (PostgreSQL's default for the first five executions, and whenever it guesses they
 pay) cost more to make than the claim and completion statements cost to run.
@@ -171,6 +161,10 @@ class Store:
     def __init__(self, conninfo: str, config: DispatcherConfig) -> None:
         self.config = config
         self.queries = queries_for(config.schema)
+        # Each statement goes out behind its timeouts, in one message: the text is
+        # built from these parts at each call (see _run).
+        self._set_timeouts = self.queries["set_timeouts"].text + ";\n"
+        self._set_prepared = self.queries["set_timeouts_prepared"].text + ";\n"
         self.round_trips = 0  # statements sent; each is one network round trip
         self._timeouts = (
             f"{int(config.statement_timeout * 1000)}ms",
@@ -242,13 +236,13 @@ class Store:
             bound = self._bounds.get(timeouts) or answer_bound(self.config.statement_timeout)
             values = {**params, **dict(zip(_TIMEOUT_PARAMS, timeouts, strict=True))}
             if not self.config.prepared_statements or statement.name not in _PREPARED:
-                return await self._send(conn, bound, _SET_TIMEOUTS + statement.text, values)
+                return await self._send(conn, bound, self._set_timeouts + statement.text, values)
             # Prepared on this server connection as needed, in the same message:
             # planned once per connection instead of at every execution.
             prepared = statement.prepared
             names = self._prepared.setdefault(conn, set())
             for _ in range(2):
-                text = _SET_PREPARED
+                text = self._set_prepared
                 if prepared.name not in names:
                     text += prepared.prepare + ";\n"
                 try:
@@ -263,7 +257,7 @@ class Store:
                 names.add(prepared.name)
                 return rows
             # A pooler keeps moving us between server connections: run it unprepared.
-            return await self._send(conn, bound, _SET_TIMEOUTS + statement.text, values)
+            return await self._send(conn, bound, self._set_timeouts + statement.text, values)
 
     async def _send(
         self,

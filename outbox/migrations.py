@@ -13,12 +13,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from outbox.errors import MigrationError
-from outbox.queries import check_schema_name, sql_dir
+from outbox.queries import queries_for, sql_dir
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -71,30 +72,21 @@ def migrate(
     Safe to run twice in a row and from several processes at once: each step
     takes the same advisory lock and re-reads what is applied.
     """
-    check_schema_name(schema)
+    queries = queries_for(schema)
     migrations = load_migrations() if migrations is None else migrations
-    ident = sql.Identifier(schema)
-    table = sql.SQL("{}.schema_migrations").format(ident)
     applied_now: list[Migration] = []
     with psycopg.connect(conninfo, autocommit=True) as conn:
+
+        def run(statement: str, /, **params: Any) -> psycopg.Cursor[Any]:
+            return conn.execute(queries[statement].query, params)
+
         for migration in migrations:
             with conn.transaction():
-                conn.execute("SET LOCAL lock_timeout = '60s'")
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-                conn.execute(
-                    sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {} ("
-                        " version integer PRIMARY KEY,"
-                        " name text NOT NULL,"
-                        " checksum text NOT NULL,"
-                        " applied_at timestamptz NOT NULL DEFAULT now())"
-                    ).format(table)
-                )
-                row = conn.execute(
-                    sql.SQL("SELECT checksum FROM {} WHERE version = %s").format(table),
-                    (migration.version,),
-                ).fetchone()
+                run("migrate_lock_timeout")
+                run("migrate_lock", key=_lock_key(schema))
+                run("schema_create")
+                run("migrations_create")
+                row = run("migration_checksum", version=migration.version).fetchone()
                 if row is not None:
                     if row[0] != migration.checksum:
                         raise MigrationError(
@@ -102,18 +94,18 @@ def migrate(
                             "after it was applied; add a new migration instead"
                         )
                     continue
-                conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+                run("migrate_search_path")
                 try:
                     conn.execute(migration.sql.encode("utf-8"))
                 except psycopg.Error as exc:
                     raise MigrationError(
                         f"migration {migration.version:04d}_{migration.name} failed: {exc}"
                     ) from exc
-                conn.execute(
-                    sql.SQL("INSERT INTO {} (version, name, checksum) VALUES (%s, %s, %s)").format(
-                        table
-                    ),
-                    (migration.version, migration.name, migration.checksum),
+                run(
+                    "migration_record",
+                    version=migration.version,
+                    name=migration.name,
+                    checksum=migration.checksum,
                 )
             applied_now.append(migration)
             if on_apply is not None:
@@ -123,17 +115,11 @@ def migrate(
 
 def applied_versions(conninfo: str, *, schema: str = "outbox") -> list[int]:
     """Versions recorded as applied in ``schema`` (empty if never migrated)."""
-    check_schema_name(schema)
+    queries = queries_for(schema)
+    table = sql.Identifier(schema, "schema_migrations").as_string(None)
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT to_regclass(format('%%I.schema_migrations', %s::text)) IS NOT NULL",
-            (schema,),
-        ).fetchone()
+        exists = conn.execute(queries["table_exists"].query, {"table": table}).fetchone()
         if not exists or not exists[0]:
             return []
-        rows = conn.execute(
-            sql.SQL("SELECT version FROM {}.schema_migrations ORDER BY version").format(
-                sql.Identifier(schema)
-            )
-        ).fetchall()
+        rows = conn.execute(queries["migrations_applied"].query).fetchall()
         return [int(r[0]) for r in rows]

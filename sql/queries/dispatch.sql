@@ -483,3 +483,46 @@ WITH old AS (
     WHERE a.message_id = removed.id
 )
 SELECT count(*) FROM removed
+
+-- name: set_timeouts
+-- Sent ahead of each statement, local to its transaction (dispatchers.db).
+SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
+       set_config('lock_timeout', %(outbox_lock_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true)
+
+-- name: set_timeouts_prepared
+-- set_timeouts, plus how a prepared statement is planned (dispatchers.db).
+SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
+       set_config('lock_timeout', %(outbox_lock_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true),
+       set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_seqscan', 'off', true)
+
+-- name: waker_session
+-- The waker's session connection (dispatchers.waker, never pooled): its one
+-- lock wait bounded by lock_timeout, every statement by statement_timeout, and
+-- a vanished dispatcher noticed (its locks freed) by TCP keepalives.
+SELECT set_config('lock_timeout', %(lock_timeout)s, false),
+       set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('tcp_keepalives_idle', '10', false),
+       set_config('tcp_keepalives_interval', '5', false),
+       set_config('tcp_keepalives_count', '3', false)
+
+-- name: waker_listen
+LISTEN {channel}
+
+-- name: waker_unlisten
+UNLISTEN {channel}
+
+-- name: waker_lock
+-- Waits for the lock, at most lock_timeout.
+SELECT pg_advisory_lock(%(class)s, %(object)s)
+
+-- name: waker_try_lock
+SELECT pg_try_advisory_lock(%(class)s, %(object)s)
+
+-- name: waker_unlock
+SELECT pg_advisory_unlock(%(class)s, %(object)s)
+
+-- name: waker_unlock_all
+SELECT pg_advisory_unlock_all()
