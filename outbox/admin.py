@@ -3,7 +3,7 @@
 Everything here runs in the caller's transaction (a SQLAlchemy ``Session`` or
 ``Connection``, or a psycopg ``Connection``) and never commits; ``outbox`` CLI
 commands wrap each call in a transaction of their own. Bad input raises
-:class:`outbox.InvalidMessage` naming the argument, before anything is written.
+:class:`outbox.InvalidArgument` naming the argument, before anything is written.
 
 Attempt numbers are never reused. They are the fencing token of every claim and
 part of the ``attempts`` table's key, so a message sent again (a dead one
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from outbox.core import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
+from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import check_event_type
-from outbox.errors import InvalidMessage
+from outbox.errors import InvalidArgument, InvalidMessage
 from outbox.message import MAX_ATTEMPTS_LIMIT
 from outbox.queries import Statement, queries_for
 from outbox.transaction import Plan, Row, run_sync
@@ -178,23 +178,31 @@ class MessageInfo:
 
 def _check_id(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidMessage(field, f"must be a positive integer, not {value!r}")
+        raise InvalidArgument(field, f"must be a positive integer, not {value!r}")
     return value
+
+
+def _check_event_type(value: object) -> str:
+    """An event type to filter by: the rule of an event's type, for an argument."""
+    try:
+        return check_event_type(value)
+    except InvalidMessage as exc:
+        raise InvalidArgument(exc.field, exc.problem) from None
 
 
 def _check_since(value: object, field: str = "since") -> datetime | None:
     if value is None:
         return None
     if not isinstance(value, datetime) or value.utcoffset() is None:
-        raise InvalidMessage(field, "must be a timezone-aware datetime")
+        raise InvalidArgument(field, "must be a timezone-aware datetime")
     return value
 
 
 def _check_budget(value: object, field: str = "budget") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidMessage(field, f"must be an integer, not {type(value).__name__}")
+        raise InvalidArgument(field, f"must be an integer, not {type(value).__name__}")
     if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
-        raise InvalidMessage(field, f"must be between 1 and {MAX_ATTEMPTS_LIMIT}")
+        raise InvalidArgument(field, f"must be between 1 and {MAX_ATTEMPTS_LIMIT}")
     return value
 
 
@@ -211,19 +219,19 @@ def _selection(
     id_list: list[int] | None = None
     if ids is not None:
         if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-            raise InvalidMessage("ids", "must be a list of message ids")
+            raise InvalidArgument("ids", "must be a list of message ids")
         id_list = sorted({_check_id(i, "ids") for i in ids}) or None
     params = {
         "ids": id_list,
         "endpoint_id": None if endpoint_id is None else _check_id(endpoint_id, "endpoint_id"),
-        "event_type": None if event_type is None else check_event_type(event_type),
+        "event_type": None if event_type is None else _check_event_type(event_type),
         "since": _check_since(since),
     }
     narrowed = any(v is not None for v in params.values())
     if all_ and narrowed:
-        raise InvalidMessage("all_", "cannot be combined with ids or filters")
+        raise InvalidArgument("all_", "cannot be combined with ids or filters")
     if not all_ and not narrowed:
-        raise InvalidMessage(
+        raise InvalidArgument(
             "ids", "give message ids, a filter (endpoint_id, event_type, since) or all_=True"
         )
     return params
@@ -253,10 +261,10 @@ def dead_list(
     :param limit: at most this many (1 to :data:`MAX_DEAD_LIST`).
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_DEAD_LIST:
-        raise InvalidMessage("limit", f"must be an integer between 1 and {MAX_DEAD_LIST}")
+        raise InvalidArgument("limit", f"must be an integer between 1 and {MAX_DEAD_LIST}")
     params = {
         "endpoint_id": None if endpoint_id is None else _check_id(endpoint_id, "endpoint_id"),
-        "event_type": None if event_type is None else check_event_type(event_type),
+        "event_type": None if event_type is None else _check_event_type(event_type),
         "since": _check_since(since),
         "limit": limit,
     }
@@ -309,7 +317,7 @@ def dead_retry(
 
     Select by ``ids``, by filters (``endpoint_id``, ``event_type``, ``since``:
     all given ones must match), or every dead message with ``all_=True``; a call
-    with none of them raises :class:`InvalidMessage`. Each message goes back to
+    with none of them raises :class:`InvalidArgument`. Each message goes back to
     ``ready`` now, with the same id and idempotency key (the receiver dedupes a
     delivery that did land before), its ``attempts`` kept and ``max_attempts``
     raised to ``attempts + budget``. ``budget`` defaults to the default budget
@@ -373,17 +381,17 @@ def replay(
     id, idempotency key and body, ready now: the same ``webhook-id`` goes out,
     so a receiver that dedupes ignores what it already processed and one that
     lost its data gets it again. ``attempts`` is kept and ``max_attempts`` is
-    ``attempts + budget``. Raises :class:`InvalidMessage` for a missing or
+    ``attempts + budget``. Raises :class:`InvalidArgument` for a missing or
     disabled endpoint (enable it first: a replay to a disabled endpoint would
     only pause). ``notify`` wakes listening dispatchers when ``tx`` commits.
     """
     endpoint_id = _check_id(endpoint_id, "endpoint_id")
     checked_since = _check_since(since)
     if checked_since is None:
-        raise InvalidMessage("since", "is required")
+        raise InvalidArgument("since", "is required")
     checked_until = _check_since(until, "until")
     if checked_until is not None and checked_until <= checked_since:
-        raise InvalidMessage("until", "must be later than since")
+        raise InvalidArgument("until", "must be later than since")
     params = {
         "endpoint_id": endpoint_id,
         "since": checked_since,
@@ -398,10 +406,10 @@ def _replay_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[int]
     endpoint_id = params["endpoint_id"]
     rows = yield queries["replay_endpoint"], {"endpoint_id": endpoint_id}
     if not rows:
-        raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+        raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
     if not rows[0][1]:
         reason = f" ({rows[0][2]})" if rows[0][2] else ""
-        raise InvalidMessage(
+        raise InvalidArgument(
             "endpoint_id", f"endpoint {endpoint_id} is disabled{reason}; enable it first"
         )
     rows = yield queries["replay_notify" if notify else "replay"], params

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from outbox.errors import InvalidMessage
+from outbox.defaults import DEFAULT_SCHEMA
+from outbox.errors import InvalidArgument, InvalidMessage
 from outbox.message import check_url
 from outbox.queries import Queries, queries_for
 from outbox.secrets import check_secret, generate_secret
@@ -186,7 +187,7 @@ def _check_description(value: object) -> str:
 class Endpoints:
     """Manage webhook endpoints in ``schema``."""
 
-    def __init__(self, *, schema: str = "outbox") -> None:
+    def __init__(self, *, schema: str = DEFAULT_SCHEMA) -> None:
         self.queries: Queries = queries_for(schema)
 
     def add(
@@ -229,10 +230,10 @@ class Endpoints:
         return _endpoint(rows[0]) if rows else None
 
     def require(self, tx: Any, endpoint_id: int) -> Endpoint:
-        """The endpoint; raises InvalidMessage naming ``endpoint_id`` if absent."""
+        """The endpoint; raises InvalidArgument naming ``endpoint_id`` if absent."""
         found = self.get(tx, endpoint_id)
         if found is None:
-            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+            raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
         return found
 
     def all(self, tx: Any) -> list[Endpoint]:
@@ -283,7 +284,7 @@ class Endpoints:
         ``overlap`` (so receivers can switch), then are dropped."""
         new = check_secret(secret) if secret is not None else generate_secret()
         if overlap < timedelta(0):
-            raise InvalidMessage("overlap", "must not be negative")
+            raise InvalidArgument("overlap", "must not be negative")
         return run_sync(tx, self._update_plan(endpoint_id, {}, rotate=(new, overlap)))
 
     def _update_plan(
@@ -291,7 +292,7 @@ class Endpoints:
     ) -> Plan[Endpoint]:
         rows = yield self.queries["endpoint_lock"], {"id": endpoint_id}
         if not rows:
-            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+            raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
         current = _endpoint(rows[0])
         now: datetime = rows[0][15]
         secrets = current.secrets
@@ -333,7 +334,7 @@ class Endpoints:
         rows = yield self.queries[name], {"id": endpoint_id, "reason": reason}
         found, moved = rows[0][0], rows[0][1]
         if not found:
-            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+            raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
         return int(moved)
 
     def delete(self, tx: Any, endpoint_id: int) -> int:
@@ -345,5 +346,5 @@ class Endpoints:
         detached = yield self.queries["endpoint_detach"], {"id": endpoint_id}
         rows = yield self.queries["endpoint_delete"], {"id": endpoint_id}
         if not rows:
-            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+            raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
         return len(detached)

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from outbox.defaults import DEFAULT_SCHEMA
 from outbox.errors import MigrationError
 from outbox.queries import queries_for, sql_dir
 
@@ -63,7 +64,7 @@ def _lock_key(schema: str) -> int:
 def migrate(
     conninfo: str,
     *,
-    schema: str = "outbox",
+    schema: str = DEFAULT_SCHEMA,
     migrations: list[Migration] | None = None,
     on_apply: Callable[[Migration], None] | None = None,
 ) -> list[Migration]:
@@ -113,7 +114,7 @@ def migrate(
     return applied_now
 
 
-def applied_versions(conninfo: str, *, schema: str = "outbox") -> list[int]:
+def applied_versions(conninfo: str, *, schema: str = DEFAULT_SCHEMA) -> list[int]:
     """Versions recorded as applied in ``schema`` (empty if never migrated)."""
     queries = queries_for(schema)
     table = sql.Identifier(schema, "schema_migrations").as_string(None)

@@ -25,7 +25,7 @@ from typing import Any
 
 from psycopg import sql
 
-from outbox.errors import ConfigurationError, InvalidMessage, OutboxError
+from outbox.errors import ConfigurationError, InvalidArgument, InvalidMessage, InvalidSignature
 from outbox.message import check_key
 from outbox.queries import check_schema_name, queries_for
 from outbox.secrets import parse_secret, signature
@@ -48,10 +48,6 @@ _BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}\Z")
 # RFC 8941 sf-string: printable ASCII in double quotes; only \" and \\ escapes
 _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"\Z')
 _SF_UNESCAPE = re.compile(r"\\([\"\\])")
-
-
-class InvalidSignature(OutboxError):
-    """A request failed Standard Webhooks verification; the message says why."""
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -226,7 +222,8 @@ class Inbox:
         Keep keys longer than any sender may still deliver them: a request whose
         key was purged is applied again. Standard Webhooks retries span about a
         day, and a replay may come later still, so a week or more is sensible.
-        Raises :class:`ValueError` for a non-positive ``older_than`` or ``limit``.
+        Raises :class:`outbox.InvalidArgument` (a ``ValueError``) for a non-positive
+        ``older_than`` or ``limit``.
         """
         params = self._purge_params(older_than, limit)
         return run_sync(tx, self._purge_plan(params))
@@ -239,9 +236,9 @@ class Inbox:
     @staticmethod
     def _purge_params(older_than: timedelta, limit: int) -> dict[str, Any]:
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
-            raise ValueError(f"older_than: must be a positive timedelta, not {older_than!r}")
+            raise InvalidArgument("older_than", f"must be a positive timedelta, not {older_than!r}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit: must be a positive integer, not {limit!r}")
+            raise InvalidArgument("limit", f"must be a positive integer, not {limit!r}")
         return {"older_than_s": older_than.total_seconds(), "limit": limit}
 
     def _purge_plan(self, params: dict[str, Any]) -> Plan[int]:
