@@ -13,18 +13,19 @@ retried, a delivered one replayed) keeps its ``attempts`` and gets a higher
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import check_event_type
 from outbox.errors import InvalidArgument, InvalidMessage
 from outbox.message import MAX_ATTEMPTS_LIMIT
 from outbox.queries import Statement, queries_for
-from outbox.transaction import Plan, Row, run_sync
+from outbox.transaction import Plan, run_sync, scalar
 
 __all__ = [
     "MAX_DEAD_LIST",
@@ -240,10 +241,6 @@ def _selection(
 # -- dead letters ------------------------------------------------------------
 
 
-def _dead(row: Row) -> DeadMessage:
-    return DeadMessage(*row)
-
-
 def dead_list(
     tx: Any,
     *,
@@ -268,19 +265,19 @@ def dead_list(
         "since": _check_since(since),
         "limit": limit,
     }
-    return run_sync(tx, _rows_plan(queries_for(schema)["dead_list"], params, _dead))
+    return run_sync(tx, _rows_plan(queries_for(schema)["dead_list"], params, DeadMessage))
 
 
 def _rows_plan(
-    statement: Statement, params: dict[str, Any], make: Callable[[Row], T]
+    statement: Statement, params: dict[str, Any], row: Callable[..., T]
 ) -> Plan[list[T]]:
-    rows = yield statement, params
-    return [make(r) for r in rows]
+    rows: list[T] = yield statement, params, row
+    return rows
 
 
 def _scalar_plan(statement: Statement, params: dict[str, Any]) -> Plan[int]:
-    rows = yield statement, params
-    return int(rows[0][0])
+    rows = yield from _rows_plan(statement, params, scalar)
+    return int(rows[0])
 
 
 def dead_count(
@@ -334,7 +331,21 @@ def dead_retry(
     params["budget"] = DEFAULT_MAX_ATTEMPTS if budget is None else _check_budget(budget)
     params["webhook_budget"] = DEFAULT_WEBHOOK_MAX_ATTEMPTS if budget is None else params["budget"]
     name = "dead_retry_notify" if notify else "dead_retry"
-    return run_sync(tx, _scalar_plan(queries_for(schema)[name], params))
+    return run_sync(tx, _retry_plan(queries_for(schema)[name], params))
+
+
+class _Retried(NamedTuple):
+    """The row of ``dead_retry``: messages made ready or paused, and of those the
+    paused ones."""
+
+    retried: int
+    paused: int
+    notified: None = None
+
+
+def _retry_plan(statement: Statement, params: dict[str, Any]) -> Plan[int]:
+    rows = yield from _rows_plan(statement, params, _Retried)
+    return rows[0].retried
 
 
 def dead_purge(
@@ -404,16 +415,27 @@ def replay(
 def _replay_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[int]:
     queries = queries_for(schema)
     endpoint_id = params["endpoint_id"]
-    rows = yield queries["replay_endpoint"], {"endpoint_id": endpoint_id}
-    if not rows:
+    endpoints = yield from _rows_plan(
+        queries["replay_endpoint"], {"endpoint_id": endpoint_id}, _ReplayEndpoint
+    )
+    if not endpoints:
         raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
-    if not rows[0][1]:
-        reason = f" ({rows[0][2]})" if rows[0][2] else ""
+    if not endpoints[0].enabled:
+        reason = endpoints[0].disabled_reason
         raise InvalidArgument(
-            "endpoint_id", f"endpoint {endpoint_id} is disabled{reason}; enable it first"
+            "endpoint_id",
+            f"endpoint {endpoint_id} is disabled{f' ({reason})' if reason else ''}; "
+            "enable it first",
         )
-    rows = yield queries["replay_notify" if notify else "replay"], params
-    return int(rows[0][0])
+    return (yield from _scalar_plan(queries["replay_notify" if notify else "replay"], params))
+
+
+class _ReplayEndpoint(NamedTuple):
+    """The row of ``replay_endpoint``."""
+
+    id: int
+    enabled: bool
+    disabled_reason: str | None
 
 
 # -- inspection --------------------------------------------------------------
@@ -433,35 +455,16 @@ def message_show(tx: Any, message_id: int, *, schema: str = DEFAULT_SCHEMA) -> M
 
 def _show_plan(schema: str, message_id: int) -> Plan[MessageInfo | None]:
     queries = queries_for(schema)
-    rows = yield queries["message_get"], {"id": message_id}
+    rows = yield from _rows_plan(queries["message_get"], {"id": message_id}, _message_row)
     if not rows:
         return None
-    r = rows[0]
-    attempts = yield queries["message_attempts"], {"id": message_id}
-    return MessageInfo(
-        id=r[0],
-        idempotency_key=r[1],
-        target=r[2],
-        endpoint_id=r[3],
-        url=r[4],
-        method=r[5],
-        headers=_headers(r[6]),
-        body=bytes(r[7]),
-        content_type=r[8],
-        event_type=r[9],
-        ordering_key=r[10],
-        state=r[11],
-        attempts=r[12],
-        max_attempts=r[13],
-        available_at=r[14],
-        lease_owner=r[15],
-        lease_until=r[16],
-        last_status=r[17],
-        last_error=r[18],
-        created_at=r[19],
-        completed_at=r[20],
-        attempt_log=[AttemptInfo(*a) for a in attempts],
-    )
+    attempts = yield from _rows_plan(queries["message_attempts"], {"id": message_id}, AttemptInfo)
+    return dataclasses.replace(rows[0], attempt_log=attempts)
+
+
+def _message_row(*, headers: object, body: bytes | memoryview, **columns: Any) -> MessageInfo:
+    """A row of ``message_get``, without its attempts (read next)."""
+    return MessageInfo(headers=_headers(headers), body=bytes(body), attempt_log=[], **columns)
 
 
 def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
@@ -484,32 +487,50 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
 
 def _status_plan(schema: str) -> Plan[dict[str, Any]]:
     queries = queries_for(schema)
-    rows = yield queries["status_counts"], {}
-    c = rows[0]
-    endpoints = yield queries["status_endpoints"], {}
+    counts = yield from _rows_plan(queries["status_counts"], {}, _StatusCounts)
+    c = counts[0]
+    endpoints = yield from _rows_plan(queries["status_endpoints"], {}, _EndpointStatus)
     return {
         "messages": {
-            "ready": int(c[0]),
-            "scheduled": int(c[1]),
-            "running": int(c[2]),
-            "lease_expired": int(c[3]),
-            "paused": int(c[4]),
-            "dead": int(c[5]),
+            "ready": c.ready,
+            "scheduled": c.scheduled,
+            "running": c.running,
+            "lease_expired": c.lease_expired,
+            "paused": c.paused,
+            "dead": c.dead,
         },
-        "oldest_ready_age_s": None if c[6] is None else max(0.0, float(c[6])),
-        "last_5_minutes": {"delivered": int(c[7]), "failed": int(c[8])},
-        "endpoints": [
-            {
-                "id": e[0],
-                "url": e[1],
-                "enabled": e[2],
-                "disabled_reason": e[3],
-                "failure_streak": e[4],
-                "pending": int(e[6]),
-                "dead": int(e[7]),
-                "last_success_at": e[5],
-            }
-            for e in endpoints
-        ],
-        "now": c[9],
+        "oldest_ready_age_s": (
+            None if c.oldest_ready_age_s is None else max(0.0, float(c.oldest_ready_age_s))
+        ),
+        "last_5_minutes": {"delivered": c.delivered, "failed": c.failed},
+        "endpoints": [e._asdict() for e in endpoints],
+        "now": c.now,
     }
+
+
+class _StatusCounts(NamedTuple):
+    """The row of ``status_counts``: messages by state, lag, recent attempts."""
+
+    ready: int
+    scheduled: int
+    running: int
+    lease_expired: int
+    paused: int
+    dead: int
+    oldest_ready_age_s: float | None
+    delivered: int
+    failed: int
+    now: datetime
+
+
+class _EndpointStatus(NamedTuple):
+    """A row of ``status_endpoints``, as ``status`` reports it."""
+
+    id: int
+    url: str
+    enabled: bool
+    disabled_reason: str | None
+    failure_streak: int
+    pending: int
+    dead: int
+    last_success_at: datetime | None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import check_event_type
@@ -19,9 +19,21 @@ from outbox.message import (
     encode_body,
 )
 from outbox.queries import Queries, queries_for
-from outbox.transaction import Plan, run_async, run_sync
+from outbox.transaction import Plan, run_async, run_sync, scalar
 
 MAX_EVENT_KEY = 200  # the endpoint id is appended to make each message's key
+
+
+class _Published(NamedTuple):
+    """A row of ``publish``: a message it wrote (``created``), or one whose key
+    existed, found by ``id``, or (``id`` None) to be looked up by ``target`` and
+    ``idempotency_key``."""
+
+    id: int | None
+    created: bool
+    target: str | None
+    idempotency_key: str | None
+    notified: None = None
 
 
 class Outbox:
@@ -173,16 +185,16 @@ class Outbox:
 
     def _insert_plan(self, params: dict[str, Any]) -> Plan[int]:
         insert = self.queries["enqueue_notify" if self.notify else "enqueue"]
-        rows = yield insert, params
-        if rows:
-            return int(rows[0][0])
-        rows = yield self.queries["enqueue_existing"], params
-        if not rows:
+        ids: list[int] = yield insert, params, scalar
+        if ids:
+            return ids[0]
+        ids = yield self.queries["enqueue_existing"], params, scalar
+        if not ids:
             raise OutboxError(
                 "idempotency key conflicted but no message holds it; "
                 "was it removed concurrently by retention?"
             )
-        return int(rows[0][0])
+        return ids[0]
 
     def publish(
         self,
@@ -247,19 +259,24 @@ class Outbox:
         }
 
     def _publish_plan(self, params: dict[str, Any]) -> Plan[list[int]]:
-        rows = yield self.queries["publish_notify" if self.notify else "publish"], params
-        ids = {int(r[0]) for r in rows if r[0] is not None}
-        unseen = [(r[2], r[3]) for r in rows if r[0] is None]
+        statement = self.queries["publish_notify" if self.notify else "publish"]
+        rows: list[_Published] = yield statement, params, _Published
+        ids = {r.id for r in rows if r.id is not None}
+        unseen = [r for r in rows if r.id is None]
         if unseen:
             # keys a concurrent transaction committed while this one waited for them
-            found = yield (
+            found: list[int] = yield (
                 self.queries["publish_existing"],
-                {"targets": [u[0] for u in unseen], "idempotency_keys": [u[1] for u in unseen]},
+                {
+                    "targets": [r.target for r in unseen],
+                    "idempotency_keys": [r.idempotency_key for r in unseen],
+                },
+                scalar,
             )
             if len(found) < len(unseen):
                 raise OutboxError(
                     "idempotency key conflicted but no message holds it; "
                     "was it removed concurrently by retention?"
                 )
-            ids.update(int(r[0]) for r in found)
+            ids.update(found)
         return sorted(ids)

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import scalar_row
 
 from outbox.defaults import DEFAULT_SCHEMA
 from outbox.errors import MigrationError
@@ -78,8 +79,11 @@ def migrate(
     applied_now: list[Migration] = []
     with psycopg.connect(conninfo, autocommit=True) as conn:
 
-        def run(statement: str, /, **params: Any) -> psycopg.Cursor[Any]:
-            return conn.execute(queries[statement].query, params)
+        def run(statement: str, /, **params: Any) -> Any:
+            """Run ``statement``; return its one value, or None if it has no row."""
+            with conn.cursor(row_factory=scalar_row) as cur:
+                cur.execute(queries[statement].query, params)
+                return cur.fetchone() if cur.description else None
 
         for migration in migrations:
             with conn.transaction():
@@ -87,9 +91,9 @@ def migrate(
                 run("migrate_lock", key=_lock_key(schema))
                 run("schema_create")
                 run("migrations_create")
-                row = run("migration_checksum", version=migration.version).fetchone()
-                if row is not None:
-                    if row[0] != migration.checksum:
+                checksum = run("migration_checksum", version=migration.version)
+                if checksum is not None:
+                    if checksum != migration.checksum:
                         raise MigrationError(
                             f"migration {migration.version:04d}_{migration.name} was changed "
                             "after it was applied; add a new migration instead"
@@ -118,9 +122,10 @@ def applied_versions(conninfo: str, *, schema: str = DEFAULT_SCHEMA) -> list[int
     """Versions recorded as applied in ``schema`` (empty if never migrated)."""
     queries = queries_for(schema)
     table = sql.Identifier(schema, "schema_migrations").as_string(None)
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        exists = conn.execute(queries["table_exists"].query, {"table": table}).fetchone()
-        if not exists or not exists[0]:
+    with (
+        psycopg.connect(conninfo, autocommit=True) as conn,
+        conn.cursor(row_factory=scalar_row) as cur,
+    ):
+        if not cur.execute(queries["table_exists"].query, {"table": table}).fetchone():
             return []
-        rows = conn.execute(queries["migrations_applied"].query).fetchall()
-        return [int(r[0]) for r in rows]
+        return list(cur.execute(queries["migrations_applied"].query).fetchall())

@@ -191,7 +191,7 @@ class Queries:
         # from starting to wait before this transaction's messages are visible.
         notify = sql.SQL(
             ", CASE WHEN pg_try_advisory_xact_lock_shared({}, {}) THEN NULL"
-            " ELSE pg_notify({}, '') END"
+            " ELSE pg_notify({}, '') END AS notified"
         ).format(*map(sql.Literal, self.wake_lock), sql.Literal(self.channel))
         parts = {"schema": sql.Identifier(schema), "channel": sql.Identifier(self.channel)}
         self._statements: dict[str, Statement] = {}

@@ -29,7 +29,7 @@ from outbox.errors import ConfigurationError, InvalidArgument, InvalidMessage, I
 from outbox.message import check_key
 from outbox.queries import check_schema_name, queries_for
 from outbox.secrets import parse_secret, signature
-from outbox.transaction import Plan, run_async, run_sync
+from outbox.transaction import Plan, run_async, run_sync, scalar
 
 __all__ = [
     "DEFAULT_INBOX_SCHEMA",
@@ -242,8 +242,8 @@ class Inbox:
         return {"older_than_s": older_than.total_seconds(), "limit": limit}
 
     def _purge_plan(self, params: dict[str, Any]) -> Plan[int]:
-        rows = yield self._queries["inbox_purge"], params
-        return int(rows[0][0])
+        purged: list[int] = yield self._queries["inbox_purge"], params, scalar
+        return purged[0]
 
     def _missing_table(self, exc: Exception) -> ConfigurationError | None:
         """A missing table (SQLSTATE 42P01) becomes a ConfigurationError saying what to do."""
@@ -257,13 +257,17 @@ class Inbox:
         return None
 
     def _ensure_plan(self) -> Plan[None]:
-        rows = yield self._queries["table_exists"], {"table": self._table_name}
-        if rows and rows[0][0]:
+        exists: list[bool] = yield (
+            self._queries["table_exists"],
+            {"table": self._table_name},
+            scalar,
+        )
+        if exists[0]:
             return
-        yield self._queries["inbox_lock"], {"lock": self._lock_key}
-        yield self._queries["schema_create"], {}
-        yield self._queries["inbox_create_table"], {}
+        yield self._queries["inbox_lock"], {"lock": self._lock_key}, None
+        yield self._queries["schema_create"], {}, None
+        yield self._queries["inbox_create_table"], {}, None
 
     def _claim_plan(self, key: str) -> Plan[bool]:
-        rows = yield self._queries["inbox_claim"], {"key": key}
+        rows = yield self._queries["inbox_claim"], {"key": key}, None
         return bool(rows)

@@ -6,10 +6,10 @@
 -- partial index (completed_at, id). A message of a deleted endpoint keeps its
 -- endpoint id in its target ("endpoint:<id>"), so the endpoint filter matches
 -- on the target and finds those too.
-SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url),
+SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url,
        COALESCE(m.endpoint_id,
                 CASE WHEN starts_with(m.target, 'endpoint:')
-                     THEN CAST(substr(m.target, 10) AS bigint) END),
+                     THEN CAST(substr(m.target, 10) AS bigint) END) AS endpoint_id,
        m.event_type, m.attempts, m.max_attempts, m.last_status, m.last_error,
        m.created_at, m.completed_at
 FROM {schema}.messages AS m
@@ -72,8 +72,8 @@ WITH chosen AS (
     WHERE m.id = chosen.id AND m.state = 'dead'
     RETURNING m.id, m.state
 )
-SELECT (SELECT count(*) FROM retried),
-       (SELECT count(*) FROM retried WHERE state = 'paused'){notify}
+SELECT (SELECT count(*) FROM retried) AS retried,
+       (SELECT count(*) FROM retried WHERE state = 'paused') AS paused{notify}
 
 -- name: dead_purge
 -- Delete dead messages and their attempt rows. Their message_keys rows stay:
@@ -149,8 +149,8 @@ SELECT count(*){notify} FROM replayed
 SELECT m.id, m.idempotency_key, m.target,
        COALESCE(m.endpoint_id,
                 CASE WHEN starts_with(m.target, 'endpoint:')
-                     THEN CAST(substr(m.target, 10) AS bigint) END),
-       COALESCE(m.url, e.url), m.method, m.headers, m.body, m.content_type,
+                     THEN CAST(substr(m.target, 10) AS bigint) END) AS endpoint_id,
+       COALESCE(m.url, e.url) AS url, m.method, m.headers, m.body, m.content_type,
        m.event_type, m.ordering_key, m.state, m.attempts, m.max_attempts,
        m.available_at, m.lease_owner, m.lease_until, m.last_status, m.last_error,
        m.created_at, m.completed_at
@@ -180,30 +180,32 @@ ORDER BY attempt
 -- scheduled or retried message does not look late).
 SELECT
     (SELECT count(*) FROM {schema}.messages
-     WHERE state = 'ready' AND available_at <= now()),
+     WHERE state = 'ready' AND available_at <= now()) AS ready,
     (SELECT count(*) FROM {schema}.messages
-     WHERE state = 'ready' AND available_at > now()),
+     WHERE state = 'ready' AND available_at > now()) AS scheduled,
     (SELECT count(*) FROM {schema}.messages
-     WHERE state = 'running' AND lease_until >= now()),
+     WHERE state = 'running' AND lease_until >= now()) AS running,
     (SELECT count(*) FROM {schema}.messages
-     WHERE state = 'running' AND lease_until < now()),
-    (SELECT count(*) FROM {schema}.messages WHERE state = 'paused'),
-    (SELECT count(*) FROM {schema}.messages WHERE state = 'dead'),
+     WHERE state = 'running' AND lease_until < now()) AS lease_expired,
+    (SELECT count(*) FROM {schema}.messages WHERE state = 'paused') AS paused,
+    (SELECT count(*) FROM {schema}.messages WHERE state = 'dead') AS dead,
     (SELECT CAST(EXTRACT(epoch FROM now() - min(available_at)) AS double precision)
      FROM {schema}.messages
-     WHERE state = 'ready' AND available_at <= now()),
+     WHERE state = 'ready' AND available_at <= now()) AS oldest_ready_age_s,
     (SELECT count(*) FROM {schema}.attempts
-     WHERE started_at >= now() - interval '5 minutes' AND outcome = 'succeeded'),
+     WHERE started_at >= now() - interval '5 minutes' AND outcome = 'succeeded')
+        AS delivered,
     (SELECT count(*) FROM {schema}.attempts
-     WHERE started_at >= now() - interval '5 minutes' AND outcome <> 'succeeded'),
-    now()
+     WHERE started_at >= now() - interval '5 minutes' AND outcome <> 'succeeded')
+        AS failed,
+    now() AS now
 
 -- name: status_endpoints
 -- Per endpoint: health, and its messages still to deliver (ready, running,
 -- paused) and dead.
 SELECT e.id, e.url, e.enabled, e.disabled_reason, e.failure_streak, e.last_success_at,
-       count(m.id) FILTER (WHERE m.state IN ('ready', 'running', 'paused')),
-       count(m.id) FILTER (WHERE m.state = 'dead')
+       count(m.id) FILTER (WHERE m.state IN ('ready', 'running', 'paused')) AS pending,
+       count(m.id) FILTER (WHERE m.state = 'dead') AS dead
 FROM {schema}.endpoints AS e
 LEFT JOIN {schema}.messages AS m ON m.endpoint_id = e.id
 GROUP BY e.id

@@ -80,7 +80,7 @@ WITH endpoint AS (
     WHERE m.endpoint_id = endpoint.id AND m.state = 'ready'
     RETURNING m.id
 )
-SELECT (SELECT count(*) FROM endpoint), (SELECT count(*) FROM paused)
+SELECT (SELECT count(*) FROM endpoint) AS found, (SELECT count(*) FROM paused) AS moved
 
 -- name: endpoint_enable
 WITH endpoint AS (
@@ -100,7 +100,8 @@ WITH endpoint AS (
     WHERE m.endpoint_id = endpoint.id AND m.state = 'paused'
     RETURNING m.id
 )
-SELECT (SELECT count(*) FROM endpoint), (SELECT count(*) FROM resumed){notify}
+SELECT (SELECT count(*) FROM endpoint) AS found,
+       (SELECT count(*) FROM resumed) AS moved{notify}
 
 -- name: endpoint_detach
 -- Before deleting an endpoint: its messages keep its URL (history stays
