@@ -80,14 +80,14 @@ WITH candidates AS (
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key
 )
-SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url),
+SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
        -- the signing secrets still in force (several during a rotation)
        ARRAY(SELECT s.value ->> 'secret'
              FROM jsonb_array_elements(e.secrets) AS s
              WHERE s.value ->> 'expires_at' IS NULL
-                OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()),
+                OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()) AS secrets,
        c.ordering_key
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
@@ -133,13 +133,13 @@ WITH candidates AS (
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key
 )
-(SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url),
+(SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
         ARRAY(SELECT s.value ->> 'secret'
               FROM jsonb_array_elements(e.secrets) AS s
               WHERE s.value ->> 'expires_at' IS NULL
-                 OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()),
+                 OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()) AS secrets,
         c.ordering_key
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
