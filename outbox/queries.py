@@ -189,6 +189,9 @@ class Queries:
         # this transaction cannot take it shared; see dispatchers.waker).
         # Otherwise the shared lock is held until commit, which keeps a dispatcher
         # from starting to wait before this transaction's messages are visible.
+        # Built here from parts, not written in a .sql file: its lock keys and
+        # channel are this schema's, and it is spliced into statements of several
+        # files. Its column is named, so that rows are still read by name.
         notify = sql.SQL(
             ", CASE WHEN pg_try_advisory_xact_lock_shared({}, {}) THEN NULL"
             " ELSE pg_notify({}, '') END AS notified"
