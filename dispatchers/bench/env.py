@@ -29,6 +29,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from outbox.defaults import DEFAULT_MAX_ATTEMPTS
 from outbox.dsn import libpq_url
 from outbox.message import build_message
 from outbox.migrations import load_migrations, migrate
@@ -37,7 +38,6 @@ from outbox.queries import check_schema_name, queries_for
 CONNECT_TIMEOUT = 10  # seconds, for the benchmark's own connections
 STATEMENT_TIMEOUT = "300s"  # for the benchmark's own statements (seeding history is slow)
 SEED_COMMIT_EVERY = 5000
-DEFAULT_MAX_ATTEMPTS = 12
 SPAWN = multiprocessing.get_context("spawn")
 """How the benchmarks start their other processes (fresh interpreters, no fork)."""
 
