@@ -67,6 +67,20 @@ def scalar(*, notified: None = None, **column: Any) -> Any:
     return value
 
 
+def rows_plan(
+    statement: Statement, params: Mapping[str, Any], row: Callable[..., T]
+) -> Plan[list[T]]:
+    """The plan of one statement: its rows, each made by ``row``."""
+    rows: list[T] = yield statement, params, row
+    return rows
+
+
+def scalar_plan(statement: Statement, params: Mapping[str, Any]) -> Plan[int]:
+    """The plan of one statement that counts: its one value."""
+    values = yield from rows_plan(statement, params, scalar)
+    return int(values[0])
+
+
 def _factory(row: RowMaker | None) -> RowFactory[Any]:
     # rows of our making whatever row factory the application gave its connection
     return tuple_row if row is None else kwargs_row(row)
