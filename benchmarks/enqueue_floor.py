@@ -5,7 +5,7 @@ business transaction of ``outbox bench --scenario enqueue``: one INSERT into a
 small table, then COMMIT (``plain``); the same plus one INSERT of the message's
 payload into a table keyed only by a bigint identity (``floor``: the least any
 durable outbox writes); and the same plus the real ``enqueue`` statement of
-``outbox/queries.sql`` without and with its ``pg_notify`` (``enqueue``,
+``sql/queries/enqueue.sql`` without and with its ``pg_notify`` (``enqueue``,
 ``enqueue-notify``). The scripts run interleaved (A B C A B C ...) for
 ``--rounds`` rounds of ``--seconds`` each, so load from other work on the
 machine falls on all of them alike. Prints, per script, the transactions per

@@ -14,7 +14,7 @@ from typing import Literal
 
 from dispatchers.loop import EVENT_LOOPS
 from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
-from outbox.core import DEFAULT_SCHEMA
+from outbox.defaults import DEFAULT_SCHEMA
 from outbox.errors import ConfigurationError
 from outbox.queries import check_schema_name
 

@@ -4,13 +4,14 @@ classification of database errors as transient or not.
 Every statement runs in its own short transaction whose timeouts are set with
 ``set_config(..., is_local => true)``: no session state and no startup parameters,
 so the dispatcher works behind PgBouncer in transaction mode. The statements
-themselves live in ``outbox/queries.sql``.
+themselves live in ``sql/queries/dispatch.sql``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import time
@@ -18,13 +19,14 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
-from psycopg.rows import TupleRow
+from psycopg.rows import BaseRowFactory, RowMaker, TupleRow, scalar_row
 
 from dispatchers.config import DispatcherConfig
+from dispatchers.rows import Completed, Recorded, Remaining, Renewed, Rescued, columns, named_row
 from outbox.queries import Statement, queries_for
 
 # SQLSTATE classes and codes worth retrying: the connection went away, the server
@@ -32,35 +34,23 @@ from outbox.queries import Statement, queries_for
 _TRANSIENT_CLASSES = ("08", "53", "40", "57P")
 _TRANSIENT_CODES = frozenset({"57014", "55P03", "58000", "58030"})
 
+R = TypeVar("R")
 
 CAPPED_RECHECK = 60.0
 """Seconds a dispatcher that met a capped endpoint claims with the slots before it
 tries the cheaper claim of an outbox without caps again."""
 
 _TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idle_timeout")
-_SET_TIMEOUTS = (
-    "SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),"
-    " set_config('lock_timeout', %(outbox_lock_timeout)s, true),"
-    " set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true);\n"
-)
-"""Sent in the same message as each statement: local to its implicit transaction,
-so no session state is left behind (PgBouncer in transaction mode is fine)."""
+"""The parameters of ``set_timeouts`` (and ``set_timeouts_prepared``), sent ahead of
+each statement in the same message: local to its implicit transaction, so no session
+state is left behind (PgBouncer in transaction mode is fine)."""
 
 _PREPARED = frozenset({"claim", "claim_uncapped", "complete", "complete_succeeded", "renew"})
 """The statements run per batch, prepared (see ``Store._run``). The occasional ones
 (rescue, retention, the drain check) are planned at each run, for their values:
 a generic plan of the retention batch joined whole tables instead of looking
-its rows up."""
-
-_SET_PREPARED = (
-    "SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),"
-    " set_config('lock_timeout', %(outbox_lock_timeout)s, true),"
-    " set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true),"
-    " set_config('plan_cache_mode', 'force_generic_plan', true),"
-    " set_config('enable_seqscan', 'off', true);\n"
-)
-""":data:`_SET_TIMEOUTS` for a prepared statement, in the same one statement, plus
-how it is planned. Once per connection, with a generic plan: custom plans
+its rows up. A prepared statement is sent after ``set_timeouts_prepared``: the
+timeouts, plus how it is planned. Once per connection, with a generic plan: custom plans
 (PostgreSQL's default for the first five executions, and whenever it guesses they
 pay) cost more to make than the claim and completion statements cost to run.
 Without sequential scans: the plan is kept for as long as the connection lives,
@@ -146,6 +136,26 @@ class Job:
         return f"Job(id={self.id}, attempts={self.attempts}, endpoint_id={self.endpoint_id})"
 
 
+_JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
+_SECRETS = _JOB_FIELDS.index("secrets")
+
+
+def _job_row(cursor: Any) -> RowMaker[Job | None]:
+    """The row factory of the claim statements: a :class:`Job` per claimed message
+    (its columns found by name once per result, see :mod:`dispatchers.rows`), and
+    None for the row without an id that says capped endpoints hold more."""
+    take = columns(cursor, _JOB_FIELDS)
+
+    def make(values: Sequence[Any]) -> Job | None:
+        fields = list(take(values))
+        if fields[0] is None:
+            return None
+        fields[_SECRETS] = tuple(fields[_SECRETS] or ())
+        return Job(*fields)
+
+    return make
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
     """The outcome of one claim, as the completion batch writes it."""
@@ -171,6 +181,10 @@ class Store:
     def __init__(self, conninfo: str, config: DispatcherConfig) -> None:
         self.config = config
         self.queries = queries_for(config.schema)
+        # Each statement goes out behind its timeouts, in one message: the text is
+        # built from these parts at each call (see _run).
+        self._set_timeouts = self.queries["set_timeouts"].text + ";\n"
+        self._set_prepared = self.queries["set_timeouts_prepared"].text + ";\n"
         self.round_trips = 0  # statements sent; each is one network round trip
         self._timeouts = (
             f"{int(config.statement_timeout * 1000)}ms",
@@ -214,9 +228,10 @@ class Store:
         self,
         statement: Statement,
         params: dict[str, Any],
+        row: BaseRowFactory[R],
         *,
         timeouts: tuple[str, ...] | None = None,
-    ) -> list[TupleRow]:
+    ) -> list[R]:
         """Run one statement in its own bounded transaction; return its rows.
 
         The timeouts and the statement go out as one simple-protocol message
@@ -242,17 +257,19 @@ class Store:
             bound = self._bounds.get(timeouts) or answer_bound(self.config.statement_timeout)
             values = {**params, **dict(zip(_TIMEOUT_PARAMS, timeouts, strict=True))}
             if not self.config.prepared_statements or statement.name not in _PREPARED:
-                return await self._send(conn, bound, _SET_TIMEOUTS + statement.text, values)
+                return await self._send(
+                    conn, bound, self._set_timeouts + statement.text, values, row
+                )
             # Prepared on this server connection as needed, in the same message:
             # planned once per connection instead of at every execution.
             prepared = statement.prepared
             names = self._prepared.setdefault(conn, set())
             for _ in range(2):
-                text = _SET_PREPARED
+                text = self._set_prepared
                 if prepared.name not in names:
                     text += prepared.prepare + ";\n"
                 try:
-                    rows = await self._send(conn, bound, text + prepared.execute, values)
+                    rows = await self._send(conn, bound, text + prepared.execute, values, row)
                 except psycopg.errors.InvalidSqlStatementName:
                     # not on this server connection (a pooler moved us): prepare again
                     names.discard(prepared.name)
@@ -263,7 +280,7 @@ class Store:
                 names.add(prepared.name)
                 return rows
             # A pooler keeps moving us between server connections: run it unprepared.
-            return await self._send(conn, bound, _SET_TIMEOUTS + statement.text, values)
+            return await self._send(conn, bound, self._set_timeouts + statement.text, values, row)
 
     async def _send(
         self,
@@ -271,13 +288,14 @@ class Store:
         bound: float,
         text: str,
         values: dict[str, Any],
-    ) -> list[TupleRow]:
+        row: BaseRowFactory[R],
+    ) -> list[R]:
         """Send ``text`` (statements separated by ``;``) as one message; return the
-        rows of the last, waiting at most ``bound`` seconds for them."""
+        rows of the last, made by ``row``, waiting at most ``bound`` seconds for them."""
         self.round_trips += 1
         deadline = _Deadline(conn, bound)
         try:
-            cur = psycopg.AsyncClientCursor(conn)
+            cur = psycopg.AsyncClientCursor(conn, row_factory=row)
             await cur.execute(text, values)
             while cur.nextset():  # past the set_config row (and PREPARE), to the last
                 pass
@@ -313,50 +331,32 @@ class Store:
         the rest is claimed with ``claim`` (which takes their slots), and so is
         every claim for :data:`CAPPED_RECHECK` seconds.
         """
-        rows: list[TupleRow] = []
+        jobs: list[Job] = []
         if time.monotonic() >= self._capped_until:
             rows = await self._run(
-                *self.claim_statement(owner, limit, capped=False), timeouts=self._claim_timeouts
+                *self.claim_statement(owner, limit, capped=False),
+                _job_row,
+                timeouts=self._claim_timeouts,
             )
-            claimed = [r for r in rows if r[0] is not None]
-            if len(claimed) == len(rows):
-                return self._jobs(rows)
+            jobs = [job for job in rows if job is not None]
+            if len(jobs) == len(rows):
+                return jobs
             self._capped_until = time.monotonic() + CAPPED_RECHECK
-            rows = claimed
-        if len(rows) < limit:
+        if len(jobs) < limit:
             try:
-                rows += await self._run(
-                    *self.claim_statement(owner, limit - len(rows), capped=True),
+                rows = await self._run(
+                    *self.claim_statement(owner, limit - len(jobs), capped=True),
+                    _job_row,
                     timeouts=self._claim_timeouts,
                 )
             except Exception:
-                if not rows:
+                if not jobs:
                     raise
                 # The messages claimed already are held: hand them out now; the
                 # next claim meets the error again if it persists.
-        return self._jobs(rows)
-
-    def _jobs(self, rows: list[TupleRow]) -> list[Job]:
-        return [
-            Job(
-                id=r[0],
-                idempotency_key=r[1],
-                url=r[2],
-                method=r[3],
-                headers=r[4],
-                body=r[5],
-                content_type=r[6],
-                attempts=r[7],
-                max_attempts=r[8],
-                endpoint_id=r[9],
-                event_type=r[10],
-                created_at=r[11],
-                retry_base=r[12],
-                secrets=tuple(r[13] or ()),
-                ordering_key=r[14],
-            )
-            for r in rows
-        ]
+            else:
+                jobs += [job for job in rows if job is not None]
+        return jobs
 
     async def renew(self, owner: str, held: Sequence[tuple[int, int]]) -> set[int]:
         """Extend every lease in ``held`` (id, attempt); return the ids still held."""
@@ -368,8 +368,9 @@ class Store:
                 "ids": [h[0] for h in held],
                 "attempts": [h[1] for h in held],
             },
+            named_row(Renewed),
         )
-        return {r[0] for r in rows}
+        return {r.id for r in rows}
 
     def complete_statement(
         self, owner: str, batch: Sequence[Completion]
@@ -403,9 +404,11 @@ class Store:
     ) -> tuple[set[int], dict[int, str]]:
         """Record a batch of outcomes; return the ids whose outcome was applied and
         the endpoints that are now disabled (410 Gone, or failing too long)."""
-        rows = await self._run(*self.complete_statement(owner, batch))
-        applied = {r[0] for r in rows if r[0] is not None}
-        disabled = {r[1]: r[2] for r in rows if r[1] is not None}
+        rows = await self._run(*self.complete_statement(owner, batch), named_row(Completed))
+        applied = {r.id for r in rows if r.id is not None}
+        disabled = {
+            r.disabled_endpoint: r.reason or "" for r in rows if r.disabled_endpoint is not None
+        }
         return applied, disabled
 
     async def recorded(self, owner: str, batch: Sequence[Completion]) -> set[int]:
@@ -422,24 +425,25 @@ class Store:
                 "attempts": [c.attempt for c in sent],
                 "outcomes": [c.outcome for c in sent],
             },
+            named_row(Recorded),
         )
-        return {r[0] for r in rows}
+        return {r.message_id for r in rows}
 
     async def rescue(self, limit: int = 1000) -> list[tuple[int, str]]:
         """Return expired leases to ready (or dead); return (id, new state) pairs."""
-        rows = await self._run(self.queries["rescue"], {"limit": limit})
-        return [(r[0], r[1]) for r in rows]
+        rows = await self._run(self.queries["rescue"], {"limit": limit}, named_row(Rescued))
+        return [(r.id, r.state) for r in rows]
 
     async def remove_history(self, limit: int) -> int:
         """Delete one batch of delivered history older than the retention period."""
         rows = await self._run(
             self.queries["retention"],
             {"retention_s": self.config.retention, "limit": limit},
+            scalar_row,
         )
-        return int(rows[0][0])
+        return int(rows[0])
 
     async def work_remaining(self) -> tuple[int, int, int]:
         """(due now, running, scheduled later) across all dispatchers."""
-        rows = await self._run(self.queries["work_remaining"], {})
-        due, running, scheduled = rows[0]
-        return int(due), int(running), int(scheduled)
+        rows = await self._run(self.queries["work_remaining"], {}, named_row(Remaining))
+        return rows[0].due, rows[0].running, rows[0].scheduled

@@ -25,10 +25,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
-from psycopg import sql
+from psycopg.rows import class_row, scalar_row
 
 from dispatchers import loop as loops
 from dispatchers.config import DispatcherConfig
@@ -37,10 +37,18 @@ from dispatchers.pool import Dispatcher
 from dispatchers.retry import Schedule
 from outbox import Outbox, migrate
 from outbox.endpoints import Endpoints
+from outbox.queries import queries_for
 from outbox.receiver import Inbox, InvalidSignature, verify
 
 SCHEMA = "outbox_demo"
 INBOX_SCHEMA = "outbox_demo_inbox"
+
+
+class _Effects(NamedTuple):
+    """What the receiver's effects table holds at the end."""
+
+    applied: int
+    distinct_keys: int
 
 
 @dataclass
@@ -123,11 +131,12 @@ class DemoReceiver:
             first = self.inbox.claim(conn, webhook_id)
             if first:
                 conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {}.effects (webhook_id, endpoint, order_id) "
-                        "VALUES (%s, %s, %s)"
-                    ).format(sql.Identifier(INBOX_SCHEMA)),
-                    (webhook_id, path, event["data"]["order_id"]),
+                    queries_for(INBOX_SCHEMA)["demo_effect_insert"].query,
+                    {
+                        "webhook_id": webhook_id,
+                        "endpoint": path,
+                        "order_id": event["data"]["order_id"],
+                    },
                 )
         event_key = webhook_id.rsplit(":", 1)[0]
         now = time.time()
@@ -156,21 +165,12 @@ class DemoReceiver:
 def _prepare(database_url: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         for schema in (SCHEMA, INBOX_SCHEMA):
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            conn.execute(queries_for(schema)["demo_drop_schema"].query)
     migrate(database_url, schema=SCHEMA)
     with psycopg.connect(database_url) as conn:
         Inbox(schema=INBOX_SCHEMA).ensure_schema(conn)
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {}.orders (id bigint PRIMARY KEY, total integer NOT NULL)"
-            ).format(sql.Identifier(SCHEMA))
-        )
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {}.effects (webhook_id text PRIMARY KEY, endpoint text NOT NULL,"
-                " order_id bigint NOT NULL)"
-            ).format(sql.Identifier(INBOX_SCHEMA))
-        )
+        conn.execute(queries_for(SCHEMA)["demo_orders_create"].query)
+        conn.execute(queries_for(INBOX_SCHEMA)["demo_effects_create"].query)
 
 
 def _progress(done: int, total: int, started: float, *, final: bool = False) -> None:
@@ -230,10 +230,8 @@ def run_demo(
                     time.sleep(pause)
                 with conn.transaction(force_rollback=key in rolled_back):
                     conn.execute(
-                        sql.SQL("INSERT INTO {}.orders (id, total) VALUES (%s, %s)").format(
-                            sql.Identifier(SCHEMA)
-                        ),
-                        (i, rng.randint(100, 10_000)),
+                        queries_for(SCHEMA)["demo_order_insert"].query,
+                        {"id": i, "total": rng.randint(100, 10_000)},
                     )
                     box.publish(conn, "order.created", {"order_id": i}, idempotency_key=key)
                 if key not in rolled_back:
@@ -287,16 +285,11 @@ def _summarise(
 ) -> int:
     tally = receiver.tally
     with psycopg.connect(database_url) as conn:
-        effects = conn.execute(
-            sql.SQL("SELECT count(*), count(DISTINCT webhook_id) FROM {}.effects").format(
-                sql.Identifier(INBOX_SCHEMA)
-            )
-        ).fetchone() or (0, 0)
-        dead = conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.messages WHERE state = 'dead'").format(
-                sql.Identifier(SCHEMA)
-            )
-        ).fetchone() or (0,)
+        with conn.cursor(row_factory=class_row(_Effects)) as cur:
+            effects = cur.execute(queries_for(INBOX_SCHEMA)["demo_effects_count"].query).fetchone()
+        with conn.cursor(row_factory=scalar_row) as cur:
+            dead = cur.execute(queries_for(SCHEMA)["demo_dead_count"].query).fetchone()
+    effects = effects or _Effects(0, 0)
     latencies = sorted(
         (tally.arrival[wid] - committed_at[wid.rsplit(":", 1)[0]]) * 1000
         for wid in tally.arrival
@@ -315,12 +308,12 @@ def _summarise(
         ("delivered", f"{dispatcher.stats.delivered}"),
         ("retried (receiver failed once)", f"{dispatcher.stats.retried}"),
         ("duplicates suppressed by the inbox", f"{tally.duplicates}"),
-        ("effects applied", f"{effects[0]}"),
+        ("effects applied", f"{effects.applied}"),
         (
             "rolled back, correctly never sent",
             f"{len(rolled_back) - len(leaked)} of {len(rolled_back)}",
         ),
-        ("dead", f"{dead[0]}"),
+        ("dead", f"{dead}"),
         ("bad signatures", f"{tally.bad_signatures}"),
         ("commit-to-delivery p50", f"{p50:.1f} ms"),
         ("commit-to-delivery p99", f"{p99:.1f} ms"),
@@ -330,11 +323,11 @@ def _summarise(
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
     checks = {
-        "every committed event applied exactly once per endpoint": effects[0] == expected
-        and effects[1] == expected,
+        "every committed event applied exactly once per endpoint": effects.applied == expected
+        and effects.distinct_keys == expected,
         "every delivery recorded as delivered": dispatcher.stats.delivered == expected,
         "no event from a rolled-back transaction was sent": not leaked,
-        "no message dead": dead[0] == 0,
+        "no message dead": dead == 0,
         "every signature verified": tally.bad_signatures == 0,
         "every duplicate suppressed": tally.duplicates >= tally.failed_on_purpose,
     }

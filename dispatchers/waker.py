@@ -25,18 +25,18 @@ producer did not notify. A producer that fails to take the lock notifies at
 commit, and the dispatcher holding it claims when the notification arrives.
 A notification that comes when nobody needs it costs one early claim.
 
-The lock keys are :func:`outbox.queries.wake_lock_key` and :func:`duty_lock_key`
+The lock keys are ``Queries.wake_lock`` (:mod:`outbox.queries`) and :func:`duty_lock_key`
 of the schema, so dispatchers of different schemas never meet.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg.rows import scalar_row
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.log import EventLog
@@ -46,6 +46,11 @@ from outbox.queries import DUTY_LOCK_CLASS, lock_object_id, queries_for
 def duty_lock_key(schema: str) -> tuple[int, int]:
     """The advisory lock (two-int form) of the dispatcher on duty for ``schema``."""
     return DUTY_LOCK_CLASS, lock_object_id(schema)
+
+
+def _lock(key: tuple[int, int]) -> dict[str, int]:
+    """The parameters of the advisory lock statements for the two-int ``key``."""
+    return {"class": key[0], "object": key[1]}
 
 
 class Waker:
@@ -71,11 +76,9 @@ class Waker:
         self.log = log
         self._on_notify = on_notify
         self._on_change = on_change
-        queries = queries_for(config.schema)
-        self._listen = sql.SQL("LISTEN {}").format(sql.Identifier(queries.channel))
-        self._unlisten = sql.SQL("UNLISTEN {}").format(sql.Identifier(queries.channel))
+        self._queries = queries_for(config.schema)
         self._duty = duty_lock_key(config.schema)
-        self._wake = queries.wake_lock
+        self._wake = self._queries.wake_lock
         self.on_duty = False
         self.notified = False  # holds the wake lock: producers notify us
         self.want_wake = False
@@ -124,30 +127,29 @@ class Waker:
         poll_ms = int(self.config.poll_interval * 1000)
         await self._run(
             conn,
-            "SELECT set_config('lock_timeout', %s, false),"
-            " set_config('statement_timeout', %s, false),"
-            " set_config('tcp_keepalives_idle', '10', false),"
-            " set_config('tcp_keepalives_interval', '5', false),"
-            " set_config('tcp_keepalives_count', '3', false)",
-            (f"{poll_ms}ms", f"{poll_ms + int(self.config.statement_timeout * 1000)}ms"),
+            "waker_session",
+            {
+                "lock_timeout": f"{poll_ms}ms",
+                "statement_timeout": f"{poll_ms + int(self.config.statement_timeout * 1000)}ms",
+            },
         )
         while True:
             if not self.on_duty and self.want_duty and await self._take_duty(conn):
                 # Listen before the wake lock can be taken: a producer that sees it
                 # held notifies at once, and that notification must not be lost.
-                await self._run(conn, self._listen)
+                await self._run(conn, "waker_listen")
                 self._set(on_duty=True, notified=False)
             if self.on_duty and not self.want_duty:
                 # Hand off: the next dispatcher queued for duty takes it at once.
-                await self._run(conn, self._unlisten)
-                await self._run(conn, "SELECT pg_advisory_unlock_all()")
+                await self._run(conn, "waker_unlisten")
+                await self._run(conn, "waker_unlock_all")
                 self._set(on_duty=False, notified=False)
             if self.on_duty:
                 if self.want_wake and not self.notified:
                     if await self._try(conn, self._wake):
                         self._set(on_duty=True, notified=True)
                 elif not self.want_wake and self.notified:
-                    await self._run(conn, "SELECT pg_advisory_unlock(%s, %s)", self._wake)
+                    await self._run(conn, "waker_unlock", _lock(self._wake))
                     self._set(on_duty=True, notified=False)
             if not self.on_duty:
                 if not self.want_duty:
@@ -164,26 +166,26 @@ class Waker:
         """Wait for the duty lock, at most ``poll_interval`` (the lock_timeout);
         say whether it was taken."""
         try:
-            await self._run(conn, "SELECT pg_advisory_lock(%s, %s)", self._duty)
+            await self._run(conn, "waker_lock", _lock(self._duty))
         except psycopg.errors.LockNotAvailable:
             return False
         return True
 
     async def _try(self, conn: psycopg.AsyncConnection[Any], key: tuple[int, int]) -> bool:
         """Take the session lock ``key`` if it is free; say whether it was."""
-        row = await self._run(conn, "SELECT pg_try_advisory_lock(%s, %s)", key)
-        return bool(row and row[0])
+        return bool(await self._run(conn, "waker_try_lock", _lock(key)))
 
     async def _run(
         self,
         conn: psycopg.AsyncConnection[Any],
-        query: str | sql.Composed,
-        params: tuple[Any, ...] | None = None,
-    ) -> tuple[Any, ...] | None:
-        """Run one statement; return its first row, if any."""
+        name: str,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Run the statement ``name``; return its one value, if it has one."""
         self.round_trips += 1
-        cur = await conn.execute(query, params)
-        return await cur.fetchone() if cur.description else None
+        async with conn.cursor(row_factory=scalar_row) as cur:
+            await cur.execute(self._queries[name].query, params)
+            return await cur.fetchone() if cur.description else None
 
     async def _wait(self, conn: psycopg.AsyncConnection[Any], seconds: float | None) -> None:
         """Wait for a notification, a request or ``seconds``, with nothing sent.

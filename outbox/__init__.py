@@ -3,24 +3,41 @@
 Write an HTTP request (or a webhook event) inside your own database transaction;
 the dispatcher (``outbox dispatch``) sends it after commit, with a stable
 idempotency key, retries and leases, so its remote effect happens once.
+
+The public API is named here. Operator functions (dead letters, replay, status)
+are in :mod:`outbox.admin`; the receiving half (:class:`Inbox`, :func:`verify`,
+:func:`idempotency_key`) is also :mod:`outbox.receiver`.
 """
 
 from outbox.core import Outbox
+from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
+from outbox.endpoints import Endpoint, Endpoints
 from outbox.errors import (
     ConfigurationError,
-    DatabaseUnavailable,
+    InvalidArgument,
     InvalidMessage,
+    InvalidSignature,
     MigrationError,
     OutboxError,
 )
 from outbox.migrations import migrate
+from outbox.receiver import Inbox, idempotency_key, verify
 
 __all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_SCHEMA",
+    "DEFAULT_WEBHOOK_MAX_ATTEMPTS",
     "ConfigurationError",
-    "DatabaseUnavailable",
+    "Endpoint",
+    "Endpoints",
+    "Inbox",
+    "InvalidArgument",
     "InvalidMessage",
+    "InvalidSignature",
     "MigrationError",
     "Outbox",
     "OutboxError",
+    "idempotency_key",
     "migrate",
+    "verify",
 ]

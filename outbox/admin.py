@@ -1,9 +1,12 @@
 """Operator functions: inspect and redrive the outbox.
 
+Dead letters and replay are here; inspection (:func:`message_show`,
+:func:`status`) lives in ``outbox._inspect`` and is exported here too.
+
 Everything here runs in the caller's transaction (a SQLAlchemy ``Session`` or
 ``Connection``, or a psycopg ``Connection``) and never commits; ``outbox`` CLI
 commands wrap each call in a transaction of their own. Bad input raises
-:class:`outbox.InvalidMessage` naming the argument, before anything is written.
+:class:`outbox.InvalidArgument` naming the argument, before anything is written.
 
 Attempt numbers are never reused. They are the fencing token of every claim and
 part of the ``attempts`` table's key, so a message sent again (a dead one
@@ -13,18 +16,17 @@ retried, a delivered one replayed) keeps its ``attempts`` and gets a higher
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple
 
-from outbox.core import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
-from outbox.endpoints import check_event_type
-from outbox.errors import InvalidMessage
-from outbox.message import MAX_ATTEMPTS_LIMIT
+from outbox._arguments import check_budget, check_event_type_filter, check_id, check_since
+from outbox._inspect import AttemptInfo, MessageInfo, message_show, status
+from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
+from outbox.errors import InvalidArgument
 from outbox.queries import Statement, queries_for
-from outbox.transaction import Plan, Row, run_sync
+from outbox.transaction import Plan, rows_plan, run_sync, scalar_plan
 
 __all__ = [
     "MAX_DEAD_LIST",
@@ -39,8 +41,6 @@ __all__ = [
     "replay",
     "status",
 ]
-
-T = TypeVar("T")
 
 MAX_DEAD_LIST = 10_000
 """The most rows one :func:`dead_list` call returns."""
@@ -82,122 +82,6 @@ class DeadMessage:
         }
 
 
-@dataclass(frozen=True)
-class AttemptInfo:
-    """One recorded delivery attempt."""
-
-    attempt: int
-    owner: str
-    started_at: datetime
-    duration_ms: int | None
-    status: int | None
-    outcome: str
-    error_class: str | None
-    error: str | None
-    response_excerpt: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "owner": self.owner,
-            "started_at": self.started_at,
-            "duration_ms": self.duration_ms,
-            "status": self.status,
-            "outcome": self.outcome,
-            "error_class": self.error_class,
-            "error": self.error,
-            "response_excerpt": self.response_excerpt,
-        }
-
-
-@dataclass(frozen=True)
-class MessageInfo:
-    """A message from the hot table or (``state == "succeeded"``) the history,
-    with its attempts in order. ``headers`` and ``body`` may hold credentials and
-    personal data: show them only when asked to."""
-
-    id: int
-    idempotency_key: str
-    target: str
-    endpoint_id: int | None
-    url: str | None
-    method: str
-    headers: dict[str, str] = field(repr=False)
-    body: bytes = field(repr=False)
-    content_type: str
-    event_type: str | None
-    ordering_key: str | None
-    state: str
-    attempts: int
-    max_attempts: int
-    available_at: datetime | None
-    lease_owner: str | None
-    lease_until: datetime | None
-    last_status: int | None
-    last_error: str | None
-    created_at: datetime
-    completed_at: datetime | None
-    attempt_log: list[AttemptInfo]
-
-    def as_dict(self, *, show_headers: bool = False, show_body: bool = False) -> dict[str, Any]:
-        """A JSON-friendly view; header values and the body only when asked for."""
-        data: dict[str, Any] = {
-            "id": self.id,
-            "idempotency_key": self.idempotency_key,
-            "target": self.target,
-            "endpoint_id": self.endpoint_id,
-            "url": self.url,
-            "method": self.method,
-            "headers": {k: v if show_headers else "…" for k, v in self.headers.items()},
-            "content_type": self.content_type,
-            "body_bytes": len(self.body),
-            "event_type": self.event_type,
-            "ordering_key": self.ordering_key,
-            "state": self.state,
-            "attempts": self.attempts,
-            "max_attempts": self.max_attempts,
-            "available_at": self.available_at,
-            "lease_owner": self.lease_owner,
-            "lease_until": self.lease_until,
-            "last_status": self.last_status,
-            "last_error": self.last_error,
-            "created_at": self.created_at,
-            "completed_at": self.completed_at,
-            "attempt_log": [a.as_dict() for a in self.attempt_log],
-        }
-        if show_body:
-            try:
-                data["body"] = self.body.decode("utf-8")
-            except UnicodeDecodeError:
-                data["body_hex"] = self.body.hex()
-        return data
-
-
-# -- validation --------------------------------------------------------------
-
-
-def _check_id(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidMessage(field, f"must be a positive integer, not {value!r}")
-    return value
-
-
-def _check_since(value: object, field: str = "since") -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime) or value.utcoffset() is None:
-        raise InvalidMessage(field, "must be a timezone-aware datetime")
-    return value
-
-
-def _check_budget(value: object, field: str = "budget") -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidMessage(field, f"must be an integer, not {type(value).__name__}")
-    if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
-        raise InvalidMessage(field, f"must be between 1 and {MAX_ATTEMPTS_LIMIT}")
-    return value
-
-
 def _selection(
     *,
     ids: Iterable[int] | None,
@@ -211,29 +95,25 @@ def _selection(
     id_list: list[int] | None = None
     if ids is not None:
         if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-            raise InvalidMessage("ids", "must be a list of message ids")
-        id_list = sorted({_check_id(i, "ids") for i in ids}) or None
+            raise InvalidArgument("ids", "must be a list of message ids")
+        id_list = sorted({check_id(i, "ids") for i in ids}) or None
     params = {
         "ids": id_list,
-        "endpoint_id": None if endpoint_id is None else _check_id(endpoint_id, "endpoint_id"),
-        "event_type": None if event_type is None else check_event_type(event_type),
-        "since": _check_since(since),
+        "endpoint_id": None if endpoint_id is None else check_id(endpoint_id, "endpoint_id"),
+        "event_type": None if event_type is None else check_event_type_filter(event_type),
+        "since": check_since(since),
     }
     narrowed = any(v is not None for v in params.values())
     if all_ and narrowed:
-        raise InvalidMessage("all_", "cannot be combined with ids or filters")
+        raise InvalidArgument("all_", "cannot be combined with ids or filters")
     if not all_ and not narrowed:
-        raise InvalidMessage(
+        raise InvalidArgument(
             "ids", "give message ids, a filter (endpoint_id, event_type, since) or all_=True"
         )
     return params
 
 
 # -- dead letters ------------------------------------------------------------
-
-
-def _dead(row: Row) -> DeadMessage:
-    return DeadMessage(*row)
 
 
 def dead_list(
@@ -253,26 +133,14 @@ def dead_list(
     :param limit: at most this many (1 to :data:`MAX_DEAD_LIST`).
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_DEAD_LIST:
-        raise InvalidMessage("limit", f"must be an integer between 1 and {MAX_DEAD_LIST}")
+        raise InvalidArgument("limit", f"must be an integer between 1 and {MAX_DEAD_LIST}")
     params = {
-        "endpoint_id": None if endpoint_id is None else _check_id(endpoint_id, "endpoint_id"),
-        "event_type": None if event_type is None else check_event_type(event_type),
-        "since": _check_since(since),
+        "endpoint_id": None if endpoint_id is None else check_id(endpoint_id, "endpoint_id"),
+        "event_type": None if event_type is None else check_event_type_filter(event_type),
+        "since": check_since(since),
         "limit": limit,
     }
-    return run_sync(tx, _rows_plan(queries_for(schema)["dead_list"], params, _dead))
-
-
-def _rows_plan(
-    statement: Statement, params: dict[str, Any], make: Callable[[Row], T]
-) -> Plan[list[T]]:
-    rows = yield statement, params
-    return [make(r) for r in rows]
-
-
-def _scalar_plan(statement: Statement, params: dict[str, Any]) -> Plan[int]:
-    rows = yield statement, params
-    return int(rows[0][0])
+    return run_sync(tx, rows_plan(queries_for(schema)["dead_list"], params, DeadMessage))
 
 
 def dead_count(
@@ -290,7 +158,7 @@ def dead_count(
     params = _selection(
         ids=ids, endpoint_id=endpoint_id, event_type=event_type, since=since, all_=all_
     )
-    return run_sync(tx, _scalar_plan(queries_for(schema)["dead_count"], params))
+    return run_sync(tx, scalar_plan(queries_for(schema)["dead_count"], params))
 
 
 def dead_retry(
@@ -309,7 +177,7 @@ def dead_retry(
 
     Select by ``ids``, by filters (``endpoint_id``, ``event_type``, ``since``:
     all given ones must match), or every dead message with ``all_=True``; a call
-    with none of them raises :class:`InvalidMessage`. Each message goes back to
+    with none of them raises :class:`InvalidArgument`. Each message goes back to
     ``ready`` now, with the same id and idempotency key (the receiver dedupes a
     delivery that did land before), its ``attempts`` kept and ``max_attempts``
     raised to ``attempts + budget``. ``budget`` defaults to the default budget
@@ -323,10 +191,24 @@ def dead_retry(
     params = _selection(
         ids=ids, endpoint_id=endpoint_id, event_type=event_type, since=since, all_=all_
     )
-    params["budget"] = DEFAULT_MAX_ATTEMPTS if budget is None else _check_budget(budget)
+    params["budget"] = DEFAULT_MAX_ATTEMPTS if budget is None else check_budget(budget)
     params["webhook_budget"] = DEFAULT_WEBHOOK_MAX_ATTEMPTS if budget is None else params["budget"]
     name = "dead_retry_notify" if notify else "dead_retry"
-    return run_sync(tx, _scalar_plan(queries_for(schema)[name], params))
+    return run_sync(tx, _retry_plan(queries_for(schema)[name], params))
+
+
+class _Retried(NamedTuple):
+    """The row of ``dead_retry``: messages made ready or paused, and of those the
+    paused ones."""
+
+    retried: int
+    paused: int
+    notified: None = None
+
+
+def _retry_plan(statement: Statement, params: dict[str, Any]) -> Plan[int]:
+    rows = yield from rows_plan(statement, params, _Retried)
+    return rows[0].retried
 
 
 def dead_purge(
@@ -350,7 +232,7 @@ def dead_purge(
     params = _selection(
         ids=ids, endpoint_id=endpoint_id, event_type=event_type, since=since, all_=all_
     )
-    return run_sync(tx, _scalar_plan(queries_for(schema)["dead_purge"], params))
+    return run_sync(tx, scalar_plan(queries_for(schema)["dead_purge"], params))
 
 
 # -- replay ------------------------------------------------------------------
@@ -373,22 +255,22 @@ def replay(
     id, idempotency key and body, ready now: the same ``webhook-id`` goes out,
     so a receiver that dedupes ignores what it already processed and one that
     lost its data gets it again. ``attempts`` is kept and ``max_attempts`` is
-    ``attempts + budget``. Raises :class:`InvalidMessage` for a missing or
+    ``attempts + budget``. Raises :class:`InvalidArgument` for a missing or
     disabled endpoint (enable it first: a replay to a disabled endpoint would
     only pause). ``notify`` wakes listening dispatchers when ``tx`` commits.
     """
-    endpoint_id = _check_id(endpoint_id, "endpoint_id")
-    checked_since = _check_since(since)
+    endpoint_id = check_id(endpoint_id, "endpoint_id")
+    checked_since = check_since(since)
     if checked_since is None:
-        raise InvalidMessage("since", "is required")
-    checked_until = _check_since(until, "until")
+        raise InvalidArgument("since", "is required")
+    checked_until = check_since(until, "until")
     if checked_until is not None and checked_until <= checked_since:
-        raise InvalidMessage("until", "must be later than since")
+        raise InvalidArgument("until", "must be later than since")
     params = {
         "endpoint_id": endpoint_id,
         "since": checked_since,
         "until": checked_until,
-        "budget": _check_budget(budget),
+        "budget": check_budget(budget),
     }
     return run_sync(tx, _replay_plan(schema, params, notify))
 
@@ -396,112 +278,24 @@ def replay(
 def _replay_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[int]:
     queries = queries_for(schema)
     endpoint_id = params["endpoint_id"]
-    rows = yield queries["replay_endpoint"], {"endpoint_id": endpoint_id}
-    if not rows:
-        raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
-    if not rows[0][1]:
-        reason = f" ({rows[0][2]})" if rows[0][2] else ""
-        raise InvalidMessage(
-            "endpoint_id", f"endpoint {endpoint_id} is disabled{reason}; enable it first"
-        )
-    rows = yield queries["replay_notify" if notify else "replay"], params
-    return int(rows[0][0])
-
-
-# -- inspection --------------------------------------------------------------
-
-
-def _headers(value: object) -> dict[str, str]:
-    if isinstance(value, str | bytes):  # drivers that do not decode jsonb
-        value = json.loads(value)
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-def message_show(tx: Any, message_id: int, *, schema: str = DEFAULT_SCHEMA) -> MessageInfo | None:
-    """The message (waiting, in flight, paused, dead, or delivered) with its
-    attempts; None if no message has this id (never written, or purged)."""
-    return run_sync(tx, _show_plan(schema, _check_id(message_id, "message_id")))
-
-
-def _show_plan(schema: str, message_id: int) -> Plan[MessageInfo | None]:
-    queries = queries_for(schema)
-    rows = yield queries["message_get"], {"id": message_id}
-    if not rows:
-        return None
-    r = rows[0]
-    attempts = yield queries["message_attempts"], {"id": message_id}
-    return MessageInfo(
-        id=r[0],
-        idempotency_key=r[1],
-        target=r[2],
-        endpoint_id=r[3],
-        url=r[4],
-        method=r[5],
-        headers=_headers(r[6]),
-        body=bytes(r[7]),
-        content_type=r[8],
-        event_type=r[9],
-        ordering_key=r[10],
-        state=r[11],
-        attempts=r[12],
-        max_attempts=r[13],
-        available_at=r[14],
-        lease_owner=r[15],
-        lease_until=r[16],
-        last_status=r[17],
-        last_error=r[18],
-        created_at=r[19],
-        completed_at=r[20],
-        attempt_log=[AttemptInfo(*a) for a in attempts],
+    endpoints = yield from rows_plan(
+        queries["replay_endpoint"], {"endpoint_id": endpoint_id}, _ReplayEndpoint
     )
+    if not endpoints:
+        raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
+    if not endpoints[0].enabled:
+        reason = endpoints[0].disabled_reason
+        raise InvalidArgument(
+            "endpoint_id",
+            f"endpoint {endpoint_id} is disabled{f' ({reason})' if reason else ''}; "
+            "enable it first",
+        )
+    return (yield from scalar_plan(queries["replay_notify" if notify else "replay"], params))
 
 
-def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
-    """A snapshot of the outbox, as a JSON-friendly dict.
+class _ReplayEndpoint(NamedTuple):
+    """The row of ``replay_endpoint``."""
 
-    - ``messages``: counts by state: ``ready`` (due now), ``scheduled`` (due
-      later), ``running`` (live lease), ``lease_expired`` (running past the lease:
-      the dispatcher died or froze; the rescuer returns them), ``paused``, ``dead``;
-    - ``oldest_ready_age_s``: seconds the oldest due message has waited since it
-      became due (None when nothing is due), the dispatch lag;
-    - ``last_5_minutes``: attempts started in the last five minutes that
-      ``delivered`` or ``failed`` (retried, dead, or lost their lease);
-    - ``endpoints``: per endpoint ``id``, ``url``, ``enabled``,
-      ``disabled_reason``, ``failure_streak``, ``pending`` (ready, running or
-      paused messages), ``dead``, ``last_success_at``;
-    - ``now``: the database's clock.
-    """
-    return run_sync(tx, _status_plan(schema))
-
-
-def _status_plan(schema: str) -> Plan[dict[str, Any]]:
-    queries = queries_for(schema)
-    rows = yield queries["status_counts"], {}
-    c = rows[0]
-    endpoints = yield queries["status_endpoints"], {}
-    return {
-        "messages": {
-            "ready": int(c[0]),
-            "scheduled": int(c[1]),
-            "running": int(c[2]),
-            "lease_expired": int(c[3]),
-            "paused": int(c[4]),
-            "dead": int(c[5]),
-        },
-        "oldest_ready_age_s": None if c[6] is None else max(0.0, float(c[6])),
-        "last_5_minutes": {"delivered": int(c[7]), "failed": int(c[8])},
-        "endpoints": [
-            {
-                "id": e[0],
-                "url": e[1],
-                "enabled": e[2],
-                "disabled_reason": e[3],
-                "failure_streak": e[4],
-                "pending": int(e[6]),
-                "dead": int(e[7]),
-                "last_success_at": e[5],
-            }
-            for e in endpoints
-        ],
-        "now": c[9],
-    }
+    id: int
+    enabled: bool
+    disabled_reason: str | None

@@ -5,28 +5,35 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
+from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import check_event_type
 from outbox.errors import ConfigurationError, InvalidMessage, OutboxError
 from outbox.message import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_ATTEMPTS_LIMIT,
-    NewMessage,
     build_message,
     check_max_attempts,
     check_optional_key,
     encode_body,
 )
 from outbox.queries import Queries, queries_for
-from outbox.transaction import Plan, run_async, run_sync
+from outbox.transaction import Plan, run_async, run_sync, scalar
 
-DEFAULT_SCHEMA = "outbox"
-DEFAULT_MAX_ATTEMPTS = 12
 MAX_EVENT_KEY = 200  # the endpoint id is appended to make each message's key
-DEFAULT_WEBHOOK_MAX_ATTEMPTS = 8
-"""An immediate attempt plus the seven retries of the Standard Webhooks schedule
-(5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h): about a day."""
+
+
+class _Published(NamedTuple):
+    """A row of ``publish``: a message it wrote (``created``), or one whose key
+    existed, found by ``id``, or (``id`` None) to be looked up by ``target`` and
+    ``idempotency_key``."""
+
+    id: int | None
+    created: bool
+    target: str | None
+    idempotency_key: str | None
+    notified: None = None
 
 
 class Outbox:
@@ -99,8 +106,19 @@ class Outbox:
         or ``body`` (bytes, or str sent as UTF-8). Raises
         :class:`outbox.InvalidMessage`, naming the field, for bad input.
         """
-        message = self._build(locals())
-        return run_sync(tx, self._enqueue_plan(message))
+        plan = self._enqueue_plan(
+            url=url,
+            idempotency_key=idempotency_key,
+            json=json,
+            body=body,
+            content_type=content_type,
+            method=method,
+            headers=headers,
+            ordering_key=ordering_key,
+            available_at=available_at,
+            max_attempts=max_attempts,
+        )
+        return run_sync(tx, plan)
 
     async def enqueue_async(
         self,
@@ -119,39 +137,64 @@ class Outbox:
     ) -> int:
         """As :meth:`enqueue`, on a SQLAlchemy ``AsyncSession``/``AsyncConnection``
         or a psycopg ``AsyncConnection``."""
-        message = self._build(locals())
-        return await run_async(tx, self._enqueue_plan(message))
+        plan = self._enqueue_plan(
+            url=url,
+            idempotency_key=idempotency_key,
+            json=json,
+            body=body,
+            content_type=content_type,
+            method=method,
+            headers=headers,
+            ordering_key=ordering_key,
+            available_at=available_at,
+            max_attempts=max_attempts,
+        )
+        return await run_async(tx, plan)
 
-    def _build(self, args: dict[str, Any]) -> NewMessage:
-        return build_message(
-            url=args["url"],
-            idempotency_key=args["idempotency_key"],
-            json=args["json"],
-            body=args["body"],
-            content_type=args["content_type"],
-            method=args["method"],
-            headers=args["headers"],
-            ordering_key=args["ordering_key"],
-            available_at=args["available_at"],
-            max_attempts=args["max_attempts"],
+    def _enqueue_plan(
+        self,
+        *,
+        url: str,
+        idempotency_key: str,
+        json: Any,
+        body: bytes | str | None,
+        content_type: str | None,
+        method: str,
+        headers: Mapping[str, str] | None,
+        ordering_key: str | None,
+        available_at: datetime | None,
+        max_attempts: int | None,
+    ) -> Plan[int]:
+        """Validate the message now (nothing is sent for bad input), then the plan:
+        insert it unless its key exists for its target; return the id."""
+        message = build_message(
+            url=url,
+            idempotency_key=idempotency_key,
+            json=json,
+            body=body,
+            content_type=content_type,
+            method=method,
+            headers=headers,
+            ordering_key=ordering_key,
+            available_at=available_at,
+            max_attempts=max_attempts,
             default_max_attempts=self.max_attempts,
             max_body_bytes=self.max_body_bytes,
         )
+        return self._insert_plan(message.params())
 
-    def _enqueue_plan(self, message: NewMessage) -> Plan[int]:
-        """Insert ``message`` unless its key exists for its target; return the id."""
-        params = message.params()
+    def _insert_plan(self, params: dict[str, Any]) -> Plan[int]:
         insert = self.queries["enqueue_notify" if self.notify else "enqueue"]
-        rows = yield insert, params
-        if rows:
-            return int(rows[0][0])
-        rows = yield self.queries["enqueue_existing"], params
-        if not rows:
+        ids: list[int] = yield insert, params, scalar
+        if ids:
+            return ids[0]
+        ids = yield self.queries["enqueue_existing"], params, scalar
+        if not ids:
             raise OutboxError(
                 "idempotency key conflicted but no message holds it; "
                 "was it removed concurrently by retention?"
             )
-        return int(rows[0][0])
+        return ids[0]
 
     def publish(
         self,
@@ -216,19 +259,24 @@ class Outbox:
         }
 
     def _publish_plan(self, params: dict[str, Any]) -> Plan[list[int]]:
-        rows = yield self.queries["publish_notify" if self.notify else "publish"], params
-        ids = {int(r[0]) for r in rows if r[0] is not None}
-        unseen = [(r[2], r[3]) for r in rows if r[0] is None]
+        statement = self.queries["publish_notify" if self.notify else "publish"]
+        rows: list[_Published] = yield statement, params, _Published
+        ids = {r.id for r in rows if r.id is not None}
+        unseen = [r for r in rows if r.id is None]
         if unseen:
             # keys a concurrent transaction committed while this one waited for them
-            found = yield (
+            found: list[int] = yield (
                 self.queries["publish_existing"],
-                {"targets": [u[0] for u in unseen], "idempotency_keys": [u[1] for u in unseen]},
+                {
+                    "targets": [r.target for r in unseen],
+                    "idempotency_keys": [r.idempotency_key for r in unseen],
+                },
+                scalar,
             )
             if len(found) < len(unseen):
                 raise OutboxError(
                     "idempotency key conflicted but no message holds it; "
                     "was it removed concurrently by retention?"
                 )
-            ids.update(int(r[0]) for r in found)
+            ids.update(found)
         return sorted(ids)

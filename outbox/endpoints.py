@@ -11,13 +11,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
-from outbox.errors import InvalidMessage
+from outbox.defaults import DEFAULT_SCHEMA
+from outbox.errors import InvalidArgument, InvalidMessage
 from outbox.message import check_url
 from outbox.queries import Queries, queries_for
 from outbox.secrets import check_secret, fingerprint, generate_secret
-from outbox.transaction import Plan, Row, run_sync
+from outbox.transaction import Plan, run_sync, scalar
 
 DEFAULT_ROTATION_OVERLAP = timedelta(hours=24)
 MAX_DESCRIPTION = 1000
@@ -113,30 +114,59 @@ def _parse_time(value: object) -> datetime | None:
     return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
-def _endpoint(row: Row) -> Endpoint:
-    raw_secrets = row[4]
-    if isinstance(raw_secrets, str):  # drivers that do not decode jsonb
-        raw_secrets = json.loads(raw_secrets)
-    metadata = row[5]
-    if isinstance(metadata, str):
-        metadata = json.loads(metadata)
-    return Endpoint(
-        id=row[0],
-        url=row[1],
-        description=row[2],
-        event_types=list(row[3]),
-        secrets=[Secret(s["secret"], _parse_time(s.get("expires_at"))) for s in raw_secrets],
-        metadata=metadata,
-        enabled=row[6],
-        disabled_reason=row[7],
-        disabled_at=row[8],
-        failure_streak=row[9],
-        failing_since=row[10],
-        last_success_at=row[11],
-        max_concurrency=row[12],
-        created_at=row[13],
-        updated_at=row[14],
-    )
+class _EndpointRow(NamedTuple):
+    """A row of ``endpoint_get``, ``endpoint_lock`` and ``endpoint_list``, with the
+    database's clock (``now``)."""
+
+    id: int
+    url: str
+    description: str
+    event_types: list[str]
+    secrets: Any  # jsonb: a list, or its text from drivers that do not decode jsonb
+    metadata: Any  # jsonb, likewise
+    enabled: bool
+    disabled_reason: str | None
+    disabled_at: datetime | None
+    failure_streak: int
+    failing_since: datetime | None
+    last_success_at: datetime | None
+    max_concurrency: int | None
+    created_at: datetime
+    updated_at: datetime
+    now: datetime
+
+    def endpoint(self) -> Endpoint:
+        raw_secrets = _json(self.secrets)
+        return Endpoint(
+            id=self.id,
+            url=self.url,
+            description=self.description,
+            event_types=list(self.event_types),
+            secrets=[Secret(s["secret"], _parse_time(s.get("expires_at"))) for s in raw_secrets],
+            metadata=_json(self.metadata),
+            enabled=self.enabled,
+            disabled_reason=self.disabled_reason,
+            disabled_at=self.disabled_at,
+            failure_streak=self.failure_streak,
+            failing_since=self.failing_since,
+            last_success_at=self.last_success_at,
+            max_concurrency=self.max_concurrency,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+
+
+class _Toggled(NamedTuple):
+    """A row of ``endpoint_disable`` and ``endpoint_enable``: whether the endpoint
+    was found, and how many of its messages were paused or resumed."""
+
+    found: int
+    moved: int
+    notified: None = None
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _secrets_json(secrets: Sequence[Secret]) -> str:
@@ -180,7 +210,7 @@ def _check_description(value: object) -> str:
 class Endpoints:
     """Manage webhook endpoints in ``schema``."""
 
-    def __init__(self, *, schema: str = "outbox") -> None:
+    def __init__(self, *, schema: str = DEFAULT_SCHEMA) -> None:
         self.queries: Queries = queries_for(schema)
 
     def add(
@@ -208,25 +238,33 @@ class Endpoints:
         return run_sync(tx, self._insert_plan(params))
 
     def _insert_plan(self, params: dict[str, Any]) -> Plan[Endpoint]:
-        rows = yield self.queries["endpoint_insert"], params
-        endpoint_id = rows[0][0]
-        yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}
-        rows = yield self.queries["endpoint_get"], {"id": endpoint_id}
-        return _endpoint(rows[0])
+        ids: list[int] = yield self.queries["endpoint_insert"], params, scalar
+        endpoint_id = ids[0]
+        yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None
+        rows: list[_EndpointRow] = yield (
+            self.queries["endpoint_get"],
+            {"id": endpoint_id},
+            _EndpointRow,
+        )
+        return rows[0].endpoint()
 
     def get(self, tx: Any, endpoint_id: int) -> Endpoint | None:
         """The endpoint, or None if there is no such id."""
         return run_sync(tx, self._get_plan(endpoint_id))
 
     def _get_plan(self, endpoint_id: int) -> Plan[Endpoint | None]:
-        rows = yield self.queries["endpoint_get"], {"id": endpoint_id}
-        return _endpoint(rows[0]) if rows else None
+        rows: list[_EndpointRow] = yield (
+            self.queries["endpoint_get"],
+            {"id": endpoint_id},
+            _EndpointRow,
+        )
+        return rows[0].endpoint() if rows else None
 
     def require(self, tx: Any, endpoint_id: int) -> Endpoint:
-        """The endpoint; raises InvalidMessage naming ``endpoint_id`` if absent."""
+        """The endpoint; raises InvalidArgument naming ``endpoint_id`` if absent."""
         found = self.get(tx, endpoint_id)
         if found is None:
-            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+            raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
         return found
 
     def all(self, tx: Any) -> list[Endpoint]:
@@ -234,8 +272,8 @@ class Endpoints:
         return run_sync(tx, self._list_plan())
 
     def _list_plan(self) -> Plan[list[Endpoint]]:
-        rows = yield self.queries["endpoint_list"], {}
-        return [_endpoint(r) for r in rows]
+        rows: list[_EndpointRow] = yield self.queries["endpoint_list"], {}, _EndpointRow
+        return [r.endpoint() for r in rows]
 
     def update(
         self,
@@ -277,17 +315,21 @@ class Endpoints:
         ``overlap`` (so receivers can switch), then are dropped."""
         new = check_secret(secret) if secret is not None else generate_secret()
         if overlap < timedelta(0):
-            raise InvalidMessage("overlap", "must not be negative")
+            raise InvalidArgument("overlap", "must not be negative")
         return run_sync(tx, self._update_plan(endpoint_id, {}, rotate=(new, overlap)))
 
     def _update_plan(
         self, endpoint_id: int, changes: dict[str, Any], rotate: tuple[str, timedelta] | None
     ) -> Plan[Endpoint]:
-        rows = yield self.queries["endpoint_lock"], {"id": endpoint_id}
+        rows: list[_EndpointRow] = yield (
+            self.queries["endpoint_lock"],
+            {"id": endpoint_id},
+            _EndpointRow,
+        )
         if not rows:
-            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
-        current = _endpoint(rows[0])
-        now: datetime = rows[0][15]
+            raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
+        current = rows[0].endpoint()
+        now = rows[0].now
         secrets = current.secrets
         if rotate is not None:
             new, overlap = rotate
@@ -306,10 +348,10 @@ class Endpoints:
             "max_concurrency": changes.get("max_concurrency", current.max_concurrency),
             "secrets": _secrets_json(secrets),
         }
-        yield self.queries["endpoint_update"], params
-        yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}
-        rows = yield self.queries["endpoint_get"], {"id": endpoint_id}
-        return _endpoint(rows[0])
+        yield self.queries["endpoint_update"], params, None
+        yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None
+        rows = yield self.queries["endpoint_get"], {"id": endpoint_id}, _EndpointRow
+        return rows[0].endpoint()
 
     def disable(self, tx: Any, endpoint_id: int, *, reason: str = "disabled by an operator") -> int:
         """Disable the endpoint and pause its waiting messages; return how many."""
@@ -324,11 +366,14 @@ class Endpoints:
         return run_sync(tx, self._toggle_plan(name, endpoint_id, None))
 
     def _toggle_plan(self, name: str, endpoint_id: int, reason: str | None) -> Plan[int]:
-        rows = yield self.queries[name], {"id": endpoint_id, "reason": reason}
-        found, moved = rows[0][0], rows[0][1]
-        if not found:
-            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
-        return int(moved)
+        rows: list[_Toggled] = yield (
+            self.queries[name],
+            {"id": endpoint_id, "reason": reason},
+            _Toggled,
+        )
+        if not rows[0].found:
+            raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
+        return rows[0].moved
 
     def delete(self, tx: Any, endpoint_id: int) -> int:
         """Delete the endpoint; its waiting messages become dead. Returns how many
@@ -336,8 +381,8 @@ class Endpoints:
         return run_sync(tx, self._delete_plan(endpoint_id))
 
     def _delete_plan(self, endpoint_id: int) -> Plan[int]:
-        detached = yield self.queries["endpoint_detach"], {"id": endpoint_id}
-        rows = yield self.queries["endpoint_delete"], {"id": endpoint_id}
+        detached = yield self.queries["endpoint_detach"], {"id": endpoint_id}, None
+        rows = yield self.queries["endpoint_delete"], {"id": endpoint_id}, None
         if not rows:
-            raise InvalidMessage("endpoint_id", f"no endpoint with id {endpoint_id}")
+            raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
         return len(detached)

@@ -2,12 +2,26 @@
 
 The tree::
 
-    OutboxError                 base of everything this project raises
-    ├── InvalidMessage          bad input to enqueue/publish; names the field; nothing written
+    OutboxError                 base of everything this project raises; raised itself
+    │                           when the database contradicts what the library wrote
+    │                           (an idempotency key whose message vanished) or the
+    │                           SQL files shipped with it are missing or malformed
+    ├── InvalidArgument         a bad argument that is not part of a message: an id,
+    │   │                       a filter, a limit, a budget, a duration; names it
+    │   └── InvalidMessage      a bad message, event or endpoint field given to
+    │                           enqueue/publish/Endpoints; names it; nothing written
     ├── ConfigurationError      settings that contradict each other or cannot work
     ├── MigrationError          a migration could not be applied, or applied files changed
-    └── DatabaseUnavailable     PostgreSQL could not be reached or answered with a
-                                connection-class error (SQLSTATE class 08, 57P0x)
+    ├── InvalidSignature        a request failed Standard Webhooks verification
+    │                           (also ``outbox.receiver.InvalidSignature``)
+    ├── BlockedDestination      the dispatcher's SSRF guard refused every address of a
+    │                           destination (``dispatchers.ssrf``)
+    └── UsageError              an ``outbox`` command line that cannot be carried out
+                                as given, exit status 2 (``dispatchers.cli``)
+
+``InvalidArgument``, ``InvalidMessage`` and ``ConfigurationError`` are also
+``ValueError``\\ s. Database errors pass through as psycopg's (or SQLAlchemy's),
+unchanged, except where a module says what it translates.
 """
 
 from __future__ import annotations
@@ -17,8 +31,8 @@ class OutboxError(Exception):
     """Base class of every error raised by ``outbox`` and ``dispatchers``."""
 
 
-class InvalidMessage(OutboxError, ValueError):
-    """A message (or event) was rejected before anything was written.
+class InvalidArgument(OutboxError, ValueError):
+    """An argument was rejected before anything was read or written.
 
     ``field`` names the argument at fault; the message text names it too.
     """
@@ -29,6 +43,13 @@ class InvalidMessage(OutboxError, ValueError):
         super().__init__(f"{field}: {problem}")
 
 
+class InvalidMessage(InvalidArgument):
+    """A message, event or endpoint was rejected before anything was written.
+
+    ``field`` names the field at fault (``url``, ``headers[X-Name]``, ``payload``...).
+    """
+
+
 class ConfigurationError(OutboxError, ValueError):
     """Settings that cannot work together, such as a lease shorter than a request."""
 
@@ -37,5 +58,5 @@ class MigrationError(OutboxError):
     """The schema could not be migrated."""
 
 
-class DatabaseUnavailable(OutboxError):
-    """PostgreSQL could not be reached, or dropped the connection."""
+class InvalidSignature(OutboxError):
+    """A request failed Standard Webhooks verification; the message says why."""

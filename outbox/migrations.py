@@ -1,4 +1,4 @@
-"""Apply the numbered SQL files of ``sql/`` to a schema, in order, exactly once.
+"""Apply the numbered SQL files of ``sql/migrations/`` to a schema, in order, exactly once.
 
 Each migration runs in its own transaction, under a transaction-scoped advisory
 lock (safe behind PgBouncer in transaction mode), with ``search_path`` set to the
@@ -13,12 +13,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import scalar_row
 
+from outbox.defaults import DEFAULT_SCHEMA
 from outbox.errors import MigrationError
-from outbox.queries import check_schema_name
+from outbox.queries import queries_for, sql_dir
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -36,20 +39,9 @@ class Migration:
         return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
 
 
-def sql_dir() -> Path:
-    """Where the migration files are: inside the installed package, or the source tree."""
-    packaged = Path(__file__).parent / "_sql"
-    if packaged.is_dir():
-        return packaged
-    source = Path(__file__).parent.parent / "sql"
-    if source.is_dir():
-        return source
-    raise MigrationError(f"no migration files found in {packaged} or {source}")
-
-
 def load_migrations(directory: Path | None = None) -> list[Migration]:
     """Every migration file, by version; refuses gaps, duplicates and stray names."""
-    directory = directory or sql_dir()
+    directory = directory or sql_dir() / "migrations"
     found: list[Migration] = []
     for path in sorted(directory.glob("*.sql")):
         match = _FILE.match(path.name)
@@ -73,7 +65,7 @@ def _lock_key(schema: str) -> int:
 def migrate(
     conninfo: str,
     *,
-    schema: str = "outbox",
+    schema: str = DEFAULT_SCHEMA,
     migrations: list[Migration] | None = None,
     on_apply: Callable[[Migration], None] | None = None,
 ) -> list[Migration]:
@@ -82,49 +74,43 @@ def migrate(
     Safe to run twice in a row and from several processes at once: each step
     takes the same advisory lock and re-reads what is applied.
     """
-    check_schema_name(schema)
+    queries = queries_for(schema)
     migrations = load_migrations() if migrations is None else migrations
-    ident = sql.Identifier(schema)
-    table = sql.SQL("{}.schema_migrations").format(ident)
     applied_now: list[Migration] = []
     with psycopg.connect(conninfo, autocommit=True) as conn:
+
+        def run(statement: str, /, **params: Any) -> Any:
+            """Run ``statement``; return its one value, or None if it has no row."""
+            with conn.cursor(row_factory=scalar_row) as cur:
+                cur.execute(queries[statement].query, params)
+                return cur.fetchone() if cur.description else None
+
         for migration in migrations:
             with conn.transaction():
-                conn.execute("SET LOCAL lock_timeout = '60s'")
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-                conn.execute(
-                    sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {} ("
-                        " version integer PRIMARY KEY,"
-                        " name text NOT NULL,"
-                        " checksum text NOT NULL,"
-                        " applied_at timestamptz NOT NULL DEFAULT now())"
-                    ).format(table)
-                )
-                row = conn.execute(
-                    sql.SQL("SELECT checksum FROM {} WHERE version = %s").format(table),
-                    (migration.version,),
-                ).fetchone()
-                if row is not None:
-                    if row[0] != migration.checksum:
+                run("migrate_lock_timeout")
+                run("migrate_lock", key=_lock_key(schema))
+                run("schema_create")
+                run("migrations_create")
+                checksum = run("migration_checksum", version=migration.version)
+                if checksum is not None:
+                    if checksum != migration.checksum:
                         raise MigrationError(
                             f"migration {migration.version:04d}_{migration.name} was changed "
                             "after it was applied; add a new migration instead"
                         )
                     continue
-                conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+                run("migrate_search_path")
                 try:
                     conn.execute(migration.sql.encode("utf-8"))
                 except psycopg.Error as exc:
                     raise MigrationError(
                         f"migration {migration.version:04d}_{migration.name} failed: {exc}"
                     ) from exc
-                conn.execute(
-                    sql.SQL("INSERT INTO {} (version, name, checksum) VALUES (%s, %s, %s)").format(
-                        table
-                    ),
-                    (migration.version, migration.name, migration.checksum),
+                run(
+                    "migration_record",
+                    version=migration.version,
+                    name=migration.name,
+                    checksum=migration.checksum,
                 )
             applied_now.append(migration)
             if on_apply is not None:
@@ -132,19 +118,14 @@ def migrate(
     return applied_now
 
 
-def applied_versions(conninfo: str, *, schema: str = "outbox") -> list[int]:
+def applied_versions(conninfo: str, *, schema: str = DEFAULT_SCHEMA) -> list[int]:
     """Versions recorded as applied in ``schema`` (empty if never migrated)."""
-    check_schema_name(schema)
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT to_regclass(format('%%I.schema_migrations', %s::text)) IS NOT NULL",
-            (schema,),
-        ).fetchone()
-        if not exists or not exists[0]:
+    queries = queries_for(schema)
+    table = sql.Identifier(schema, "schema_migrations").as_string(None)
+    with (
+        psycopg.connect(conninfo, autocommit=True) as conn,
+        conn.cursor(row_factory=scalar_row) as cur,
+    ):
+        if not cur.execute(queries["table_exists"].query, {"table": table}).fetchone():
             return []
-        rows = conn.execute(
-            sql.SQL("SELECT version FROM {}.schema_migrations ORDER BY version").format(
-                sql.Identifier(schema)
-            )
-        ).fetchall()
-        return [int(r[0]) for r in rows]
+        return list(cur.execute(queries["migrations_applied"].query).fetchall())

@@ -1,4 +1,4 @@
-"""Named SQL statements, loaded from ``queries.sql`` and bound to one schema.
+"""Named SQL statements, loaded from ``sql/queries/*.sql`` and bound to one schema.
 
 Statements are written once, in psycopg's ``%(name)s`` parameter style. The same
 text serves psycopg connections directly and SQLAlchemy connections through
@@ -11,15 +11,17 @@ import functools
 import hashlib
 import re
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from psycopg import sql
 
-from outbox.errors import ConfigurationError
+from outbox.errors import ConfigurationError, OutboxError
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- name:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_NAME = re.compile(r"^\w+\Z", re.ASCII)
 _PYFORMAT = re.compile(r"%\((\w+)\)s")
 _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
 
@@ -109,52 +111,108 @@ class Prepared:
         )
 
 
-def _split(source: str) -> dict[str, str]:
-    parts = _NAME.split(source)
+def sql_dir() -> Path:
+    """The ``sql/`` directory: packaged inside ``outbox`` in a wheel (as ``_sql``), or
+    next to the package in a source checkout (and so an editable install)."""
+    here = Path(__file__).parent
+    for candidate in (here / "_sql", here.parent / "sql"):
+        if candidate.is_dir():
+            return candidate
+    raise OutboxError(f"no SQL files found in {here / '_sql'} or {here.parent / 'sql'}")
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One named statement as written, before it is bound to a schema."""
+
+    file: str
+    body: str
+    notify: bool = False  # the "_notify" twin: "{notify}" becomes the wake-up call
+
+
+def parse(file: str, text: str) -> dict[str, str]:
+    """The statements of one ``.sql`` file by name, from its ``-- name: x`` headers.
+
+    A header whose name is not a plain identifier is an error rather than a line of
+    the statement above it (the name becomes part of a prepared statement's name).
+    """
+    parts = _HEADER.split(text)
     # parts = [preamble, name1, body1, name2, body2, ...]
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    statements: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if not _NAME.match(name):
+            raise OutboxError(f"{file}: {name!r} is not a statement name (letters, digits, _)")
+        if name in statements:
+            raise OutboxError(f"{file}: statement {name!r} is named twice")
+        statements[name] = body.strip()
+    return statements
+
+
+def collect(files: Mapping[str, str]) -> dict[str, _Source]:
+    """Every statement of ``files`` (file name -> text), by name, unique across files:
+    callers look statements up by name alone. The ``_notify`` twin of a statement
+    with a ``{notify}`` fragment counts as a name of its own."""
+    found: dict[str, _Source] = {}
+    for file, text in files.items():
+        for name, body in parse(file, text).items():
+            twins = {name: False, f"{name}_notify": True} if "{notify}" in body else {name: False}
+            for each, notify in twins.items():
+                if each in found:
+                    raise OutboxError(
+                        f"statement {each!r} is named in both {found[each].file} and {file}"
+                    )
+                found[each] = _Source(file, body, notify)
+    return found
 
 
 @functools.cache
-def _source() -> dict[str, str]:
-    return _split(resources.files("outbox").joinpath("queries.sql").read_text("utf-8"))
+def _sources() -> dict[str, _Source]:
+    files = sorted((sql_dir() / "queries").glob("*.sql"))
+    return collect({path.stem: path.read_text("utf-8") for path in files})
 
 
 class Queries:
-    """All named statements of ``queries.sql`` for one schema."""
+    """Every named statement of ``sql/queries/*.sql``, bound to one schema.
+
+    Files group statements by audience (``enqueue``, ``endpoints``, ``admin``,
+    ``dispatch``, ...); names are unique across them, so a statement is looked up
+    by name alone. Fragments: ``{schema}`` (the quoted schema), ``{channel}`` (the
+    quoted notification channel) and ``{notify}`` (see below).
+    """
 
     def __init__(self, schema: str) -> None:
         check_schema_name(schema)
         self.schema = schema
         self.channel = f"{schema}_ready"
         self.wake_lock = (WAKE_LOCK_CLASS, lock_object_id(schema))
-        ident = sql.Identifier(schema)
         # Notify only when a dispatcher waits for it (it holds the wake lock, so
         # this transaction cannot take it shared; see dispatchers.waker).
         # Otherwise the shared lock is held until commit, which keeps a dispatcher
         # from starting to wait before this transaction's messages are visible.
+        # Built here from parts, not written in a .sql file: its lock keys and
+        # channel are this schema's, and it is spliced into statements of several
+        # files. Its column is named, so that rows are still read by name.
         notify = sql.SQL(
             ", CASE WHEN pg_try_advisory_xact_lock_shared({}, {}) THEN NULL"
-            " ELSE pg_notify({}, '') END"
+            " ELSE pg_notify({}, '') END AS notified"
         ).format(*map(sql.Literal, self.wake_lock), sql.Literal(self.channel))
+        parts = {"schema": sql.Identifier(schema), "channel": sql.Identifier(self.channel)}
         self._statements: dict[str, Statement] = {}
-        for name, body in _source().items():
-            if "{notify}" in body:
-                self._add(name, body, schema=ident, notify=sql.SQL(""))
-                self._add(f"{name}_notify", body, schema=ident, notify=notify)
-            else:
-                self._add(name, body, schema=ident)
-
-    def _add(self, name: str, body: str, **parts: sql.Composable) -> None:
-        text = sql.SQL(body).format(**parts).as_string(None)
-        self._statements[name] = Statement(name, text)
+        self._files: dict[str, list[str]] = {}
+        for name, source in _sources().items():
+            with_notify = notify if source.notify else sql.SQL("")
+            text = sql.SQL(source.body).format(notify=with_notify, **parts).as_string(None)
+            self._statements[name] = Statement(name, text)
+            self._files.setdefault(source.file, []).append(name)
 
     def __getitem__(self, name: str) -> Statement:
         return self._statements[name]
 
-    def names(self) -> list[str]:
-        """Names of every statement, in file order."""
-        return list(self._statements)
+    def names(self, file: str | None = None) -> list[str]:
+        """Names of every statement (of ``file``, such as ``"bench"``), in file order."""
+        if file is None:
+            return list(self._statements)
+        return list(self._files[file])
 
 
 @functools.lru_cache(maxsize=32)

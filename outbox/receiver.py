@@ -25,11 +25,11 @@ from typing import Any
 
 from psycopg import sql
 
-from outbox.errors import ConfigurationError, InvalidMessage, OutboxError
+from outbox.errors import ConfigurationError, InvalidArgument, InvalidMessage, InvalidSignature
 from outbox.message import check_key
-from outbox.queries import Statement, check_schema_name
+from outbox.queries import check_schema_name, queries_for
 from outbox.secrets import parse_secret, signature
-from outbox.transaction import Plan, run_async, run_sync
+from outbox.transaction import Plan, run_async, run_sync, scalar
 
 __all__ = [
     "DEFAULT_INBOX_SCHEMA",
@@ -48,10 +48,6 @@ _BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}\Z")
 # RFC 8941 sf-string: printable ASCII in double quotes; only \" and \\ escapes
 _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"\Z')
 _SF_UNESCAPE = re.compile(r"\\([\"\\])")
-
-
-class InvalidSignature(OutboxError):
-    """A request failed Standard Webhooks verification; the message says why."""
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -169,47 +165,10 @@ class Inbox:
 
     def __init__(self, schema: str = DEFAULT_INBOX_SCHEMA) -> None:
         self.schema = check_schema_name(schema)
-        schema_id = sql.Identifier(schema)
-        table = sql.Identifier(schema, "inbox")
-        self._table_name = table.as_string(None)
+        self._queries = queries_for(schema)
+        self._table_name = sql.Identifier(schema, "inbox").as_string(None)
         self._lock_key = int.from_bytes(
             hashlib.sha256(f"outbox.inbox:{schema}".encode()).digest()[:8], "big", signed=True
-        )
-
-        def statement(name: str, text: str) -> Statement:
-            query = sql.SQL(text).format(schema=schema_id, table=table)
-            return Statement(name, query.as_string(None))
-
-        # whether the table exists, so that a ready inbox needs no lock and no DDL
-        # (CREATE ... IF NOT EXISTS still needs the CREATE privilege)
-        self._exists = statement("inbox_exists", "SELECT to_regclass(%(table)s) IS NOT NULL")
-        # IF NOT EXISTS alone races on the catalogs: serialize creators first
-        self._lock = statement(
-            "inbox_lock", "SELECT pg_advisory_xact_lock(CAST(%(lock)s AS bigint))"
-        )
-        self._create_schema = statement(
-            "inbox_create_schema", "CREATE SCHEMA IF NOT EXISTS {schema}"
-        )
-        self._create_table = statement(
-            "inbox_create_table",
-            "CREATE TABLE IF NOT EXISTS {table} ("
-            "key text PRIMARY KEY, "
-            "received_at timestamptz NOT NULL DEFAULT now())",
-        )
-        # a concurrent claim of the same key waits here until the first one's
-        # transaction ends: then it inserts (rolled back) or returns no row (committed)
-        self._claim = statement(
-            "inbox_claim",
-            "INSERT INTO {table} (key) VALUES (%(key)s) ON CONFLICT (key) DO NOTHING RETURNING 1",
-        )
-        # a bounded batch of the oldest keys, found in heap order (oldest first for
-        # an append-only table) so that no index on received_at is needed
-        self._purge = statement(
-            "inbox_purge",
-            "WITH gone AS (DELETE FROM {table} WHERE ctid = ANY (ARRAY("
-            "SELECT ctid FROM {table} "
-            "WHERE received_at < now() - make_interval(secs => %(older_than_s)s) "
-            "LIMIT %(limit)s)) RETURNING 1) SELECT count(*) FROM gone",
         )
 
     def __repr__(self) -> str:
@@ -217,7 +176,8 @@ class Inbox:
 
     def create_sql(self) -> str:
         """The DDL :meth:`ensure_schema` runs, for applications that run their own migrations."""
-        return f"{self._create_schema.text};\n{self._create_table.text};\n"
+        create = (self._queries[name].text for name in ("schema_create", "inbox_create_table"))
+        return "".join(f"{text};\n" for text in create)
 
     def ensure_schema(self, tx: Any) -> None:
         """Create the schema and ``inbox`` table if missing (idempotent, concurrency-safe)."""
@@ -262,7 +222,8 @@ class Inbox:
         Keep keys longer than any sender may still deliver them: a request whose
         key was purged is applied again. Standard Webhooks retries span about a
         day, and a replay may come later still, so a week or more is sensible.
-        Raises :class:`ValueError` for a non-positive ``older_than`` or ``limit``.
+        Raises :class:`outbox.InvalidArgument` (a ``ValueError``) for a non-positive
+        ``older_than`` or ``limit``.
         """
         params = self._purge_params(older_than, limit)
         return run_sync(tx, self._purge_plan(params))
@@ -275,14 +236,14 @@ class Inbox:
     @staticmethod
     def _purge_params(older_than: timedelta, limit: int) -> dict[str, Any]:
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
-            raise ValueError(f"older_than: must be a positive timedelta, not {older_than!r}")
+            raise InvalidArgument("older_than", f"must be a positive timedelta, not {older_than!r}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit: must be a positive integer, not {limit!r}")
+            raise InvalidArgument("limit", f"must be a positive integer, not {limit!r}")
         return {"older_than_s": older_than.total_seconds(), "limit": limit}
 
     def _purge_plan(self, params: dict[str, Any]) -> Plan[int]:
-        rows = yield self._purge, params
-        return int(rows[0][0])
+        purged: list[int] = yield self._queries["inbox_purge"], params, scalar
+        return purged[0]
 
     def _missing_table(self, exc: Exception) -> ConfigurationError | None:
         """A missing table (SQLSTATE 42P01) becomes a ConfigurationError saying what to do."""
@@ -296,13 +257,17 @@ class Inbox:
         return None
 
     def _ensure_plan(self) -> Plan[None]:
-        rows = yield self._exists, {"table": self._table_name}
-        if rows and rows[0][0]:
+        exists: list[bool] = yield (
+            self._queries["table_exists"],
+            {"table": self._table_name},
+            scalar,
+        )
+        if exists[0]:
             return
-        yield self._lock, {"lock": self._lock_key}
-        yield self._create_schema, {}
-        yield self._create_table, {}
+        yield self._queries["inbox_lock"], {"lock": self._lock_key}, None
+        yield self._queries["schema_create"], {}, None
+        yield self._queries["inbox_create_table"], {}, None
 
     def _claim_plan(self, key: str) -> Plan[bool]:
-        rows = yield self._claim, {"key": key}
+        rows = yield self._queries["inbox_claim"], {"key": key}, None
         return bool(rows)

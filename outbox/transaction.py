@@ -1,7 +1,9 @@
 """Running statements in the caller's transaction, whatever kind it is.
 
 The library's write paths are written once as *plans*: generators that yield
-``(statement, params)`` and receive the rows. :func:`run_sync` and
+``(statement, params, row)`` and receive the rows, each made by ``row`` from its
+columns by name (a row class, or :func:`scalar`), or plain tuples when ``row`` is
+None (for statements whose rows are only counted, or not read). :func:`run_sync` and
 :func:`run_async` drive a plan on one of the six supported transaction kinds, so
 sync and async share every query and every decision; only the I/O differs.
 Nothing here commits, rolls back or opens a connection.
@@ -10,12 +12,12 @@ Nothing here commits, rolls back or opens a connection.
 from __future__ import annotations
 
 import sys
-from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Callable, Generator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.pq import ExecStatus
-from psycopg.rows import tuple_row
+from psycopg.rows import RowFactory, kwargs_row, tuple_row
 
 from outbox.queries import Statement
 
@@ -23,8 +25,10 @@ if TYPE_CHECKING:
     from psycopg.pq.abc import PGresult
 
 T = TypeVar("T")
-Row = Sequence[Any]
-Plan = Generator[tuple[Statement, dict[str, Any]], list[Row], T]
+RowMaker = Callable[..., Any]
+"""Makes one row from its columns, given as keyword arguments named as in the result."""
+Step = tuple[Statement, Mapping[str, Any], RowMaker | None]
+Plan = Generator[Step, list[Any], T]
 
 SYNC_KINDS = "a SQLAlchemy Session or Connection, or a psycopg Connection"
 ASYNC_KINDS = "a SQLAlchemy AsyncSession or AsyncConnection, or a psycopg AsyncConnection"
@@ -53,30 +57,71 @@ def _rows(result: PGresult | None) -> bool:
     return result is not None and result.status == TUPLES_OK
 
 
-def _execute_sync(tx: object, statement: Statement, params: dict[str, Any]) -> list[Row]:
+def scalar(*, notified: None = None, **column: Any) -> Any:
+    """The row maker of a result with one value per row: that value.
+
+    ``notified`` is the wake-up column that the ``_notify`` twin of a statement
+    adds (see :mod:`outbox.queries`); it holds nothing.
+    """
+    (value,) = column.values()
+    return value
+
+
+def rows_plan(
+    statement: Statement, params: Mapping[str, Any], row: Callable[..., T]
+) -> Plan[list[T]]:
+    """The plan of one statement: its rows, each made by ``row``."""
+    rows: list[T] = yield statement, params, row
+    return rows
+
+
+def scalar_plan(statement: Statement, params: Mapping[str, Any]) -> Plan[int]:
+    """The plan of one statement that counts: its one value."""
+    values = yield from rows_plan(statement, params, scalar)
+    return int(values[0])
+
+
+def _factory(row: RowMaker | None) -> RowFactory[Any]:
+    # rows of our making whatever row factory the application gave its connection
+    return tuple_row if row is None else kwargs_row(row)
+
+
+def _made(result: Any, row: RowMaker | None) -> list[Any]:
+    """The rows of a SQLAlchemy result, made as psycopg's row factories make them."""
+    if not result.returns_rows:
+        return []
+    if row is None:
+        return [tuple(r) for r in result]
+    return [row(**r._mapping) for r in result]
+
+
+def _execute_sync(
+    tx: object, statement: Statement, params: Mapping[str, Any], row: RowMaker | None
+) -> list[Any]:
     if isinstance(tx, psycopg.Connection):
-        # tuples whatever row factory the application gave its connection
-        with tx.cursor(row_factory=tuple_row) as cur:
+        with tx.cursor(row_factory=_factory(row)) as cur:
             cur.execute(statement.query, params)
-            return cast(list[Row], cur.fetchall()) if _rows(cur.pgresult) else []
+            return cur.fetchall() if _rows(cur.pgresult) else []
     kind = _sqlalchemy_kind(tx)
     if kind == "sync":
         result = tx.execute(statement.sqlalchemy, params)  # type: ignore[attr-defined]
-        return [tuple(row) for row in result] if result.returns_rows else []
+        return _made(result, row)
     if kind == "async" or isinstance(tx, psycopg.AsyncConnection):
         raise TypeError(f"{type(tx).__name__} is asynchronous: use the *_async method")
     raise TypeError(f"tx must be {SYNC_KINDS}, not {type(tx).__name__}")
 
 
-async def _execute_async(tx: object, statement: Statement, params: dict[str, Any]) -> list[Row]:
+async def _execute_async(
+    tx: object, statement: Statement, params: Mapping[str, Any], row: RowMaker | None
+) -> list[Any]:
     if isinstance(tx, psycopg.AsyncConnection):
-        async with tx.cursor(row_factory=tuple_row) as cur:
+        async with tx.cursor(row_factory=_factory(row)) as cur:
             await cur.execute(statement.query, params)
-            return cast(list[Row], await cur.fetchall()) if _rows(cur.pgresult) else []
+            return await cur.fetchall() if _rows(cur.pgresult) else []
     kind = _sqlalchemy_kind(tx)
     if kind == "async":
         result = await tx.execute(statement.sqlalchemy, params)  # type: ignore[attr-defined]
-        return [tuple(row) for row in result] if result.returns_rows else []
+        return _made(result, row)
     if kind == "sync" or isinstance(tx, psycopg.Connection):
         raise TypeError(f"{type(tx).__name__} is synchronous: use the method without _async")
     raise TypeError(f"tx must be {ASYNC_KINDS}, not {type(tx).__name__}")
@@ -85,10 +130,9 @@ async def _execute_async(tx: object, statement: Statement, params: dict[str, Any
 def run_sync(tx: object, plan: Plan[T]) -> T:
     """Drive ``plan`` on a synchronous transaction and return its result."""
     try:
-        statement, params = next(plan)
+        step = next(plan)
         while True:
-            rows = _execute_sync(tx, statement, params)
-            statement, params = plan.send(rows)
+            step = plan.send(_execute_sync(tx, *step))
     except StopIteration as stop:
         result: T = stop.value
         return result
@@ -97,10 +141,9 @@ def run_sync(tx: object, plan: Plan[T]) -> T:
 async def run_async(tx: object, plan: Plan[T]) -> T:
     """Drive ``plan`` on an asynchronous transaction and return its result."""
     try:
-        statement, params = next(plan)
+        step = next(plan)
         while True:
-            rows = await _execute_async(tx, statement, params)
-            statement, params = plan.send(rows)
+            step = plan.send(await _execute_async(tx, *step))
     except StopIteration as stop:
         result: T = stop.value
         return result

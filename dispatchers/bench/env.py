@@ -8,8 +8,8 @@
 - :class:`CpuClock` reads the CPU time of a process (and its children) from
   ``/proc``; :func:`postgres_clock` finds the server's postmaster when the server
   runs on this host, so PostgreSQL's CPU per message can be reported.
-- :func:`bench_queries` loads the benchmark's own SQL (``queries.sql`` next to this
-  file, ``-- name:`` headers, ``{schema}`` placeholders) bound to one schema.
+- :func:`bench_queries` gives the benchmark's own SQL (``sql/queries/bench.sql``,
+  loaded as all named statements are) bound to one schema.
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
-import re
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from dispatchers.embedded import Database, EmbeddedPostgres
+from outbox.defaults import DEFAULT_MAX_ATTEMPTS
 from outbox.dsn import libpq_url
 from outbox.message import build_message
 from outbox.migrations import load_migrations, migrate
@@ -40,7 +39,6 @@ from outbox.queries import check_schema_name, queries_for
 CONNECT_TIMEOUT = 10  # seconds, for the benchmark's own connections
 STATEMENT_TIMEOUT = "300s"  # for the benchmark's own statements (seeding history is slow)
 SEED_COMMIT_EVERY = 5000
-DEFAULT_MAX_ATTEMPTS = 12
 SPAWN = multiprocessing.get_context("spawn")
 """How the benchmarks start their other processes (fresh interpreters, no fork)."""
 
@@ -172,24 +170,12 @@ def table_counts(url: str, schema: str, tables: tuple[str, ...]) -> dict[str, in
 
 # -- the benchmark's own SQL ----------------------------------------------------------
 
-_NAME = re.compile(r"^-- name: ([\w-]+)\s*$", re.MULTILINE)
-
-
-@functools.cache
-def _bench_sql() -> dict[str, str]:
-    source = resources.files("dispatchers.bench").joinpath("queries.sql").read_text("utf-8")
-    parts = _NAME.split(source)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
-
 
 @functools.lru_cache(maxsize=64)
 def bench_queries(schema: str) -> dict[str, str]:
-    """The benchmark's statements (``queries.sql`` here) with ``{schema}`` bound."""
-    ident = sql.Identifier(check_schema_name(schema))
-    return {
-        name: sql.SQL(body).format(schema=ident).as_string(None)
-        for name, body in _bench_sql().items()
-    }
+    """The benchmark's statements (``sql/queries/bench.sql``) bound to ``schema``."""
+    queries = queries_for(schema)
+    return {name: queries[name].text for name in queries.names("bench")}
 
 
 # -- CPU time from /proc -------------------------------------------------------------

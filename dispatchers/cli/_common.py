@@ -27,7 +27,7 @@ from typing import Any, TypeAlias, TypeVar
 import psycopg
 
 from dispatchers.embedded import Database
-from outbox.core import DEFAULT_SCHEMA
+from outbox.defaults import DEFAULT_SCHEMA
 from outbox.dsn import libpq_url
 from outbox.errors import OutboxError
 

@@ -19,7 +19,7 @@ from dispatchers.cli._common import (
     transaction,
 )
 from dispatchers.cli._render import cell, emit, table
-from outbox.core import DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_MAX_ATTEMPTS
+from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 
 
 def _dead_selection(args: argparse.Namespace) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from dispatchers.cli._common import (
     transaction,
 )
 from dispatchers.cli._render import UNPRINTABLE_TEXT, cell, emit, fields, table
-from outbox.errors import InvalidMessage
+from outbox.errors import InvalidArgument
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -46,7 +46,7 @@ def cmd_messages_show(args: argparse.Namespace) -> int:
     with transaction(args) as conn:
         message = message_show(conn, args.id, schema=args.schema)
     if message is None:
-        raise InvalidMessage("id", f"no message with id {args.id} (never written, or purged)")
+        raise InvalidArgument("id", f"no message with id {args.id} (never written, or purged)")
     data = message.as_dict(show_headers=args.show_headers, show_body=args.show_body)
     pairs: list[tuple[str, object]] = [
         ("id", message.id),

@@ -20,6 +20,7 @@ from psycopg import sql
 
 from outbox import ConfigurationError, InvalidMessage
 from outbox.receiver import Inbox
+from tests.errors import invalid_argument
 from tests.transactions import Observer, Tx, open_tx
 
 BAD_KEYS: list[object] = ["", "x" * 256, "line\nbreak", " padded", "caf\u00e9", 42, None]
@@ -152,7 +153,7 @@ async def test_purge_refuses_bad_bounds_and_sends_nothing(tx: Tx, inbox: Inbox) 
         (timedelta(days=1), 2.5, "limit"),
     ]
     for older_than, limit, field in bad:
-        with pytest.raises(ValueError, match=f"^{field}: "):
+        with invalid_argument(field, match=f"^{field}: "):
             await tx.call(inbox.purge, inbox.purge_async, older_than, limit=limit)
         assert not tx.in_transaction(), (older_than, limit)
 

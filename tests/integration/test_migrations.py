@@ -21,6 +21,7 @@ from psycopg import sql
 from dispatchers.embedded import EmbeddedPostgres
 from outbox import ConfigurationError, MigrationError, Outbox, migrate
 from outbox.migrations import Migration, _lock_key, applied_versions, load_migrations
+from outbox.queries import queries_for
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {
@@ -76,7 +77,7 @@ def test_migrate_creates_the_schema_on_an_empty_database(empty_database_url: str
     expected = load_migrations()
     assert [(m.version, m.name) for m in applied] == [(m.version, m.name) for m in expected]
     assert applied[0] == Migration(
-        1, "initial", (REPO / "sql" / "0001_initial.sql").read_text("utf-8")
+        1, "initial", (REPO / "sql" / "migrations" / "0001_initial.sql").read_text("utf-8")
     )
     assert tables(empty_database_url, "outbox") == TABLES
     assert recorded(empty_database_url) == [(m.version, m.name, m.checksum) for m in expected]
@@ -358,7 +359,7 @@ def test_migrated_schema_equals_what_the_migration_files_describe(
     with connect(empty_database_url) as conn:
         conn.execute("CREATE SCHEMA by_hand")
         conn.execute("SET search_path TO by_hand")
-        files = sorted((REPO / "sql").glob("*.sql"))
+        files = sorted((REPO / "sql" / "migrations").glob("*.sql"))
         assert [f.name for f in files][:1] == ["0001_initial.sql"]
         for path in files:
             conn.execute(path.read_bytes())
@@ -528,18 +529,36 @@ def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None
     assert len(wheels) == 1, wheels
     with zipfile.ZipFile(wheels[0]) as wheel:
         names = set(wheel.namelist())
-        packaged_sql = wheel.read("outbox/_sql/0001_initial.sql")
-    for required in (
-        "outbox/_sql/0001_initial.sql",
-        "outbox/queries.sql",
-        "outbox/py.typed",
-        "dispatchers/py.typed",
-    ):
+        packaged_sql = wheel.read("outbox/_sql/migrations/0001_initial.sql")
+        wheel.extractall(tmp_path / "installed")
+    for required in ("outbox/py.typed", "dispatchers/py.typed"):
         assert required in names
-    assert packaged_sql == (REPO / "sql" / "0001_initial.sql").read_bytes()
+    assert packaged_sql == (REPO / "sql" / "migrations" / "0001_initial.sql").read_bytes()
     assert {n for n in names if n.startswith("outbox/_sql/")} == {
-        f"outbox/_sql/{p.name}" for p in (REPO / "sql").glob("*.sql")
+        f"outbox/_sql/{p.relative_to(REPO / 'sql').as_posix()}"
+        for p in (REPO / "sql").rglob("*.sql")
     }
+
+    # Installed (a pure-Python wheel is its files), the package finds them inside itself.
+    script = (
+        "from outbox.migrations import load_migrations\n"
+        "from outbox.queries import queries_for, sql_dir\n"
+        "print(sql_dir())\n"
+        "print(len(load_migrations()), len(queries_for('outbox').names()))\n"
+    )
+    installed = tmp_path / "installed"
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "PYTHONPATH": str(installed)},
+        cwd=tmp_path,
+        check=True,
+    )
+    found_dir, counts = run.stdout.splitlines()
+    assert Path(found_dir) == installed / "outbox" / "_sql"
+    assert counts == f"{len(load_migrations())} {len(queries_for('outbox').names())}"
 
 
 # -- the embedded server -------------------------------------------------------------

@@ -35,6 +35,7 @@ from outbox.dsn import sqlalchemy_url
 from outbox.endpoints import Endpoint, Endpoints
 from outbox.receiver import verify
 from outbox.secrets import GENERATED_KEY_BYTES, SECRET_PREFIX, generate_secret, parse_secret
+from tests.errors import invalid_argument
 from tests.receiver import Received, Receiver, Reply
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -229,14 +230,14 @@ def test_get_all_and_delete(db: Db) -> None:
         )
         assert db.endpoints.get(conn, 999_999) is None
         assert [e.id for e in db.endpoints.all(conn)] == [first.id, second.id]
-        with pytest.raises(InvalidMessage, match=r"^endpoint_id:"):
+        with invalid_argument("endpoint_id"):
             db.endpoints.require(conn, 999_999)
     with db.connect() as conn:
         assert db.endpoints.delete(conn, first.id) == 0
     with db.connect() as conn:
         assert db.endpoints.get(conn, first.id) is None
         assert [e.id for e in db.endpoints.all(conn)] == [second.id]
-        with pytest.raises(InvalidMessage, match=r"^endpoint_id:"):
+        with invalid_argument("endpoint_id"):
             db.endpoints.delete(conn, first.id)
 
 
@@ -280,7 +281,7 @@ def test_update_refuses_bad_input_and_unknown_ids(db: Db) -> None:
         with pytest.raises(InvalidMessage, match=r"^event_types:"):
             db.endpoints.update(conn, endpoint.id, event_types=["bad type"])
         assert conn.info.transaction_status == TransactionStatus.IDLE
-        with pytest.raises(InvalidMessage, match=r"^endpoint_id:"):
+        with invalid_argument("endpoint_id"):
             db.endpoints.update(conn, 999_999, description="x")
     assert db.endpoint(endpoint.id) == endpoint
 
@@ -702,9 +703,9 @@ def test_rotate_refuses_a_bad_secret_or_overlap(db: Db) -> None:
     with db.connect() as conn:
         with pytest.raises(InvalidMessage, match=r"^secret:"):
             db.endpoints.rotate_secret(conn, endpoint.id, secret="whsec_short")
-        with pytest.raises(InvalidMessage, match=r"^overlap:"):
+        with invalid_argument("overlap"):
             db.endpoints.rotate_secret(conn, endpoint.id, overlap=timedelta(seconds=-1))
-        with pytest.raises(InvalidMessage, match=r"^endpoint_id:"):
+        with invalid_argument("endpoint_id"):
             db.endpoints.rotate_secret(conn, 999_999)
     assert db.endpoint(endpoint.id).secrets == endpoint.secrets
 
@@ -845,9 +846,9 @@ async def test_operator_disable_pauses_messages_and_claim_skips_later_commits(
 def test_disable_and_enable_refuse_unknown_ids_and_bad_reasons(db: Db) -> None:
     endpoint = db.add("https://example.com/x")
     with db.connect() as conn:
-        with pytest.raises(InvalidMessage, match=r"^endpoint_id:"):
+        with invalid_argument("endpoint_id"):
             db.endpoints.disable(conn, 999_999)
-        with pytest.raises(InvalidMessage, match=r"^endpoint_id:"):
+        with invalid_argument("endpoint_id"):
             db.endpoints.enable(conn, 999_999)
         with pytest.raises(InvalidMessage, match=r"^reason:"):
             db.endpoints.disable(conn, endpoint.id, reason="")

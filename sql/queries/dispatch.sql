@@ -1,46 +1,7 @@
--- Every statement that touches the outbox tables, by name.
---
--- "{schema}" is replaced by the quoted schema identifier when the queries are
--- loaded (psycopg.sql.Identifier); parameters use psycopg's %(name)s style and are
--- translated for SQLAlchemy's text() by outbox.queries.
-
--- name: enqueue
--- Insert the key first: if (target, key) exists already, the key insert does
--- nothing, so the message insert (which selects from it) does nothing too, and
--- the caller looks the existing id up with enqueue_existing. A concurrent
--- transaction holding the same key makes this statement wait for its outcome.
--- {notify} is either empty or a pg_notify call with a constant payload (so that
--- PostgreSQL folds all notifications of one transaction into one), made only
--- when a dispatcher is waiting for it (outbox.queries.Queries explains how).
-WITH new_key AS (
-    INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
-    VALUES (%(target)s, %(idempotency_key)s, nextval('{schema}.messages_id_seq'))
-    ON CONFLICT (target, idempotency_key) DO NOTHING
-    RETURNING message_id
-), new_message AS (
-    INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
-        content_type, event_type, ordering_key, state, max_attempts, available_at
-    )
-    SELECT new_key.message_id,
-           CAST(%(idempotency_key)s AS text), CAST(%(target)s AS text),
-           CAST(%(endpoint_id)s AS bigint), CAST(%(url)s AS text),
-           CAST(%(method)s AS text), CAST(%(headers)s AS jsonb), CAST(%(body)s AS bytea),
-           CAST(%(content_type)s AS text), CAST(%(event_type)s AS text),
-           CAST(%(ordering_key)s AS text), CAST(%(state)s AS text),
-           CAST(%(max_attempts)s AS integer),
-           COALESCE(CAST(%(available_at)s AS timestamptz), now())
-    FROM new_key
-    RETURNING id
-)
-SELECT id{notify} FROM new_message
-
--- name: enqueue_existing
--- Runs as a separate statement after a conflict, so that in READ COMMITTED it
--- sees the row that the concurrent transaction committed.
-SELECT message_id AS id
-FROM {schema}.message_keys
-WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
+-- The dispatcher's statements (dispatchers.db, dispatchers.waker): claim, lease
+-- renewal, completion, rescue, retention, the drain check, and the session
+-- statements around them. Placeholders as in enqueue.sql, plus "{channel}", the
+-- quoted name of the schema's notification channel.
 
 -- name: claim
 -- Claim up to %(limit)s due messages for one dispatcher, in one statement that
@@ -119,14 +80,14 @@ WITH candidates AS (
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key
 )
-SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url),
+SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
        -- the signing secrets still in force (several during a rotation)
        ARRAY(SELECT s.value ->> 'secret'
              FROM jsonb_array_elements(e.secrets) AS s
              WHERE s.value ->> 'expires_at' IS NULL
-                OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()),
+                OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()) AS secrets,
        c.ordering_key
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
@@ -172,13 +133,13 @@ WITH candidates AS (
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key
 )
-(SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url),
+(SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
         ARRAY(SELECT s.value ->> 'secret'
               FROM jsonb_array_elements(e.secrets) AS s
               WHERE s.value ->> 'expires_at' IS NULL
-                 OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()),
+                 OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()) AS secrets,
         c.ordering_key
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
@@ -492,390 +453,6 @@ SELECT
     (SELECT count(*) FROM {schema}.messages WHERE state = 'running') AS running,
     (SELECT count(*) FROM {schema}.messages WHERE state = 'ready' AND available_at > now()) AS scheduled
 
--- name: publish
--- Fan one event out to every enabled endpoint subscribed to its type, in the
--- caller's transaction: one message per endpoint, keyed "<event key>:<endpoint>"
--- so that publishing the same event again writes nothing. A subscription is an
--- exact type or a "prefix.*" pattern; an endpoint with none gets every type.
--- Returns the new message ids, then (created = false) the ids that existed. A key
--- that a concurrent transaction committed while this statement waited for it is
--- not in this statement's snapshot: it comes back with a NULL id, and the caller
--- looks it up with publish_existing (as enqueue does with enqueue_existing).
-WITH subscribed AS (
-    SELECT e.id,
-           'endpoint:' || e.id AS target,
-           %(event_key)s || ':' || e.id AS idempotency_key
-    FROM {schema}.endpoints AS e
-    WHERE e.enabled
-      AND (cardinality(e.event_types) = 0
-           OR %(event_type)s = ANY (e.event_types)
-           OR EXISTS (
-                SELECT 1 FROM unnest(e.event_types) AS pattern
-                WHERE right(pattern, 2) = '.*'
-                  AND starts_with(%(event_type)s, left(pattern, -1))))
-), new_key AS (
-    INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
-    SELECT target, idempotency_key, nextval('{schema}.messages_id_seq')
-    FROM subscribed
-    ORDER BY id
-    ON CONFLICT (target, idempotency_key) DO NOTHING
-    RETURNING target, idempotency_key, message_id
-), new_message AS (
-    INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
-        content_type, event_type, ordering_key, state, max_attempts
-    )
-    SELECT k.message_id, k.idempotency_key, k.target, s.id, NULL, 'POST',
-           CAST('{{}}' AS jsonb), CAST(%(body)s AS bytea), 'application/json',
-           CAST(%(event_type)s AS text), CAST(%(ordering_key)s AS text), 'ready',
-           CAST(%(max_attempts)s AS integer)
-    FROM new_key AS k
-    JOIN subscribed AS s USING (target)
-    RETURNING id
-)
-SELECT id, true AS created, NULL AS target, NULL AS idempotency_key{notify}
-FROM new_message
-UNION ALL
-SELECT k.message_id, false, s.target, s.idempotency_key{notify}
-FROM subscribed AS s
-LEFT JOIN {schema}.message_keys AS k USING (target, idempotency_key)
-WHERE NOT EXISTS (
-    SELECT 1 FROM new_key AS n
-    WHERE n.target = s.target AND n.idempotency_key = s.idempotency_key)
-
--- name: publish_existing
--- Runs as a separate statement after publish met keys it could not see, so that
--- in READ COMMITTED it sees the rows the concurrent transaction committed.
-SELECT k.message_id
-FROM unnest(CAST(%(targets)s AS text[]), CAST(%(idempotency_keys)s AS text[]))
-     AS wanted(target, idempotency_key)
-JOIN {schema}.message_keys AS k USING (target, idempotency_key)
-
--- name: endpoint_insert
-INSERT INTO {schema}.endpoints (url, description, event_types, secrets, metadata, max_concurrency)
-VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]), CAST(%(secrets)s AS jsonb),
-        CAST(%(metadata)s AS jsonb), %(max_concurrency)s)
-RETURNING id
-
--- name: endpoint_slots_sync
--- Make an endpoint's slot rows match its max_concurrency: add the missing ones,
--- remove free ones above the cap (held ones go when they are freed).
-WITH endpoint AS (
-    SELECT id, COALESCE(max_concurrency, 0) AS cap
-    FROM {schema}.endpoints
-    WHERE id = %(id)s
-), added AS (
-    INSERT INTO {schema}.endpoint_slots (endpoint_id, slot)
-    SELECT endpoint.id, g FROM endpoint, generate_series(1, endpoint.cap) AS g
-    ON CONFLICT DO NOTHING
-    RETURNING slot
-), removed AS (
-    DELETE FROM {schema}.endpoint_slots AS s
-    USING endpoint
-    WHERE s.endpoint_id = endpoint.id AND s.slot > endpoint.cap AND s.message_id IS NULL
-    RETURNING slot
-)
-SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM removed)
-
--- name: endpoint_get
-SELECT id, url, description, event_types, secrets, metadata, enabled, disabled_reason,
-       disabled_at, failure_streak, failing_since, last_success_at, max_concurrency,
-       created_at, updated_at, now()
-FROM {schema}.endpoints
-WHERE id = %(id)s
-
--- name: endpoint_lock
-SELECT id, url, description, event_types, secrets, metadata, enabled, disabled_reason,
-       disabled_at, failure_streak, failing_since, last_success_at, max_concurrency,
-       created_at, updated_at, now()
-FROM {schema}.endpoints
-WHERE id = %(id)s
-FOR UPDATE
-
--- name: endpoint_list
-SELECT id, url, description, event_types, secrets, metadata, enabled, disabled_reason,
-       disabled_at, failure_streak, failing_since, last_success_at, max_concurrency,
-       created_at, updated_at, now()
-FROM {schema}.endpoints
-ORDER BY id
-
--- name: endpoint_update
-UPDATE {schema}.endpoints
-SET url = %(url)s,
-    description = %(description)s,
-    event_types = CAST(%(event_types)s AS text[]),
-    secrets = CAST(%(secrets)s AS jsonb),
-    metadata = CAST(%(metadata)s AS jsonb),
-    max_concurrency = %(max_concurrency)s,
-    updated_at = now()
-WHERE id = %(id)s
-RETURNING id
-
--- name: endpoint_disable
--- Disable an endpoint and pause its waiting messages: they are neither attempted
--- nor dead, and resume when it is enabled again. Deliveries in flight finish;
--- a retry of theirs is paused by the completion batch.
-WITH endpoint AS (
-    UPDATE {schema}.endpoints
-    SET enabled = false,
-        disabled_reason = %(reason)s,
-        disabled_at = now(),
-        updated_at = now()
-    WHERE id = %(id)s
-    RETURNING id
-), paused AS (
-    UPDATE {schema}.messages AS m
-    SET state = 'paused'
-    FROM endpoint
-    WHERE m.endpoint_id = endpoint.id AND m.state = 'ready'
-    RETURNING m.id
-)
-SELECT (SELECT count(*) FROM endpoint), (SELECT count(*) FROM paused)
-
--- name: endpoint_enable
-WITH endpoint AS (
-    UPDATE {schema}.endpoints
-    SET enabled = true,
-        disabled_reason = NULL,
-        disabled_at = NULL,
-        failure_streak = 0,
-        failing_since = NULL,
-        updated_at = now()
-    WHERE id = %(id)s
-    RETURNING id
-), resumed AS (
-    UPDATE {schema}.messages AS m
-    SET state = 'ready', available_at = now()
-    FROM endpoint
-    WHERE m.endpoint_id = endpoint.id AND m.state = 'paused'
-    RETURNING m.id
-)
-SELECT (SELECT count(*) FROM endpoint), (SELECT count(*) FROM resumed){notify}
-
--- name: endpoint_detach
--- Before deleting an endpoint: its messages keep its URL (history stays
--- readable), and the ones still waiting become dead.
-UPDATE {schema}.messages AS m
-SET url = e.url,
-    state = CASE WHEN m.state IN ('ready', 'paused') THEN 'dead' ELSE m.state END,
-    last_error = CASE WHEN m.state IN ('ready', 'paused') THEN 'endpoint deleted'
-                      ELSE m.last_error END,
-    completed_at = CASE WHEN m.state IN ('ready', 'paused') THEN now() ELSE m.completed_at END
-FROM {schema}.endpoints AS e
-WHERE e.id = %(id)s AND m.endpoint_id = e.id
-RETURNING m.id
-
--- name: endpoint_delete
-DELETE FROM {schema}.endpoints WHERE id = %(id)s RETURNING id
-
--- name: dead_list
--- Dead messages for an operator, newest first: a backward scan of the dead
--- partial index (completed_at, id). A message of a deleted endpoint keeps its
--- endpoint id in its target ("endpoint:<id>"), so the endpoint filter matches
--- on the target and finds those too.
-SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url),
-       COALESCE(m.endpoint_id,
-                CASE WHEN starts_with(m.target, 'endpoint:')
-                     THEN CAST(substr(m.target, 10) AS bigint) END),
-       m.event_type, m.attempts, m.max_attempts, m.last_status, m.last_error,
-       m.created_at, m.completed_at
-FROM {schema}.messages AS m
-LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
-WHERE m.state = 'dead'
-  AND (CAST(%(endpoint_id)s AS bigint) IS NULL
-       OR m.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint))
-  AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
-  AND (CAST(%(since)s AS timestamptz) IS NULL
-       OR m.completed_at >= CAST(%(since)s AS timestamptz))
-ORDER BY m.completed_at DESC, m.id DESC
-LIMIT %(limit)s
-
--- name: dead_count
--- How many dead messages a retry or purge with the same selection would touch
--- (asked before an operator confirms a purge).
-SELECT count(*)
-FROM {schema}.messages AS m
-WHERE m.state = 'dead'
-  AND (CAST(%(ids)s AS bigint[]) IS NULL OR m.id = ANY (CAST(%(ids)s AS bigint[])))
-  AND (CAST(%(endpoint_id)s AS bigint) IS NULL
-       OR m.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint))
-  AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
-  AND (CAST(%(since)s AS timestamptz) IS NULL
-       OR m.completed_at >= CAST(%(since)s AS timestamptz))
-
--- name: dead_retry
--- Redrive dead messages with a fresh attempt budget. attempts is kept: attempt
--- numbers are the fencing tokens of claims and part of the attempts table's key,
--- so they must never repeat; the budget is raised instead (max_attempts =
--- attempts + budget). The key, body and id stay, so the receiver sees the same
--- Idempotency-Key / webhook-id and dedupes a delivery that did land before.
--- A message of a disabled endpoint is paused (enabling the endpoint resumes it);
--- one whose endpoint was deleted stays dead: it would go out unsigned to a URL
--- nobody manages any more.
-WITH chosen AS (
-    SELECT m.id, e.enabled
-    FROM {schema}.messages AS m
-    LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
-    WHERE m.state = 'dead'
-      AND (m.endpoint_id IS NOT NULL OR NOT starts_with(m.target, 'endpoint:'))
-      AND (CAST(%(ids)s AS bigint[]) IS NULL OR m.id = ANY (CAST(%(ids)s AS bigint[])))
-      AND (CAST(%(endpoint_id)s AS bigint) IS NULL
-           OR m.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint))
-      AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
-      AND (CAST(%(since)s AS timestamptz) IS NULL
-           OR m.completed_at >= CAST(%(since)s AS timestamptz))
-    ORDER BY m.id
-    FOR UPDATE OF m
-), retried AS (
-    UPDATE {schema}.messages AS m
-    SET state = CASE WHEN chosen.enabled IS FALSE THEN 'paused' ELSE 'ready' END,
-        max_attempts = m.attempts + CASE WHEN m.endpoint_id IS NULL
-                                         THEN CAST(%(budget)s AS integer)
-                                         ELSE CAST(%(webhook_budget)s AS integer) END,
-        retry_base = m.attempts,
-        available_at = now(),
-        completed_at = NULL
-    FROM chosen
-    WHERE m.id = chosen.id AND m.state = 'dead'
-    RETURNING m.id, m.state
-)
-SELECT (SELECT count(*) FROM retried),
-       (SELECT count(*) FROM retried WHERE state = 'paused'){notify}
-
--- name: dead_purge
--- Delete dead messages and their attempt rows. Their message_keys rows stay:
--- the key remains used, so enqueuing it again returns the purged id and writes
--- nothing (the request may have had its effect before it was declared dead).
-WITH chosen AS (
-    SELECT m.id
-    FROM {schema}.messages AS m
-    WHERE m.state = 'dead'
-      AND (CAST(%(ids)s AS bigint[]) IS NULL OR m.id = ANY (CAST(%(ids)s AS bigint[])))
-      AND (CAST(%(endpoint_id)s AS bigint) IS NULL
-           OR m.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint))
-      AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
-      AND (CAST(%(since)s AS timestamptz) IS NULL
-           OR m.completed_at >= CAST(%(since)s AS timestamptz))
-    ORDER BY m.id
-    FOR UPDATE
-), purged AS (
-    DELETE FROM {schema}.messages AS m
-    USING chosen
-    WHERE m.id = chosen.id AND m.state = 'dead'
-    RETURNING m.id
-), forgotten AS (
-    DELETE FROM {schema}.attempts AS a
-    USING purged
-    WHERE a.message_id = purged.id
-)
-SELECT count(*) FROM purged
-
--- name: replay_endpoint
--- The endpoint a replay targets. FOR KEY SHARE keeps it from being deleted
--- until the replay commits, without blocking the dispatchers' health updates.
-SELECT id, enabled, disabled_reason
-FROM {schema}.endpoints
-WHERE id = %(endpoint_id)s
-FOR KEY SHARE
-
--- name: replay
--- Send delivered webhook messages again: move each history row back into the
--- hot table with its id, key and body (state ready), so the same webhook-id
--- goes out and receivers dedupe. attempts is kept (attempt numbers never
--- repeat); the budget is raised on top of it. Walks delivered_endpoint_idx.
-WITH chosen AS (
-    SELECT d.id
-    FROM {schema}.delivered AS d
-    WHERE d.endpoint_id = %(endpoint_id)s
-      AND d.completed_at >= CAST(%(since)s AS timestamptz)
-      AND (CAST(%(until)s AS timestamptz) IS NULL
-           OR d.completed_at < CAST(%(until)s AS timestamptz))
-    ORDER BY d.id
-    FOR UPDATE
-), moved AS (
-    DELETE FROM {schema}.delivered AS d
-    USING chosen
-    WHERE d.id = chosen.id
-    RETURNING d.*
-), replayed AS (
-    INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
-        content_type, event_type, ordering_key, state, attempts, max_attempts,
-        retry_base, available_at, last_status, created_at
-    )
-    SELECT id, idempotency_key, target, endpoint_id, url, method, headers, body,
-           content_type, event_type, ordering_key, 'ready', attempts,
-           attempts + CAST(%(budget)s AS integer), attempts, now(), last_status, created_at
-    FROM moved
-    RETURNING id
-)
-SELECT count(*){notify} FROM replayed
-
--- name: message_get
--- One message, from the hot table or (state 'succeeded') from the history.
-SELECT m.id, m.idempotency_key, m.target,
-       COALESCE(m.endpoint_id,
-                CASE WHEN starts_with(m.target, 'endpoint:')
-                     THEN CAST(substr(m.target, 10) AS bigint) END),
-       COALESCE(m.url, e.url), m.method, m.headers, m.body, m.content_type,
-       m.event_type, m.ordering_key, m.state, m.attempts, m.max_attempts,
-       m.available_at, m.lease_owner, m.lease_until, m.last_status, m.last_error,
-       m.created_at, m.completed_at
-FROM {schema}.messages AS m
-LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
-WHERE m.id = %(id)s
-UNION ALL
-SELECT d.id, d.idempotency_key, d.target, d.endpoint_id, COALESCE(d.url, e.url),
-       d.method, d.headers, d.body, d.content_type, d.event_type, d.ordering_key,
-       'succeeded', d.attempts, d.max_attempts, NULL, NULL, NULL, d.last_status, NULL,
-       d.created_at, d.completed_at
-FROM {schema}.delivered AS d
-LEFT JOIN {schema}.endpoints AS e ON e.id = d.endpoint_id
-WHERE d.id = %(id)s
-
--- name: message_attempts
-SELECT attempt, owner, started_at, duration_ms, status, outcome, error_class, error,
-       response_excerpt
-FROM {schema}.attempts
-WHERE message_id = %(id)s
-ORDER BY attempt
-
--- name: status_counts
--- The backlog by state, lease health, lag and recent throughput. Ready and
--- running counts walk their partial indexes; lag is how long the oldest due
--- message has waited since it became due (not since it was created, so a
--- scheduled or retried message does not look late).
-SELECT
-    (SELECT count(*) FROM {schema}.messages
-     WHERE state = 'ready' AND available_at <= now()),
-    (SELECT count(*) FROM {schema}.messages
-     WHERE state = 'ready' AND available_at > now()),
-    (SELECT count(*) FROM {schema}.messages
-     WHERE state = 'running' AND lease_until >= now()),
-    (SELECT count(*) FROM {schema}.messages
-     WHERE state = 'running' AND lease_until < now()),
-    (SELECT count(*) FROM {schema}.messages WHERE state = 'paused'),
-    (SELECT count(*) FROM {schema}.messages WHERE state = 'dead'),
-    (SELECT CAST(EXTRACT(epoch FROM now() - min(available_at)) AS double precision)
-     FROM {schema}.messages
-     WHERE state = 'ready' AND available_at <= now()),
-    (SELECT count(*) FROM {schema}.attempts
-     WHERE started_at >= now() - interval '5 minutes' AND outcome = 'succeeded'),
-    (SELECT count(*) FROM {schema}.attempts
-     WHERE started_at >= now() - interval '5 minutes' AND outcome <> 'succeeded'),
-    now()
-
--- name: status_endpoints
--- Per endpoint: health, and its messages still to deliver (ready, running,
--- paused) and dead.
-SELECT e.id, e.url, e.enabled, e.disabled_reason, e.failure_streak, e.last_success_at,
-       count(m.id) FILTER (WHERE m.state IN ('ready', 'running', 'paused')),
-       count(m.id) FILTER (WHERE m.state = 'dead')
-FROM {schema}.endpoints AS e
-LEFT JOIN {schema}.messages AS m ON m.endpoint_id = e.id
-GROUP BY e.id
-ORDER BY e.id
-
 -- name: retention
 -- Remove one bounded batch of history: delivered messages completed before the
 -- retention period, with their attempt rows and idempotency keys (so the dedupe
@@ -906,3 +483,46 @@ WITH old AS (
     WHERE a.message_id = removed.id
 )
 SELECT count(*) FROM removed
+
+-- name: set_timeouts
+-- Sent ahead of each statement, local to its transaction (dispatchers.db).
+SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
+       set_config('lock_timeout', %(outbox_lock_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true)
+
+-- name: set_timeouts_prepared
+-- set_timeouts, plus how a prepared statement is planned (dispatchers.db).
+SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
+       set_config('lock_timeout', %(outbox_lock_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true),
+       set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_seqscan', 'off', true)
+
+-- name: waker_session
+-- The waker's session connection (dispatchers.waker, never pooled): its one
+-- lock wait bounded by lock_timeout, every statement by statement_timeout, and
+-- a vanished dispatcher noticed (its locks freed) by TCP keepalives.
+SELECT set_config('lock_timeout', %(lock_timeout)s, false),
+       set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('tcp_keepalives_idle', '10', false),
+       set_config('tcp_keepalives_interval', '5', false),
+       set_config('tcp_keepalives_count', '3', false)
+
+-- name: waker_listen
+LISTEN {channel}
+
+-- name: waker_unlisten
+UNLISTEN {channel}
+
+-- name: waker_lock
+-- Waits for the lock, at most lock_timeout.
+SELECT pg_advisory_lock(%(class)s, %(object)s)
+
+-- name: waker_try_lock
+SELECT pg_try_advisory_lock(%(class)s, %(object)s)
+
+-- name: waker_unlock
+SELECT pg_advisory_unlock(%(class)s, %(object)s)
+
+-- name: waker_unlock_all
+SELECT pg_advisory_unlock_all()

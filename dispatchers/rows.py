@@ -1,0 +1,84 @@
+"""Typed rows of the dispatcher's statements, their columns found by name.
+
+psycopg's ``class_row`` and ``kwargs_row`` look every column up by name in every
+row. On the claim that is measurable: a claim of 100 rows cost about 770 µs of the
+dispatcher's CPU with its jobs made that way, 495 µs with them made by position
+from tuples (decoding included), 2.7 µs more per message. :func:`columns` finds the
+columns by name once per result and then reads each row by position (about 520 µs
+per claim), so a statement's columns may come in any order, and one that lacks a
+column fails when its first row is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
+
+from psycopg.rows import BaseRowFactory, RowMaker
+
+R = TypeVar("R")
+_Cursor = Any  # any psycopg cursor: the factory reads only its description
+
+
+def columns(cursor: _Cursor, fields: Sequence[str]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """A function that takes ``fields``, in that order, out of a row of the cursor's
+    current result."""
+    names = [column.name for column in cursor.description or ()]
+    missing = [field for field in fields if field not in names]
+    if missing:
+
+        def unfit(values: Sequence[Any]) -> tuple[Any, ...]:
+            raise LookupError(f"the result has no column {', '.join(missing)} (it has {names})")
+
+        return unfit
+    positions = [names.index(field) for field in fields]
+    if positions == list(range(len(names))):
+        return tuple
+    return lambda values: tuple(values[i] for i in positions)
+
+
+def named_row(cls: type[R]) -> BaseRowFactory[R]:
+    """The row factory of the NamedTuple ``cls``: each row's columns of its fields."""
+    fields: tuple[str, ...] = cls._fields  # type: ignore[attr-defined]
+
+    def factory(cursor: _Cursor) -> RowMaker[R]:
+        take = columns(cursor, fields)
+        return lambda values: cls(*take(values))
+
+    return factory
+
+
+class Renewed(NamedTuple):
+    """A lease that ``renew`` extended."""
+
+    id: int
+
+
+class Completed(NamedTuple):
+    """A row of ``complete`` and ``complete_succeeded``: an outcome applied
+    (``id``), or an endpoint the batch disabled and why."""
+
+    id: int | None
+    disabled_endpoint: int | None
+    reason: str | None
+
+
+class Recorded(NamedTuple):
+    """A sent outcome that an earlier try of the same write recorded."""
+
+    message_id: int
+
+
+class Rescued(NamedTuple):
+    """A message whose lease expired, and the state the rescuer gave it."""
+
+    id: int
+    state: str
+
+
+class Remaining(NamedTuple):
+    """The drain check: messages due now, in flight, and scheduled later."""
+
+    due: int
+    running: int
+    scheduled: int

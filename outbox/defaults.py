@@ -1,0 +1,13 @@
+"""Defaults shared by the library, the dispatcher and the command line, defined once."""
+
+from __future__ import annotations
+
+DEFAULT_SCHEMA = "outbox"
+"""The PostgreSQL schema of the outbox tables."""
+
+DEFAULT_MAX_ATTEMPTS = 12
+"""The attempt budget of a message enqueued without one."""
+
+DEFAULT_WEBHOOK_MAX_ATTEMPTS = 8
+"""An immediate attempt plus the seven retries of the Standard Webhooks schedule
+(5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h): about a day."""

@@ -1,0 +1,212 @@
+-- What an operator runs: dead letters, replay, one message, the status snapshot
+-- (outbox.admin). Placeholders as in enqueue.sql.
+
+-- name: dead_list
+-- Dead messages for an operator, newest first: a backward scan of the dead
+-- partial index (completed_at, id). A message of a deleted endpoint keeps its
+-- endpoint id in its target ("endpoint:<id>"), so the endpoint filter matches
+-- on the target and finds those too.
+SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url,
+       COALESCE(m.endpoint_id,
+                CASE WHEN starts_with(m.target, 'endpoint:')
+                     THEN CAST(substr(m.target, 10) AS bigint) END) AS endpoint_id,
+       m.event_type, m.attempts, m.max_attempts, m.last_status, m.last_error,
+       m.created_at, m.completed_at
+FROM {schema}.messages AS m
+LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
+WHERE m.state = 'dead'
+  AND (CAST(%(endpoint_id)s AS bigint) IS NULL
+       OR m.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint))
+  AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
+  AND (CAST(%(since)s AS timestamptz) IS NULL
+       OR m.completed_at >= CAST(%(since)s AS timestamptz))
+ORDER BY m.completed_at DESC, m.id DESC
+LIMIT %(limit)s
+
+-- name: dead_count
+-- How many dead messages a retry or purge with the same selection would touch
+-- (asked before an operator confirms a purge).
+SELECT count(*)
+FROM {schema}.messages AS m
+WHERE m.state = 'dead'
+  AND (CAST(%(ids)s AS bigint[]) IS NULL OR m.id = ANY (CAST(%(ids)s AS bigint[])))
+  AND (CAST(%(endpoint_id)s AS bigint) IS NULL
+       OR m.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint))
+  AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
+  AND (CAST(%(since)s AS timestamptz) IS NULL
+       OR m.completed_at >= CAST(%(since)s AS timestamptz))
+
+-- name: dead_retry
+-- Redrive dead messages with a fresh attempt budget. attempts is kept: attempt
+-- numbers are the fencing tokens of claims and part of the attempts table's key,
+-- so they must never repeat; the budget is raised instead (max_attempts =
+-- attempts + budget). The key, body and id stay, so the receiver sees the same
+-- Idempotency-Key / webhook-id and dedupes a delivery that did land before.
+-- A message of a disabled endpoint is paused (enabling the endpoint resumes it);
+-- one whose endpoint was deleted stays dead: it would go out unsigned to a URL
+-- nobody manages any more.
+WITH chosen AS (
+    SELECT m.id, e.enabled
+    FROM {schema}.messages AS m
+    LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
+    WHERE m.state = 'dead'
+      AND (m.endpoint_id IS NOT NULL OR NOT starts_with(m.target, 'endpoint:'))
+      AND (CAST(%(ids)s AS bigint[]) IS NULL OR m.id = ANY (CAST(%(ids)s AS bigint[])))
+      AND (CAST(%(endpoint_id)s AS bigint) IS NULL
+           OR m.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint))
+      AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
+      AND (CAST(%(since)s AS timestamptz) IS NULL
+           OR m.completed_at >= CAST(%(since)s AS timestamptz))
+    ORDER BY m.id
+    FOR UPDATE OF m
+), retried AS (
+    UPDATE {schema}.messages AS m
+    SET state = CASE WHEN chosen.enabled IS FALSE THEN 'paused' ELSE 'ready' END,
+        max_attempts = m.attempts + CASE WHEN m.endpoint_id IS NULL
+                                         THEN CAST(%(budget)s AS integer)
+                                         ELSE CAST(%(webhook_budget)s AS integer) END,
+        retry_base = m.attempts,
+        available_at = now(),
+        completed_at = NULL
+    FROM chosen
+    WHERE m.id = chosen.id AND m.state = 'dead'
+    RETURNING m.id, m.state
+)
+SELECT (SELECT count(*) FROM retried) AS retried,
+       (SELECT count(*) FROM retried WHERE state = 'paused') AS paused{notify}
+
+-- name: dead_purge
+-- Delete dead messages and their attempt rows. Their message_keys rows stay:
+-- the key remains used, so enqueuing it again returns the purged id and writes
+-- nothing (the request may have had its effect before it was declared dead).
+WITH chosen AS (
+    SELECT m.id
+    FROM {schema}.messages AS m
+    WHERE m.state = 'dead'
+      AND (CAST(%(ids)s AS bigint[]) IS NULL OR m.id = ANY (CAST(%(ids)s AS bigint[])))
+      AND (CAST(%(endpoint_id)s AS bigint) IS NULL
+           OR m.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint))
+      AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
+      AND (CAST(%(since)s AS timestamptz) IS NULL
+           OR m.completed_at >= CAST(%(since)s AS timestamptz))
+    ORDER BY m.id
+    FOR UPDATE
+), purged AS (
+    DELETE FROM {schema}.messages AS m
+    USING chosen
+    WHERE m.id = chosen.id AND m.state = 'dead'
+    RETURNING m.id
+), forgotten AS (
+    DELETE FROM {schema}.attempts AS a
+    USING purged
+    WHERE a.message_id = purged.id
+)
+SELECT count(*) FROM purged
+
+-- name: replay_endpoint
+-- The endpoint a replay targets. FOR KEY SHARE keeps it from being deleted
+-- until the replay commits, without blocking the dispatchers' health updates.
+SELECT id, enabled, disabled_reason
+FROM {schema}.endpoints
+WHERE id = %(endpoint_id)s
+FOR KEY SHARE
+
+-- name: replay
+-- Send delivered webhook messages again: move each history row back into the
+-- hot table with its id, key and body (state ready), so the same webhook-id
+-- goes out and receivers dedupe. attempts is kept (attempt numbers never
+-- repeat); the budget is raised on top of it. Walks delivered_endpoint_idx.
+WITH chosen AS (
+    SELECT d.id
+    FROM {schema}.delivered AS d
+    WHERE d.endpoint_id = %(endpoint_id)s
+      AND d.completed_at >= CAST(%(since)s AS timestamptz)
+      AND (CAST(%(until)s AS timestamptz) IS NULL
+           OR d.completed_at < CAST(%(until)s AS timestamptz))
+    ORDER BY d.id
+    FOR UPDATE
+), moved AS (
+    DELETE FROM {schema}.delivered AS d
+    USING chosen
+    WHERE d.id = chosen.id
+    RETURNING d.*
+), replayed AS (
+    INSERT INTO {schema}.messages (
+        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        content_type, event_type, ordering_key, state, attempts, max_attempts,
+        retry_base, available_at, last_status, created_at
+    )
+    SELECT id, idempotency_key, target, endpoint_id, url, method, headers, body,
+           content_type, event_type, ordering_key, 'ready', attempts,
+           attempts + CAST(%(budget)s AS integer), attempts, now(), last_status, created_at
+    FROM moved
+    RETURNING id
+)
+SELECT count(*){notify} FROM replayed
+
+-- name: message_get
+-- One message, from the hot table or (state 'succeeded') from the history.
+SELECT m.id, m.idempotency_key, m.target,
+       COALESCE(m.endpoint_id,
+                CASE WHEN starts_with(m.target, 'endpoint:')
+                     THEN CAST(substr(m.target, 10) AS bigint) END) AS endpoint_id,
+       COALESCE(m.url, e.url) AS url, m.method, m.headers, m.body, m.content_type,
+       m.event_type, m.ordering_key, m.state, m.attempts, m.max_attempts,
+       m.available_at, m.lease_owner, m.lease_until, m.last_status, m.last_error,
+       m.created_at, m.completed_at
+FROM {schema}.messages AS m
+LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
+WHERE m.id = %(id)s
+UNION ALL
+SELECT d.id, d.idempotency_key, d.target, d.endpoint_id, COALESCE(d.url, e.url),
+       d.method, d.headers, d.body, d.content_type, d.event_type, d.ordering_key,
+       'succeeded', d.attempts, d.max_attempts, NULL, NULL, NULL, d.last_status, NULL,
+       d.created_at, d.completed_at
+FROM {schema}.delivered AS d
+LEFT JOIN {schema}.endpoints AS e ON e.id = d.endpoint_id
+WHERE d.id = %(id)s
+
+-- name: message_attempts
+SELECT attempt, owner, started_at, duration_ms, status, outcome, error_class, error,
+       response_excerpt
+FROM {schema}.attempts
+WHERE message_id = %(id)s
+ORDER BY attempt
+
+-- name: status_counts
+-- The backlog by state, lease health, lag and recent throughput. Ready and
+-- running counts walk their partial indexes; lag is how long the oldest due
+-- message has waited since it became due (not since it was created, so a
+-- scheduled or retried message does not look late).
+SELECT
+    (SELECT count(*) FROM {schema}.messages
+     WHERE state = 'ready' AND available_at <= now()) AS ready,
+    (SELECT count(*) FROM {schema}.messages
+     WHERE state = 'ready' AND available_at > now()) AS scheduled,
+    (SELECT count(*) FROM {schema}.messages
+     WHERE state = 'running' AND lease_until >= now()) AS running,
+    (SELECT count(*) FROM {schema}.messages
+     WHERE state = 'running' AND lease_until < now()) AS lease_expired,
+    (SELECT count(*) FROM {schema}.messages WHERE state = 'paused') AS paused,
+    (SELECT count(*) FROM {schema}.messages WHERE state = 'dead') AS dead,
+    (SELECT CAST(EXTRACT(epoch FROM now() - min(available_at)) AS double precision)
+     FROM {schema}.messages
+     WHERE state = 'ready' AND available_at <= now()) AS oldest_ready_age_s,
+    (SELECT count(*) FROM {schema}.attempts
+     WHERE started_at >= now() - interval '5 minutes' AND outcome = 'succeeded')
+        AS delivered,
+    (SELECT count(*) FROM {schema}.attempts
+     WHERE started_at >= now() - interval '5 minutes' AND outcome <> 'succeeded')
+        AS failed,
+    now() AS now
+
+-- name: status_endpoints
+-- Per endpoint: health, and its messages still to deliver (ready, running,
+-- paused) and dead.
+SELECT e.id, e.url, e.enabled, e.disabled_reason, e.failure_streak, e.last_success_at,
+       count(m.id) FILTER (WHERE m.state IN ('ready', 'running', 'paused')) AS pending,
+       count(m.id) FILTER (WHERE m.state = 'dead') AS dead
+FROM {schema}.endpoints AS e
+LEFT JOIN {schema}.messages AS m ON m.endpoint_id = e.id
+GROUP BY e.id
+ORDER BY e.id

@@ -1,0 +1,46 @@
+"""The named statements of ``sql/queries/``: how files are read and names kept unique."""
+
+from __future__ import annotations
+
+import pytest
+
+from outbox.errors import OutboxError
+from outbox.queries import collect, parse, queries_for, sql_dir
+
+
+def test_statements_are_split_at_their_name_headers() -> None:
+    text = "-- a preamble\n\n-- name: one\nSELECT 1\n\n-- name: two\n-- why\nSELECT 2\n"
+    assert parse("f", text) == {"one": "SELECT 1", "two": "-- why\nSELECT 2"}
+
+
+def test_a_header_that_is_not_a_plain_name_is_an_error() -> None:
+    with pytest.raises(OutboxError, match=r"f: 'bad-name' is not a statement name"):
+        parse("f", "-- name: bad-name\nSELECT 1\n")
+
+
+def test_a_name_given_twice_in_one_file_is_an_error() -> None:
+    with pytest.raises(OutboxError, match=r"f: statement 'one' is named twice"):
+        parse("f", "-- name: one\nSELECT 1\n-- name: one\nSELECT 2\n")
+
+
+def test_a_name_given_in_two_files_is_an_error() -> None:
+    with pytest.raises(OutboxError, match=r"'one' is named in both a and b"):
+        collect({"a": "-- name: one\nSELECT 1\n", "b": "-- name: one\nSELECT 2\n"})
+
+
+def test_the_notify_twin_of_a_statement_is_a_name_of_its_own() -> None:
+    files = {"a": "-- name: send\nSELECT 1{notify}\n", "b": "-- name: send_notify\nSELECT 2\n"}
+    with pytest.raises(OutboxError, match=r"'send_notify' is named in both a and b"):
+        collect(files)
+    assert set(collect({"a": files["a"]})) == {"send", "send_notify"}
+
+
+def test_every_file_is_loaded_and_bound_to_the_schema() -> None:
+    queries = queries_for("some_schema")
+    files = {path.stem for path in (sql_dir() / "queries").glob("*.sql")}
+    assert files >= {"enqueue", "endpoints", "admin", "dispatch", "bench"}
+    for file in files:
+        assert queries.names(file)
+    assert '"some_schema".messages' in queries["claim"].text
+    assert "pg_notify('some_schema_ready', '')" in queries["enqueue_notify"].text
+    assert "pg_notify(" not in queries["enqueue"].text
