@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from psycopg import sql
 
 from dispatchers.bench.env import CpuClock, connect, payload, percentile, receiver_check, run_id
-from dispatchers.bench.receiver import ReceiverProcess
+from dispatchers.bench.receiver_process import ReceiverProcess
 from outbox.queries import check_schema_name
 
 if TYPE_CHECKING:

@@ -64,7 +64,8 @@ from dispatchers.bench.env import (
     table_counts,
 )
 from dispatchers.bench.naive import NaiveStats, run_naive
-from dispatchers.bench.receiver import ReceiverProcess, Replies
+from dispatchers.bench.receiver import Replies
+from dispatchers.bench.receiver_process import ReceiverProcess
 from dispatchers.config import DispatcherConfig
 from dispatchers.log import NullLog
 from dispatchers.pool import Dispatcher
