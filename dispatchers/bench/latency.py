@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dispatchers import loop as loops
-from dispatchers.bench import pgqueuer_baseline
+from dispatchers.bench.baselines import pgqueuer
 from dispatchers.bench.env import SPAWN, connect, fresh_schema, payload, percentile, run_id
 from dispatchers.config import DispatcherConfig
 from dispatchers.log import NullLog
@@ -336,13 +336,11 @@ def pgqueuer_beside(bench: Bench, ours: dict[str, Any]) -> None:
     """pgqueuer's latency at the offered load of ``ours``, added to ``ours`` as
     ``baseline`` with the ratios ours / theirs (below 1: ours is lower)."""
     s = bench.settings
-    if reason := pgqueuer_baseline.available():
+    if reason := pgqueuer.available():
         raise RuntimeError(f"--baseline pgqueuer: {reason}")
     rate = ours["offered_rate"]
-    bench.progress(
-        f"latency: pgqueuer {pgqueuer_baseline.version()}, {rate:g} msgs/s for {s.duration:g} s"
-    )
-    theirs = pgqueuer_baseline.latency(
+    bench.progress(f"latency: pgqueuer {pgqueuer.version()}, {rate:g} msgs/s for {s.duration:g} s")
+    theirs = pgqueuer.latency(
         bench.db.url,
         receiver=bench.receiver,
         pg_clock=bench.pg_clock,

@@ -22,10 +22,10 @@ schema that is dropped afterwards, all traffic to 127.0.0.1.
 Every drain runs the dispatcher in a fresh process of its own (see
 :class:`DrainProcess`), so each reports the peak RSS of a dispatcher doing it.
 
-With baselines (``naive``: :mod:`dispatchers.bench.naive`; ``pgqueuer``:
-:mod:`dispatchers.bench.pgqueuer_baseline`), each drain scenario runs in rounds, ours
-then each baseline's, on the same database and receiver; with ``pgqueuer``, the
-latency scenario runs pgqueuer after ours at the same offered load.
+With baselines (:mod:`dispatchers.bench.baselines`: ``naive`` and ``pgqueuer``),
+each drain scenario runs in rounds, ours then each baseline's, on the same
+database and receiver; with ``pgqueuer``, the latency scenario runs pgqueuer
+after ours at the same offered load.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ from typing import Any
 from psycopg import sql
 
 from dispatchers import loop as loops
-from dispatchers.bench import Settings, latency, pgqueuer_baseline
+from dispatchers.bench import Settings, latency
+from dispatchers.bench.baselines import pgqueuer
+from dispatchers.bench.baselines.naive import NaiveStats, run_naive
 from dispatchers.bench.committers import MODES, Committers
 from dispatchers.bench.env import (
     SPAWN,
@@ -63,7 +65,6 @@ from dispatchers.bench.env import (
     seed_backlog,
     table_counts,
 )
-from dispatchers.bench.naive import NaiveStats, run_naive
 from dispatchers.bench.receiver import Replies
 from dispatchers.bench.receiver_process import ReceiverProcess
 from dispatchers.config import DispatcherConfig
@@ -473,7 +474,7 @@ def _baseline_drain(bench: Bench, baseline: str, *, http: bool) -> dict[str, Any
     """One timed drain of ``messages`` by the ``baseline`` design."""
     s = bench.settings
     if baseline == "pgqueuer":
-        return pgqueuer_baseline.drain(
+        return pgqueuer.drain(
             bench.db.url,
             messages=s.messages,
             receiver=bench.receiver if http else None,
@@ -489,16 +490,16 @@ def _baseline_facts(settings: Settings, baseline: str) -> dict[str, Any]:
     if baseline == "pgqueuer":
         return {
             "name": "pgqueuer",
-            "version": pgqueuer_baseline.version(),
-            "managers": pgqueuer_baseline.DRAIN_MANAGERS,
-            "batch_size": pgqueuer_baseline.BATCH_SIZE,
+            "version": pgqueuer.version(),
+            "managers": pgqueuer.DRAIN_MANAGERS,
+            "batch_size": pgqueuer.BATCH_SIZE,
         }
     return {"name": "naive", "workers": settings.naive_workers}
 
 
 def require_baselines(settings: Settings) -> None:
     """Refuse to start when a baseline's packages are missing (say which)."""
-    if "pgqueuer" in settings.baselines and (reason := pgqueuer_baseline.available()):
+    if "pgqueuer" in settings.baselines and (reason := pgqueuer.available()):
         raise RuntimeError(f"--baseline pgqueuer: {reason}")
 
 
