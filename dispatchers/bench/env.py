@@ -9,7 +9,8 @@
   ``/proc``; :func:`postgres_clock` finds the server's postmaster when the server
   runs on this host, so PostgreSQL's CPU per message can be reported.
 - :func:`bench_queries` loads the benchmark's own SQL (``queries.sql`` next to this
-  file, ``-- name:`` headers, ``{schema}`` placeholders) bound to one schema.
+  file, ``-- name:`` headers, ``{schema}`` placeholders) bound to one schema;
+  :func:`bench_statement` one of them that names no schema.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import class_row
 
 from outbox.dsn import libpq_url
 from outbox.message import build_message
@@ -72,7 +74,7 @@ def receiver_check(
 def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     """A connection for the benchmark's own work, with its waits bounded."""
     conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT)
-    conn.execute("SELECT set_config('statement_timeout', %s, false)", (STATEMENT_TIMEOUT,))
+    conn.execute(bench_statement("statement_timeout"), {"timeout": STATEMENT_TIMEOUT})
     if not autocommit:
         conn.commit()
     return conn
@@ -114,7 +116,7 @@ def fresh_schema(
         yield schema
     finally:
         with connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            conn.execute(bench_queries(schema)["drop_schema"])
 
 
 def run_id() -> str:
@@ -165,17 +167,21 @@ def seed_backlog(url: str, schema: str, *, target: str, keys: list[str]) -> None
             conn.commit()
 
 
-def table_counts(url: str, schema: str, tables: tuple[str, ...]) -> dict[str, int]:
-    """Row counts of ``tables`` in ``schema``."""
-    counts: dict[str, int] = {}
+@dataclass(frozen=True)
+class RowCounts:
+    """Rows in the claimable table and in the history of one schema."""
+
+    messages: int
+    delivered: int
+
+
+def row_counts(url: str, schema: str) -> RowCounts:
+    """Where the messages of ``schema`` are: still queued, or delivered."""
     with connect(url, autocommit=True) as conn:
-        for table in tables:
-            row = conn.execute(
-                sql.SQL("SELECT count(*) FROM {}.{}").format(
-                    sql.Identifier(schema), sql.Identifier(table)
-                )
-            ).fetchone()
-            counts[table] = int(row[0]) if row else -1
+        cur = conn.cursor(row_factory=class_row(RowCounts))
+        counts = cur.execute(bench_queries(schema)["row_counts"]).fetchone()
+    if counts is None:
+        raise RuntimeError("the row counts returned no row")
     return counts
 
 
@@ -199,6 +205,11 @@ def bench_queries(schema: str) -> dict[str, str]:
         name: sql.SQL(body).format(schema=ident).as_string(None)
         for name, body in _bench_sql().items()
     }
+
+
+def bench_statement(name: str) -> str:
+    """One of the benchmark's statements that names no schema."""
+    return _bench_sql()[name]
 
 
 # -- CPU time from /proc -------------------------------------------------------------
@@ -292,8 +303,7 @@ def postgres_clock(url: str) -> CpuClock | None:
         host = conn.info.host
         if not (host.startswith("/") or host in ("localhost", "127.0.0.1", "::1")):
             return None
-        row = conn.execute("SELECT pg_backend_pid()").fetchone()
-        backend = int(row[0]) if row else 0
+        backend = conn.info.backend_pid
         stat = _stat(backend)
         if stat is None or "postgres" not in _cmdline(backend):
             return None  # another PID namespace (a container), or not readable

@@ -43,8 +43,6 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
-from psycopg import sql
-
 from dispatchers import loop as loops
 from dispatchers.bench import Settings, latency
 from dispatchers.bench.baselines import pgqueuer
@@ -61,9 +59,9 @@ from dispatchers.bench.env import (
     percentile,
     postgres_clock,
     receiver_check,
+    row_counts,
     run_id,
     seed_backlog,
-    table_counts,
 )
 from dispatchers.bench.receiver import Replies
 from dispatchers.bench.receiver_process import ReceiverProcess
@@ -160,10 +158,7 @@ class NoopClient:
 def analyze(url: str, schema: str) -> None:
     """Fresh planner statistics for the outbox tables (as autovacuum would give)."""
     with connect(url, autocommit=True) as conn:
-        for table in ("messages", "message_keys", "delivered", "attempts"):
-            conn.execute(
-                sql.SQL("ANALYZE {}.{}").format(sql.Identifier(schema), sql.Identifier(table))
-            )
+        conn.execute(bench_queries(schema)["analyze_outbox"])
 
 
 # -- drains -------------------------------------------------------------------------
@@ -384,14 +379,14 @@ def drain_in(
         receiver = None
     target = receiver.url if receiver else NOOP_URL
     result: dict[str, Any] = {"design": design, "messages": messages}
-    delivered_before = table_counts(url, schema, ("delivered",))["delivered"]
+    delivered_before = row_counts(url, schema).delivered
     result["history_rows"] = delivered_before
     keys = [f"{design}-{run_id()}-{i}" for i in range(messages)]
     t0 = time.perf_counter()
     seed_backlog(url, schema, target=target, keys=keys)
     result["seed_s"] = time.perf_counter() - t0
     with connect(url, autocommit=True) as conn:  # fresh planner statistics, as in production
-        conn.execute(sql.SQL("ANALYZE {}.messages").format(sql.Identifier(schema)))
+        conn.execute(bench_queries(schema)["analyze_messages"])
 
     before = receiver.counts() if receiver else None
     receiver_clock = CpuClock(receiver.pid) if receiver else None
@@ -405,8 +400,8 @@ def drain_in(
     own_cpu = figures.pop("cpu_s")
     peak = figures.pop("peak_rss")
     after = receiver.counts() if receiver else None
-    rows = table_counts(url, schema, ("messages", "delivered"))
-    new_rows = rows["delivered"] - delivered_before
+    rows = row_counts(url, schema)
+    new_rows = rows.delivered - delivered_before
 
     delivered: int = figures["delivered"]
     round_trips = figures.get("round_trips")
@@ -421,7 +416,7 @@ def drain_in(
             "cpu_dispatcher_us_per_msg": _per_msg_us(own_cpu, delivered),
             "cpu_postgres_us_per_msg": _per_msg_us(pg_cpu, delivered),
             "cpu_receiver_us_per_msg": _per_msg_us(receiver_cpu, delivered),
-            "rows_in_messages": rows["messages"],
+            "rows_in_messages": rows.messages,
             "rows_in_delivered": new_rows,
             "concurrency": settings.concurrency if design == "outbox" else None,
             "peak_rss_mb": peak / MB,
@@ -433,8 +428,8 @@ def drain_in(
         failures.append(f"not drained within {bench.settings.drain_timeout:g} s")
     if delivered != messages:
         failures.append(f"delivered {delivered}, expected {messages}")
-    if rows["messages"] != 0:
-        failures.append(f"{rows['messages']} rows left in messages")
+    if rows.messages != 0:
+        failures.append(f"{rows.messages} rows left in messages")
     if new_rows != messages:
         failures.append(f"{new_rows} new rows in delivered, expected {messages}")
     if before is not None and after is not None:
@@ -672,7 +667,7 @@ def _enqueue_timing(url: str, *, count: int, batch: int, notify: bool) -> dict[s
                 conn.commit()
                 commits_ns.append(clock() - t0)
         wall = (clock() - started) / 1e9
-        stored = table_counts(url, schema, ("messages",))["messages"]
+        stored = row_counts(url, schema).messages
     times_ms = [t / 1e6 for t in times_ns]
     return {
         "notify": notify,

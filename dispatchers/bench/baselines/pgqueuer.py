@@ -62,9 +62,17 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from psycopg import sql
+from psycopg.rows import class_row
 
-from dispatchers.bench.env import CpuClock, connect, payload, percentile, receiver_check, run_id
+from dispatchers.bench.env import (
+    CpuClock,
+    bench_queries,
+    connect,
+    payload,
+    percentile,
+    receiver_check,
+    run_id,
+)
 from dispatchers.bench.receiver_process import ReceiverProcess
 from outbox.queries import check_schema_name
 
@@ -209,21 +217,24 @@ def installed(url: str) -> Iterator[str]:
         yield schema
     finally:
         with connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            conn.execute(bench_queries(schema)["drop_schema"])
 
 
-def _counts(url: str, schema: str) -> tuple[int, int]:
-    """(jobs left in the queue table, jobs logged as successful)."""
+@dataclass(frozen=True)
+class _QueueCounts:
+    """Jobs left in pgqueuer's queue table, and jobs it logged as successful."""
+
+    queued: int
+    logged: int
+
+
+def _counts(url: str, schema: str) -> _QueueCounts:
     with connect(url, autocommit=True) as conn:
-        left = conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.pgqueuer").format(sql.Identifier(schema))
-        ).fetchone()
-        done = conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.pgqueuer_log WHERE status = 'successful'").format(
-                sql.Identifier(schema)
-            )
-        ).fetchone()
-    return (int(left[0]) if left else -1, int(done[0]) if done else -1)
+        cur = conn.cursor(row_factory=class_row(_QueueCounts))
+        counts = cur.execute(bench_queries(schema)["pgqueuer_counts"]).fetchone()
+    if counts is None:
+        raise RuntimeError("pgqueuer's counts returned no row")
+    return counts
 
 
 # -- the consumer --------------------------------------------------------------------
@@ -361,7 +372,7 @@ async def _seed(url: str, schema: str, keys: list[str]) -> None:
     finally:
         await connection.close()
     with connect(url, autocommit=True) as conn:  # fresh planner statistics, as ours get
-        conn.execute(sql.SQL("ANALYZE {}.pgqueuer").format(sql.Identifier(schema)))
+        conn.execute(bench_queries(schema)["pgqueuer_analyze"])
 
 
 def drain(
@@ -412,7 +423,7 @@ def drain(
         pg_cpu = _delta(pg_clock.read() if pg_clock else None, pgcpu0)
         receiver_cpu = _delta(receiver_clock.read() if receiver_clock else None, rcpu0)
         after = receiver.counts() if receiver else None
-        left, logged = _counts(url, schema)
+        rows = _counts(url, schema)
 
     c = consumer.counters
     delivered = len(c.seen)
@@ -428,8 +439,8 @@ def drain(
             "cpu_dispatcher_us_per_msg": _per_msg_us(own_cpu, delivered),
             "cpu_postgres_us_per_msg": _per_msg_us(pg_cpu, delivered),
             "cpu_receiver_us_per_msg": _per_msg_us(receiver_cpu, delivered),
-            "rows_in_queue": left,
-            "rows_logged_successful": logged,
+            "rows_in_queue": rows.queued,
+            "rows_logged_successful": rows.logged,
         }
     )
     failures: list[str] = []
@@ -441,10 +452,10 @@ def drain(
         failures.append(f"{c.duplicates} jobs handled more than once")
     if c.failed:
         failures.append(f"{c.failed} requests failed")
-    if left != 0:
-        failures.append(f"{left} jobs left in the queue table")
-    if logged != messages:
-        failures.append(f"{logged} jobs logged successful, expected {messages}")
+    if rows.queued != 0:
+        failures.append(f"{rows.queued} jobs left in the queue table")
+    if rows.logged != messages:
+        failures.append(f"{rows.logged} jobs logged successful, expected {messages}")
     if before is not None and after is not None:
         seen, problems = receiver_check(before, after, messages)
         result.update(seen)
