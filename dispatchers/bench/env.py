@@ -46,29 +46,28 @@ SPAWN = multiprocessing.get_context("spawn")
 """How the benchmarks start their other processes (fresh interpreters, no fork)."""
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100) of ``values`` by linear interpolation."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+@dataclass(frozen=True)
+class ReceiverSeen:
+    """What the bench receiver saw between two of its counts."""
+
+    requests: int
+    duplicates: int
 
 
 def receiver_check(
     before: dict[str, Any], after: dict[str, Any], messages: int
-) -> tuple[dict[str, int], list[str]]:
-    """What the bench receiver saw between two of its counts, as figures, and the
-    failures of a run that should have sent each of ``messages`` exactly once."""
-    seen = {key: after[key] - before[key] for key in ("requests", "duplicates")}
+) -> tuple[ReceiverSeen, list[str]]:
+    """What the bench receiver saw between two of its counts, and the failures of a
+    run that should have sent each of ``messages`` exactly once."""
+    seen = ReceiverSeen(
+        after["requests"] - before["requests"], after["duplicates"] - before["duplicates"]
+    )
     failures = []
-    if seen["requests"] != messages:
-        failures.append(f"receiver saw {seen['requests']} requests, expected {messages}")
-    if seen["duplicates"]:
-        failures.append(f"receiver saw {seen['duplicates']} duplicate keys")
-    return {"receiver_requests": seen["requests"], "duplicates": seen["duplicates"]}, failures
+    if seen.requests != messages:
+        failures.append(f"receiver saw {seen.requests} requests, expected {messages}")
+    if seen.duplicates:
+        failures.append(f"receiver saw {seen.duplicates} duplicate keys")
+    return seen, failures
 
 
 def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
