@@ -1,12 +1,12 @@
-"""The table ``outbox bench`` prints: one row per figure, beside the target it has.
+"""The rows of the table ``outbox bench`` prints, from each scenario's result: one
+row per figure, beside the target it has (the targets live here, with the
+measures they judge).
 
 A missed target is reported, never hidden; the exit status depends only on
 correctness (see :mod:`dispatchers.bench.runner`).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from dispatchers.bench.memory import MEMORY_CONCURRENCY
 from dispatchers.bench.results import (
@@ -25,59 +25,7 @@ from dispatchers.bench.results import (
     Result,
     Throughput,
 )
-
-
-@dataclass(frozen=True)
-class Target:
-    """A goal for one figure: ``at_least``, ``at_most`` or ``below`` ``value``."""
-
-    op: str  # ">=", "<=" or "<"
-    value: float
-    text: str
-
-    def met(self, figure: float | None) -> bool | None:
-        if figure is None:
-            return None
-        if self.op == ">=":
-            return figure >= self.value
-        return figure <= self.value if self.op == "<=" else figure < self.value
-
-
-def at_least(value: float, text: str) -> Target:
-    return Target(">=", value, text)
-
-
-def at_most(value: float, text: str) -> Target:
-    return Target("<=", value, text)
-
-
-def below(value: float, text: str) -> Target:
-    return Target("<", value, text)
-
-
-@dataclass(frozen=True)
-class Row:
-    scenario: str
-    measure: str
-    value: str
-    target: str = ""
-    met: bool | None = None
-
-
-def _num(value: float | None, spec: str = ",.0f") -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
-def _list(values: list[float | None], spec: str) -> str:
-    return ", ".join(_num(v, spec) for v in values)
-
-
-def _row(
-    scenario: str, measure: str, value: float | None, spec: str, target: Target | None = None
-) -> Row:
-    if target is None:
-        return Row(scenario, measure, _num(value, spec))
-    return Row(scenario, measure, _num(value, spec), target.text, target.met(value))
+from dispatchers.bench.table import Row, Target, at_least, at_most, below, number, numbers, row
 
 
 def _rss(peak: float | None, growth: float | None) -> str:
@@ -94,18 +42,16 @@ def _rss_measure(runs: list[DrainRun]) -> str:
 def _drain_rows(name: str, r: DrainResult, rate: Target) -> list[Row]:
     m = r.summary
     rows = [
-        _row(
+        row(
             name,
             "msgs/s" + (" (median)" if len(r.runs) > 1 else ""),
             m.msgs_per_s,
             ",.0f",
             rate,
         ),
-        _row(
-            name, "db round trips per msg", m.round_trips_per_msg, ".4f", at_most(0.05, "<= 0.05")
-        ),
-        _row(name, "CPU us/msg, PostgreSQL", m.cpu_postgres_us_per_msg, ",.0f"),
-        _row(
+        row(name, "db round trips per msg", m.round_trips_per_msg, ".4f", at_most(0.05, "<= 0.05")),
+        row(name, "CPU us/msg, PostgreSQL", m.cpu_postgres_us_per_msg, ",.0f"),
+        row(
             name,
             "CPU us/msg, dispatcher",
             m.cpu_dispatcher_us_per_msg,
@@ -115,14 +61,14 @@ def _drain_rows(name: str, r: DrainResult, rate: Target) -> list[Row]:
         ),
     ]
     if m.cpu_receiver_us_per_msg is not None:
-        rows.append(_row(name, "CPU us/msg, receiver", m.cpu_receiver_us_per_msg, ",.0f"))
+        rows.append(row(name, "CPU us/msg, receiver", m.cpu_receiver_us_per_msg, ",.0f"))
     rows.append(Row(name, _rss_measure(r.runs), _rss(m.peak_rss_mb, m.rss_growth_mb)))
     duplicates = "n/a" if m.duplicates is None else str(m.duplicates)
     rows.append(
         Row(name, "delivered / duplicates", f"{m.delivered} of {m.messages} / {duplicates}")
     )
     if len(r.runs) > 1:
-        rows.append(Row(name, "msgs/s per run", _list([x.msgs_per_s for x in r.runs], ",.0f")))
+        rows.append(Row(name, "msgs/s per run", numbers([x.msgs_per_s for x in r.runs], ",.0f")))
     for base in r.baselines:
         rows += _baseline_drain_rows(name, base)
     return rows
@@ -140,13 +86,13 @@ def _baseline_drain_rows(name: str, base: BaselineDrains) -> list[Row]:
         target = at_least(4, ">= 4x")
     m = base.summary
     rows = [
-        Row(name, f"{label}: msgs/s per run", _list([x.msgs_per_s for x in base.runs], ",.0f")),
-        _row(name, f"{label}: db round trips per msg", m.round_trips_per_msg, ".4f"),
-        _row(name, f"{label}: CPU us/msg, PostgreSQL", m.cpu_postgres_us_per_msg, ",.0f"),
-        _row(name, f"{label}: CPU us/msg, dispatcher", m.cpu_dispatcher_us_per_msg, ",.0f"),
+        Row(name, f"{label}: msgs/s per run", numbers([x.msgs_per_s for x in base.runs], ",.0f")),
+        row(name, f"{label}: db round trips per msg", m.round_trips_per_msg, ".4f"),
+        row(name, f"{label}: CPU us/msg, PostgreSQL", m.cpu_postgres_us_per_msg, ",.0f"),
+        row(name, f"{label}: CPU us/msg, dispatcher", m.cpu_dispatcher_us_per_msg, ",.0f"),
     ]
     if m.cpu_receiver_us_per_msg is not None:
-        rows.append(_row(name, f"{label}: CPU us/msg, receiver", m.cpu_receiver_us_per_msg, ",.0f"))
+        rows.append(row(name, f"{label}: CPU us/msg, receiver", m.cpu_receiver_us_per_msg, ",.0f"))
     rows.append(
         Row(name, f"{label}: {_rss_measure(base.runs)}", _rss(m.peak_rss_mb, m.rss_growth_mb))
     )
@@ -157,8 +103,8 @@ def _baseline_drain_rows(name: str, base: BaselineDrains) -> list[Row]:
             f"{label}: delivered / duplicates",
             f"{m.delivered} of {m.messages} / {duplicates}",
         ),
-        Row(name, f"ours / {facts.name}, per pair", _list(base.ratios, ".2f")),
-        _row(name, f"ours / {facts.name}, median", base.median_ratio, ".2f", target),
+        Row(name, f"ours / {facts.name}, per pair", numbers(base.ratios, ".2f")),
+        row(name, f"ours / {facts.name}, median", base.median_ratio, ".2f", target),
     ]
     return rows
 
@@ -179,37 +125,37 @@ def _latency_rows(r: LatencyRun) -> list[Row]:
         Row(
             n,
             "offered / achieved msgs/s",
-            f"{r.offered_rate:,.0f} / {_num(r.achieved_rate)} for {r.duration_s:g} s",
+            f"{r.offered_rate:,.0f} / {number(r.achieved_rate)} for {r.duration_s:g} s",
         ),
-        _row(n, "commit -> receiver p50 ms", r.p50_ms, ".1f", target(at_most(5, "<= 5"))),
-        _row(n, "commit -> receiver p95 ms", r.p95_ms, ".1f"),
-        _row(n, "commit -> receiver p99 ms", r.p99_ms, ".1f", target(at_most(25, "<= 25"))),
-        _row(n, "commit -> receiver max ms", r.max_ms, ".1f"),
-        _row(n, "producers' worst lateness ms (machine stalls)", r.producer_late_max_ms, ".0f"),
-        _row(
+        row(n, "commit -> receiver p50 ms", r.p50_ms, ".1f", target(at_most(5, "<= 5"))),
+        row(n, "commit -> receiver p95 ms", r.p95_ms, ".1f"),
+        row(n, "commit -> receiver p99 ms", r.p99_ms, ".1f", target(at_most(25, "<= 25"))),
+        row(n, "commit -> receiver max ms", r.max_ms, ".1f"),
+        row(n, "producers' worst lateness ms (machine stalls)", r.producer_late_max_ms, ".0f"),
+        row(
             n,
             "CPU us/msg, dispatchers",
             r.cpu_dispatcher_us_per_msg,
             ",.0f",
             target(at_most(300, "<= 300")),
         ),
-        _row(
+        row(
             n,
             "CPU us/msg, PostgreSQL (enqueue + dispatch)",
             r.cpu_postgres_us_per_msg,
             ",.0f",
             target(at_most(250, "<= 250")),
         ),
-        _row(n, "claims per msg", r.claims_per_msg, ".3f"),
-        _row(
+        row(n, "claims per msg", r.claims_per_msg, ".3f"),
+        row(
             n,
             "claims that found nothing",
             r.empty_claim_share,
             ".1%",
             target(at_most(0.10, "<= 10%")),
         ),
-        _row(n, "db round trips per msg (dispatchers)", r.round_trips_per_msg, ".3f"),
-        _row(n, "notifications received per msg", r.notifications_per_msg, ".3f"),
+        row(n, "db round trips per msg (dispatchers)", r.round_trips_per_msg, ".3f"),
+        row(n, "notifications received per msg", r.notifications_per_msg, ".3f"),
         Row(n, "received / duplicates", f"{r.received} of {r.messages} / {r.duplicates}"),
     ]
 
@@ -226,35 +172,35 @@ def _latency_baseline_rows(ours: LatencyRun, c: LatencyComparison) -> list[Row]:
         Row(
             n,
             f"{label}: offered / achieved msgs/s",
-            f"{r.offered_rate:,.0f} / {_num(r.achieved_rate)} for {r.duration_s:g} s",
+            f"{r.offered_rate:,.0f} / {number(r.achieved_rate)} for {r.duration_s:g} s",
         ),
-        _row(n, f"{label}: commit -> receiver p50 ms", r.p50_ms, ".1f"),
-        _row(n, f"{label}: commit -> receiver p95 ms", r.p95_ms, ".1f"),
-        _row(n, f"{label}: commit -> receiver p99 ms", r.p99_ms, ".1f"),
-        _row(n, f"{label}: commit -> receiver max ms", r.max_ms, ".1f"),
-        _row(n, f"{label}: CPU us/msg, consumer", r.cpu_dispatcher_us_per_msg, ",.0f"),
-        _row(
+        row(n, f"{label}: commit -> receiver p50 ms", r.p50_ms, ".1f"),
+        row(n, f"{label}: commit -> receiver p95 ms", r.p95_ms, ".1f"),
+        row(n, f"{label}: commit -> receiver p99 ms", r.p99_ms, ".1f"),
+        row(n, f"{label}: commit -> receiver max ms", r.max_ms, ".1f"),
+        row(n, f"{label}: CPU us/msg, consumer", r.cpu_dispatcher_us_per_msg, ",.0f"),
+        row(
             n,
             f"{label}: CPU us/msg, PostgreSQL (enqueue + dispatch)",
             r.cpu_postgres_us_per_msg,
             ",.0f",
         ),
-        _row(n, f"{label}: db round trips per msg (consumer)", r.round_trips_per_msg, ".2f"),
+        row(n, f"{label}: db round trips per msg (consumer)", r.round_trips_per_msg, ".2f"),
         Row(
             n,
             f"{label}: received / duplicates",
             f"{r.received} of {r.messages} / {r.duplicates}",
         ),
-        _row(n, "ours / pgqueuer, p50", c.p50_ratio, ".2f", lower),
-        _row(n, "ours / pgqueuer, p99", c.p99_ratio, ".2f"),
-        _row(
+        row(n, "ours / pgqueuer, p50", c.p50_ratio, ".2f", lower),
+        row(n, "ours / pgqueuer, p99", c.p99_ratio, ".2f"),
+        row(
             n,
             "ours / pgqueuer, CPU us/msg dispatcher",
             c.cpu_dispatcher_us_per_msg_ratio,
             ".2f",
             lower,
         ),
-        _row(
+        row(
             n,
             "ours / pgqueuer, CPU us/msg PostgreSQL",
             c.cpu_postgres_us_per_msg_ratio,
@@ -267,16 +213,16 @@ def _latency_baseline_rows(ours: LatencyRun, c: LatencyComparison) -> list[Row]:
 def _enqueue_rows(r: EnqueueResult) -> list[Row]:
     n = "enqueue"
     rows = [
-        _row(
+        row(
             n,
             "enqueue median ms, no NOTIFY",
             r.no_notify.median_ms,
             ".3f",
             at_most(0.2, "<= 0.2"),
         ),
-        _row(n, "enqueue p99 ms, no NOTIFY", r.no_notify.p99_ms, ".3f"),
-        _row(n, "enqueue median ms, NOTIFY", r.notify.median_ms, ".3f", at_most(0.2, "<= 0.2")),
-        _row(n, "enqueue p99 ms, NOTIFY", r.notify.p99_ms, ".3f"),
+        row(n, "enqueue p99 ms, no NOTIFY", r.no_notify.p99_ms, ".3f"),
+        row(n, "enqueue median ms, NOTIFY", r.notify.median_ms, ".3f", at_most(0.2, "<= 0.2")),
+        row(n, "enqueue p99 ms, NOTIFY", r.notify.p99_ms, ".3f"),
     ]
     for c in r.commit_throughput:
         rows += _throughput_rows(n, c)
@@ -287,26 +233,26 @@ def _throughput_rows(n: str, c: Throughput) -> list[Row]:
     """Business transactions per second at one count of connections, by mode."""
     w = f"{c.workers} conns"
     rows = [
-        _row(n, f"{w}: business tx/s, no outbox", c.plain_tx_per_s, ",.0f"),
-        _row(n, f"{w}: business tx/s + floor row", c.floor_tx_per_s, ",.0f"),
-        _row(n, f"{w}: business tx/s + outbox row (NOTIFY)", c.outbox_tx_per_s, ",.0f"),
-        _row(
+        row(n, f"{w}: business tx/s, no outbox", c.plain_tx_per_s, ",.0f"),
+        row(n, f"{w}: business tx/s + floor row", c.floor_tx_per_s, ",.0f"),
+        row(n, f"{w}: business tx/s + outbox row (NOTIFY)", c.outbox_tx_per_s, ",.0f"),
+        row(
             n,
             f"{w}: business tx/s + outbox row (no NOTIFY)",
             c.outbox_no_notify_tx_per_s,
             ",.0f",
         ),
-        _row(n, f"{w}:   floor / no outbox", c.floor_ratio, ".2f"),
-        _row(n, f"{w}:   outbox (NOTIFY) / no outbox", c.ratio, ".2f"),
-        _row(
+        row(n, f"{w}:   floor / no outbox", c.floor_ratio, ".2f"),
+        row(n, f"{w}:   outbox (NOTIFY) / no outbox", c.ratio, ".2f"),
+        row(
             n,
             f"{w}:   outbox (NOTIFY) / floor",
             c.outbox_to_floor,
             ".2f",
             at_least(0.8, ">= 0.80"),
         ),
-        _row(n, f"{w}:   outbox (no NOTIFY) / floor", c.outbox_no_notify_to_floor, ".2f"),
-        _row(
+        row(n, f"{w}:   outbox (no NOTIFY) / floor", c.outbox_no_notify_to_floor, ".2f"),
+        row(
             n,
             f"{w}:   NOTIFY's cost, 1 - NOTIFY / no NOTIFY",
             c.notify_cost,
@@ -323,7 +269,7 @@ def _throughput_rows(n: str, c: Throughput) -> list[Row]:
         app = c.client_cpu_us_per_tx[mode]
         pg = c.postgres_cpu_us_per_tx[mode]
         rows.append(
-            Row(n, f"{w}: CPU us/tx {label}: app / PostgreSQL", f"{_num(app)} / {_num(pg)}")
+            Row(n, f"{w}: CPU us/tx {label}: app / PostgreSQL", f"{number(app)} / {number(pg)}")
         )
     return rows
 
@@ -337,13 +283,13 @@ def _commit_latency_rows(n: str, run: CommitLatencyRun, producers: int) -> list[
         target = at_most(10, "<= 10 at 2,000/s") if r.offered_tx_per_s == 2000 else None
         rows += [
             Row(n, f"{at}: committed", f"{r.committed:,} of {r.expected:,}"),
-            _row(n, f"{at}: commit p50 ms", r.p50_ms, ".2f"),
-            _row(n, f"{at}: commit p99 ms", r.p99_ms, ".2f", target),
-            _row(n, f"{at}: p99 ms from its scheduled start", r.p99_from_schedule_ms, ".2f"),
+            row(n, f"{at}: commit p50 ms", r.p50_ms, ".2f"),
+            row(n, f"{at}: commit p99 ms", r.p99_ms, ".2f", target),
+            row(n, f"{at}: p99 ms from its scheduled start", r.p99_from_schedule_ms, ".2f"),
             Row(
                 n,
                 f"{at}: CPU us/tx app / PostgreSQL",
-                f"{_num(r.client_cpu_us_per_tx)} / {_num(r.postgres_cpu_us_per_tx)}",
+                f"{number(r.client_cpu_us_per_tx)} / {number(r.postgres_cpu_us_per_tx)}",
             ),
         ]
     return rows
@@ -353,20 +299,20 @@ def _history_rows(r: HistoryResult) -> list[Row]:
     n = "history"
     rounds = f" (median of {r.rounds})" if r.rounds > 1 else ""
     return [
-        _row(n, f"drain-noop msgs/s, empty history{rounds}", r.empty_msgs_per_s, ",.0f"),
-        _row(
+        row(n, f"drain-noop msgs/s, empty history{rounds}", r.empty_msgs_per_s, ",.0f"),
+        row(
             n,
             f"drain-noop msgs/s, {r.history_rows:,} in history{rounds}",
             r.full_msgs_per_s,
             ",.0f",
         ),
-        Row(n, "  full / empty, per round", _list(r.ratios, ".2f")),
-        _row(n, "  full / empty, of the medians", r.ratio, ".2f", at_least(0.9, ">= 0.90")),
-        _row(n, "seeding the history, s", r.history_seed_s, ".1f"),
+        Row(n, "  full / empty, per round", numbers(r.ratios, ".2f")),
+        row(n, "  full / empty, of the medians", r.ratio, ".2f", at_least(0.9, ">= 0.90")),
+        row(n, "seeding the history, s", r.history_seed_s, ".1f"),
         Row(
             n,
             "peak RSS MB, empty / full history",
-            f"{_num(r.empty_peak_rss_mb)} / {_num(r.full_peak_rss_mb)}",
+            f"{number(r.empty_peak_rss_mb)} / {number(r.full_peak_rss_mb)}",
         ),
     ]
 
@@ -384,18 +330,18 @@ def _memory_rows(r: MemoryResult) -> list[Row]:
     for run in r.runs:
         c = run.concurrency or 0
         target = at_most(150, "<= 150") if c == MEMORY_CONCURRENCY[0] else None
-        peak = _row(n, f"peak RSS MB at concurrency {c:,}", run.peak_rss_mb, ",.0f", target)
+        peak = row(n, f"peak RSS MB at concurrency {c:,}", run.peak_rss_mb, ",.0f", target)
         rows += [
             peak,
-            _row(n, "  of it added during the drain", run.rss_growth_mb, ",.0f"),
-            _row(n, "  msgs/s", run.msgs_per_s, ",.0f"),
+            row(n, "  of it added during the drain", run.rss_growth_mb, ",.0f"),
+            row(n, "  msgs/s", run.msgs_per_s, ",.0f"),
             Row(
                 n,
                 "  connections: most open at once / opened",
                 f"{run.most_open_connections:,} / {run.receiver_connections:,}",
             ),
-            _row(n, "  MB of big bodies the receiver wrote", run.big_mb_sent, ",.1f"),
-            _row(n, "  CPU us/msg, dispatcher", run.cpu_dispatcher_us_per_msg, ",.0f"),
+            row(n, "  MB of big bodies the receiver wrote", run.big_mb_sent, ",.1f"),
+            row(n, "  CPU us/msg, dispatcher", run.cpu_dispatcher_us_per_msg, ",.0f"),
             Row(
                 n,
                 "  delivered / duplicates / big bodies",
@@ -434,34 +380,3 @@ def table_rows(results: dict[str, Result]) -> list[Row]:
     if isinstance(r, MemoryResult):
         rows += _memory_rows(r)
     return rows
-
-
-def format_table(rows: list[Row]) -> str:
-    header = Row("scenario", "measure", "value", "target", None)
-    cells = [
-        (
-            r.scenario,
-            r.measure,
-            r.value,
-            r.target,
-            "" if r.met is None else ("met" if r.met else "MISSED"),
-        )
-        for r in [header, *rows]
-    ]
-    cells[0] = (*cells[0][:4], "")
-    widths = [max(len(c[i]) for c in cells) for i in range(5)]
-    lines = []
-    for i, c in enumerate(cells):
-        line = "  ".join(
-            [
-                c[0].ljust(widths[0]),
-                c[1].ljust(widths[1]),
-                c[2].rjust(widths[2]),
-                c[3].ljust(widths[3]),
-                c[4],
-            ]
-        )
-        lines.append(line.rstrip())
-        if i == 0:
-            lines.append("-" * len(lines[0]))
-    return "\n".join(lines)

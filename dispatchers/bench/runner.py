@@ -22,9 +22,10 @@ from dispatchers import loop as loops
 from dispatchers.bench import SCENARIO_NAMES, Settings, settings_from_args
 from dispatchers.bench.context import Bench
 from dispatchers.bench.env import connect, database
-from dispatchers.bench.report import Row, format_table, table_rows
+from dispatchers.bench.report import table_rows
 from dispatchers.bench.results import Result, ScenarioFailed, to_json
 from dispatchers.bench.scenarios import SCENARIOS
+from dispatchers.bench.table import Row, format_table
 from outbox.dsn import redact
 
 
