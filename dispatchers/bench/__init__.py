@@ -3,8 +3,8 @@
 Scenarios (see :mod:`dispatchers.bench.scenarios`): ``drain-http``,
 ``drain-noop``, ``latency``, ``enqueue``, ``commit-latency``, ``history`` and
 ``memory``; ``--baseline naive`` runs the naive one-row-at-a-time design
-(:mod:`dispatchers.bench.naive`) beside the drain scenarios, interleaved;
-``--baseline pgqueuer`` runs pgqueuer (:mod:`dispatchers.bench.pgqueuer_baseline`,
+(:mod:`dispatchers.bench.baselines.naive`) beside the drain scenarios, interleaved;
+``--baseline pgqueuer`` runs pgqueuer (:mod:`dispatchers.bench.baselines.pgqueuer`,
 the ``bench`` extra) beside the drain scenarios, interleaved, and beside ours in the
 latency scenario. The runner (:mod:`dispatchers.bench.runner`) prints one table, or
 one JSON object with ``--json``.

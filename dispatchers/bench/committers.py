@@ -19,7 +19,6 @@ The business transaction is one INSERT into a small table, then, by mode:
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -28,14 +27,13 @@ from typing import Any
 
 import psycopg
 
-from dispatchers.bench.env import bench_queries, connect, payload, run_id
+from dispatchers.bench.env import SPAWN, bench_queries, connect, payload, run_id
 from outbox import Outbox
 from outbox.message import DEFAULT_MAX_BODY_BYTES, encode_body
 
 MODES = ("plain", "floor", "outbox", "outbox-no-notify")
 TARGET = "http://127.0.0.1:9/orders"  # the enqueued messages' URL; nothing sends there
 START_DELAY = 0.2  # seconds between handing out a job and its start, so all start together
-SPAWN = multiprocessing.get_context("spawn")
 
 
 @dataclass(frozen=True)

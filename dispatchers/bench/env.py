@@ -9,7 +9,8 @@
   ``/proc``; :func:`postgres_clock` finds the server's postmaster when the server
   runs on this host, so PostgreSQL's CPU per message can be reported.
 - :func:`bench_queries` gives the benchmark's own SQL (``sql/queries/bench.sql``,
-  loaded as all named statements are) bound to one schema.
+  loaded as all named statements are) bound to one schema; :func:`bench_statement`
+  one of them that names no schema.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg.rows import class_row
 
 from dispatchers.embedded import Database, EmbeddedPostgres
-from outbox.defaults import DEFAULT_MAX_ATTEMPTS
+from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA
 from outbox.dsn import libpq_url
 from outbox.message import build_message
 from outbox.migrations import load_migrations, migrate
@@ -43,35 +44,34 @@ SPAWN = multiprocessing.get_context("spawn")
 """How the benchmarks start their other processes (fresh interpreters, no fork)."""
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100) of ``values`` by linear interpolation."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+@dataclass(frozen=True)
+class ReceiverSeen:
+    """What the bench receiver saw between two of its counts."""
+
+    requests: int
+    duplicates: int
 
 
 def receiver_check(
     before: dict[str, Any], after: dict[str, Any], messages: int
-) -> tuple[dict[str, int], list[str]]:
-    """What the bench receiver saw between two of its counts, as figures, and the
-    failures of a run that should have sent each of ``messages`` exactly once."""
-    seen = {key: after[key] - before[key] for key in ("requests", "duplicates")}
+) -> tuple[ReceiverSeen, list[str]]:
+    """What the bench receiver saw between two of its counts, and the failures of a
+    run that should have sent each of ``messages`` exactly once."""
+    seen = ReceiverSeen(
+        after["requests"] - before["requests"], after["duplicates"] - before["duplicates"]
+    )
     failures = []
-    if seen["requests"] != messages:
-        failures.append(f"receiver saw {seen['requests']} requests, expected {messages}")
-    if seen["duplicates"]:
-        failures.append(f"receiver saw {seen['duplicates']} duplicate keys")
-    return {"receiver_requests": seen["requests"], "duplicates": seen["duplicates"]}, failures
+    if seen.requests != messages:
+        failures.append(f"receiver saw {seen.requests} requests, expected {messages}")
+    if seen.duplicates:
+        failures.append(f"receiver saw {seen.duplicates} duplicate keys")
+    return seen, failures
 
 
 def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     """A connection for the benchmark's own work, with its waits bounded."""
     conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT)
-    conn.execute("SELECT set_config('statement_timeout', %s, false)", (STATEMENT_TIMEOUT,))
+    conn.execute(bench_statement("statement_timeout"), {"timeout": STATEMENT_TIMEOUT})
     if not autocommit:
         conn.commit()
     return conn
@@ -103,7 +103,7 @@ def fresh_schema(
         yield schema
     finally:
         with connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            conn.execute(bench_queries(schema)["drop_schema"])
 
 
 def run_id() -> str:
@@ -154,17 +154,21 @@ def seed_backlog(url: str, schema: str, *, target: str, keys: list[str]) -> None
             conn.commit()
 
 
-def table_counts(url: str, schema: str, tables: tuple[str, ...]) -> dict[str, int]:
-    """Row counts of ``tables`` in ``schema``."""
-    counts: dict[str, int] = {}
+@dataclass(frozen=True)
+class RowCounts:
+    """Rows in the claimable table and in the history of one schema."""
+
+    messages: int
+    delivered: int
+
+
+def row_counts(url: str, schema: str) -> RowCounts:
+    """Where the messages of ``schema`` are: still queued, or delivered."""
     with connect(url, autocommit=True) as conn:
-        for table in tables:
-            row = conn.execute(
-                sql.SQL("SELECT count(*) FROM {}.{}").format(
-                    sql.Identifier(schema), sql.Identifier(table)
-                )
-            ).fetchone()
-            counts[table] = int(row[0]) if row else -1
+        cur = conn.cursor(row_factory=class_row(RowCounts))
+        counts = cur.execute(bench_queries(schema)["row_counts"]).fetchone()
+    if counts is None:
+        raise RuntimeError("the row counts returned no row")
     return counts
 
 
@@ -176,6 +180,12 @@ def bench_queries(schema: str) -> dict[str, str]:
     """The benchmark's statements (``sql/queries/bench.sql``) bound to ``schema``."""
     queries = queries_for(schema)
     return {name: queries[name].text for name in queries.names("bench")}
+
+
+def bench_statement(name: str) -> str:
+    """One of the benchmark's statements that names no schema (so the schema its
+    text is bound to makes no difference)."""
+    return bench_queries(DEFAULT_SCHEMA)[name]
 
 
 # -- CPU time from /proc -------------------------------------------------------------
@@ -269,8 +279,7 @@ def postgres_clock(url: str) -> CpuClock | None:
         host = conn.info.host
         if not (host.startswith("/") or host in ("localhost", "127.0.0.1", "::1")):
             return None
-        row = conn.execute("SELECT pg_backend_pid()").fetchone()
-        backend = int(row[0]) if row else 0
+        backend = conn.info.backend_pid
         stat = _stat(backend)
         if stat is None or "postgres" not in _cmdline(backend):
             return None  # another PID namespace (a container), or not readable

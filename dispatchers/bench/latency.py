@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import tempfile
@@ -28,18 +29,18 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess as SpawnProcess
 from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dispatchers import loop as loops
-from dispatchers.bench import pgqueuer_baseline
-from dispatchers.bench.env import SPAWN, connect, fresh_schema, payload, percentile, run_id
+from dispatchers.bench.baselines import pgqueuer
+from dispatchers.bench.context import Bench
+from dispatchers.bench.env import SPAWN, connect, fresh_schema, payload, run_id
+from dispatchers.bench.measure import percentile, ratio
+from dispatchers.bench.results import LatencyComparison, LatencyResult, LatencyRun
 from dispatchers.config import DispatcherConfig
 from dispatchers.log import NullLog
 from dispatchers.pool import Dispatcher
 from outbox import Outbox
-
-if TYPE_CHECKING:
-    from dispatchers.bench.scenarios import Bench
 
 PRODUCER_RATE = 500.0
 """Most transactions per second one producer connection is asked for; a higher
@@ -187,7 +188,7 @@ def _wait(condition: Callable[[], bool], within: float, pause: float = 0.05) -> 
     return True
 
 
-def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> dict[str, Any]:
+def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> LatencyRun:
     """One run at ``rate`` messages per second with ``dispatchers`` processes."""
     s = bench.settings
     receiver = bench.receiver
@@ -300,49 +301,43 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> dict[str, Any
     cpu_dispatchers = total("cpu_s")
     pg_cpu = None if pg_start is None or pg_end is None else pg_end - pg_start
     elapsed = max((p["elapsed"] for p in produced), default=None)
-    return {
-        "offered_rate": rate,
-        "dispatchers": dispatchers,
-        "producers": producers,
-        "duration_s": s.duration,
-        "messages": count,
-        "achieved_rate": count / elapsed if elapsed else None,
-        "producer_late_max_ms": max((p["late_max_s"] for p in produced), default=0.0) * 1000,
-        "delivered": int(delivered or 0),
-        "received": len(latencies_ms),
-        "duplicates": duplicates,
-        "p50_ms": percentile(latencies_ms, 50),
-        "p95_ms": percentile(latencies_ms, 95),
-        "p99_ms": percentile(latencies_ms, 99),
-        "max_ms": max(latencies_ms) if latencies_ms else None,
-        "cpu_dispatcher_us_per_msg": per_msg(
+    return LatencyRun(
+        offered_rate=rate,
+        dispatchers=dispatchers,
+        producers=producers,
+        duration_s=s.duration,
+        messages=count,
+        achieved_rate=count / elapsed if elapsed else None,
+        producer_late_max_ms=max((p["late_max_s"] for p in produced), default=0.0) * 1000,
+        delivered=int(delivered or 0),
+        received=len(latencies_ms),
+        duplicates=duplicates,
+        p50_ms=percentile(latencies_ms, 50),
+        p95_ms=percentile(latencies_ms, 95),
+        p99_ms=percentile(latencies_ms, 99),
+        max_ms=max(latencies_ms) if latencies_ms else None,
+        cpu_dispatcher_us_per_msg=per_msg(
             None if cpu_dispatchers is None else cpu_dispatchers * 1e6
         ),
-        "cpu_postgres_us_per_msg": per_msg(None if pg_cpu is None else pg_cpu * 1e6),
-        "round_trips_per_msg": per_msg(total("round_trips")),
-        "claims_per_msg": per_msg(claims),
-        "empty_claim_share": None if not claims else (total("empty_claims") or 0) / claims,
-        "notifications_per_msg": per_msg(total("notifications")),
-        "ok": not failures,
-        "failures": failures,
-    }
-
-
-def _ratio(ours: float | None, theirs: float | None) -> float | None:
-    return ours / theirs if ours is not None and theirs else None
-
-
-def pgqueuer_beside(bench: Bench, ours: dict[str, Any]) -> None:
-    """pgqueuer's latency at the offered load of ``ours``, added to ``ours`` as
-    ``baseline`` with the ratios ours / theirs (below 1: ours is lower)."""
-    s = bench.settings
-    if reason := pgqueuer_baseline.available():
-        raise RuntimeError(f"--baseline pgqueuer: {reason}")
-    rate = ours["offered_rate"]
-    bench.progress(
-        f"latency: pgqueuer {pgqueuer_baseline.version()}, {rate:g} msgs/s for {s.duration:g} s"
+        cpu_postgres_us_per_msg=per_msg(None if pg_cpu is None else pg_cpu * 1e6),
+        round_trips_per_msg=per_msg(total("round_trips")),
+        claims_per_msg=per_msg(claims),
+        empty_claim_share=None if not claims else (total("empty_claims") or 0) / claims,
+        notifications_per_msg=per_msg(total("notifications")),
+        ok=not failures,
+        failures=failures,
     )
-    theirs = pgqueuer_baseline.latency(
+
+
+def pgqueuer_beside(bench: Bench, ours: LatencyRun) -> LatencyRun:
+    """``ours`` with pgqueuer's latency at the same offered load beside it as
+    ``baseline``, with the ratios ours / theirs (below 1: ours is lower)."""
+    s = bench.settings
+    if reason := pgqueuer.available():
+        raise RuntimeError(f"--baseline pgqueuer: {reason}")
+    rate = ours.offered_rate
+    bench.progress(f"latency: pgqueuer {pgqueuer.version()}, {rate:g} msgs/s for {s.duration:g} s")
+    theirs = pgqueuer.latency(
         bench.db.url,
         receiver=bench.receiver,
         pg_clock=bench.pg_clock,
@@ -350,28 +345,36 @@ def pgqueuer_beside(bench: Bench, ours: dict[str, Any]) -> None:
         duration=s.duration,
         concurrency=s.concurrency,
     )
-    theirs["p50_ratio"] = _ratio(ours.get("p50_ms"), theirs["p50_ms"])
-    theirs["p99_ratio"] = _ratio(ours.get("p99_ms"), theirs["p99_ms"])
-    for side in ("dispatcher", "postgres"):
-        key = f"cpu_{side}_us_per_msg"
-        theirs[f"{key}_ratio"] = _ratio(ours.get(key), theirs[key])
-    ours["baseline"] = theirs
-    ours["failures"] = [*ours["failures"], *(f"pgqueuer: {f}" for f in theirs["failures"])]
-    ours["ok"] = bool(ours["ok"]) and theirs["ok"]
+    comparison = LatencyComparison(
+        theirs=theirs,
+        p50_ratio=ratio(ours.p50_ms, theirs.p50_ms),
+        p99_ratio=ratio(ours.p99_ms, theirs.p99_ms),
+        cpu_dispatcher_us_per_msg_ratio=ratio(
+            ours.cpu_dispatcher_us_per_msg, theirs.cpu_dispatcher_us_per_msg
+        ),
+        cpu_postgres_us_per_msg_ratio=ratio(
+            ours.cpu_postgres_us_per_msg, theirs.cpu_postgres_us_per_msg
+        ),
+    )
+    return dataclasses.replace(
+        ours,
+        baseline=comparison,
+        failures=[*ours.failures, *(f"pgqueuer: {f}" for f in theirs.failures)],
+        ok=ours.ok and theirs.ok,
+    )
 
 
-def latency(bench: Bench) -> dict[str, Any]:
+def latency(bench: Bench) -> LatencyResult:
     """Every (rate, dispatcher count) of the settings, rates outermost; with
     ``--baseline pgqueuer``, pgqueuer (one consumer) beside our run with the fewest
     dispatchers at each rate."""
     s = bench.settings
-    runs: list[dict[str, Any]] = []
+    runs: list[LatencyRun] = []
     for rate in s.rates:
         at_rate = [latency_run(bench, rate=rate, dispatchers=n) for n in s.dispatchers]
         if "pgqueuer" in s.baselines:
-            pgqueuer_beside(bench, min(at_rate, key=lambda r: r["dispatchers"]))
+            fewest = min(at_rate, key=lambda r: r.dispatchers)
+            at_rate[at_rate.index(fewest)] = pgqueuer_beside(bench, fewest)
         runs += at_rate
-    failures = [
-        f"{r['offered_rate']:g}/s x{r['dispatchers']}: {f}" for r in runs for f in r["failures"]
-    ]
-    return {"runs": runs, "ok": not failures, "failures": failures}
+    failures = [f"{r.offered_rate:g}/s x{r.dispatchers}: {f}" for r in runs for f in r.failures]
+    return LatencyResult(runs=runs, ok=not failures, failures=failures)

@@ -1,8 +1,9 @@
 """Runs the chosen scenarios and prints one table (or one JSON object).
 
-Every figure is shown beside the issue's target where it has one; a missed target
-is reported, never hidden, but only a correctness failure (a message lost, left
-behind or delivered twice) makes the exit status 1.
+Every figure is shown beside its target where it has one
+(:mod:`dispatchers.bench.report`); a missed target is reported, never hidden, but
+only a correctness failure (a message lost, left behind or delivered twice) makes
+the exit status 1. The table and the JSON come from the same results.
 """
 
 from __future__ import annotations
@@ -12,466 +13,53 @@ import os
 import platform
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from dispatchers import loop as loops
 from dispatchers.bench import Settings
+from dispatchers.bench.context import Bench
 from dispatchers.bench.env import connect, database
-from dispatchers.bench.scenarios import MEMORY_CONCURRENCY, SCENARIOS, Bench
+from dispatchers.bench.report import table_rows
+from dispatchers.bench.results import Result, ScenarioFailed, to_json
+from dispatchers.bench.scenarios import SCENARIOS
+from dispatchers.bench.table import Row, format_table
 from outbox.dsn import redact
 
 
 @dataclass(frozen=True)
-class Target:
-    """A goal for one figure: ``at_least``, ``at_most`` or ``below`` ``value``."""
+class Machine:
+    """Where the figures were measured."""
 
-    op: str  # ">=", "<=" or "<"
-    value: float
-    text: str
-
-    def met(self, figure: float | None) -> bool | None:
-        if figure is None:
-            return None
-        if self.op == ">=":
-            return figure >= self.value
-        return figure <= self.value if self.op == "<=" else figure < self.value
-
-
-def at_least(value: float, text: str) -> Target:
-    return Target(">=", value, text)
-
-
-def at_most(value: float, text: str) -> Target:
-    return Target("<=", value, text)
-
-
-def below(value: float, text: str) -> Target:
-    return Target("<", value, text)
+    cpus: int | None
+    platform: str
+    python: str
+    postgres: str | None
+    psycopg: str | None
+    httpx: str | None
+    httpcore: str | None
+    event_loop: str
+    uvloop: str | None
+    load_average_before: tuple[float, float, float] | None
+    load_average_after: tuple[float, float, float] | None
 
 
 @dataclass(frozen=True)
-class Row:
-    scenario: str
-    measure: str
-    value: str
-    target: str = ""
-    met: bool | None = None
+class Report:
+    """One run of ``outbox bench``: :meth:`to_json` is what ``--json`` prints."""
 
+    machine: Machine
+    database: str
+    postgres_cpu_measured: bool
+    settings: Settings
+    scenarios: dict[str, Result]
+    table: list[Row]
+    ok: bool
 
-def _num(value: float | None, spec: str = ",.0f") -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
-def _list(values: list[float | None], spec: str) -> str:
-    return ", ".join(_num(v, spec) for v in values)
-
-
-def _row(
-    scenario: str, measure: str, value: float | None, spec: str, target: Target | None = None
-) -> Row:
-    if target is None:
-        return Row(scenario, measure, _num(value, spec))
-    return Row(scenario, measure, _num(value, spec), target.text, target.met(value))
-
-
-def _rss(peak: float | None, growth: float | None) -> str:
-    """Peak RSS in MB, and in brackets how much of it the drain added."""
-    if peak is None:
-        return "n/a"
-    return f"{peak:,.0f}" + ("" if growth is None else f" (+{growth:,.0f})")
-
-
-def _rss_measure(runs: list[dict[str, Any]]) -> str:
-    return "peak RSS MB (+ during drain)" + (", worst run" if len(runs) > 1 else "")
-
-
-def _drain_rows(name: str, r: dict[str, Any], rate: Target) -> list[Row]:
-    rows = [
-        _row(
-            name,
-            "msgs/s" + (" (median)" if len(r["runs"]) > 1 else ""),
-            r["msgs_per_s"],
-            ",.0f",
-            rate,
-        ),
-        _row(
-            name,
-            "db round trips per msg",
-            r["round_trips_per_msg"],
-            ".4f",
-            at_most(0.05, "<= 0.05"),
-        ),
-        _row(name, "CPU us/msg, PostgreSQL", r["cpu_postgres_us_per_msg"], ",.0f"),
-        _row(
-            name,
-            "CPU us/msg, dispatcher",
-            r["cpu_dispatcher_us_per_msg"],
-            ",.0f",
-            # per HTTP delivery: the client and the event loop's share
-            at_most(130, "<= 130") if name == "drain-http" else None,
-        ),
-    ]
-    if r["cpu_receiver_us_per_msg"] is not None:
-        rows.append(_row(name, "CPU us/msg, receiver", r["cpu_receiver_us_per_msg"], ",.0f"))
-    rows.append(Row(name, _rss_measure(r["runs"]), _rss(r["peak_rss_mb"], r["rss_growth_mb"])))
-    duplicates = "n/a" if r["duplicates"] is None else str(r["duplicates"])
-    rows.append(
-        Row(name, "delivered / duplicates", f"{r['delivered']} of {r['messages']} / {duplicates}")
-    )
-    if len(r["runs"]) > 1:
-        rows.append(
-            Row(name, "msgs/s per run", _list([x["msgs_per_s"] for x in r["runs"]], ",.0f"))
-        )
-    for base in r["baselines"]:
-        rows += _baseline_drain_rows(name, base)
-    return rows
-
-
-def _baseline_drain_rows(name: str, base: dict[str, Any]) -> list[Row]:
-    """The baseline's drains beside ours: its figures, then ours / its msgs/s."""
-    if base["name"] == "pgqueuer":
-        label = (
-            f"pgqueuer {base['version']} ({base['managers']} managers x batch {base['batch_size']})"
-        )
-        # the target is drain-noop's: without a network, the queue machinery alone
-        target = at_least(2, ">= 2x") if name == "drain-noop" else None
-    else:
-        label = f"naive baseline ({base['workers']} workers)"
-        target = at_least(4, ">= 4x")
-    rows = [
-        Row(
-            name,
-            f"{label}: msgs/s per run",
-            _list([x["msgs_per_s"] for x in base["runs"]], ",.0f"),
-        ),
-        _row(name, f"{label}: db round trips per msg", base["round_trips_per_msg"], ".4f"),
-        _row(name, f"{label}: CPU us/msg, PostgreSQL", base["cpu_postgres_us_per_msg"], ",.0f"),
-        _row(name, f"{label}: CPU us/msg, dispatcher", base["cpu_dispatcher_us_per_msg"], ",.0f"),
-    ]
-    if base["cpu_receiver_us_per_msg"] is not None:
-        rows.append(
-            _row(name, f"{label}: CPU us/msg, receiver", base["cpu_receiver_us_per_msg"], ",.0f")
-        )
-    rows.append(
-        Row(
-            name,
-            f"{label}: {_rss_measure(base['runs'])}",
-            _rss(base["peak_rss_mb"], base["rss_growth_mb"]),
-        )
-    )
-    duplicates = "n/a" if base["duplicates"] is None else str(base["duplicates"])
-    rows += [
-        Row(
-            name,
-            f"{label}: delivered / duplicates",
-            f"{base['delivered']} of {base['messages']} / {duplicates}",
-        ),
-        Row(name, f"ours / {base['name']}, per pair", _list(base["ratios"], ".2f")),
-        _row(name, f"ours / {base['name']}, median", base["median_ratio"], ".2f", target),
-    ]
-    return rows
-
-
-LATENCY_TARGET_RATE = 500.0
-"""The offered load at which the latency and cost targets apply."""
-
-
-def _latency_rows(r: dict[str, Any]) -> list[Row]:
-    """The rows of one latency run; targets apply at :data:`LATENCY_TARGET_RATE`."""
-    n = f"latency {r['offered_rate']:g}/s x{r['dispatchers']}"
-    targeted = r["offered_rate"] == LATENCY_TARGET_RATE
-
-    def target(t: Target) -> Target | None:
-        return t if targeted else None
-
-    return [
-        Row(
-            n,
-            "offered / achieved msgs/s",
-            f"{r['offered_rate']:,.0f} / {_num(r['achieved_rate'])} for {r['duration_s']:g} s",
-        ),
-        _row(n, "commit -> receiver p50 ms", r["p50_ms"], ".1f", target(at_most(5, "<= 5"))),
-        _row(n, "commit -> receiver p95 ms", r["p95_ms"], ".1f"),
-        _row(n, "commit -> receiver p99 ms", r["p99_ms"], ".1f", target(at_most(25, "<= 25"))),
-        _row(n, "commit -> receiver max ms", r["max_ms"], ".1f"),
-        _row(n, "producers' worst lateness ms (machine stalls)", r["producer_late_max_ms"], ".0f"),
-        _row(
-            n,
-            "CPU us/msg, dispatchers",
-            r["cpu_dispatcher_us_per_msg"],
-            ",.0f",
-            target(at_most(300, "<= 300")),
-        ),
-        _row(
-            n,
-            "CPU us/msg, PostgreSQL (enqueue + dispatch)",
-            r["cpu_postgres_us_per_msg"],
-            ",.0f",
-            target(at_most(250, "<= 250")),
-        ),
-        _row(n, "claims per msg", r["claims_per_msg"], ".3f"),
-        _row(
-            n,
-            "claims that found nothing",
-            r["empty_claim_share"],
-            ".1%",
-            target(at_most(0.10, "<= 10%")),
-        ),
-        _row(n, "db round trips per msg (dispatchers)", r["round_trips_per_msg"], ".3f"),
-        _row(n, "notifications received per msg", r["notifications_per_msg"], ".3f"),
-        Row(n, "received / duplicates", f"{r['received']} of {r['messages']} / {r['duplicates']}"),
-    ]
-
-
-def _latency_baseline_rows(ours: dict[str, Any]) -> list[Row]:
-    """pgqueuer's latency run beside one of ours, and the ratios ours / theirs
-    (below 1: ours is lower; the targets hold at 500 msgs/s)."""
-    r = ours["baseline"]
-    n = f"latency {ours['offered_rate']:g}/s x{ours['dispatchers']}"
-    targeted = ours["offered_rate"] == LATENCY_TARGET_RATE
-    label = f"pgqueuer {r['version']} ({r['managers']} manager x batch {r['batch_size']})"
-    lower = below(1, "< 1 (ours lower)") if targeted else None
-    return [
-        Row(
-            n,
-            f"{label}: offered / achieved msgs/s",
-            f"{r['offered_rate']:,.0f} / {_num(r['achieved_rate'])} for {r['duration_s']:g} s",
-        ),
-        _row(n, f"{label}: commit -> receiver p50 ms", r["p50_ms"], ".1f"),
-        _row(n, f"{label}: commit -> receiver p95 ms", r["p95_ms"], ".1f"),
-        _row(n, f"{label}: commit -> receiver p99 ms", r["p99_ms"], ".1f"),
-        _row(n, f"{label}: commit -> receiver max ms", r["max_ms"], ".1f"),
-        _row(n, f"{label}: CPU us/msg, consumer", r["cpu_dispatcher_us_per_msg"], ",.0f"),
-        _row(
-            n,
-            f"{label}: CPU us/msg, PostgreSQL (enqueue + dispatch)",
-            r["cpu_postgres_us_per_msg"],
-            ",.0f",
-        ),
-        _row(n, f"{label}: db round trips per msg (consumer)", r["round_trips_per_msg"], ".2f"),
-        Row(
-            n,
-            f"{label}: received / duplicates",
-            f"{r['received']} of {r['messages']} / {r['duplicates']}",
-        ),
-        _row(n, "ours / pgqueuer, p50", r["p50_ratio"], ".2f", lower),
-        _row(n, "ours / pgqueuer, p99", r["p99_ratio"], ".2f"),
-        _row(
-            n,
-            "ours / pgqueuer, CPU us/msg dispatcher",
-            r["cpu_dispatcher_us_per_msg_ratio"],
-            ".2f",
-            lower,
-        ),
-        _row(
-            n,
-            "ours / pgqueuer, CPU us/msg PostgreSQL",
-            r["cpu_postgres_us_per_msg_ratio"],
-            ".2f",
-            lower,
-        ),
-    ]
-
-
-def _throughput_rows(n: str, c: dict[str, Any]) -> list[Row]:
-    """Business transactions per second at one count of connections, by mode."""
-    w = f"{c['workers']} conns"
-    rows = [
-        _row(n, f"{w}: business tx/s, no outbox", c["plain_tx_per_s"], ",.0f"),
-        _row(n, f"{w}: business tx/s + floor row", c["floor_tx_per_s"], ",.0f"),
-        _row(n, f"{w}: business tx/s + outbox row (NOTIFY)", c["outbox_tx_per_s"], ",.0f"),
-        _row(
-            n,
-            f"{w}: business tx/s + outbox row (no NOTIFY)",
-            c["outbox_no_notify_tx_per_s"],
-            ",.0f",
-        ),
-        _row(n, f"{w}:   floor / no outbox", c["floor_ratio"], ".2f"),
-        _row(n, f"{w}:   outbox (NOTIFY) / no outbox", c["ratio"], ".2f"),
-        _row(
-            n,
-            f"{w}:   outbox (NOTIFY) / floor",
-            c["outbox_to_floor"],
-            ".2f",
-            at_least(0.8, ">= 0.80"),
-        ),
-        _row(n, f"{w}:   outbox (no NOTIFY) / floor", c["outbox_no_notify_to_floor"], ".2f"),
-        _row(
-            n,
-            f"{w}:   NOTIFY's cost, 1 - NOTIFY / no NOTIFY",
-            c["notify_cost"],
-            ".1%",
-            at_most(0.05, "<= 5% at 8") if c["workers"] == 8 else None,
-        ),
-    ]
-    for mode, label in (
-        ("plain", "no outbox"),
-        ("floor", "+ floor row"),
-        ("outbox", "+ outbox (NOTIFY)"),
-        ("outbox-no-notify", "+ outbox (no NOTIFY)"),
-    ):
-        app = c["client_cpu_us_per_tx"][mode]
-        pg = c["postgres_cpu_us_per_tx"][mode]
-        rows.append(
-            Row(n, f"{w}: CPU us/tx {label}: app / PostgreSQL", f"{_num(app)} / {_num(pg)}")
-        )
-    return rows
-
-
-def _commit_latency_rows(n: str, run: dict[str, Any], producers: int) -> list[Row]:
-    """Commit latency at each offered rate, with or without a dispatcher consuming."""
-    d = "dispatcher on" if run["dispatcher"] else "no dispatcher"
-    rows = []
-    for r in run["rates"]:
-        at = f"{r['offered_tx_per_s']:,.0f}/s, {producers} conns, {d}"
-        target = at_most(10, "<= 10 at 2,000/s") if r["offered_tx_per_s"] == 2000 else None
-        rows += [
-            Row(n, f"{at}: committed", f"{r['committed']:,} of {r['expected']:,}"),
-            _row(n, f"{at}: commit p50 ms", r["p50_ms"], ".2f"),
-            _row(n, f"{at}: commit p99 ms", r["p99_ms"], ".2f", target),
-            _row(n, f"{at}: p99 ms from its scheduled start", r["p99_from_schedule_ms"], ".2f"),
-            Row(
-                n,
-                f"{at}: CPU us/tx app / PostgreSQL",
-                f"{_num(r['client_cpu_us_per_tx'])} / {_num(r['postgres_cpu_us_per_tx'])}",
-            ),
-        ]
-    return rows
-
-
-def table_rows(report: dict[str, Any]) -> list[Row]:
-    rows: list[Row] = []
-    results = report["scenarios"]
-    if "drain-http" in results and "runs" in results["drain-http"]:
-        rows += _drain_rows("drain-http", results["drain-http"], at_least(4000, ">= 4,000"))
-    if "drain-noop" in results and "runs" in results["drain-noop"]:
-        rows += _drain_rows("drain-noop", results["drain-noop"], at_least(10_000, ">= 10,000"))
-    r = results.get("latency")
-    if r and "runs" in r:
-        for run in r["runs"]:
-            rows += _latency_rows(run)
-            if run.get("baseline"):
-                rows += _latency_baseline_rows(run)
-    r = results.get("enqueue")
-    if r and "notify" in r:
-        n = "enqueue"
-        rows += [
-            _row(
-                n,
-                "enqueue median ms, no NOTIFY",
-                r["no_notify"]["median_ms"],
-                ".3f",
-                at_most(0.2, "<= 0.2"),
-            ),
-            _row(n, "enqueue p99 ms, no NOTIFY", r["no_notify"]["p99_ms"], ".3f"),
-            _row(
-                n,
-                "enqueue median ms, NOTIFY",
-                r["notify"]["median_ms"],
-                ".3f",
-                at_most(0.2, "<= 0.2"),
-            ),
-            _row(n, "enqueue p99 ms, NOTIFY", r["notify"]["p99_ms"], ".3f"),
-        ]
-        for c in r["commit_throughput"]:
-            rows += _throughput_rows(n, c)
-    r = results.get("commit-latency")
-    if r and "runs" in r:
-        for run in r["runs"]:
-            rows += _commit_latency_rows("commit-latency", run, r["producers"])
-    r = results.get("history")
-    if r and "ratio" in r:
-        n = "history"
-        rounds = f" (median of {r['rounds']})" if r["rounds"] > 1 else ""
-        rows += [
-            _row(n, f"drain-noop msgs/s, empty history{rounds}", r["empty_msgs_per_s"], ",.0f"),
-            _row(
-                n,
-                f"drain-noop msgs/s, {r['history_rows']:,} in history{rounds}",
-                r["full_msgs_per_s"],
-                ",.0f",
-            ),
-            Row(n, "  full / empty, per round", _list(r["ratios"], ".2f")),
-            _row(n, "  full / empty, of the medians", r["ratio"], ".2f", at_least(0.9, ">= 0.90")),
-            _row(n, "seeding the history, s", r["history_seed_s"], ".1f"),
-            Row(
-                n,
-                "peak RSS MB, empty / full history",
-                f"{_num(r['empty_peak_rss_mb'])} / {_num(r['full_peak_rss_mb'])}",
-            ),
-        ]
-    r = results.get("memory")
-    if r and "runs" in r:
-        rows += _memory_rows(r)
-    return rows
-
-
-def _memory_rows(r: dict[str, Any]) -> list[Row]:
-    n = "memory"
-    rows = [
-        Row(
-            n,
-            "drain-http, responses with a big body",
-            f"{r['big_response_share']:g} of them, {r['big_response_mb']:g} MB each"
-            f" (all {r['delay_s']:g} s late)",
-        )
-    ]
-    for run in r["runs"]:
-        c = run["concurrency"]
-        target = at_most(150, "<= 150") if c == MEMORY_CONCURRENCY[0] else None
-        peak = _row(n, f"peak RSS MB at concurrency {c:,}", run["peak_rss_mb"], ",.0f", target)
-        rows += [
-            peak,
-            _row(n, "  of it added during the drain", run["rss_growth_mb"], ",.0f"),
-            _row(n, "  msgs/s", run["msgs_per_s"], ",.0f"),
-            Row(
-                n,
-                "  connections: most open at once / opened",
-                f"{run['most_open_connections']:,} / {run['receiver_connections']:,}",
-            ),
-            _row(n, "  MB of big bodies the receiver wrote", run["big_mb_sent"], ",.1f"),
-            _row(n, "  CPU us/msg, dispatcher", run["cpu_dispatcher_us_per_msg"], ",.0f"),
-            Row(
-                n,
-                "  delivered / duplicates / big bodies",
-                f"{run['delivered']} of {run['messages']} / {run.get('duplicates')}"
-                f" / {run.get('big_responses')}",
-            ),
-        ]
-    return rows
-
-
-def format_table(rows: list[Row]) -> str:
-    header = Row("scenario", "measure", "value", "target", None)
-    cells = [
-        (
-            r.scenario,
-            r.measure,
-            r.value,
-            r.target,
-            "" if r.met is None else ("met" if r.met else "MISSED"),
-        )
-        for r in [header, *rows]
-    ]
-    cells[0] = (*cells[0][:4], "")
-    widths = [max(len(c[i]) for c in cells) for i in range(5)]
-    lines = []
-    for i, c in enumerate(cells):
-        line = "  ".join(
-            [
-                c[0].ljust(widths[0]),
-                c[1].ljust(widths[1]),
-                c[2].rjust(widths[2]),
-                c[3].ljust(widths[3]),
-                c[4],
-            ]
-        )
-        lines.append(line.rstrip())
-        if i == 0:
-            lines.append("-" * len(lines[0]))
-    return "\n".join(lines)
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = to_json(self)
+        return data
 
 
 def _version(package: str) -> str | None:
@@ -481,17 +69,21 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _load_average() -> tuple[float, float, float] | None:
+    return os.getloadavg() if hasattr(os, "getloadavg") else None
+
+
 def run(
     settings: Settings,
     *,
     scenarios: list[str],
     database_url: str | None,
     progress: Callable[[str], None],
-) -> dict[str, Any]:
-    """Run ``scenarios`` in order and return the report (JSON-ready)."""
-    results: dict[str, dict[str, Any]] = {}
+) -> Report:
+    """Run ``scenarios`` in order and return the report."""
+    results: dict[str, Result] = {}
     event_loop = loops.resolve(settings.event_loop)  # uvloop asked for but missing: fail now
-    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
+    load_before = _load_average()
     with database(database_url) as db:
         with connect(db.url, autocommit=True) as conn:
             server_version = conn.info.parameter_status("server_version")
@@ -502,33 +94,34 @@ def run(
                     results[name] = SCENARIOS[name](bench)
                 except Exception as exc:  # report it and go on with the next scenario
                     progress(f"{name}: failed: {type(exc).__name__}: {exc}")
-                    results[name] = {"ok": False, "failures": [f"{type(exc).__name__}: {exc}"]}
+                    results[name] = ScenarioFailed(
+                        ok=False, failures=[f"{type(exc).__name__}: {exc}"]
+                    )
         finally:
             bench.close()
         postgres_cpu_measured = bench.pg_clock is not None
-    report: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "postgres": server_version,
-            "psycopg": _version("psycopg"),
-            "httpx": _version("httpx"),
-            "httpcore": _version("httpcore"),
-            "event_loop": event_loop,
-            "uvloop": _version("uvloop") if event_loop == "uvloop" else None,
-            "load_average_before": load_before,
-            "load_average_after": os.getloadavg() if hasattr(os, "getloadavg") else None,
-        },
-        "database": "embedded (throwaway)" if db.embedded else redact(db.url),
-        "postgres_cpu_measured": postgres_cpu_measured,
-        "settings": asdict(settings),
-        "scenarios": results,
-    }
-    rows = table_rows(report)
-    report["table"] = [asdict(r) for r in rows]
-    report["ok"] = all(r.get("ok", False) for r in results.values())
-    return report
+    machine = Machine(
+        cpus=os.cpu_count(),
+        platform=platform.platform(),
+        python=platform.python_version(),
+        postgres=server_version,
+        psycopg=_version("psycopg"),
+        httpx=_version("httpx"),
+        httpcore=_version("httpcore"),
+        event_loop=event_loop,
+        uvloop=_version("uvloop") if event_loop == "uvloop" else None,
+        load_average_before=load_before,
+        load_average_after=_load_average(),
+    )
+    return Report(
+        machine=machine,
+        database="embedded (throwaway)" if db.embedded else redact(db.url),
+        postgres_cpu_measured=postgres_cpu_measured,
+        settings=settings,
+        scenarios=results,
+        table=table_rows(results),
+        ok=all(r.ok for r in results.values()),
+    )
 
 
 def main(
@@ -542,19 +135,19 @@ def main(
 
     report = run(settings, scenarios=scenarios, database_url=database_url, progress=progress)
     if json_output:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report.to_json(), indent=2))
     else:
-        m = report["machine"]
-        load = m["load_average_before"]
+        m = report.machine
+        load = m.load_average_before
         print(
-            f"outbox bench: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, "
-            f"PostgreSQL {m['postgres']} ({report['database']}), psycopg {m['psycopg']}, "
-            f"httpx {m['httpx']}, event loop {m['event_loop']}"
-            + (f" {m['uvloop']}" if m["uvloop"] else "")
+            f"outbox bench: {m.cpus} CPUs, {m.platform}, Python {m.python}, "
+            f"PostgreSQL {m.postgres} ({report.database}), psycopg {m.psycopg}, "
+            f"httpx {m.httpx}, event loop {m.event_loop}"
+            + (f" {m.uvloop}" if m.uvloop else "")
             + (f", load average {load[0]:.1f} at start" if load else "")
         )
-        print(format_table(table_rows(report)))
-        for name, result in report["scenarios"].items():
-            for failure in result.get("failures", []):
+        print(format_table(report.table))
+        for name, result in report.scenarios.items():
+            for failure in result.failures:
                 print(f"FAILED {name}: {failure}")
-    return 0 if report["ok"] else 1
+    return 0 if report.ok else 1

@@ -1,8 +1,9 @@
 -- The benchmark's own statements, by name (loaded by dispatchers.bench.env).
 --
 -- "{schema}" is replaced by the quoted schema identifier. None of these run in a
--- dispatcher: they seed data, play the business application, or are the naive
--- baseline that `outbox bench --baseline naive` compares the dispatcher with.
+-- dispatcher: they seed data, play the business application, set up and inspect
+-- the benchmark's schemas, or are the baselines (naive, pgqueuer) that
+-- `outbox bench --baseline` compares the dispatcher with.
 
 -- name: seed_history
 -- A delivered history of %(rows)s messages to one target, as the dispatcher would
@@ -102,3 +103,32 @@ SET state = 'ready', lease_owner = NULL, lease_until = NULL,
     available_at = now() + interval '5 seconds',
     last_status = %(status)s, last_error = %(error)s
 WHERE id = %(id)s
+
+-- name: statement_timeout
+-- Bounds every statement of the benchmark's own connections (seeding is slow).
+SELECT set_config('statement_timeout', %(timeout)s, false)
+
+-- name: drop_schema
+DROP SCHEMA IF EXISTS {schema} CASCADE
+
+-- name: row_counts
+-- Where a drain left its messages: still queued, or moved to the history.
+SELECT (SELECT count(*) FROM {schema}.messages) AS messages,
+       (SELECT count(*) FROM {schema}.delivered) AS delivered
+
+-- name: analyze_messages
+-- Fresh planner statistics for a seeded backlog, as production would have.
+ANALYZE {schema}.messages
+
+-- name: analyze_outbox
+ANALYZE {schema}.messages, {schema}.message_keys, {schema}.delivered, {schema}.attempts
+
+-- name: pgqueuer_analyze
+-- PGQUEUER BASELINE (comparison only), in the schema pgqueuer was installed into.
+ANALYZE {schema}.pgqueuer
+
+-- name: pgqueuer_counts
+-- PGQUEUER BASELINE (comparison only): jobs left in the queue table, and jobs
+-- logged as successful.
+SELECT (SELECT count(*) FROM {schema}.pgqueuer) AS queued,
+       (SELECT count(*) FROM {schema}.pgqueuer_log WHERE status = 'successful') AS logged

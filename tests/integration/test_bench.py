@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from dispatchers import loop as loops
-from dispatchers.bench import pgqueuer_baseline
+from dispatchers.bench.baselines import pgqueuer
 from dispatchers.cli import main
 
 TINY = [
@@ -272,8 +272,8 @@ def pgqueuer_schemas(url: str) -> list[str]:
 
 
 @pytest.mark.skipif(
-    pgqueuer_baseline.available() is not None,
-    reason=f"the pgqueuer baseline needs the bench extra: {pgqueuer_baseline.available()}",
+    pgqueuer.available() is not None,
+    reason=f"the pgqueuer baseline needs the bench extra: {pgqueuer.available()}",
 )
 def test_pgqueuer_and_naive_baselines_handle_every_job_once_beside_ours(
     database_url: str, capsys: pytest.CaptureFixture[str]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dispatchers.bench.scenarios import NoopClient
+from dispatchers.bench.measure import NoopClient
 from dispatchers.config import DispatcherConfig
 from dispatchers.log import NullLog
 from dispatchers.pool import Dispatcher

@@ -49,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import multiprocessing
 import tempfile
 import time
 import uuid
@@ -62,10 +61,20 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from psycopg import sql
+from psycopg.rows import class_row
 
-from dispatchers.bench.env import CpuClock, connect, payload, percentile, receiver_check, run_id
-from dispatchers.bench.receiver import ReceiverProcess
+from dispatchers.bench.env import (
+    SPAWN,
+    CpuClock,
+    bench_queries,
+    connect,
+    payload,
+    receiver_check,
+    run_id,
+)
+from dispatchers.bench.measure import delta, per_msg_us, percentile
+from dispatchers.bench.receiver_process import ReceiverProcess
+from dispatchers.bench.results import DrainRun, PgqueuerLatency
 from outbox.queries import check_schema_name
 
 if TYPE_CHECKING:
@@ -92,7 +101,6 @@ ENTRYPOINT = "deliver"
 SEED_CHUNK = 5000  # jobs per enqueue statement while seeding a backlog
 REQUEST_TIMEOUT = 10.0
 LISTEN_PROBES = 30  # one-second NOTIFY round trips tried before the consumer is "not listening"
-SPAWN = multiprocessing.get_context("spawn")
 T = TypeVar("T")
 
 
@@ -119,14 +127,6 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     import uvloop
 
     return uvloop.run(coro)
-
-
-def _per_msg_us(seconds: float | None, count: int) -> float | None:
-    return None if seconds is None or not count else seconds * 1e6 / count
-
-
-def _delta(after: float | None, before: float | None) -> float | None:
-    return None if after is None or before is None else after - before
 
 
 # -- installation ---------------------------------------------------------------------
@@ -209,21 +209,24 @@ def installed(url: str) -> Iterator[str]:
         yield schema
     finally:
         with connect(url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            conn.execute(bench_queries(schema)["drop_schema"])
 
 
-def _counts(url: str, schema: str) -> tuple[int, int]:
-    """(jobs left in the queue table, jobs logged as successful)."""
+@dataclass(frozen=True)
+class _QueueCounts:
+    """Jobs left in pgqueuer's queue table, and jobs it logged as successful."""
+
+    queued: int
+    logged: int
+
+
+def _counts(url: str, schema: str) -> _QueueCounts:
     with connect(url, autocommit=True) as conn:
-        left = conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.pgqueuer").format(sql.Identifier(schema))
-        ).fetchone()
-        done = conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.pgqueuer_log WHERE status = 'successful'").format(
-                sql.Identifier(schema)
-            )
-        ).fetchone()
-    return (int(left[0]) if left else -1, int(done[0]) if done else -1)
+        cur = conn.cursor(row_factory=class_row(_QueueCounts))
+        counts = cur.execute(bench_queries(schema)["pgqueuer_counts"]).fetchone()
+    if counts is None:
+        raise RuntimeError("pgqueuer's counts returned no row")
+    return counts
 
 
 # -- the consumer --------------------------------------------------------------------
@@ -361,7 +364,7 @@ async def _seed(url: str, schema: str, keys: list[str]) -> None:
     finally:
         await connection.close()
     with connect(url, autocommit=True) as conn:  # fresh planner statistics, as ours get
-        conn.execute(sql.SQL("ANALYZE {}.pgqueuer").format(sql.Identifier(schema)))
+        conn.execute(bench_queries(schema)["pgqueuer_analyze"])
 
 
 def drain(
@@ -372,19 +375,14 @@ def drain(
     pg_clock: CpuClock | None,
     concurrency: int,
     timeout: float,
-) -> dict[str, Any]:
+) -> DrainRun:
     """Seed ``messages`` jobs and time pgqueuer draining them (POSTed to ``receiver``,
-    or handled without a network when it is None), checking each was handled once.
-
-    Returns the keys our drains report (``delivered``, ``msgs_per_s``,
-    ``cpu_*_us_per_msg``, ``round_trips_per_msg``, ``failures``, ...).
-    """
-    result: dict[str, Any] = {"design": "pgqueuer", "messages": messages}
+    or handled without a network when it is None), checking each was handled once."""
     with installed(url) as schema:
         keys = [f"pgqueuer-{run_id()}-{i}" for i in range(messages)]
         t0 = time.perf_counter()
         _run(_seed(url, schema, keys))
-        result["seed_s"] = time.perf_counter() - t0
+        seed_s = time.perf_counter() - t0
         consumer = _Consumer(
             url,
             schema,
@@ -409,29 +407,13 @@ def drain(
         timed_out = _run(timed())
         seconds = time.perf_counter() - wall0
         own_cpu = time.process_time() - cpu0
-        pg_cpu = _delta(pg_clock.read() if pg_clock else None, pgcpu0)
-        receiver_cpu = _delta(receiver_clock.read() if receiver_clock else None, rcpu0)
+        pg_cpu = delta(pg_clock.read() if pg_clock else None, pgcpu0)
+        receiver_cpu = delta(receiver_clock.read() if receiver_clock else None, rcpu0)
         after = receiver.counts() if receiver else None
-        left, logged = _counts(url, schema)
+        rows = _counts(url, schema)
 
     c = consumer.counters
     delivered = len(c.seen)
-    result.update(
-        {
-            "delivered": delivered,
-            "handled": c.handled,
-            "round_trips": c.round_trips,
-            "timed_out": timed_out,
-            "seconds": seconds,
-            "msgs_per_s": delivered / seconds if seconds > 0 else None,
-            "round_trips_per_msg": c.round_trips / delivered if delivered else None,
-            "cpu_dispatcher_us_per_msg": _per_msg_us(own_cpu, delivered),
-            "cpu_postgres_us_per_msg": _per_msg_us(pg_cpu, delivered),
-            "cpu_receiver_us_per_msg": _per_msg_us(receiver_cpu, delivered),
-            "rows_in_queue": left,
-            "rows_logged_successful": logged,
-        }
-    )
     failures: list[str] = []
     if timed_out:
         failures.append(f"not drained within {timeout:g} s")
@@ -441,19 +423,37 @@ def drain(
         failures.append(f"{c.duplicates} jobs handled more than once")
     if c.failed:
         failures.append(f"{c.failed} requests failed")
-    if left != 0:
-        failures.append(f"{left} jobs left in the queue table")
-    if logged != messages:
-        failures.append(f"{logged} jobs logged successful, expected {messages}")
+    if rows.queued != 0:
+        failures.append(f"{rows.queued} jobs left in the queue table")
+    if rows.logged != messages:
+        failures.append(f"{rows.logged} jobs logged successful, expected {messages}")
+    receiver_requests = None
+    duplicates = c.duplicates
     if before is not None and after is not None:
         seen, problems = receiver_check(before, after, messages)
-        result.update(seen)
+        receiver_requests, duplicates = seen.requests, seen.duplicates
         failures += problems
-    else:
-        result["duplicates"] = c.duplicates
-    result["ok"] = not failures
-    result["failures"] = failures
-    return result
+    return DrainRun(
+        design="pgqueuer",
+        messages=messages,
+        seed_s=seed_s,
+        delivered=delivered,
+        handled=c.handled,
+        round_trips=c.round_trips,
+        timed_out=timed_out,
+        seconds=seconds,
+        msgs_per_s=delivered / seconds if seconds > 0 else None,
+        round_trips_per_msg=c.round_trips / delivered if delivered else None,
+        cpu_dispatcher_us_per_msg=per_msg_us(own_cpu, delivered),
+        cpu_postgres_us_per_msg=per_msg_us(pg_cpu, delivered),
+        cpu_receiver_us_per_msg=per_msg_us(receiver_cpu, delivered),
+        rows_in_queue=rows.queued,
+        rows_logged_successful=rows.logged,
+        receiver_requests=receiver_requests,
+        duplicates=duplicates,
+        ok=not failures,
+        failures=failures,
+    )
 
 
 # -- latency ------------------------------------------------------------------------
@@ -522,7 +522,7 @@ def latency(
     rate: float,
     duration: float,
     concurrency: int,
-) -> dict[str, Any]:
+) -> PgqueuerLatency:
     """A steady ``rate`` of jobs for ``duration`` seconds, enqueued by another
     process and POSTed to ``receiver`` by a pgqueuer consumer in this one: commit to
     receiver percentiles and CPU per message of the consumer and PostgreSQL."""
@@ -570,7 +570,7 @@ def latency(
                         "the last commit"
                     )
                 cpu["consumer"] = time.process_time() - (cpu["consumer"] or 0.0)
-                cpu["postgres"] = _delta(pg_clock.read() if pg_clock else None, cpu["postgres"])
+                cpu["postgres"] = delta(pg_clock.read() if pg_clock else None, cpu["postgres"])
             finally:
                 consumer.stop.set()
                 await task
@@ -603,27 +603,26 @@ def latency(
         )
     if consumer.counters.failed:
         failures.append(f"{consumer.counters.failed} requests failed")
-    return {
-        "name": "pgqueuer",
-        "version": version(),
-        "managers": LATENCY_MANAGERS,
-        "batch_size": BATCH_SIZE,
-        "offered_rate": rate,
-        "duration_s": duration,
-        "messages": count,
-        "achieved_rate": count / produced["elapsed"] if produced and produced["elapsed"] else None,
-        "producer_late_max_ms": produced["late_max_s"] * 1000 if produced else None,
-        "delivered": delivered,
-        "received": len(latencies_ms),
-        "duplicates": duplicates,
-        "p50_ms": percentile(latencies_ms, 50),
-        "p95_ms": percentile(latencies_ms, 95),
-        "p99_ms": percentile(latencies_ms, 99),
-        "max_ms": max(latencies_ms) if latencies_ms else None,
-        # from the first commit until the last job was handled
-        "cpu_dispatcher_us_per_msg": _per_msg_us(cpu.get("consumer"), delivered),
-        "cpu_postgres_us_per_msg": _per_msg_us(cpu.get("postgres"), delivered),
-        "round_trips_per_msg": consumer.counters.round_trips / delivered if delivered else None,
-        "ok": not failures,
-        "failures": failures,
-    }
+    return PgqueuerLatency(
+        name="pgqueuer",
+        version=version(),
+        managers=LATENCY_MANAGERS,
+        batch_size=BATCH_SIZE,
+        offered_rate=rate,
+        duration_s=duration,
+        messages=count,
+        achieved_rate=count / produced["elapsed"] if produced and produced["elapsed"] else None,
+        producer_late_max_ms=produced["late_max_s"] * 1000 if produced else None,
+        delivered=delivered,
+        received=len(latencies_ms),
+        duplicates=duplicates,
+        p50_ms=percentile(latencies_ms, 50),
+        p95_ms=percentile(latencies_ms, 95),
+        p99_ms=percentile(latencies_ms, 99),
+        max_ms=max(latencies_ms) if latencies_ms else None,
+        cpu_dispatcher_us_per_msg=per_msg_us(cpu.get("consumer"), delivered),
+        cpu_postgres_us_per_msg=per_msg_us(cpu.get("postgres"), delivered),
+        round_trips_per_msg=consumer.counters.round_trips / delivered if delivered else None,
+        ok=not failures,
+        failures=failures,
+    )
