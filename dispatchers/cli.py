@@ -127,9 +127,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
     from dispatchers.config import DispatcherConfig
+    from dispatchers.dispatcher import run_dispatcher
     from dispatchers.log import EventLog
     from dispatchers.loop import resolve as resolve_event_loop
-    from dispatchers.pool import run_dispatcher
     from dispatchers.retry import ExponentialBackoff
 
     config = DispatcherConfig(

@@ -34,8 +34,8 @@ from dispatchers import loop as loops
 from dispatchers.bench import pgqueuer_baseline
 from dispatchers.bench.env import SPAWN, connect, fresh_schema, payload, percentile, run_id
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from outbox import Outbox
 
 if TYPE_CHECKING:

@@ -66,8 +66,8 @@ from dispatchers.bench.env import (
 from dispatchers.bench.naive import NaiveStats, run_naive
 from dispatchers.bench.receiver import ReceiverProcess, Replies
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from outbox import Outbox
 
 NOOP_URL = "http://127.0.0.1:9/noop"  # never connected to: the transport answers

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import EventLog
-from dispatchers.pool import Dispatcher
 from dispatchers.retry import ExponentialBackoff
 from tests.integration.test_dispatcher import Db, config
 from tests.processes import Fleet, scalar, terminate, wait_until

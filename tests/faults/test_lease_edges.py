@@ -24,10 +24,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from dispatchers import pool
 from dispatchers.db import Completion, Store
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import EventLog
-from dispatchers.pool import Dispatcher
 from outbox import Outbox
 from tests.integration.test_dispatcher import Db, config
 from tests.processes import DispatcherProcess, Fleet, query, scalar, terminate, wait_until
@@ -279,7 +278,7 @@ async def test_a_stale_outcome_flushed_after_a_reclaim_does_not_cost_the_new_att
                 raise psycopg.OperationalError("simulated: the connection was lost")
             return await super().renew(owner, held)
 
-    monkeypatch.setattr(pool, "Store", WritesFail)
+    monkeypatch.setattr("dispatchers.dispatcher.Store", WritesFail)
     db = Db(database_url)
     second = threading.Event()
 

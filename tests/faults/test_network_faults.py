@@ -41,8 +41,8 @@ import psycopg_pool
 import pytest
 
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher, Stats
 from dispatchers.log import EventLog
-from dispatchers.pool import Dispatcher, Stats
 from dispatchers.retry import ExponentialBackoff
 from outbox.receiver import Inbox, idempotency_key
 from tests.faults.tcp_proxy import Target, TcpProxy, TcpTarget, UnixTarget

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from dispatchers.retry import ExponentialBackoff, Schedule
 from outbox import InvalidMessage, Outbox
 from outbox.admin import (

@@ -28,10 +28,10 @@ from standardwebhooks.webhooks import Webhook
 from dispatchers.cli import main
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Job
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.http import AiohttpClient, Attempt, Sender
 from dispatchers.log import NullLog
 from dispatchers.outcome import Verdict
-from dispatchers.pool import Dispatcher
 from dispatchers.retry import ExponentialBackoff
 from dispatchers.ssrf import AddressPolicy, BlockedDestination
 from outbox import Outbox

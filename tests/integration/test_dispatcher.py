@@ -13,11 +13,10 @@ import httpx
 import psycopg
 import pytest
 
-from dispatchers import pool
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Job, Store
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from dispatchers.retry import ExponentialBackoff
 from outbox import Outbox
 from tests.receiver import Received, Receiver, Reply
@@ -536,7 +535,7 @@ async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
     ids = [db.enqueue(receiver.url, f"late-{i}") for i in range(3)]
     dispatchers: list[Dispatcher] = []
 
-    class StopDuringClaim(pool.Store):
+    class StopDuringClaim(Store):
         """The real store; the stop signal arrives while the claim commits."""
 
         async def claim(self, owner: str, limit: int) -> list[Job]:
@@ -544,7 +543,7 @@ async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
             dispatchers[0].stop()
             return jobs
 
-    monkeypatch.setattr(pool, "Store", StopDuringClaim)
+    monkeypatch.setattr("dispatchers.dispatcher.Store", StopDuringClaim)
     dispatcher = Dispatcher(db.url, config(), log=NullLog())
     dispatchers.append(dispatcher)
     async with asyncio.timeout(20):

@@ -10,8 +10,8 @@ from collections import Counter
 import psycopg
 from standardwebhooks.webhooks import Webhook
 
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from outbox import Outbox
 from outbox.endpoints import Endpoints
 from tests.integration.test_dispatcher import config

@@ -6,8 +6,8 @@ import asyncio
 
 import psycopg
 
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from outbox import Outbox
 from tests.integration.test_dispatcher import _wait_until, config
 

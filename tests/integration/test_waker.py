@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from dispatchers.waker import Waker
 from outbox import Outbox
 from tests.integration.test_dispatcher import config

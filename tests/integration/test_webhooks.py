@@ -27,8 +27,8 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from dispatchers.retry import ExponentialBackoff, Schedule
 from outbox import InvalidMessage, Outbox
 from outbox.dsn import sqlalchemy_url
