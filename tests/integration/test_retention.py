@@ -9,7 +9,7 @@ import psycopg
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
 from outbox import Outbox
-from tests.integration.test_dispatcher import _wait_until, config
+from tests.dispatching import fast_config, wait_until
 
 HISTORY = """
 INSERT INTO outbox.delivered (id, idempotency_key, target, url, method, headers, body,
@@ -51,11 +51,11 @@ async def test_history_past_retention_is_removed_in_batches_and_the_rest_kept(
             " VALUES (%s, 1, 'someone', now() - interval '30 days', 'failed')",
             (dead,),
         )
-    cfg = config(retention=7 * 86400.0, retention_interval=0.1, retention_batch=1000)
+    cfg = fast_config(retention=7 * 86400.0, retention_interval=0.1, retention_batch=1000)
     dispatcher = Dispatcher(database_url, cfg, log=NullLog())
     task = asyncio.create_task(dispatcher.run())
     try:
-        await _wait_until(lambda: dispatcher.stats.history_removed == 2500, seconds=20)
+        await wait_until(lambda: dispatcher.stats.history_removed == 2500, seconds=20)
     finally:
         dispatcher.stop()
         await task
@@ -111,3 +111,4 @@ def test_retention_finds_keys_by_their_primary_key(database_url: str) -> None:
         )
     assert "message_keys_pkey" in plan, plan
     assert "Seq Scan on message_keys" not in plan, plan
+
