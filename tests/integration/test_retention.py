@@ -6,8 +6,11 @@ import asyncio
 
 import psycopg
 
+from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
+from dispatchers.maintenance import Retention
+from dispatchers.reporting import Reporter
 from outbox import Outbox
 from tests.dispatching import fast_config, wait_until
 
@@ -112,3 +115,22 @@ def test_retention_finds_keys_by_their_primary_key(database_url: str) -> None:
     assert "message_keys_pkey" in plan, plan
     assert "Seq Scan on message_keys" not in plan, plan
 
+
+async def test_retention_removes_old_history_in_bounded_batches(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        add_history(conn, 1_000_001, 1_000_250, "8 days")  # past the 7 days kept
+        add_history(conn, 2_000_001, 2_000_010, "6 days")
+    reporter = Reporter(NullLog())
+    store = Store(database_url, fast_config(retention=7 * 86400.0))
+    await store.open()
+    try:
+        retention = Retention(store, reporter, interval=60.0, batch=100, batches=2, pause=0.0)
+        assert await retention.run_once() == 200  # two full batches: the round is over
+        assert await retention.run_once() == 50
+    finally:
+        await store.close()
+
+    assert reporter.stats.history_removed == 250
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT min(id), count(*) FROM outbox.delivered").fetchone()
+    assert row == (2_000_001, 10)
