@@ -17,7 +17,7 @@ which tests call directly and which raises what the database raised, and repeats
 it every ``interval`` in ``run()``. After a failed round, ``run()`` reports the
 error and tries again after the shared :class:`~dispatchers.backoff.Backoff`,
 never later than the interval: a renewal that met a dropped connection is sent
-again at once rather than a third of a lease later.
+again within moments rather than a third of a lease later.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """What a dispatcher tells the world: counters, events and metrics.
 
-Every event a dispatcher logs about its messages and its database is built here,
-from one place that also keeps :class:`Stats` (read by tests, the bench and the
+The events a dispatcher logs about its messages and its database are built here,
+in the one place that also keeps :class:`Stats` (read by tests, the bench and the
 demo) and the Prometheus instruments of :mod:`dispatchers.metrics` in step with
-the log. The claim loop, the flusher and the maintenance services say what
-happened; they never format an event themselves, except ``claimed``, which is
-logged per message on the hot path when the log level asks for it.
+the log. The claim loop, the outcome writer and the maintenance services say what
+happened and :class:`Reporter` counts, logs and measures it. Left out: the
+``claimed`` event, logged by the claim loop itself (per message, on the hot path,
+only when the log level asks for it), and the waker's ``listen_error``.
 """
 
 from __future__ import annotations

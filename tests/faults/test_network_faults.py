@@ -41,8 +41,9 @@ import psycopg_pool
 import pytest
 
 from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher, Stats
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import EventLog
+from dispatchers.reporting import Stats
 from outbox.receiver import Inbox, idempotency_key
 from tests.dispatching import fast_config
 from tests.faults.tcp_proxy import Target, TcpProxy, TcpTarget, UnixTarget
