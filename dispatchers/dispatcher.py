@@ -5,26 +5,19 @@ The **claim loop** here claims up to the free capacity in one statement
 (committed before any HTTP work), once three quarters of it is free, and starts a
 delivery task per message; capacity is ``concurrency`` requests in flight, and
 at most as many again whose outcome awaits its write (so claiming overlaps the
-writing of outcomes). Beside it run:
+writing of outcomes). A message stays held, its lease renewed, until its outcome
+is written. The dispatcher composes the rest:
 
-- the **flusher** (:mod:`dispatchers.flusher`), which writes outcomes in batches,
-  each fenced by owner and attempt: a batch gathers until three quarters of the
-  concurrency wait, or for ``flush_interval``, and a message stays held (its
-  lease renewed) until its outcome is written;
-- the maintenance services (:mod:`dispatchers.maintenance`): the **heartbeat**
-  renews every lease held and abandons the deliveries whose lease is lost, the
-  **rescuer** hands on the expired leases of dead dispatchers, **retention**
-  removes old history;
-- the **waker** (:mod:`dispatchers.waker`), which holds duty and the wake lock on
-  a session connection and turns notifications into claims; the claim cadence
-  (:mod:`dispatchers.cadence`) gathers what arrives within ``claim_window`` into
-  one claim, claims on a timer while messages keep coming (so producers need not
-  notify), and polls every ``poll_interval`` when off duty or idle.
+- the **flusher** (:mod:`dispatchers.flusher`) writes outcomes in fenced batches;
+- the **heartbeat**, the **rescuer** and **retention**
+  (:mod:`dispatchers.maintenance`) renew leases, hand on expired ones, and remove
+  old history;
+- the **waker** (:mod:`dispatchers.waker`) turns notifications into claims, and
+  the claim cadence (:mod:`dispatchers.cadence`) says when to claim next;
+- :mod:`dispatchers.reporting` counts and logs what happens.
 
-Transient database errors pause claiming and are retried (with
-:class:`~dispatchers.backoff.Backoff`); outcomes are kept until written (writing
-them twice is harmless: the fence makes it a no-op). What happens is counted and
-logged by :mod:`dispatchers.reporting`.
+Transient database errors pause claiming and are retried; outcomes are kept until
+written (writing them twice is harmless: the fence makes it a no-op).
 """
 
 from __future__ import annotations
@@ -124,6 +117,8 @@ class Dispatcher:
             written=self._written,
             dropped=self._dropped,
         )
+        # a batch gathers until three quarters of the concurrency wait, or for
+        # flush_interval
         self._outcomes: Flusher[Completion] = Flusher(
             writer.write,
             size=max(1, config.concurrency * 3 // 4),
