@@ -74,7 +74,7 @@ class DispatcherConfig:
     ``http_client`` chooses the client that sends: ``"aiohttp"`` (the default: a
     quarter of httpx's CPU per request) or ``"httpx"``, both behind the SSRF guard
     (see :mod:`dispatchers.http`).
-    ``event_loop`` is the loop :func:`~dispatchers.pool.run_dispatcher` runs on:
+    ``event_loop`` is the loop :func:`~dispatchers.dispatcher.run_dispatcher` runs on:
     ``"auto"`` (uvloop when it can be imported, else asyncio's), ``"asyncio"`` or
     ``"uvloop"`` (see :mod:`dispatchers.loop`).
     ``prepared_statements`` prepares the dispatcher's statements on each server

@@ -32,8 +32,8 @@ from psycopg.rows import class_row, scalar_row
 
 from dispatchers import loop as loops
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from dispatchers.retry import Schedule
 from outbox import Outbox, migrate
 from outbox.endpoints import Endpoints

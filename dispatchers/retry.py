@@ -17,8 +17,6 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Protocol
 
-import tenacity
-
 from outbox.errors import ConfigurationError
 
 __all__ = [
@@ -27,7 +25,6 @@ __all__ = [
     "ExponentialBackoff",
     "RetryPolicy",
     "Schedule",
-    "TenacityWait",
     "parse_retry_after",
 ]
 
@@ -145,40 +142,6 @@ class Schedule:
 
 STANDARD_WEBHOOKS_SCHEDULE = Schedule(delays=(5, 300, 1800, 7200, 18000, 36000, 36000))
 """5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: about a day, as Standard Webhooks suggests."""
-
-
-class TenacityWait:
-    """Any tenacity wait strategy (``tenacity.wait_exponential_jitter(...)``) as a policy.
-
-    The strategy sees a ``RetryCallState`` whose ``attempt_number`` is the stored attempt
-    count; strategies that inspect the outcome of the call are not supported.
-    """
-
-    __slots__ = ("_retrying", "max_retry_after", "wait")
-
-    def __init__(
-        self,
-        wait: Callable[[tenacity.RetryCallState], float],
-        *,
-        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
-    ) -> None:
-        _check_max_retry_after(max_retry_after)
-        self.wait = wait
-        self.max_retry_after = max_retry_after
-        self._retrying = tenacity.Retrying(wait=wait)
-
-    def __repr__(self) -> str:
-        return f"TenacityWait({self.wait!r}, max_retry_after={self.max_retry_after!r})"
-
-    def delay(self, attempt: int, *, retry_after: float | None = None) -> float:
-        """Seconds until the next attempt, given ``attempt`` attempts already made."""
-        _check_attempt(attempt)
-        state = tenacity.RetryCallState(retry_object=self._retrying, fn=None, args=(), kwargs={})
-        state.attempt_number = attempt
-        computed = float(self.wait(state))
-        if not computed > 0:  # also maps NaN to 0
-            computed = 0.0
-        return _honour_retry_after(computed, retry_after, self.max_retry_after)
 
 
 def parse_retry_after(value: str | None, *, now: datetime) -> float | None:

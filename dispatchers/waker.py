@@ -38,6 +38,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import scalar_row
 
+from dispatchers.backoff import Backoff
 from dispatchers.config import DispatcherConfig
 from dispatchers.log import EventLog
 from outbox.queries import DUTY_LOCK_CLASS, lock_object_id, queries_for
@@ -100,7 +101,7 @@ class Waker:
     async def run(self) -> None:
         """Hold duty when it is free and the wake lock as requested, until cancelled;
         reconnect after errors (locks die with the session, so nothing is stuck)."""
-        pause = 0.5
+        backoff = Backoff(initial=0.5, maximum=10.0)
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
@@ -117,8 +118,7 @@ class Waker:
                 self.log.event("listen_error", error=type(exc).__name__)
             finally:
                 self._set(on_duty=False, notified=False)
-            await asyncio.sleep(pause)
-            pause = min(10.0, pause * 2)
+            await asyncio.sleep(backoff.next())
 
     async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
         # The one lock wait here (for duty) is bounded by lock_timeout; every

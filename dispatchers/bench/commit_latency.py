@@ -16,8 +16,8 @@ from dispatchers.bench.env import fresh_schema
 from dispatchers.bench.measure import NoopClient, delta, per_msg_us, percentile
 from dispatchers.bench.results import CommitLatencyResult, CommitLatencyRun, PacedRate
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 
 
 async def _wait_for(condition: Callable[[], bool], within: float) -> bool:

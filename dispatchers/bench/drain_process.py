@@ -27,8 +27,8 @@ from dispatchers.bench.baselines.naive import NaiveStats, run_naive
 from dispatchers.bench.env import SPAWN
 from dispatchers.bench.measure import NoopClient, peak_rss, rss_now
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 
 DRAIN_START_TIMEOUT = 120.0  # seconds for a drain process to import and report ready
 

@@ -38,8 +38,8 @@ from dispatchers.bench.env import SPAWN, connect, fresh_schema, payload, run_id
 from dispatchers.bench.measure import percentile, ratio
 from dispatchers.bench.results import LatencyComparison, LatencyResult, LatencyRun
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from outbox import Outbox
 
 PRODUCER_RATE = 500.0

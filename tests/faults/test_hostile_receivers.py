@@ -22,14 +22,12 @@ from typing import Any
 import pytest
 
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import EventLog
-from dispatchers.pool import Dispatcher
 from dispatchers.retry import ExponentialBackoff
-from tests.integration.test_dispatcher import Db, config
+from tests.dispatching import Db, fast_config
 from tests.processes import Fleet, scalar, terminate, wait_until
 from tests.rawserver import RawServer, read_request
-
-pytestmark = pytest.mark.faults
 
 MIB = 1024 * 1024
 HUGE = 50 * MIB
@@ -179,7 +177,7 @@ async def test_endless_chunked_200_succeeds_once_the_read_bound_is_hit(db: Db) -
 
     with RawServer(endless) as server:
         mid = db.enqueue(server.url(), "endless-200")
-        dispatcher, elapsed = await drain_within(db, config(retry_policy=ONE_ATTEMPT), 15)
+        dispatcher, elapsed = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
     assert dispatcher.stats.delivered == 1
     assert elapsed < 5
     assert db.query("SELECT id, attempts, last_status FROM outbox.delivered") == [(mid, 1, 200)]
@@ -203,7 +201,7 @@ async def test_trickling_200_body_times_out_and_is_retried(db: Db) -> None:
 
     with RawServer(trickle) as server:
         mid = db.enqueue(server.url(), "trickle-200")
-        dispatcher, elapsed = await drain_within(db, config(retry_policy=ONE_ATTEMPT), 15)
+        dispatcher, elapsed = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
     assert dispatcher.stats.retried == 1
     assert elapsed < 4
     assert message(db, mid)[:3] == ("ready", 1, None)
@@ -222,7 +220,7 @@ async def test_garbage_instead_of_a_status_line_is_a_protocol_error(db: Db) -> N
 
     with RawServer(garbage) as server:
         mid = db.enqueue(server.url(), "garbage")
-        dispatcher, elapsed = await drain_within(db, config(retry_policy=ONE_ATTEMPT), 15)
+        dispatcher, elapsed = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
     assert dispatcher.stats.retried == 1
     assert elapsed < 5
     state, count, status, error, _ = message(db, mid)
@@ -243,7 +241,7 @@ async def test_slowloris_status_line_is_cut_at_the_request_timeout(db: Db) -> No
             if closed.wait(1.0):
                 return
 
-    cfg = config(request_timeout=request_timeout, lease=6.0, retry_policy=ONE_ATTEMPT)
+    cfg = fast_config(request_timeout=request_timeout, lease=6.0, retry_policy=ONE_ATTEMPT)
     with RawServer(slowloris) as server:
         mid = db.enqueue(server.url(), "slowloris")
         dispatcher, elapsed = await drain_within(db, cfg, 15)
@@ -274,7 +272,7 @@ async def test_redirects_fail_permanently_and_are_never_followed(db: Db) -> None
             loopback = db.enqueue(server.url(path="/to-loopback"), "redirect-loopback")
             # The guard on, loopback allowed: even a followed redirect could reach
             # nothing beyond 127.0.0.1.
-            cfg = config(allow_private_networks=False, allow_networks=("127.0.0.0/8",))
+            cfg = fast_config(allow_private_networks=False, allow_networks=("127.0.0.0/8",))
             dispatcher, elapsed = await drain_within(db, cfg, 15)
             requests = server.connections
         assert target.connections == 0
@@ -291,7 +289,7 @@ async def test_redirects_fail_permanently_and_are_never_followed(db: Db) -> None
 async def test_a_name_resolving_to_loopback_is_blocked_before_connecting(db: Db) -> None:
     with RawServer(read_only) as server:
         mid = db.enqueue(f"http://localhost:{server.port}/hook", "ssrf-localhost")
-        dispatcher, elapsed = await drain_within(db, config(allow_private_networks=False), 15)
+        dispatcher, elapsed = await drain_within(db, fast_config(allow_private_networks=False), 15)
         assert server.connections == 0
     assert dispatcher.stats.dead == 1
     assert elapsed < 5
@@ -307,7 +305,7 @@ async def test_a_name_resolving_to_loopback_is_blocked_before_connecting(db: Db)
 async def test_a_server_that_closes_at_once_is_retried(db: Db) -> None:
     with RawServer() as server:
         mid = db.enqueue(server.url(), "closes-at-once")
-        dispatcher, elapsed = await drain_within(db, config(retry_policy=ONE_ATTEMPT), 15)
+        dispatcher, elapsed = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
         assert server.connections >= 1
     assert dispatcher.stats.retried == 1
     assert elapsed < 5
@@ -326,7 +324,7 @@ async def test_a_server_that_never_answers_is_cut_at_the_request_timeout(db: Db)
 
     with RawServer(silent) as server:
         mid = db.enqueue(server.url(), "never-answers")
-        dispatcher, elapsed = await drain_within(db, config(retry_policy=ONE_ATTEMPT), 15)
+        dispatcher, elapsed = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
     assert dispatcher.stats.retried == 1
     assert elapsed < 4
     assert message(db, mid)[:3] == ("ready", 1, None)

@@ -24,16 +24,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from dispatchers import pool
 from dispatchers.db import Completion, Store
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import EventLog
-from dispatchers.pool import Dispatcher
 from outbox import Outbox
-from tests.integration.test_dispatcher import Db, config
+from tests.dispatching import Db, fast_config
 from tests.processes import DispatcherProcess, Fleet, query, scalar, terminate, wait_until
 from tests.receiver import Received, Receiver, Reply
-
-pytestmark = pytest.mark.faults
 
 PROCESS_ARGS = ("--request-timeout", "2.5", "--connect-timeout", "0.5", "--lease", "9")
 
@@ -194,7 +191,7 @@ async def test_a_flush_blocked_past_the_lock_timeout_records_the_outcome_once(
     db = Db(database_url)
     hold = HoldFirst()
     log = Recorder()
-    cfg = config(lock_timeout=0.2)  # lease 3 s, statement timeout 0.5 s
+    cfg = fast_config(lock_timeout=0.2)  # lease 3 s, statement timeout 0.5 s
     with Receiver(hold) as receiver:
         mid = db.enqueue(receiver.url, "flush-1")
         dispatcher = Dispatcher(db.url, cfg, log=log)
@@ -279,7 +276,7 @@ async def test_a_stale_outcome_flushed_after_a_reclaim_does_not_cost_the_new_att
                 raise psycopg.OperationalError("simulated: the connection was lost")
             return await super().renew(owner, held)
 
-    monkeypatch.setattr(pool, "Store", WritesFail)
+    monkeypatch.setattr("dispatchers.dispatcher.Store", WritesFail)
     db = Db(database_url)
     second = threading.Event()
 
@@ -291,7 +288,7 @@ async def test_a_stale_outcome_flushed_after_a_reclaim_does_not_cost_the_new_att
     log = Recorder()
     with Receiver(respond) as receiver:
         mid = db.enqueue(receiver.url, "stale-1")
-        dispatcher = Dispatcher(db.url, config(), log=log)
+        dispatcher = Dispatcher(db.url, fast_config(), log=log)
         task = asyncio.create_task(dispatcher.run())
         try:
             await asyncio.to_thread(receiver.wait_for, 1, 10.0)

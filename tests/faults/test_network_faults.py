@@ -41,15 +41,16 @@ import psycopg_pool
 import pytest
 
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import EventLog
-from dispatchers.pool import Dispatcher, Stats
-from dispatchers.retry import ExponentialBackoff
+from dispatchers.reporting import Stats
 from outbox.receiver import Inbox, idempotency_key
+from tests.dispatching import fast_config
 from tests.faults.tcp_proxy import Target, TcpProxy, TcpTarget, UnixTarget
 from tests.processes import enqueue_many, query
 from tests.receiver import Received, Receiver, Reply
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 # How each dispatcher statement is called on the wire: by the name it is prepared
 # under (claim and claim_uncapped; complete and complete_succeeded).
@@ -58,24 +59,18 @@ RENEW = b"EXECUTE outbox_renew_"
 COMPLETE = b"EXECUTE outbox_complete"
 
 
-def config(**overrides: Any) -> DispatcherConfig:
-    settings: dict[str, Any] = {
-        "lease": 6.0,
-        "request_timeout": 2.0,
-        "connect_timeout": 1.0,
-        "statement_timeout": 1.0,
-        "claim_timeout": 1.0,
-        "lock_timeout": 0.5,
-        "db_connect_timeout": 1.0,
-        "poll_interval": 0.1,
-        "rescue_interval": 0.5,
-        "concurrency": 16,
-        "batch_size": 16,
-        "allow_private_networks": True,
-        "retry_policy": ExponentialBackoff(base=0.05, cap=0.1, jitter=0.0),
-    }
-    settings.update(overrides)
-    return DispatcherConfig(**settings)
+THROUGH_A_PROXY = {
+    "lease": 6.0,
+    "request_timeout": 2.0,
+    "connect_timeout": 1.0,
+    "statement_timeout": 1.0,
+    "claim_timeout": 1.0,
+    "db_connect_timeout": 1.0,
+    "rescue_interval": 0.5,
+    "concurrency": 16,
+    "batch_size": 16,
+}
+"""Bounds for a dispatcher that reaches the database through the proxy."""
 
 
 # -- the database, through the proxy ------------------------------------------------
@@ -256,7 +251,10 @@ async def test_connections_cut_every_300ms_during_drain_lose_nothing(
         thread = threading.Thread(target=cutter, name="cutter", daemon=True)
         thread.start()
         try:
-            run = await drain(through(proxy, database_url), config(concurrency=32, batch_size=32))
+            run = await drain(
+                through(proxy, database_url),
+                fast_config(THROUGH_A_PROXY, concurrency=32, batch_size=32),
+            )
         finally:
             stop.set()
             await asyncio.to_thread(thread.join, 5)
@@ -287,7 +285,7 @@ async def test_claim_cut_before_it_runs_or_after_it_commits_loses_nothing(
     keys = [f"claim-{mode}-{i:02d}" for i in range(40)]
     ids = enqueue_many(database_url, f"{receiver.url}/hook", keys)
     proxy.cut_on(CLAIM, mode="request" if mode == "request" else "reply")
-    run = await drain(through(proxy, database_url), config())
+    run = await drain(through(proxy, database_url), fast_config(THROUGH_A_PROXY))
     duplicates = check_invariants(database_url, ids, keys, receiver, run)
 
     assert proxy.rules_pending() == 0 and proxy.stats.cut_on == 1
@@ -303,10 +301,10 @@ async def test_claim_cut_before_it_runs_or_after_it_commits_loses_nothing(
         assert query(database_url, "SELECT DISTINCT attempts FROM outbox.delivered") == [(1,)]
     else:
         # the claim committed unseen: its messages were rescued, then delivered
-        assert 1 <= len(lost) <= config().batch_size
+        assert 1 <= len(lost) <= fast_config(THROUGH_A_PROXY).batch_size
         assert {row[1] for row in lost} == {run.dispatcher.owner}
         assert sorted(e["message_id"] for e in run.named("rescued")) == sorted(r[0] for r in lost)
-        assert run.seconds >= config().lease
+        assert run.seconds >= fast_config(THROUGH_A_PROXY).lease
 
 
 async def test_renewal_cut_before_it_runs_and_after_it_commits_loses_no_lease(
@@ -321,7 +319,10 @@ async def test_renewal_cut_before_it_runs_and_after_it_commits_loses_no_lease(
         ids = enqueue_many(database_url, f"{receiver.url}/hook", keys)
         proxy.cut_on(RENEW, mode="request")
         proxy.cut_on(RENEW, mode="reply")
-        run = await drain(through(proxy, database_url), config(concurrency=12, batch_size=12))
+        run = await drain(
+            through(proxy, database_url),
+            fast_config(THROUGH_A_PROXY, concurrency=12, batch_size=12),
+        )
         duplicates = check_invariants(database_url, ids, keys, receiver, run)
 
     assert proxy.stats.cut_on == 2
@@ -343,7 +344,7 @@ async def test_outcome_flush_cut_before_it_runs_or_after_it_commits_records_once
     keys = [f"flush-{mode}-{i:02d}" for i in range(40)]
     ids = enqueue_many(database_url, f"{receiver.url}/hook", keys)
     proxy.cut_on(COMPLETE, mode="request" if mode == "request" else "reply", times=2)
-    run = await drain(through(proxy, database_url), config())
+    run = await drain(through(proxy, database_url), fast_config(THROUGH_A_PROXY))
     duplicates = check_invariants(database_url, ids, keys, receiver, run)
 
     assert proxy.stats.cut_on == 2
@@ -370,7 +371,7 @@ async def test_stall_past_statement_timeout_is_abandoned_at_the_bound(
     carry on once the network is back."""
     # a longer lease than elsewhere: outcomes retried after the stall land well
     # before the leases of the deliveries they record could expire
-    cfg = config(concurrency=8, batch_size=8, lease=9.0)
+    cfg = fast_config(THROUGH_A_PROXY, concurrency=8, batch_size=8, lease=9.0)
     keys = [f"stall-{i:02d}" for i in range(40)]
     stall = 4.0
     with DedupingReceiver(database_url, delay=0.5) as receiver:

@@ -39,7 +39,7 @@ from tests.faults.pgbouncer import (
 from tests.processes import DispatcherProcess, Fleet, query, scalar, structured_key
 from tests.receiver import Received, Receiver
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 POOL_SIZE = 4
 RELAXED = ("--request-timeout", "10", "--connect-timeout", "5", "--lease", "30")

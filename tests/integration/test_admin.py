@@ -4,17 +4,14 @@ delivering to a real HTTP receiver where a redrive must end in a delivery."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
-from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
-from dispatchers.retry import ExponentialBackoff, Schedule
 from outbox import Outbox
 from outbox.admin import (
     dead_count,
@@ -28,31 +25,15 @@ from outbox.admin import (
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import Endpoints
 from outbox.queries import queries_for
+from tests.dispatching import fast_config
 from tests.errors import invalid_argument
 from tests.receiver import Receiver
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 
-def fast_config() -> DispatcherConfig:
-    return DispatcherConfig(
-        lease=3.0,
-        request_timeout=1.0,
-        connect_timeout=0.5,
-        statement_timeout=0.5,
-        claim_timeout=0.5,
-        lock_timeout=0.5,
-        poll_interval=0.05,
-        rescue_interval=0.2,
-        allow_private_networks=True,
-        retry_policy=ExponentialBackoff(base=0.05, cap=0.1, jitter=0.0),
-        webhook_retry_policy=Schedule(delays=(0.05,), jitter=0),
-        concurrency=4,
-    )
-
-
 async def drain(url: str) -> Dispatcher:
-    dispatcher = Dispatcher(url, fast_config(), log=NullLog())
+    dispatcher = Dispatcher(url, fast_config(concurrency=4), log=NullLog())
     async with asyncio.timeout(20):
         await dispatcher.run(drain=True)
     return dispatcher
@@ -125,12 +106,6 @@ class Db:
 @pytest.fixture
 def db(database_url: str) -> Db:
     return Db(database_url)
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with Receiver() as r:
-        yield r
 
 
 # -- dead_list ---------------------------------------------------------------

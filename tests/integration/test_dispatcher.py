@@ -5,83 +5,24 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
-from dispatchers import pool
-from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Job, Store
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from dispatchers.retry import ExponentialBackoff
 from outbox import Outbox
+from tests.dispatching import Db, drain, fast_config, wait_until
 from tests.receiver import Received, Receiver, Reply
-
-FAST_RETRY = ExponentialBackoff(base=0.05, cap=0.1, jitter=0.0)
-
-
-def config(**overrides: Any) -> DispatcherConfig:
-    settings: dict[str, Any] = {
-        "lease": 3.0,
-        "request_timeout": 1.0,
-        "connect_timeout": 0.5,
-        "statement_timeout": 0.5,
-        "claim_timeout": 0.5,
-        "lock_timeout": 0.5,
-        "poll_interval": 0.1,
-        "rescue_interval": 0.2,
-        "allow_private_networks": True,
-        "retry_policy": FAST_RETRY,
-        "concurrency": 8,
-    }
-    settings.update(overrides)
-    return DispatcherConfig(**settings)
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with Receiver() as r:
-        yield r
-
-
-class Db:
-    """The test's database: enqueue and query with short-lived connections."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def enqueue(self, url: str, key: str, **kwargs: Any) -> int:
-        kwargs.setdefault("json", {"key": key})
-        with psycopg.connect(self.url) as conn:
-            return Outbox().enqueue(conn, url=url, idempotency_key=key, **kwargs)
-
-    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.url) as conn:
-            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
-
-    def expire(self, message_id: int) -> None:
-        self.query(
-            "UPDATE outbox.messages SET lease_until = now() - interval '1 second'"
-            " WHERE id = %s RETURNING id",
-            message_id,
-        )
 
 
 @pytest.fixture
 def db(database_url: str) -> Db:
     return Db(database_url)
-
-
-async def drain(db: Db, cfg: DispatcherConfig, **kwargs: Any) -> Dispatcher:
-    dispatcher = Dispatcher(db.url, cfg, log=NullLog(), **kwargs)
-    async with asyncio.timeout(30):
-        await dispatcher.run(drain=True)
-    return dispatcher
 
 
 async def test_success_delivers_once_with_headers_and_moves_to_history(
@@ -94,7 +35,7 @@ async def test_success_delivers_once_with_headers_and_moves_to_history(
         json={"total": 10},
         headers={"X-Tenant": "acme"},
     )
-    dispatcher = await drain(db, config())
+    dispatcher = await drain(db, fast_config())
     assert dispatcher.stats.delivered == 1
     (req,) = receiver.requests
     assert req.method == "POST"
@@ -116,11 +57,11 @@ async def test_retry_then_success_sends_the_same_idempotency_key(
     replies = iter([Reply(status=503), Reply(status=200)])
     receiver.responder = lambda req: next(replies)
     mid = db.enqueue(receiver.url, "k-retry")
-    dispatcher = Dispatcher(db.url, config(), log=NullLog())
+    dispatcher = Dispatcher(db.url, fast_config(), log=NullLog())
     task = asyncio.create_task(dispatcher.run())
     try:
         await asyncio.to_thread(receiver.wait_for, 2, 10.0)
-        await _wait_until(lambda: db.query("SELECT count(*) FROM outbox.delivered") == [(1,)])
+        await wait_until(lambda: db.query("SELECT count(*) FROM outbox.delivered") == [(1,)])
     finally:
         dispatcher.stop()
         await task
@@ -136,7 +77,7 @@ async def test_retry_then_success_sends_the_same_idempotency_key(
 async def test_client_error_is_dead_after_one_attempt(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(status=422, body=b"bad field: total")
     mid = db.enqueue(receiver.url, "k-422")
-    await drain(db, config())
+    await drain(db, fast_config())
     assert len(receiver.requests) == 1
     assert db.query(
         "SELECT state, attempts, last_status, lease_owner FROM outbox.messages WHERE id = %s", mid
@@ -149,10 +90,10 @@ async def test_client_error_is_dead_after_one_attempt(db: Db, receiver: Receiver
 async def test_retries_end_dead_when_attempts_are_spent(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(status=500)
     mid = db.enqueue(receiver.url, "k-500", max_attempts=3)
-    dispatcher = Dispatcher(db.url, config(), log=NullLog())
+    dispatcher = Dispatcher(db.url, fast_config(), log=NullLog())
     task = asyncio.create_task(dispatcher.run())
     try:
-        await _wait_until(
+        await wait_until(
             lambda: db.query("SELECT state FROM outbox.messages WHERE id = %s", mid) == [("dead",)]
         )
     finally:
@@ -173,7 +114,7 @@ async def test_429_retry_after_is_honoured(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(status=429, headers={"Retry-After": "30"})
     mid = db.enqueue(receiver.url, "k-429")
     before = datetime.now(UTC)
-    await drain(db, config())
+    await drain(db, fast_config())
     ((state, available_at, last_status),) = db.query(
         "SELECT state, available_at, last_status FROM outbox.messages WHERE id = %s", mid
     )
@@ -187,7 +128,7 @@ async def test_timeout_is_retried(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(delay=2.5)
     mid = db.enqueue(receiver.url, "k-slow")
     started = time.monotonic()
-    await drain(db, config(retry_policy=ExponentialBackoff(base=60, cap=60, jitter=0)))
+    await drain(db, fast_config(retry_policy=ExponentialBackoff(base=60, cap=60, jitter=0)))
     assert time.monotonic() - started < 2.4  # the attempt was cut at request_timeout
     assert db.query("SELECT state, attempts FROM outbox.messages WHERE id = %s", mid) == [
         ("ready", 1)
@@ -198,7 +139,7 @@ async def test_timeout_is_retried(db: Db, receiver: Receiver) -> None:
 async def test_connection_reset_is_retried(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(reset=True)
     mid = db.enqueue(receiver.url, "k-reset")
-    await drain(db, config(retry_policy=ExponentialBackoff(base=60, cap=60, jitter=0)))
+    await drain(db, fast_config(retry_policy=ExponentialBackoff(base=60, cap=60, jitter=0)))
     assert db.query(
         "SELECT state, attempts, last_status FROM outbox.messages WHERE id = %s", mid
     ) == [("ready", 1, None)]
@@ -209,7 +150,7 @@ async def test_connection_reset_is_retried(db: Db, receiver: Receiver) -> None:
 
 async def test_ssrf_guard_refuses_loopback_by_default(db: Db, receiver: Receiver) -> None:
     mid = db.enqueue(receiver.url, "k-ssrf")
-    await drain(db, config(allow_private_networks=False))
+    await drain(db, fast_config(allow_private_networks=False))
     assert receiver.requests == []
     ((state, error),) = db.query("SELECT state, last_error FROM outbox.messages WHERE id = %s", mid)
     assert state == "dead"
@@ -220,7 +161,7 @@ async def test_ssrf_guard_refuses_loopback_by_default(db: Db, receiver: Receiver
 async def test_response_excerpt_is_bounded(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(status=400, body=b"x" * 200_000)
     db.enqueue(receiver.url, "k-big")
-    await drain(db, config())
+    await drain(db, fast_config())
     ((excerpt,),) = db.query("SELECT response_excerpt FROM outbox.attempts")
     assert excerpt == "x" * 1024
 
@@ -229,7 +170,7 @@ async def test_notify_wakes_an_idle_dispatcher_before_the_poll_interval(
     db: Db,
     receiver: Receiver,
 ) -> None:
-    dispatcher = Dispatcher(db.url, config(poll_interval=30.0), log=NullLog())
+    dispatcher = Dispatcher(db.url, fast_config(poll_interval=30.0), log=NullLog())
     task = asyncio.create_task(dispatcher.run())
     try:
         await asyncio.sleep(1.0)  # listening and idle, the first poll long done
@@ -259,7 +200,7 @@ async def test_ordering_key_delivers_one_at_a_time_in_id_order(db: Db, receiver:
 
     receiver.responder = respond
     ids = [db.enqueue(receiver.url, f"acct-{i}", ordering_key="acct") for i in range(5)]
-    await drain(db, config(concurrency=16))
+    await drain(db, fast_config(concurrency=16))
     assert [r.body for r in receiver.requests] == [
         f'{{"key":"acct-{i}"}}'.encode() for i in range(5)
     ]
@@ -271,7 +212,7 @@ async def test_dead_message_does_not_block_its_ordering_key(db: Db, receiver: Re
     receiver.responder = lambda req: Reply(status=400 if b"first" in req.body else 200)
     first = db.enqueue(receiver.url, "o-1", json="first", ordering_key="k")
     second = db.enqueue(receiver.url, "o-2", json="second", ordering_key="k")
-    await drain(db, config())
+    await drain(db, fast_config())
     assert db.query("SELECT id, state FROM outbox.messages") == [(first, "dead")]
     assert db.query("SELECT id FROM outbox.delivered") == [(second,)]
 
@@ -299,7 +240,7 @@ async def test_requests_in_flight_never_exceed_the_concurrency(db: Db, receiver:
         db.enqueue(receiver.url, f"cap-{i}")
     transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=100))
     try:
-        dispatcher = await drain(db, config(concurrency=4, batch_size=4), transport=transport)
+        dispatcher = await drain(db, fast_config(concurrency=4, batch_size=4), transport=transport)
     finally:
         await transport.aclose()
     assert dispatcher.stats.delivered == 60
@@ -313,7 +254,7 @@ async def test_claim_respects_ordering_and_batch_limit(db: Db) -> None:
     db.enqueue(url, "a2", ordering_key="a")
     b1 = db.enqueue(url, "b1")
     db.enqueue(url, "b2")
-    store = Store(db.url, config())
+    store = Store(db.url, fast_config())
     await store.open()
     try:
         jobs = await store.claim("owner-x", 3)
@@ -326,7 +267,7 @@ async def test_claim_respects_ordering_and_batch_limit(db: Db) -> None:
 
 async def test_stale_outcome_of_another_owner_changes_nothing(db: Db) -> None:
     mid = db.enqueue("https://example.com/x", "fence-1")
-    store = Store(db.url, config())
+    store = Store(db.url, fast_config())
     await store.open()
     try:
         (job,) = await store.claim("owner-a", 1)
@@ -359,7 +300,7 @@ async def test_stale_outcome_of_another_owner_changes_nothing(db: Db) -> None:
 
 async def test_stale_outcome_of_the_same_owner_is_fenced_by_attempt(db: Db) -> None:
     mid = db.enqueue("https://example.com/x", "fence-2")
-    store = Store(db.url, config())
+    store = Store(db.url, fast_config())
     await store.open()
     try:
         (first,) = await store.claim("owner-a", 1)
@@ -415,10 +356,10 @@ async def test_frozen_delivery_past_its_lease_cannot_complete(db: Db, receiver: 
     # One request slot, taken by the frozen delivery: the dispatcher claims nothing
     # more, so the rescued message is owner-b's to claim.
     dispatcher = Dispatcher(
-        db.url, config(lease=60.0, rescue_interval=60.0, concurrency=1), log=NullLog()
+        db.url, fast_config(lease=60.0, rescue_interval=60.0, concurrency=1), log=NullLog()
     )
     task = asyncio.create_task(dispatcher.run())
-    store = Store(db.url, config())
+    store = Store(db.url, fast_config())
     await store.open()
     try:
         await asyncio.to_thread(receiver.wait_for, 1, 10.0)
@@ -426,7 +367,7 @@ async def test_frozen_delivery_past_its_lease_cannot_complete(db: Db, receiver: 
         assert await store.rescue() == [(mid, "ready")]
         (job_b,) = await store.claim("owner-b", 1)
         release.set()  # the frozen delivery now finishes with 200
-        await _wait_until(lambda: dispatcher.stats.lease_lost == 1)
+        await wait_until(lambda: dispatcher.stats.lease_lost == 1)
         assert dispatcher.stats.delivered == 0
         assert db.query(
             "SELECT state, lease_owner, attempts FROM outbox.messages WHERE id = %s", mid
@@ -450,7 +391,7 @@ async def test_heartbeat_cancels_a_delivery_whose_lease_was_lost(
     receiver.responder = lambda req: (release.wait(10), Reply())[1]
     mid = db.enqueue(receiver.url, "lost")
     dispatcher = Dispatcher(
-        db.url, config(lease=6.0, request_timeout=3.0, rescue_interval=60.0), log=NullLog()
+        db.url, fast_config(lease=6.0, request_timeout=3.0, rescue_interval=60.0), log=NullLog()
     )
     task = asyncio.create_task(dispatcher.run())
     try:
@@ -461,7 +402,7 @@ async def test_heartbeat_cancels_a_delivery_whose_lease_was_lost(
             "WHERE id = %s RETURNING id",
             mid,
         )
-        await _wait_until(lambda: dispatcher.stats.lease_lost == 1, seconds=5.0)
+        await wait_until(lambda: dispatcher.stats.lease_lost == 1, seconds=5.0)
         assert dispatcher.in_flight == 0
     finally:
         release.set()
@@ -495,14 +436,6 @@ async def test_claim_uses_the_partial_index(db: Db) -> None:
     assert "Seq Scan on messages" not in plan, plan
 
 
-async def _wait_until(predicate: Any, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        await asyncio.sleep(0.05)
-
-
 async def test_an_outcome_the_database_refuses_does_not_block_the_others(
     db: Db, receiver: Receiver
 ) -> None:
@@ -514,10 +447,10 @@ async def test_an_outcome_the_database_refuses_does_not_block_the_others(
         " VALUES (%s, 1, 'someone', now(), 'stray') RETURNING message_id",
         bad,
     )
-    dispatcher = Dispatcher(db.url, config(), log=NullLog())
+    dispatcher = Dispatcher(db.url, fast_config(), log=NullLog())
     task = asyncio.create_task(dispatcher.run())
     try:
-        await _wait_until(lambda: db.query("SELECT count(*) FROM outbox.delivered") == [(2,)])
+        await wait_until(lambda: db.query("SELECT count(*) FROM outbox.delivered") == [(2,)])
     finally:
         dispatcher.stop()
         await task
@@ -536,7 +469,7 @@ async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
     ids = [db.enqueue(receiver.url, f"late-{i}") for i in range(3)]
     dispatchers: list[Dispatcher] = []
 
-    class StopDuringClaim(pool.Store):
+    class StopDuringClaim(Store):
         """The real store; the stop signal arrives while the claim commits."""
 
         async def claim(self, owner: str, limit: int) -> list[Job]:
@@ -544,8 +477,8 @@ async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
             dispatchers[0].stop()
             return jobs
 
-    monkeypatch.setattr(pool, "Store", StopDuringClaim)
-    dispatcher = Dispatcher(db.url, config(), log=NullLog())
+    monkeypatch.setattr("dispatchers.dispatcher.Store", StopDuringClaim)
+    dispatcher = Dispatcher(db.url, fast_config(), log=NullLog())
     dispatchers.append(dispatcher)
     async with asyncio.timeout(20):
         stats = await dispatcher.run()

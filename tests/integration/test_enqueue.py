@@ -33,14 +33,6 @@ async def enqueue(tx: Tx, box: Outbox, **kwargs: Any) -> int:
     return result
 
 
-@pytest.fixture
-def observer(database_url: str) -> Iterator[Observer]:
-    """A separate autocommit connection: sees committed rows only."""
-    conn = psycopg.connect(database_url, autocommit=True)
-    yield conn
-    conn.close()
-
-
 def count(observer: Observer, table: str) -> int:
     row = observer.execute(
         sql.SQL("SELECT count(*) FROM outbox.{}").format(sql.Identifier(table))

@@ -10,11 +10,11 @@ from collections import Counter
 import psycopg
 from standardwebhooks.webhooks import Webhook
 
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from outbox import Outbox
 from outbox.endpoints import Endpoints
-from tests.integration.test_dispatcher import config
+from tests.dispatching import fast_config
 from tests.receiver import Receiver
 
 TYPES = ["order.created", "order.paid", "invoice.sent", "user.deleted"]
@@ -44,7 +44,7 @@ async def test_three_endpoints_receive_exactly_their_committed_events(database_u
             if i % 7 != 3:
                 committed.append((event_type, key))
 
-        dispatcher = Dispatcher(database_url, config(concurrency=16), log=NullLog())
+        dispatcher = Dispatcher(database_url, fast_config(concurrency=16), log=NullLog())
         async with asyncio.timeout(60):
             await dispatcher.run(drain=True)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from datetime import timedelta
@@ -29,14 +29,6 @@ BAD_KEYS: list[object] = ["", "x" * 256, "line\nbreak", " padded", "caf\u00e9", 
 async def claim(tx: Tx, inbox: Inbox, key: Any) -> bool:
     result: bool = await tx.call(inbox.claim, inbox.claim_async, key)
     return result
-
-
-@pytest.fixture
-def observer(database_url: str) -> Iterator[Observer]:
-    """A separate autocommit connection: sees committed rows only."""
-    conn = psycopg.connect(database_url, autocommit=True)
-    yield conn
-    conn.close()
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ import re
 import httpx
 import psycopg
 
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from outbox import Outbox
-from tests.integration.test_dispatcher import _wait_until, config
+from tests.dispatching import fast_config, wait_until
 from tests.receiver import Receiver, Reply
 
 
@@ -24,10 +24,10 @@ def sample(text: str, name: str, labels: str = "") -> float:
 async def test_metrics_change_as_messages_are_delivered(database_url: str) -> None:
     replies = iter([Reply(status=503)] + [Reply()] * 10)
     with Receiver(lambda req: next(replies)) as receiver:
-        dispatcher = Dispatcher(database_url, config(metrics_port=0), log=NullLog())
+        dispatcher = Dispatcher(database_url, fast_config(metrics_port=0), log=NullLog())
         task = asyncio.create_task(dispatcher.run())
         try:
-            await _wait_until(lambda: dispatcher.metrics_server is not None)
+            await wait_until(lambda: dispatcher.metrics_server is not None)
             assert dispatcher.metrics_server is not None
             port = dispatcher.metrics_server.sockets[0].getsockname()[1]
             base = f"http://127.0.0.1:{port}"
@@ -42,7 +42,7 @@ async def test_metrics_change_as_messages_are_delivered(database_url: str) -> No
                 with psycopg.connect(database_url) as conn:
                     for i in range(3):
                         Outbox().enqueue(conn, url=receiver.url, idempotency_key=f"m{i}", json={})
-                await _wait_until(lambda: dispatcher.stats.delivered == 3)
+                await wait_until(lambda: dispatcher.stats.delivered == 3)
                 after = (await client.get(base + "/metrics")).text
                 assert (await client.get(base + "/nope")).status_code == 404
                 # no database answer for longer than a lease: unready, still alive

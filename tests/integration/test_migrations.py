@@ -646,7 +646,7 @@ def test_import_scan_sees_every_form_of_import() -> None:
         "import dispatchers\n"
         "from dispatchers.cli import main\n"
         "import importlib\n"
-        "importlib.import_module('dispatchers.pool')\n"
+        "importlib.import_module('dispatchers.dispatcher')\n"
         "__import__('dispatchers.http')\n"
         "from . import sibling\n"
     )
@@ -654,6 +654,6 @@ def test_import_scan_sees_every_form_of_import() -> None:
         "dispatchers",
         "dispatchers.cli",
         "importlib",
-        "dispatchers.pool",
+        "dispatchers.dispatcher",
         "dispatchers.http",
     }

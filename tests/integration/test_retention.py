@@ -6,10 +6,13 @@ import asyncio
 
 import psycopg
 
+from dispatchers.db import Store
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
+from dispatchers.maintenance import Retention
+from dispatchers.reporting import Reporter
 from outbox import Outbox
-from tests.integration.test_dispatcher import _wait_until, config
+from tests.dispatching import fast_config, wait_until
 
 HISTORY = """
 INSERT INTO outbox.delivered (id, idempotency_key, target, url, method, headers, body,
@@ -51,11 +54,11 @@ async def test_history_past_retention_is_removed_in_batches_and_the_rest_kept(
             " VALUES (%s, 1, 'someone', now() - interval '30 days', 'failed')",
             (dead,),
         )
-    cfg = config(retention=7 * 86400.0, retention_interval=0.1, retention_batch=1000)
+    cfg = fast_config(retention=7 * 86400.0, retention_interval=0.1, retention_batch=1000)
     dispatcher = Dispatcher(database_url, cfg, log=NullLog())
     task = asyncio.create_task(dispatcher.run())
     try:
-        await _wait_until(lambda: dispatcher.stats.history_removed == 2500, seconds=20)
+        await wait_until(lambda: dispatcher.stats.history_removed == 2500, seconds=20)
     finally:
         dispatcher.stop()
         await task
@@ -111,3 +114,23 @@ def test_retention_finds_keys_by_their_primary_key(database_url: str) -> None:
         )
     assert "message_keys_pkey" in plan, plan
     assert "Seq Scan on message_keys" not in plan, plan
+
+
+async def test_retention_removes_old_history_in_bounded_batches(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        add_history(conn, 1_000_001, 1_000_250, "8 days")  # past the 7 days kept
+        add_history(conn, 2_000_001, 2_000_010, "6 days")
+    reporter = Reporter(NullLog())
+    store = Store(database_url, fast_config(retention=7 * 86400.0))
+    await store.open()
+    try:
+        retention = Retention(store, reporter, interval=60.0, batch=100, batches=2, pause=0.0)
+        assert await retention.run_once() == 200  # two full batches: the round is over
+        assert await retention.run_once() == 50
+    finally:
+        await store.close()
+
+    assert reporter.stats.history_removed == 250
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT min(id), count(*) FROM outbox.delivered").fetchone()
+    assert row == (2_000_001, 10)

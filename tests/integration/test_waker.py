@@ -10,14 +10,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
-import pytest
 
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from dispatchers.waker import Waker
 from outbox import Outbox
-from tests.integration.test_dispatcher import config
+from tests.dispatching import fast_config
 from tests.receiver import Receiver, Reply
 
 
@@ -56,7 +55,7 @@ def enqueue(url: str, target: str, key: str) -> None:
 async def test_one_dispatcher_is_on_duty_and_another_takes_over_when_it_stops(
     database_url: str,
 ) -> None:
-    async with dispatchers(database_url, config(), 3) as fleet:
+    async with dispatchers(database_url, fast_config(), 3) as fleet:
         await until(lambda: len(on_duty(fleet)) == 1, "one dispatcher on duty")
         # and it stays the only one while the others try for duty at each poll
         deadline = time.monotonic() + 0.6
@@ -77,7 +76,7 @@ async def test_a_notification_wakes_the_dispatcher_on_duty_and_no_other(
     # Off duty, a dispatcher polls only every 30 s: whatever is delivered within
     # the test was claimed by the one on duty, woken by notifications.
     with Receiver() as receiver:
-        async with dispatchers(database_url, config(poll_interval=30.0), 3) as fleet:
+        async with dispatchers(database_url, fast_config(poll_interval=30.0), 3) as fleet:
             await until(
                 lambda: (
                     any(d.waker and d.waker.notified for d in fleet)
@@ -110,7 +109,7 @@ async def test_a_dispatcher_whose_slots_are_all_taken_hands_duty_to_one_with_roo
         )[1]
         try:
             async with dispatchers(
-                database_url, config(poll_interval=30.0, concurrency=1, lease=30.0), 2
+                database_url, fast_config(poll_interval=30.0, concurrency=1, lease=30.0), 2
             ) as fleet:
                 await until(
                     lambda: len(on_duty(fleet)) == 1 and all(d.stats.claims for d in fleet),
@@ -136,7 +135,7 @@ async def test_the_next_message_of_an_ordering_key_is_claimed_once_the_last_is_d
     # Nobody announces that a successor became claimable; with no poll within the
     # test, each must be claimed because its predecessor's outcome was recorded.
     with Receiver() as receiver:
-        async with dispatchers(database_url, config(poll_interval=30.0), 1) as (dispatcher,):
+        async with dispatchers(database_url, fast_config(poll_interval=30.0), 1) as (dispatcher,):
             await until(
                 lambda: bool(dispatcher.waker and dispatcher.waker.notified),
                 "the dispatcher waits for notifications",
@@ -154,19 +153,13 @@ async def test_the_next_message_of_an_ordering_key_is_claimed_once_the_last_is_d
             assert [r.body for r in receiver.requests] == [b'{"i":%d}' % i for i in range(5)]
 
 
-@pytest.fixture
-def observer(database_url: str) -> Any:
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        yield conn
-
-
 async def test_producers_notify_only_while_the_dispatcher_holds_the_wake_lock(
     database_url: str, observer: psycopg.Connection[Any]
 ) -> None:
     changes: list[tuple[bool, bool]] = []
     waker = Waker(
         database_url,
-        config(),
+        fast_config(),
         on_notify=lambda: None,
         on_change=lambda: changes.append((waker.on_duty, waker.notified)),
         log=NullLog(),

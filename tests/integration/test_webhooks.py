@@ -12,7 +12,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,39 +27,18 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
-from dispatchers.retry import ExponentialBackoff, Schedule
 from outbox import InvalidMessage, Outbox
 from outbox.dsn import sqlalchemy_url
 from outbox.endpoints import Endpoint, Endpoints
 from outbox.receiver import verify
 from outbox.secrets import GENERATED_KEY_BYTES, SECRET_PREFIX, generate_secret, parse_secret
+from tests.dispatching import fast_config, wait_until
 from tests.errors import invalid_argument
 from tests.receiver import Received, Receiver, Reply
 
 Conn = psycopg.Connection[tuple[Any, ...]]
-FAST_WEBHOOK_RETRY = Schedule(delays=(0.05,), jitter=0)
-
-
-def config(**overrides: Any) -> DispatcherConfig:
-    """Short timeouts and fast retries, loopback allowed (as in test_dispatcher)."""
-    settings: dict[str, Any] = {
-        "lease": 3.0,
-        "request_timeout": 1.0,
-        "connect_timeout": 0.5,
-        "statement_timeout": 0.5,
-        "claim_timeout": 0.5,
-        "lock_timeout": 0.5,
-        "poll_interval": 0.05,
-        "rescue_interval": 0.2,
-        "allow_private_networks": True,
-        "retry_policy": ExponentialBackoff(base=0.05, cap=0.1, jitter=0.0),
-        "webhook_retry_policy": FAST_WEBHOOK_RETRY,
-        "concurrency": 8,
-    }
-    settings.update(overrides)
-    return DispatcherConfig(**settings)
 
 
 class Db:
@@ -120,15 +99,9 @@ def db(database_url: str) -> Db:
     return Db(database_url)
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with Receiver() as r:
-        yield r
-
-
 async def drain(db: Db, cfg: DispatcherConfig | None = None) -> Dispatcher:
     """Run a dispatcher until nothing is due or running."""
-    dispatcher = Dispatcher(db.url, cfg or config(), log=NullLog())
+    dispatcher = Dispatcher(db.url, cfg or fast_config(), log=NullLog())
     async with asyncio.timeout(20):
         await dispatcher.run(drain=True)
     return dispatcher
@@ -137,7 +110,7 @@ async def drain(db: Db, cfg: DispatcherConfig | None = None) -> Dispatcher:
 @contextlib.asynccontextmanager
 async def running(db: Db, cfg: DispatcherConfig | None = None) -> AsyncIterator[Dispatcher]:
     """A dispatcher running in the background for the duration of the block."""
-    dispatcher = Dispatcher(db.url, cfg or config(), log=NullLog())
+    dispatcher = Dispatcher(db.url, cfg or fast_config(), log=NullLog())
     task = asyncio.create_task(dispatcher.run())
     try:
         yield dispatcher
@@ -145,14 +118,6 @@ async def running(db: Db, cfg: DispatcherConfig | None = None) -> AsyncIterator[
         dispatcher.stop()
         async with asyncio.timeout(15):
             await task
-
-
-async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 def data_of(request: Received) -> Any:
@@ -792,7 +757,7 @@ async def test_an_endpoint_failing_longer_than_disable_after_is_disabled(
     endpoint = db.add(receiver.url)
     box = Outbox(webhook_max_attempts=200)
     ids = [db.publish("order.created", {"n": n}, box=box)[0] for n in range(3)]
-    async with running(db, config(disable_after=0.5)):
+    async with running(db, fast_config(disable_after=0.5)):
         await wait_until(lambda: not db.endpoint(endpoint.id).enabled)
         await wait_until(lambda: set(db.states().values()) == {"paused"}, seconds=5)
         sent = len(receiver.requests)
@@ -826,7 +791,7 @@ async def test_operator_disable_pauses_messages_and_claim_skips_later_commits(
     disabled = db.endpoint(endpoint.id)
     assert (disabled.enabled, disabled.disabled_reason) == (False, "disabled by an operator")
 
-    store = Store(db.url, config())
+    store = Store(db.url, fast_config())
     await store.open()
     try:
         assert await store.claim("owner-x", 10) == []
@@ -915,7 +880,7 @@ async def test_a_retry_that_returns_after_its_endpoint_was_deleted_is_dead(
 async def test_a_rescued_message_whose_endpoint_was_deleted_is_dead(db: Db) -> None:
     endpoint = db.add("https://example.com/hooks")
     (mid,) = db.publish("order.created", {"n": 1})
-    store = Store(db.url, config())
+    store = Store(db.url, fast_config())
     await store.open()
     try:
         (job,) = await store.claim("frozen-owner", 1)

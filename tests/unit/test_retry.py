@@ -1,4 +1,4 @@
-"""Retry timing: backoff, schedules, tenacity adapter and Retry-After parsing."""
+"""Retry timing: backoff, schedules and Retry-After parsing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-import tenacity
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +16,6 @@ from dispatchers.retry import (
     ExponentialBackoff,
     RetryPolicy,
     Schedule,
-    TenacityWait,
     parse_retry_after,
 )
 from outbox.errors import ConfigurationError
@@ -277,45 +275,6 @@ def test_schedule_rejects_invalid_settings_naming_the_field(
     kwargs: dict[str, object] = {"delays": (5.0,), **changes}
     with pytest.raises(ConfigurationError, match=f"^{field} must be"):
         Schedule(**kwargs)  # type: ignore[arg-type]
-
-
-# --- TenacityWait ---------------------------------------------------------------------
-
-
-def test_tenacity_wait_fixed() -> None:
-    policy: RetryPolicy = TenacityWait(tenacity.wait_fixed(7))
-    assert [policy.delay(n) for n in (1, 2, 30)] == [7.0, 7.0, 7.0]
-
-
-def test_tenacity_wait_exponential_sees_stored_attempt_number() -> None:
-    policy = TenacityWait(tenacity.wait_exponential(multiplier=1, max=60))
-    assert [policy.delay(n) for n in range(1, 8)] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0]
-
-
-def test_tenacity_wait_exponential_jitter_without_jitter() -> None:
-    policy = TenacityWait(tenacity.wait_exponential_jitter(max=60, jitter=0))
-    assert [policy.delay(n) for n in (1, 3, 10)] == [1.0, 4.0, 60.0]
-
-
-def test_tenacity_wait_plain_callable_gets_attempt_number() -> None:
-    policy = TenacityWait(lambda state: state.attempt_number * 10.0)
-    assert policy.delay(4) == 40.0
-
-
-def test_tenacity_wait_negative_result_becomes_zero() -> None:
-    assert TenacityWait(lambda state: -3.0).delay(1) == 0.0
-
-
-def test_tenacity_wait_honours_retry_after_within_bounds() -> None:
-    policy = TenacityWait(tenacity.wait_fixed(7), max_retry_after=3600.0)
-    assert policy.delay(1, retry_after=30.0) == 30.0
-    assert policy.delay(1, retry_after=3.0) == 7.0
-    assert policy.delay(1, retry_after=1e6) == 3600.0
-
-
-def test_tenacity_wait_rejects_negative_max_retry_after() -> None:
-    with pytest.raises(ConfigurationError, match=r"^max_retry_after must be"):
-        TenacityWait(tenacity.wait_fixed(1), max_retry_after=-1.0)
 
 
 # --- parse_retry_after ----------------------------------------------------------------

@@ -6,15 +6,16 @@ import asyncio
 
 from dispatchers.bench.measure import NoopClient
 from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from dispatchers.pool import Dispatcher
 from tests.jobs import job
 
 
 async def test_a_delivery_lost_before_it_started_frees_its_request_slot() -> None:
     # never connects: only the in-memory bookkeeping runs
-    dispatcher = Dispatcher("postgresql:///unused", DispatcherConfig(), client=NoopClient())
-    dispatcher.log = NullLog()
+    dispatcher = Dispatcher(
+        "postgresql:///unused", DispatcherConfig(), client=NoopClient(), log=NullLog()
+    )
     dispatcher._start(job(id=1))
     dispatcher._start(job(id=2))
     dispatcher._lose(1, 1)  # its task is cancelled before the loop ever ran it
@@ -22,4 +23,4 @@ async def test_a_delivery_lost_before_it_started_frees_its_request_slot() -> Non
     await asyncio.sleep(0)
     assert dispatcher._sending == 0
     assert dispatcher.in_flight == 1  # message 2 awaits its outcome write
-    assert list(dispatcher._pending) == [2]
+    assert list(dispatcher._outcomes) == [2]

@@ -1,0 +1,98 @@
+"""What a claim ends with: the :class:`~dispatchers.db.Completion` the flusher writes.
+
+Pure functions from a claimed message and what became of it (an attempt, a retry
+policy that failed, a release) to the row update and attempt row that record it.
+The fence (owner and attempt number) is the claim's; the completion statement
+applies it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import Completion, Job
+from dispatchers.http import Attempt
+from dispatchers.outcome import decide
+
+__all__ = ["POLICY_FAILED_DELAY", "from_attempt", "policy_failed", "released"]
+
+POLICY_FAILED_DELAY = 60.0
+"""Seconds until the next attempt when the retry policy raised: soon, rather than
+never (the message is not stuck) or at once (the policy may fail again)."""
+
+
+def from_attempt(job: Job, attempt: Attempt, config: DispatcherConfig) -> Completion:
+    """Record ``attempt``: succeeded, retried after the policy's delay, or dead.
+
+    Webhook deliveries (those with an endpoint) follow ``webhook_retry_policy``,
+    other messages ``retry_policy``. Raises what the policy raises.
+    """
+    outcome = attempt.outcome
+    webhook = job.endpoint_id is not None
+    decision = decide(
+        outcome,
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        policy=config.webhook_retry_policy if webhook else config.retry_policy,
+        retry_base=job.retry_base,
+    )
+    return Completion(
+        id=job.id,
+        attempt=job.attempts,
+        state=decision.state,
+        outcome=str(outcome.verdict),
+        sent=True,
+        delay=decision.delay,
+        status=outcome.status,
+        error_class=outcome.error_class,
+        error=outcome.error,
+        started_at=attempt.started_at,
+        duration_ms=attempt.duration_ms,
+        excerpt=attempt.excerpt,
+        endpoint_id=job.endpoint_id,
+    )
+
+
+def policy_failed(job: Job, attempt: Attempt, exc: BaseException) -> Completion:
+    """Record ``attempt`` when the retry policy raised ``exc``: try again after
+    :data:`POLICY_FAILED_DELAY`, or dead when the attempts are spent."""
+    return Completion(
+        id=job.id,
+        attempt=job.attempts,
+        state="ready" if job.attempts < job.max_attempts else "dead",
+        outcome=str(attempt.outcome.verdict),
+        sent=True,
+        delay=POLICY_FAILED_DELAY,
+        status=attempt.outcome.status,
+        error_class="internal_error",
+        error=f"retry policy failed: {type(exc).__name__}",
+        started_at=attempt.started_at,
+        duration_ms=attempt.duration_ms,
+    )
+
+
+def released(
+    job: Job, *, started_at: datetime | None = None, duration_ms: int | None = None
+) -> Completion:
+    """Give the message back, ready at once.
+
+    Never started (no ``started_at``): the attempt is refunded and no attempt row
+    is written. Cut short at shutdown: the attempt counts, since the request may
+    have reached the receiver, and its row records when it started.
+    """
+    if started_at is None:
+        return Completion(
+            id=job.id, attempt=job.attempts, state="ready", outcome="released", sent=False
+        )
+    return Completion(
+        id=job.id,
+        attempt=job.attempts,
+        state="ready",
+        outcome="released",
+        sent=True,
+        error_class="shutdown",
+        error="released at shutdown before the response arrived",
+        started_at=started_at,
+        duration_ms=duration_ms,
+    )

@@ -1,0 +1,455 @@
+"""The dispatcher: claim, deliver, record, shut down.
+
+One process runs up to ``concurrency`` deliveries at once on one asyncio loop.
+The **claim loop** here claims up to the free capacity in one statement
+(committed before any HTTP work), once three quarters of it is free, and starts a
+delivery task per message; capacity is ``concurrency`` requests in flight, and
+at most as many again whose outcome awaits its write (so claiming overlaps the
+writing of outcomes). A message stays held, its lease renewed, until its outcome
+is written. The dispatcher composes the rest:
+
+- the **flusher** (:mod:`dispatchers.flusher`) writes outcomes in fenced batches;
+- the **heartbeat**, the **rescuer** and **retention**
+  (:mod:`dispatchers.maintenance`) renew leases, hand on expired ones, and remove
+  old history;
+- the **waker** (:mod:`dispatchers.waker`) turns notifications into claims, and
+  the claim cadence (:mod:`dispatchers.cadence`) says when to claim next;
+- :mod:`dispatchers.reporting` counts and logs what happens.
+
+Transient database errors pause claiming and are retried; outcomes are kept until
+written (writing them twice is harmless: the fence makes it a no-op).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx
+
+from dispatchers import completions
+from dispatchers import loop as loops
+from dispatchers.backoff import Backoff
+from dispatchers.cadence import Cadence
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import Completion, Job, Store
+from dispatchers.flusher import Flusher, OutcomeWriter
+from dispatchers.http import HttpClient, Sender
+from dispatchers.log import EventLog
+from dispatchers.maintenance import Heartbeat, Rescuer, Retention
+from dispatchers.metrics import serve
+from dispatchers.reporting import Reporter, Stats
+from dispatchers.waker import Waker
+
+HAND_OFF_AFTER = 0.1
+"""Seconds a dispatcher on duty may have every request slot taken before it hands
+duty to another (a drain fills them for moments at a time; slow receivers for
+longer)."""
+
+
+def make_owner() -> str:
+    """A lease owner id unique to this process: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+@dataclass(eq=False)
+class _Flight:
+    job: Job
+    task: asyncio.Task[None] | None = None
+
+
+class Dispatcher:
+    """Delivers outbox messages from one PostgreSQL database.
+
+    :param conninfo: a libpq connection string or URL.
+    :param config: settings (validated on construction).
+    :param transport: an httpx transport to send with, instead of the default
+        SSRF-guarded one.
+    :param client: an :class:`~dispatchers.http.HttpClient` to send with instead
+        (neither is closed by the dispatcher).
+    :param log: where events go (default: JSON lines on stdout).
+    :param owner: the lease owner id (default: :func:`make_owner`).
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        config: DispatcherConfig | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        client: HttpClient | None = None,
+        log: EventLog | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.conninfo = conninfo
+        self.config = config = config or DispatcherConfig()
+        self.owner = owner or make_owner()
+        self._report = report = Reporter(log or EventLog())
+        self.log = report.log
+        self.stats = report.stats
+        self.metrics = report.metrics
+        self.metrics.in_flight.set_function(lambda: len(self._inflight))
+        self.metrics_server: asyncio.Server | None = None
+        # Built here, opened by run(): a Dispatcher runs once.
+        self._store = store = Store(conninfo, config)
+        self._sender = Sender(config, transport=transport, client=client)
+        self._inflight: dict[int, _Flight] = {}
+        self._sending = 0  # flights whose request is not finished
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._capacity = asyncio.Event()
+        self._write_lock = asyncio.Lock()  # outcome writes and renewals, one at a time
+        self._shutting_down = False
+        self._draining = False
+        writer = OutcomeWriter(
+            store,
+            report,
+            owner=self.owner,
+            lock=self._write_lock,
+            settle=self._settle,
+            written=self._written,
+            dropped=self._dropped,
+        )
+        # a batch gathers until three quarters of the concurrency wait, or for
+        # flush_interval
+        self._outcomes: Flusher[Completion] = Flusher(
+            writer.write,
+            size=max(1, config.concurrency * 3 // 4),
+            interval=config.flush_interval,
+            batch=config.flush_batch,
+            on_error=lambda exc: report.internal_error("flush", exc),
+        )
+        self._services = (
+            Heartbeat(
+                store,
+                report,
+                owner=self.owner,
+                interval=config.renew_interval,
+                leases=self._leases,
+                lost=self._lose,
+                lock=self._write_lock,
+            ),
+            Rescuer(store, report, interval=config.rescue_interval, rescued=self._wake.set),
+            Retention(
+                store, report, interval=config.retention_interval, batch=config.retention_batch
+            ),
+        )
+        self._cadence = Cadence(window=config.claim_window, poll_interval=config.poll_interval)
+        self._waker = (
+            Waker(
+                conninfo,
+                config,
+                on_notify=self._wake.set,
+                on_change=self._wake.set,
+                log=report.log,
+            )
+            if config.listen
+            else None
+        )
+
+    # -- control -------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming now; in-flight deliveries get the grace period."""
+        self._stop.set()
+        # end every wait at once
+        self._wake.set()
+        self._capacity.set()
+        self._outcomes.flush_soon()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    @property
+    def waker(self) -> Waker | None:
+        """The waker (None with ``listen`` off)."""
+        return self._waker
+
+    @property
+    def round_trips(self) -> int:
+        """Statements sent so far, the waker's included: each is a round trip."""
+        return self._store.round_trips + (self._waker.round_trips if self._waker else 0)
+
+    def healthy(self) -> bool:
+        """The database answered within the last lease period."""
+        since = time.monotonic() - self.metrics.last_db_success
+        return since < max(self.config.lease, 3 * self.config.poll_interval)
+
+    async def run(self, *, drain: bool = False) -> Stats:
+        """Run until :meth:`stop` (or, with ``drain``, until no message is due or
+        running anywhere); then shut down gracefully and return the counters."""
+        await self._store.open()
+        if self.config.metrics_port is not None:
+            self.metrics_server = await serve(
+                self.metrics,
+                host=self.config.metrics_host,
+                port=self.config.metrics_port,
+                healthy=self.healthy,
+            )
+        helpers = [asyncio.create_task(self._outcomes.run(), name="outbox-flusher")]
+        helpers += [
+            asyncio.create_task(s.run(), name=f"outbox-{type(s).__name__.lower()}")
+            for s in self._services
+        ]
+        if self._waker is not None:
+            helpers.append(asyncio.create_task(self._waker.run(), name="outbox-waker"))
+        try:
+            self._draining = drain
+            await self._claim_loop(drain=drain)
+            await self._shutdown()
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            for flight in self._inflight.values():
+                if flight.task is not None:
+                    flight.task.cancel()
+            if self.metrics_server is not None:
+                self.metrics_server.close()
+            await self._sender.aclose()
+            await self._store.close()
+            self.stats.round_trips = self.round_trips
+        return self.stats
+
+    # -- claiming --------------------------------------------------------------
+
+    async def _claim_loop(self, *, drain: bool) -> None:
+        config = self.config
+        low_water = max(1, min(config.batch_size, config.concurrency) * 3 // 4)
+        held_limit = 2 * config.concurrency
+        backoff = Backoff()
+        full_since: float | None = None  # when every request slot was last taken
+        while not self._stop.is_set():
+            # Requests in flight are bounded by the concurrency; the messages held
+            # (sending, or waiting for their outcome write) by twice that.
+            free = min(config.concurrency - self._sending, held_limit - len(self._inflight))
+            if free <= 0 or (free < low_water and self._inflight):
+                # Wait for capacity rather than claiming a handful at a time.
+                self._capacity.clear()
+                if len(self._inflight) >= held_limit:
+                    self._outcomes.flush_soon()  # held outcomes are what blocks: write them
+                seconds: float | None = config.flush_interval if free > 0 else None
+                if free <= 0 and self._waker is not None and self._waker.want_duty:
+                    # Full for a while (slow receivers): hand duty to a dispatcher
+                    # with room, so that new messages do not wait for our slots.
+                    now = time.monotonic()
+                    full_since = full_since if full_since is not None else now
+                    if now - full_since >= HAND_OFF_AFTER:
+                        self._waker.request(duty=False)
+                    else:
+                        seconds = full_since + HAND_OFF_AFTER - now
+                await self._wait(self._capacity, seconds=seconds)
+                continue
+            full_since = None
+            if self._waker is not None:
+                self._waker.request(duty=True)
+            want = min(free, config.batch_size)
+            self._wake.clear()
+            sent_at = time.monotonic()
+            try:
+                jobs = await self._store.claim(self.owner, want)
+            except Exception as exc:
+                self._report.db_error("claim", exc)
+                await self._wait(self._stop, seconds=backoff.next())
+                continue
+            backoff.reset()
+            self._cadence.claimed(len(jobs), want, sent_at)
+            if self._waker is not None:
+                self._waker.request(wake=not self._cadence.busy)
+            self._report.claimed_batch(len(jobs))
+            if self._stop.is_set():
+                # The claim committed after the stop signal: release, never start.
+                self._release_unstarted(jobs)
+                break
+            for job in jobs:
+                self._start(job)
+            if len(jobs) < want:
+                if drain and not self._inflight and await self._drained():
+                    break
+                await self._until_next_claim()
+
+    async def _until_next_claim(self) -> None:
+        """Wait as the cadence says: for the timer, or a notification (or another
+        wake-up), and then at least until ``claim_window`` after the last claim."""
+        waker = self._waker
+        at = self._cadence.next_claim(
+            on_duty=waker is not None and waker.on_duty,
+            notified=waker is not None and waker.notified,
+        )
+        now = time.monotonic()
+        if at > now:
+            await self._wait(self._wake, seconds=at - now)
+        earliest = self._cadence.earliest_claim()
+        now = time.monotonic()
+        if earliest > now:  # what arrives meanwhile is claimed together
+            await self._wait(self._stop, seconds=earliest - now)
+
+    async def _drained(self) -> bool:
+        try:
+            due, running, scheduled = await self._store.work_remaining()
+        except Exception as exc:
+            self._report.db_error("drain_check", exc)
+            return False
+        if due == 0 and running == 0:
+            self._report.drained(scheduled)
+            return True
+        return False
+
+    def _start(self, job: Job) -> None:
+        stale = self._inflight.get(job.id)
+        if stale is not None:
+            # Claimed again while an older attempt is still held here (its lease ran
+            # out while this process could not write): that attempt is lost.
+            self._lose(job.id, stale.job.attempts, "claimed again")
+        flight = _Flight(job)
+        self._inflight[job.id] = flight
+        self._sending += 1
+        self.stats.claimed += 1
+        if self.log.enabled("claimed"):
+            self.log.event("claimed", message_id=job.id, attempt=job.attempts)
+        flight.task = asyncio.create_task(self._attempt(flight))
+        # a callback, not a finally: it runs even for a task cancelled before it started
+        flight.task.add_done_callback(self._sent)
+
+    def _release_unstarted(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            self._inflight[job.id] = _Flight(job)
+            self._outcomes.add(job.id, completions.released(job))
+
+    # -- delivering ------------------------------------------------------------
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sending -= 1
+        self._capacity.set()
+
+    async def _attempt(self, flight: _Flight) -> None:
+        job = flight.job
+        started_at = datetime.now(UTC)
+        start = time.monotonic()
+        try:
+            attempt = await self._sender.send(job)
+        except asyncio.CancelledError:
+            if self._shutting_down and self._inflight.get(job.id) is flight:
+                # Grace expired: give the message back, fenced.
+                duration_ms = int((time.monotonic() - start) * 1000)
+                self._outcomes.add(
+                    job.id,
+                    completions.released(job, started_at=started_at, duration_ms=duration_ms),
+                )
+            raise
+        if self._inflight.get(job.id) is not flight:
+            return  # lease lost while sending: the outcome is dropped
+        try:
+            completion = completions.from_attempt(job, attempt, self.config)
+        except Exception as exc:  # a retry policy that raised: retry soon rather than stall
+            self._report.internal_error("decide", exc)
+            completion = completions.policy_failed(job, attempt, exc)
+        self._outcomes.add(job.id, completion)
+
+    # -- recording outcomes (the outcome writer's side) ----------------------------
+
+    def _settle(self, completion: Completion) -> Job | None:
+        """Stop tracking the flight ``completion`` belongs to and return its job; a
+        newer claim of the same message (another attempt number) is left alone."""
+        flight = self._inflight.get(completion.id)
+        if flight is None or flight.job.attempts != completion.attempt:
+            return None
+        del self._inflight[completion.id]
+        return flight.job
+
+    def _written(self, unblocked: bool) -> None:
+        self._capacity.set()
+        if unblocked or (self._draining and not self._inflight):
+            # The next message of that ordering key may be due now, and nobody
+            # announces it; or nothing is held: see whether the drain is done.
+            self._wake.set()
+
+    def _dropped(self, completion: Completion) -> None:
+        self._outcomes.discard(completion.id, completion)
+        self._settle(completion)
+        self._capacity.set()
+
+    # -- leases (the heartbeat's side) ---------------------------------------------
+
+    def _leases(self) -> list[tuple[int, int]]:
+        return [(mid, f.job.attempts) for mid, f in self._inflight.items()]
+
+    def _lose(self, message_id: int, attempt: int, reason: str = "lease not renewed") -> None:
+        flight = self._inflight.pop(message_id, None)
+        if flight is None:
+            return
+        self._outcomes.discard(message_id)
+        if flight.task is not None and not flight.task.done():
+            flight.task.cancel()
+        self._report.lease_lost(message_id, attempt, reason)
+        self._capacity.set()
+
+    # -- shutdown ---------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        """Give in-flight deliveries the grace period, release the rest, record all."""
+        self._shutting_down = True
+        running = [
+            f.task for f in self._inflight.values() if f.task is not None and not f.task.done()
+        ]
+        if running:
+            _, late = await asyncio.wait(running, timeout=self.config.grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(5.0, 3 * self.config.statement_timeout)
+        while self._outcomes and loop.time() < deadline:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await self._outcomes.flush()
+        if self._outcomes:
+            self._report.outcomes_unrecorded(len(self._outcomes))
+
+    # -- helpers ------------------------------------------------------------------
+
+    async def _wait(self, event: asyncio.Event, *, seconds: float | None) -> None:
+        """Wait for ``event``, at most ``seconds``. :meth:`stop` sets every event
+        that is waited on, so the stop signal ends every wait too."""
+        if event.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await event.wait()
+
+
+def run_dispatcher(
+    conninfo: str,
+    config: DispatcherConfig,
+    *,
+    drain: bool = False,
+    log: EventLog | None = None,
+) -> Stats:
+    """Run a dispatcher on a fresh event loop (of the kind ``config.event_loop``
+    names) with SIGTERM/SIGINT handlers."""
+
+    async def main() -> Stats:
+        dispatcher = Dispatcher(conninfo, config, log=log)
+        dispatcher.install_signal_handlers()
+        dispatcher.log.event(
+            "started",
+            event_loop=loops.running(),
+            http_client=config.http_client,
+            concurrency=config.concurrency,
+        )
+        return await dispatcher.run(drain=drain)
+
+    return loops.run(main(), event_loop=config.event_loop)

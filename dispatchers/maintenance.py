@@ -1,0 +1,193 @@
+"""The duties a dispatcher runs beside its claims, as small services.
+
+- :class:`Heartbeat` renews every lease the process holds, in one statement per
+  ``lease / 3``; a lease missing from the answer is lost, and its delivery is
+  abandoned.
+- :class:`Rescuer` returns expired leases (of dispatchers that died or froze) to
+  ``ready``, or to ``dead`` when their attempts are spent.
+- :class:`Retention` removes delivered history past the retention period, in
+  bounded batches.
+
+The listener that wakes the claim loop is :class:`dispatchers.waker.Waker`: it
+keeps a session connection rather than running rounds, so it is no service here.
+
+Each service takes its settings as arguments (the dispatcher passes them from its
+:class:`~dispatchers.config.DispatcherConfig`), does one round in ``run_once()``,
+which tests call directly and which raises what the database raised, and repeats
+it every ``interval`` in ``run()``. After a failed round, ``run()`` reports the
+error and tries again after the shared :class:`~dispatchers.backoff.Backoff`,
+never later than the interval: a renewal that met a dropped connection is sent
+again within moments rather than a third of a lease later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import ClassVar
+
+from dispatchers.backoff import Backoff
+from dispatchers.db import Store
+from dispatchers.reporting import Reporter
+
+__all__ = ["Heartbeat", "Rescuer", "Retention", "Service"]
+
+Lease = tuple[int, int]
+"""A held lease: message id and attempt number (the fencing token)."""
+
+
+class Service(ABC):
+    """One maintenance duty, run every ``interval`` seconds.
+
+    Subclasses name the ``operation`` their database errors are reported under,
+    say whether the first round waits an ``interval`` (``wait_first``), and
+    implement :meth:`run_once`.
+    """
+
+    operation: ClassVar[str]
+    wait_first: ClassVar[bool] = True
+
+    def __init__(self, store: Store, report: Reporter, *, interval: float) -> None:
+        self.store = store
+        self.report = report
+        self.interval = interval
+
+    @abstractmethod
+    async def run_once(self) -> object:
+        """Do one round of the duty."""
+
+    async def run(self) -> None:
+        """Run a round every ``interval`` until cancelled; never stop on an error."""
+        backoff = Backoff()
+        pause = self.interval if self.wait_first else 0.0
+        while True:
+            if pause:
+                await asyncio.sleep(pause)
+            try:
+                await self.run_once()
+            except Exception as exc:
+                self.report.db_error(self.operation, exc)
+                pause = min(self.interval, backoff.next())
+            else:
+                backoff.reset()
+                pause = self.interval
+
+
+class Heartbeat(Service):
+    """Renews the leases of ``owner`` in one statement per round.
+
+    :param leases: returns the leases held now.
+    :param lost: called with each lease the renewal did not find (another
+        dispatcher took the message over, or its lease expired and it was
+        rescued): the caller stops its delivery.
+    :param lock: held while renewing; the outcome writer holds it too, so that a
+        renewal never sees a lease whose outcome was just recorded (a row that
+        has left the table) and takes it for lost.
+    """
+
+    operation = "renew"
+
+    def __init__(
+        self,
+        store: Store,
+        report: Reporter,
+        *,
+        owner: str,
+        interval: float,
+        leases: Callable[[], list[Lease]],
+        lost: Callable[[int, int], None],
+        lock: asyncio.Lock,
+    ) -> None:
+        super().__init__(store, report, interval=interval)
+        self.owner = owner
+        self._leases = leases
+        self._lost = lost
+        self._lock = lock
+
+    async def run_once(self) -> list[Lease]:
+        """Renew every lease held; return (and hand to ``lost``) those that are gone."""
+        async with self._lock:
+            held = self._leases()
+            if not held:
+                return []
+            alive = await self.store.renew(self.owner, held)
+            self.report.stats.renewals += 1
+        gone = [lease for lease in held if lease[0] not in alive]
+        for message_id, attempt in gone:
+            self._lost(message_id, attempt)
+        return gone
+
+
+class Rescuer(Service):
+    """Returns expired leases to ``ready`` (or ``dead``), by the lease-expiry index.
+
+    The first round runs at once: a dispatcher restarted after a crash hands on
+    what its previous life held without waiting an interval.
+
+    :param rescued: called after a round that rescued something (the claim loop
+        may have work now).
+    """
+
+    operation = "rescue"
+    wait_first = False
+
+    def __init__(
+        self,
+        store: Store,
+        report: Reporter,
+        *,
+        interval: float,
+        rescued: Callable[[], None] = lambda: None,
+    ) -> None:
+        super().__init__(store, report, interval=interval)
+        self._rescued = rescued
+
+    async def run_once(self) -> list[tuple[int, str]]:
+        """Rescue every expired lease; return each message id with its new state."""
+        rescued = await self.store.rescue()
+        for message_id, state in rescued:
+            self.report.rescued(message_id, state)
+        if rescued:
+            self._rescued()
+        return rescued
+
+
+class Retention(Service):
+    """Removes history past the retention period, ``batch`` rows per statement.
+
+    A round removes up to ``batches`` batches, pausing ``pause`` seconds between
+    two full ones so that claims and outcome writes get in between: no statement
+    holds locks for long, and a large backlog drains over a few rounds.
+    """
+
+    operation = "retention"
+
+    def __init__(
+        self,
+        store: Store,
+        report: Reporter,
+        *,
+        interval: float,
+        batch: int,
+        batches: int = 20,
+        pause: float = 0.1,
+    ) -> None:
+        super().__init__(store, report, interval=interval)
+        self.batch = batch
+        self.batches = batches
+        self.pause = pause
+
+    async def run_once(self) -> int:
+        """Remove expired history until none is left or the round is over; return
+        how many rows went."""
+        total = 0
+        for i in range(self.batches):
+            if i:
+                await asyncio.sleep(self.pause)
+            removed = await self.store.remove_history(self.batch)
+            self.report.stats.history_removed += removed
+            total += removed
+            if removed < self.batch:
+                break
+        return total

@@ -1,0 +1,184 @@
+"""What a dispatcher tells the world: counters, events and metrics.
+
+The events a dispatcher logs about its messages and its database are built here,
+in the one place that also keeps :class:`Stats` (read by tests, the bench and the
+demo) and the Prometheus instruments of :mod:`dispatchers.metrics` in step with
+the log. The claim loop, the outcome writer and the maintenance services say what
+happened and :class:`Reporter` counts, logs and measures it. Left out: the
+``claimed`` event, logged by the claim loop itself (per message, on the hot path,
+only when the log level asks for it), and the waker's ``listen_error``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlsplit
+
+from dispatchers.db import Completion, Job, is_transient
+from dispatchers.log import EventLog
+from dispatchers.metrics import Metrics
+
+
+@dataclass
+class Stats:
+    """Counters of one dispatcher's life, for logs, tests and benchmarks."""
+
+    claimed: int = 0
+    delivered: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    lease_lost: int = 0
+    rescued: int = 0
+    claims: int = 0
+    empty_claims: int = 0
+    flushes: int = 0
+    renewals: int = 0
+    history_removed: int = 0
+    db_errors: int = 0
+    round_trips: int = 0
+
+
+class Reporter:
+    """Counts, logs and measures what one dispatcher does.
+
+    :param log: where events go.
+    :param stats: the counters to keep (new ones by default).
+    :param metrics: the instruments to update (new ones by default).
+    """
+
+    def __init__(
+        self, log: EventLog, *, stats: Stats | None = None, metrics: Metrics | None = None
+    ) -> None:
+        self.log = log
+        self.stats = stats if stats is not None else Stats()
+        self.metrics = metrics if metrics is not None else Metrics()
+
+    # -- claims and outcome batches ------------------------------------------------------
+
+    def claimed_batch(self, count: int) -> None:
+        """A claim statement answered with ``count`` messages."""
+        self.stats.claims += 1
+        if not count:
+            self.stats.empty_claims += 1
+        metrics = self.metrics
+        metrics.database_answered()
+        metrics.claims.inc()
+        metrics.claim_batch.observe(count)
+
+    def flushed_batch(self, count: int) -> None:
+        """A completion statement recorded a batch of ``count`` outcomes."""
+        self.stats.flushes += 1
+        self.metrics.database_answered()
+        self.metrics.flush_batch.observe(count)
+
+    # -- messages ------------------------------------------------------------------------
+
+    def outcome(self, c: Completion, job: Job | None, now: datetime) -> None:
+        """``c`` was recorded; ``job`` is the claim it ends (None when that claim
+        is no longer held here)."""
+        metrics = self.metrics
+        metrics.deliveries.labels(c.outcome).inc()
+        if c.duration_ms is not None:
+            metrics.attempt_seconds.observe(c.duration_ms / 1000)
+        if c.state == "succeeded" and job is not None:
+            waited = (now - job.created_at).total_seconds()
+            metrics.commit_to_delivery_seconds.observe(max(0.0, waited))
+        log = self.log
+        if c.outcome == "released":
+            self.stats.released += 1
+            log.event("released", message_id=c.id, attempt=c.attempt, sent=c.sent)
+        elif c.state == "succeeded":
+            self.stats.delivered += 1
+            if log.enabled("delivered"):
+                log.event(
+                    "delivered",
+                    message_id=c.id,
+                    attempt=c.attempt,
+                    status=c.status,
+                    ms=c.duration_ms,
+                    host=_host(job),
+                )
+        elif c.state == "ready":
+            self.stats.retried += 1
+            log.event(
+                "retried",
+                message_id=c.id,
+                attempt=c.attempt,
+                status=c.status,
+                error_class=c.error_class,
+                delay_s=round(c.delay, 3),
+                host=_host(job),
+            )
+        else:
+            self.stats.dead += 1
+            log.event(
+                "dead",
+                message_id=c.id,
+                attempt=c.attempt,
+                status=c.status,
+                error_class=c.error_class,
+                error=c.error,
+                host=_host(job),
+            )
+
+    def lease_lost(self, message_id: int, attempt: int, reason: str) -> None:
+        self.stats.lease_lost += 1
+        self.metrics.lease_lost.inc()
+        self.log.event("lease_lost", message_id=message_id, attempt=attempt, reason=reason)
+
+    def outcome_dropped(self, c: Completion) -> None:
+        self.log.event(
+            "outcome_dropped",
+            message_id=c.id,
+            attempt=c.attempt,
+            reason="the outcome could not be written; the lease will expire and the "
+            "message will be delivered again",
+        )
+
+    def rescued(self, message_id: int, state: str) -> None:
+        self.stats.rescued += 1
+        self.log.event("rescued", message_id=message_id, state=state)
+
+    def endpoint_disabled(self, endpoint_id: int, reason: str) -> None:
+        self.log.event("endpoint_disabled", endpoint_id=endpoint_id, reason=reason)
+
+    def drained(self, scheduled_later: int) -> None:
+        """Nothing is due or running: a drain ends (``scheduled_later`` are not due yet)."""
+        self.log.event("drained", scheduled_later=scheduled_later)
+
+    # -- trouble -------------------------------------------------------------------------
+
+    def db_error(self, operation: str, exc: BaseException, *, retry: int | None = None) -> None:
+        """``operation`` failed in the database; ``retry`` numbers the failures of
+        one write that is tried until it passes."""
+        self.stats.db_errors += 1
+        self.metrics.db_errors.labels(operation).inc()
+        fields: dict[str, object] = {
+            "operation": operation,
+            "error_class": type(exc).__name__,
+            "sqlstate": getattr(exc, "sqlstate", None),
+            "transient": is_transient(exc),
+        }
+        if retry is not None:
+            fields["retry"] = retry
+        self.log.event("db_error", **fields)
+
+    def outcomes_unrecorded(self, count: int) -> None:
+        """Shutting down, ``count`` outcomes could not be written in time."""
+        self.log.event(
+            "db_error",
+            operation="shutdown_flush",
+            error="outcomes not recorded before exit; their leases will expire and "
+            "the messages will be delivered again",
+            count=count,
+        )
+
+    def internal_error(self, operation: str, exc: BaseException) -> None:
+        self.log.event("internal_error", operation=operation, error_class=type(exc).__name__)
+
+
+def _host(job: Job | None) -> str | None:
+    """The host a message went to, for logs (never the path or query)."""
+    return urlsplit(job.url).hostname if job is not None else None

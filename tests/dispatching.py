@@ -1,0 +1,96 @@
+"""Running a dispatcher in tests: fast settings, the test's database, a drain.
+
+Every test that runs a dispatcher takes its settings from :func:`fast_config`, so
+that timeouts, retries and rescues happen within seconds and loopback receivers
+are allowed; a test module that needs other bounds names them as a preset (a
+mapping of settings) or as overrides, next to the reason it needs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import psycopg
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.dispatcher import Dispatcher
+from dispatchers.log import NullLog
+from dispatchers.retry import ExponentialBackoff, Schedule
+from outbox import Outbox
+
+FAST_RETRY = ExponentialBackoff(base=0.05, cap=0.1, jitter=0.0)
+"""Messages are retried within a tenth of a second."""
+
+FAST_WEBHOOK_RETRY = Schedule(delays=(0.05,), jitter=0)
+"""Webhook deliveries too."""
+
+FAST: Mapping[str, Any] = MappingProxyType(
+    {
+        "lease": 3.0,
+        "request_timeout": 1.0,
+        "connect_timeout": 0.5,
+        "statement_timeout": 0.5,
+        "claim_timeout": 0.5,
+        "lock_timeout": 0.5,
+        "poll_interval": 0.1,
+        "rescue_interval": 0.2,
+        "allow_private_networks": True,
+        "retry_policy": FAST_RETRY,
+        "webhook_retry_policy": FAST_WEBHOOK_RETRY,
+        "concurrency": 8,
+    }
+)
+"""The settings of :func:`fast_config` before presets and overrides."""
+
+
+def fast_config(*presets: Mapping[str, Any], **overrides: Any) -> DispatcherConfig:
+    """:data:`FAST`, updated with each of ``presets`` in turn, then ``overrides``."""
+    settings = dict(FAST)
+    for preset in presets:
+        settings.update(preset)
+    settings.update(overrides)
+    return DispatcherConfig(**settings)
+
+
+class Db:
+    """The test's database: enqueue and query with short-lived connections."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def enqueue(self, url: str, key: str, **kwargs: Any) -> int:
+        kwargs.setdefault("json", {"key": key})
+        with psycopg.connect(self.url) as conn:
+            return Outbox().enqueue(conn, url=url, idempotency_key=key, **kwargs)
+
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url) as conn:
+            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+    def expire(self, message_id: int) -> None:
+        self.query(
+            "UPDATE outbox.messages SET lease_until = now() - interval '1 second'"
+            " WHERE id = %s RETURNING id",
+            message_id,
+        )
+
+
+async def drain(db: Db, cfg: DispatcherConfig, **kwargs: Any) -> Dispatcher:
+    """Run a dispatcher on ``db`` until nothing is due or running (at most 30 s)."""
+    dispatcher = Dispatcher(db.url, cfg, log=NullLog(), **kwargs)
+    async with asyncio.timeout(30):
+        await dispatcher.run(drain=True)
+    return dispatcher
+
+
+async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Return once ``predicate()`` holds; raise TimeoutError after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        await asyncio.sleep(0.05)
