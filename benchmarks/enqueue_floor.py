@@ -52,7 +52,7 @@ from dispatchers.bench.env import (
     message_params,
     postgres_clock,
 )
-from outbox.queries import queries_for
+from outbox._queries import queries_for
 
 TARGET = "http://127.0.0.1:9/orders"
 _PARAM = re.compile(r"%\((\w+)\)s")

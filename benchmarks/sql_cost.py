@@ -41,7 +41,7 @@ from psycopg import sql
 from dispatchers.bench.env import connect, database, fresh_schema, postgres_clock, seed_backlog
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Store
-from outbox.queries import Statement
+from outbox._queries import Statement
 
 TABLES = ("messages", "delivered", "attempts", "message_keys", "endpoint_slots", "endpoints")
 OWNER = "sql-cost:1:bench"

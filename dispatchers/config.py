@@ -14,9 +14,9 @@ from typing import Literal
 
 from dispatchers.loop import EVENT_LOOPS
 from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
+from outbox._queries import check_schema_name
 from outbox.defaults import DEFAULT_SCHEMA
 from outbox.errors import ConfigurationError
-from outbox.queries import check_schema_name
 
 LEASE_BUDGET_FACTOR = 1.5
 """The lease must be this many times the longest a delivery can take to finish and

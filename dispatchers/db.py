@@ -27,7 +27,7 @@ from psycopg.rows import BaseRowFactory, RowMaker, TupleRow, scalar_row
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.rows import Completed, Recorded, Remaining, Renewed, Rescued, columns, named_row
-from outbox.queries import Statement, queries_for
+from outbox._queries import Statement, queries_for
 
 # SQLSTATE classes and codes worth retrying: the connection went away, the server
 # is starting or stopping, it ran out of resources, or a statement lost a race.

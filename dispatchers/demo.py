@@ -36,8 +36,8 @@ from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
 from dispatchers.retry import Schedule
 from outbox import Outbox, migrate
+from outbox._queries import queries_for
 from outbox.endpoints import Endpoints
-from outbox.queries import queries_for
 from outbox.receiver import Inbox, InvalidSignature, verify
 
 SCHEMA = "outbox_demo"

@@ -18,6 +18,10 @@ is written. The dispatcher composes the rest:
 
 Transient database errors pause claiming and are retried; outcomes are kept until
 written (writing them twice is harmless: the fence makes it a no-op).
+
+The module stays whole past the usual length: claiming, capacity and shutdown are
+one state machine, and splitting it would scatter the transitions a reader must
+check together.
 """
 
 from __future__ import annotations

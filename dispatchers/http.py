@@ -19,6 +19,10 @@ by the caller is always used through httpx, and any object with the
 :class:`HttpClient` methods can be passed instead of either. aiohttp's errors are
 mapped to httpx's exception types in one place (:func:`httpx_error`), so outcome
 classification sees one vocabulary.
+
+The module stays whole past the usual length: the sender and both clients keep
+one contract for an attempt (a bounded read, one deadline, one error vocabulary),
+and having them side by side is how they are kept alike.
 """
 
 from __future__ import annotations

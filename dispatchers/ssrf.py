@@ -20,6 +20,10 @@ every address just before a socket is made for it, which covers IP literals (aio
 never hands those to the resolver). TLS verifies the certificate against the URL's
 host, as aiohttp passes that name, not the address, as ``server_hostname``.
 ``BlockedDestination`` leaves ``aiohttp.ClientSession.request`` unchanged as well.
+
+The module stays whole past the usual length: the policy and the hooks of both
+clients must refuse exactly the same addresses, and one page is where a reviewer
+can check that they do.
 """
 
 from __future__ import annotations

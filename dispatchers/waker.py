@@ -25,7 +25,7 @@ producer did not notify. A producer that fails to take the lock notifies at
 commit, and the dispatcher holding it claims when the notification arrives.
 A notification that comes when nobody needs it costs one early claim.
 
-The lock keys are ``Queries.wake_lock`` (:mod:`outbox.queries`) and :func:`duty_lock_key`
+The lock keys are ``Queries.wake_lock`` (:mod:`outbox._queries`) and :func:`duty_lock_key`
 of the schema, so dispatchers of different schemas never meet.
 """
 
@@ -41,7 +41,7 @@ from psycopg.rows import scalar_row
 from dispatchers.backoff import Backoff
 from dispatchers.config import DispatcherConfig
 from dispatchers.log import EventLog
-from outbox.queries import DUTY_LOCK_CLASS, lock_object_id, queries_for
+from outbox._queries import DUTY_LOCK_CLASS, lock_object_id, queries_for
 
 
 def duty_lock_key(schema: str) -> tuple[int, int]:

@@ -6,10 +6,11 @@ idempotency key, retries and leases, so its remote effect happens once.
 
 The public API is named here. Operator functions (dead letters, replay, status)
 are in :mod:`outbox.admin`; the receiving half (:class:`Inbox`, :func:`verify`,
-:func:`idempotency_key`) is also :mod:`outbox.receiver`.
+:func:`idempotency_key`) is also :mod:`outbox.receiver`. Modules whose names start
+with an underscore are internal and may change without notice.
 """
 
-from outbox.core import Outbox
+from outbox._core import Outbox
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import Endpoint, Endpoints
 from outbox.errors import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from outbox._message import MAX_ATTEMPTS_LIMIT
 from outbox.endpoints import check_event_type
 from outbox.errors import InvalidArgument, InvalidMessage
-from outbox.message import MAX_ATTEMPTS_LIMIT
 
 
 def check_id(value: object, field: str) -> int:

@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from outbox._arguments import check_id
+from outbox._queries import queries_for
+from outbox._transaction import Plan, rows_plan, run_sync
 from outbox.defaults import DEFAULT_SCHEMA
-from outbox.queries import queries_for
-from outbox.transaction import Plan, rows_plan, run_sync
 
 
 @dataclass(frozen=True)

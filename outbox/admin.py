@@ -23,10 +23,10 @@ from typing import Any, NamedTuple
 
 from outbox._arguments import check_budget, check_event_type_filter, check_id, check_since
 from outbox._inspect import AttemptInfo, MessageInfo, message_show, status
+from outbox._queries import Statement, queries_for
+from outbox._transaction import Plan, rows_plan, run_sync, scalar_plan
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.errors import InvalidArgument
-from outbox.queries import Statement, queries_for
-from outbox.transaction import Plan, rows_plan, run_sync, scalar_plan
 
 __all__ = [
     "MAX_DEAD_LIST",

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from outbox._message import check_url
+from outbox._queries import Queries, queries_for
+from outbox._transaction import Plan, run_sync, scalar
 from outbox.defaults import DEFAULT_SCHEMA
 from outbox.errors import InvalidArgument, InvalidMessage
-from outbox.message import check_url
-from outbox.queries import Queries, queries_for
 from outbox.secrets import check_secret, fingerprint, generate_secret
-from outbox.transaction import Plan, run_sync, scalar
 
 DEFAULT_ROTATION_OVERLAP = timedelta(hours=24)
 MAX_DESCRIPTION = 1000

@@ -19,9 +19,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import scalar_row
 
+from outbox._queries import queries_for, sql_dir
 from outbox.defaults import DEFAULT_SCHEMA
 from outbox.errors import MigrationError
-from outbox.queries import queries_for, sql_dir
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 

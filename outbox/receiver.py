@@ -25,11 +25,11 @@ from typing import Any
 
 from psycopg import sql
 
+from outbox._message import check_key
+from outbox._queries import check_schema_name, queries_for
+from outbox._transaction import Plan, run_async, run_sync, scalar
 from outbox.errors import ConfigurationError, InvalidArgument, InvalidMessage, InvalidSignature
-from outbox.message import check_key
-from outbox.queries import check_schema_name, queries_for
 from outbox.secrets import parse_secret, signature
-from outbox.transaction import Plan, run_async, run_sync, scalar
 
 __all__ = [
     "DEFAULT_INBOX_SCHEMA",

@@ -31,11 +31,11 @@ import psycopg
 from psycopg.rows import class_row
 
 from dispatchers.embedded import Database, EmbeddedPostgres
+from outbox._message import build_message
+from outbox._queries import check_schema_name, queries_for
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA
 from outbox.dsn import libpq_url
-from outbox.message import build_message
 from outbox.migrations import load_migrations, migrate
-from outbox.queries import check_schema_name, queries_for
 
 CONNECT_TIMEOUT = 10  # seconds, for the benchmark's own connections
 STATEMENT_TIMEOUT = "300s"  # for the benchmark's own statements (seeding history is slow)

@@ -1,6 +1,6 @@
 -- What an application runs inside its own transaction: enqueue and publish.
 --
--- Loaded by outbox.queries: "{schema}" becomes the quoted schema identifier and
+-- Loaded by outbox._queries: "{schema}" becomes the quoted schema identifier and
 -- "{notify}" is empty in a statement and the wake-up call in its "_notify" twin;
 -- parameters use psycopg's %(name)s style (translated for SQLAlchemy's text()).
 
@@ -11,7 +11,7 @@
 -- transaction holding the same key makes this statement wait for its outcome.
 -- {notify} is either empty or a pg_notify call with a constant payload (so that
 -- PostgreSQL folds all notifications of one transaction into one), made only
--- when a dispatcher is waiting for it (outbox.queries.Queries explains how).
+-- when a dispatcher is waiting for it (outbox._queries.Queries explains how).
 WITH new_key AS (
     INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
     VALUES (%(target)s, %(idempotency_key)s, nextval('{schema}.messages_id_seq'))

@@ -13,6 +13,7 @@ import pytest
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
 from outbox import Outbox
+from outbox._queries import queries_for
 from outbox.admin import (
     dead_count,
     dead_list,
@@ -24,7 +25,6 @@ from outbox.admin import (
 )
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import Endpoints
-from outbox.queries import queries_for
 from tests.dispatching import fast_config
 from tests.errors import invalid_argument
 from tests.receiver import Receiver

@@ -14,8 +14,8 @@ from dispatchers import db as dbmod
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Job, Store
 from outbox import Outbox
+from outbox._queries import queries_for
 from outbox.endpoints import Endpoints
-from outbox.queries import queries_for
 
 URL = "https://example.com/hook"
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from psycopg.pq import TransactionStatus
 
 from outbox import InvalidMessage, Outbox
-from outbox.message import MAX_KEY_LENGTH, METHODS
+from outbox._message import MAX_KEY_LENGTH, METHODS
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 

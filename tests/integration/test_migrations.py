@@ -20,8 +20,8 @@ from psycopg import sql
 
 from dispatchers.embedded import EmbeddedPostgres
 from outbox import ConfigurationError, MigrationError, Outbox, migrate
+from outbox._queries import queries_for
 from outbox.migrations import Migration, _lock_key, applied_versions, load_migrations
-from outbox.queries import queries_for
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {
@@ -542,7 +542,7 @@ def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None
     # Installed (a pure-Python wheel is its files), the package finds them inside itself.
     script = (
         "from outbox.migrations import load_migrations\n"
-        "from outbox.queries import queries_for, sql_dir\n"
+        "from outbox._queries import queries_for, sql_dir\n"
         "print(sql_dir())\n"
         "print(len(load_migrations()), len(queries_for('outbox').names()))\n"
     )

@@ -16,7 +16,7 @@ import pytest
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
 from outbox import Outbox
-from outbox.queries import queries_for
+from outbox._queries import queries_for
 
 URL = "https://example.com/hook"
 

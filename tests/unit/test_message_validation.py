@@ -1,4 +1,4 @@
-"""Validation of new messages (outbox.message), without a database.
+"""Validation of new messages (outbox._message), without a database.
 
 Every rejection must raise :class:`outbox.InvalidMessage` whose ``field`` names the
 argument at fault and whose text starts with that field; every accepted form must
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from outbox import InvalidMessage, Outbox, OutboxError
-from outbox.message import MAX_URL_LENGTH, NewMessage, build_message
+from outbox._message import MAX_URL_LENGTH, NewMessage, build_message
 
 VALID: dict[str, Any] = {
     "url": "https://example.com/hook",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from outbox._queries import collect, parse, queries_for, sql_dir
 from outbox.errors import OutboxError
-from outbox.queries import collect, parse, queries_for, sql_dir
 
 
 def test_statements_are_split_at_their_name_headers() -> None:

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.pq import ExecStatus
 from psycopg.rows import RowFactory, kwargs_row, tuple_row
 
-from outbox.queries import Statement
+from outbox._queries import Statement
 
 if TYPE_CHECKING:
     from psycopg.pq.abc import PGresult
@@ -61,7 +61,7 @@ def scalar(*, notified: None = None, **column: Any) -> Any:
     """The row maker of a result with one value per row: that value.
 
     ``notified`` is the wake-up column that the ``_notify`` twin of a statement
-    adds (see :mod:`outbox.queries`); it holds nothing.
+    adds (see :mod:`outbox._queries`); it holds nothing.
     """
     (value,) = column.values()
     return value

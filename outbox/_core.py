@@ -7,10 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
-from outbox.endpoints import check_event_type
-from outbox.errors import ConfigurationError, InvalidMessage, OutboxError
-from outbox.message import (
+from outbox._message import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_ATTEMPTS_LIMIT,
     build_message,
@@ -18,8 +15,11 @@ from outbox.message import (
     check_optional_key,
     encode_body,
 )
-from outbox.queries import Queries, queries_for
-from outbox.transaction import Plan, run_async, run_sync, scalar
+from outbox._queries import Queries, queries_for
+from outbox._transaction import Plan, run_async, run_sync, scalar
+from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
+from outbox.endpoints import check_event_type
+from outbox.errors import ConfigurationError, InvalidMessage, OutboxError
 
 MAX_EVENT_KEY = 200  # the endpoint id is appended to make each message's key
 

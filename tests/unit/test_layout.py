@@ -1,0 +1,45 @@
+"""The tree keeps its shape: modules stay small or say why not, and the import
+contract on the dispatcher's core covers every module of the runtime."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MOST_LINES = 460  # "about 450"
+#: the parts of the runtime that may import anything of it
+OUTER = ("cli", "bench", "demo")
+
+
+def test_a_long_module_says_in_its_docstring_why_it_stays_whole() -> None:
+    long = []
+    for path in sorted(
+        [*ROOT.joinpath("outbox").rglob("*.py"), *ROOT.joinpath("dispatchers").rglob("*.py")]
+    ):
+        text = path.read_text()
+        if len(text.splitlines()) > MOST_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "stays whole" not in doc:
+                long.append(str(path.relative_to(ROOT)))
+    assert long == []
+
+
+def test_the_dispatchers_import_contract_names_every_module_of_the_core() -> None:
+    config = tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (core,) = [
+        c for c in contracts if c["forbidden_modules"] == [f"dispatchers.{m}" for m in OUTER]
+    ]
+    modules = {
+        f"dispatchers.{p.stem}"
+        for p in ROOT.joinpath("dispatchers").glob("*.py")
+        if p.stem not in ("__init__", *OUTER)
+    }
+    packages = {
+        f"dispatchers.{p.name}"
+        for p in ROOT.joinpath("dispatchers").iterdir()
+        if p.is_dir() and (p / "__init__.py").exists() and p.name not in OUTER
+    }
+    assert set(core["source_modules"]) == modules | packages
