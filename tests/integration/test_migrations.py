@@ -621,7 +621,7 @@ def _imported_modules(tree: ast.AST) -> set[str]:
 
 def test_the_library_never_imports_the_dispatchers() -> None:
     files = sorted((REPO / "outbox").rglob("*.py"))
-    assert REPO / "outbox" / "core.py" in files
+    assert REPO / "outbox" / "_core.py" in files
     offenders = {
         str(path.relative_to(REPO)): sorted(
             m
@@ -638,7 +638,7 @@ def test_the_library_never_imports_the_dispatchers() -> None:
         for c in linter["contracts"]
         if c.get("source_modules") == ["outbox"]
     ]
-    assert contracts == [("forbidden", ["dispatchers"])]
+    assert ("forbidden", ["dispatchers"]) in contracts
 
 
 def test_import_scan_sees_every_form_of_import() -> None:
