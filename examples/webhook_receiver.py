@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from dispatchers.embedded import resolve
 from outbox.receiver import Inbox, InvalidSignature, verify
 
 inbox = Inbox(schema="crm_inbox")
@@ -64,12 +65,17 @@ def make_handler(database_url: str, secret: str) -> type[BaseHTTPRequestHandler]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database-url", required=True)
+    parser.add_argument(
+        "--database-url",
+        help="PostgreSQL URL (default: $OUTBOX_DATABASE_URL, $DATABASE_URL, else the "
+        "embedded server in ./.outbox/pg, as for every outbox command)",
+    )
     parser.add_argument("--secret", required=True, help="the endpoint's whsec_ secret")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    with psycopg.connect(args.database_url) as conn:
+    database_url = resolve(args.database_url).url
+    with psycopg.connect(database_url) as conn:
         inbox.ensure_schema(conn)
         conn.execute(
             "CREATE TABLE IF NOT EXISTS crm_inbox.events (webhook_id text PRIMARY KEY,"
@@ -80,7 +86,7 @@ def main() -> None:
         # this on a timer instead)
         inbox.purge(conn, KEEP_KEYS)
     server = ThreadingHTTPServer(
-        (args.host, args.port), make_handler(args.database_url, args.secret)
+        (args.host, args.port), make_handler(database_url, args.secret)
     )
     print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)
     try:

@@ -4,7 +4,8 @@ One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.migrate`, :mod:`~dispatchers.cli.dispatch`,
 :mod:`~dispatchers.cli.endpoints`, :mod:`~dispatchers.cli.dead`,
 :mod:`~dispatchers.cli.inspect` (status, messages, replay),
-:mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what they share is
+:mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.bench` and
+:mod:`~dispatchers.cli.demo`; what they share is
 in :mod:`~dispatchers.cli._common` (database, argument types) and
 :mod:`~dispatchers.cli._render` (tables, JSON). Building the parser imports none of
 the runtime's heavy modules (HTTP clients, the dispatcher, the bench): each
@@ -19,12 +20,13 @@ command whose extra is not installed; a database error exits 1.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
 import psycopg
 
-from dispatchers.cli import bench, dead, demo, dispatch, endpoints, inspect, migrate
+from dispatchers.cli import bench, db, dead, demo, dispatch, endpoints, inspect, migrate
 from dispatchers.cli._common import Handler, MissingExtra
 from outbox.errors import OutboxError
 
@@ -38,9 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
         "dispatchers, inspect and operate the queue.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (migrate, dispatch, endpoints, dead, inspect, bench, demo):
+    for group in (migrate, dispatch, endpoints, dead, inspect, db, bench, demo):
         group.add_parser(commands)
     return parser
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    sys.exit(128 + signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = argv  # for commands that start copies of themselves
     handler: Handler = args.handler
     name = getattr(args, "name", args.command)
+    # SIGTERM ends a command as an exception would, so that what it holds is
+    # released on the way out (the embedded server counts its users: a command
+    # killed without cleaning up used to keep it running for good). Commands that
+    # handle SIGTERM themselves (dispatch) install their own handlers over this.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         return handler(args)
     except MissingExtra as exc:

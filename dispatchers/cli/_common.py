@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import importlib.util
 import math
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import psycopg
 
-from dispatchers.embedded import Database
+from dispatchers.embedded import Database, configured_url, embedded_path, resolve
 from outbox.defaults import DEFAULT_SCHEMA
 from outbox.dsn import libpq_url
 from outbox.errors import OutboxError
@@ -97,22 +96,17 @@ def add_database_options(parser: argparse.ArgumentParser, *, schema: bool = True
 def resolve_database(args: argparse.Namespace) -> Database:
     """Pick the database URL by the documented precedence, starting the embedded
     server when none is configured (and saying so on stderr)."""
-    for value in (
-        getattr(args, "database_url", None),
-        os.environ.get("OUTBOX_DATABASE_URL"),
-        os.environ.get("DATABASE_URL"),
-    ):
-        if value:
-            return Database(libpq_url(value), embedded=False)
+    url = configured_url(getattr(args, "database_url", None))
+    if url:
+        return Database(libpq_url(url), embedded=False)
     require_extra("embedded")
-    from dispatchers.embedded import DEFAULT_PATH, EmbeddedPostgres
-
-    path = os.environ.get("OUTBOX_EMBEDDED_DIR") or str(DEFAULT_PATH)
+    db = resolve()
     print(
-        f"outbox: no database URL given; using the embedded PostgreSQL in {path}",
+        f"outbox: no database URL given; using the embedded PostgreSQL in {embedded_path()} "
+        f"({db.url})",
         file=sys.stderr,
     )
-    return Database(EmbeddedPostgres(path).url, embedded=True)
+    return db
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -19,13 +20,14 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GRACE = 10  # the --grace both deployment files pass
 
 
-def run_example(name: str, *args: str) -> str:
+def run_example(name: str, *args: str, env: dict[str, str] | None = None) -> str:
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
@@ -60,11 +62,50 @@ def test_order_examples_write_the_order_and_its_message_together(database_url: s
         )
         assert drain.returncode == 0, drain.stderr
     received = sorted((r.path, r.headers["idempotency-key"]) for r in payments.requests)
-    assert received == [("/async", '"order-1-charge"'), ("/sync", '"order-1-charge"')]
+    assert received == [
+        ("/async", '"shop-async-order-1-charge"'),
+        ("/sync", '"shop-order-1-charge"'),
+    ]
     with psycopg.connect(database_url) as conn:
         rows = conn.execute("SELECT url, body FROM outbox.delivered ORDER BY url").fetchall()
     assert [url for url, _ in rows] == [async_url, sync_url]
     assert b'"amount":990' in rows[0][1] and b'"amount":4200' in rows[1][1]
+
+
+def test_order_examples_run_on_the_embedded_server_with_no_url(tmp_path: Path) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OUTBOX_DATABASE_URL", "DATABASE_URL")
+    }
+    env["OUTBOX_EMBEDDED_DIR"] = str(tmp_path / "pg")
+
+    def outbox(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "dispatchers.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    url = outbox("db", "url")  # kept running, so this test can look at it afterwards
+    try:
+        outbox("migrate")
+        payments = "http://127.0.0.1:9/charges"  # never sent: nothing dispatches here
+        for example in ("orders_sync.py", "orders_async.py"):
+            out = run_example(example, "--payments-url", payments, env=env)
+            assert "order 1 committed with its outbox message" in out
+        with psycopg.connect(url) as conn:
+            keys = conn.execute(
+                "SELECT idempotency_key FROM outbox.messages ORDER BY id"
+            ).fetchall()
+        # two orders, two charges: the examples' keys cannot collide
+        assert keys == [("shop-order-1-charge",), ("shop-async-order-1-charge",)]
+    finally:
+        outbox("db", "stop", "--force")
 
 
 def test_webhook_receiver_example_verifies_and_applies_once(database_url: str) -> None:

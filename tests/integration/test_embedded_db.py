@@ -1,0 +1,174 @@
+"""The embedded server's lifecycle: it stops after its last live user, whatever
+happened to the others, and ``outbox db`` keeps it running for other programs.
+
+Each test starts its own server in a temporary directory. Every process here is
+waited for with a bound, and killed when the test ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from dispatchers.embedded import server_state
+
+BOUND = 60.0  # seconds: generous, for a loaded 2-core machine
+
+HOLD = (
+    "import sys, time\n"
+    "from dispatchers.embedded import EmbeddedPostgres\n"
+    "server = EmbeddedPostgres(sys.argv[1])\n"
+    "print(server.url, flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def _env(path: Path) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OUTBOX_DATABASE_URL", "DATABASE_URL")
+    }
+    env["OUTBOX_EMBEDDED_DIR"] = str(path)
+    return env
+
+
+def _wait(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + BOUND
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {BOUND:g} s: {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=BOUND)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+    path = tmp_path / "pg"
+    if server_state(path).running:
+        outbox(path, "db", "stop", "--force")
+
+
+def holder(path: Path, processes: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:
+    """A process that uses the server in ``path`` until it is signalled."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=path.parent,
+        env=_env(path),
+    )
+    processes.append(process)
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith("postgresql://")
+    return process
+
+
+def outbox(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dispatchers.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=path.parent,
+        env=_env(path),
+        timeout=BOUND * 2,
+    )
+
+
+def test_killed_users_never_keep_the_server_up(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    path = tmp_path / "pg"
+    killed, terminated, last = (holder(path, processes) for _ in range(3))
+    killed.send_signal(signal.SIGKILL)
+    terminated.send_signal(signal.SIGTERM)  # Python's default: gone without cleaning up
+    for process in (killed, terminated):
+        process.wait(timeout=BOUND)
+    assert server_state(path).running  # the last one still uses it
+
+    last.send_signal(signal.SIGINT)  # a clean exit, as after any command
+    last.wait(timeout=BOUND)
+    _wait(lambda: not server_state(path).running, "the server stops after its last live user")
+    assert json.loads((path / ".handle_pids.json").read_text()) == []
+
+
+def test_a_terminated_command_releases_the_server(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    path = tmp_path / "pg"
+    assert outbox(path, "migrate").returncode == 0
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "dispatchers.cli", "status", "--watch", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=_env(path),
+    )
+    processes.append(watch)
+    _wait(lambda: watch.pid in server_state(path).holders, "status --watch uses the server")
+    watch.send_signal(signal.SIGTERM)
+    assert watch.wait(timeout=BOUND) == 128 + signal.SIGTERM
+    _wait(lambda: not server_state(path).running, "the server stops with its only user")
+    assert server_state(path).holders == []
+
+    # and the next command, alone, stops it again when it is done
+    assert outbox(path, "status").returncode == 0
+    assert not server_state(path).running
+
+
+def test_db_keeps_the_server_for_other_programs_until_stopped(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    path = tmp_path / "pg"
+    started = outbox(path, "db", "url")
+    assert started.returncode == 0, started.stderr
+    url = started.stdout.strip()
+    assert "runs until `outbox db stop`" in started.stderr
+
+    # commands come and go; the server stays for a program of your own
+    assert outbox(path, "migrate").returncode == 0
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM outbox.messages").fetchone() == (0,)
+    status = json.loads(outbox(path, "db", "status", "--json").stdout)
+    assert status["running"] and status["url"] == url and status["keeper_pid"]
+    assert outbox(path, "db", "url").stdout.strip() == url  # the same server, no second keeper
+
+    stopped = outbox(path, "db", "stop")
+    assert (stopped.returncode, stopped.stdout.strip()) == (0, "stopped")
+    assert not server_state(path).running
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(status["keeper_pid"], 0)
+        raise AssertionError("the keeper is still running")
+
+
+def test_db_stop_leaves_a_server_that_others_use_until_forced(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    path = tmp_path / "pg"
+    user = holder(path, processes)
+    assert outbox(path, "db", "start", "--detach").returncode == 0
+
+    polite = outbox(path, "db", "stop")
+    assert polite.returncode == 0
+    assert f"used by process(es) {user.pid}" in polite.stdout
+    assert server_state(path).running
+
+    assert outbox(path, "db", "stop", "--force").stdout.strip() == "stopped"
+    assert not server_state(path).running
