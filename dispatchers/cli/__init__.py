@@ -23,6 +23,7 @@ import argparse
 import signal
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 import psycopg
 
@@ -33,12 +34,20 @@ from outbox.errors import OutboxError
 __all__ = ["build_parser", "main"]
 
 
+def _version() -> str:
+    try:
+        return metadata.version("outbox")
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="outbox",
         description="Transactional outbox for PostgreSQL: migrate the schema, run "
         "dispatchers, inspect and operate the queue.",
     )
+    parser.add_argument("--version", action="version", version=f"outbox {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (migrate, dispatch, endpoints, dead, inspect, db, bench, demo):
         group.add_parser(commands)

@@ -417,3 +417,12 @@ def test_building_the_parser_imports_no_runtime_module() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == []
+
+
+def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib import metadata
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"outbox {metadata.version('outbox')}"
