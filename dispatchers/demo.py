@@ -177,7 +177,8 @@ def _progress(done: int, total: int, started: float, *, final: bool = False) -> 
     width = 30
     filled = int(width * done / total) if total else width
     rate = done / max(time.monotonic() - started, 1e-6)
-    line = f"  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} delivered  {rate:,.0f}/s"
+    bar = f"[{'#' * filled}{'.' * (width - filled)}]"
+    line = f"  {bar} {done}/{total} delivered  {rate:,.0f}/s, paced by the publishers"
     if sys.stderr.isatty():
         sys.stderr.write("\r" + line + ("\n" if final else ""))
     else:
@@ -194,7 +195,11 @@ def run_demo(
     figures mean something), each in its own business transaction.
     """
     rng = random.Random(seed)
-    print(f"outbox demo: {events} order events, 2 webhook endpoints", file=sys.stderr)
+    print(
+        f"outbox demo: {events} order events, 2 webhook endpoints, published at a steady "
+        f"{rate:g}/s (a paced load, not a throughput test: see `outbox bench`)",
+        file=sys.stderr,
+    )
     _prepare(database_url)
     keys = [f"order-{i}" for i in range(events)]
     rolled_back = {k for k in keys if rng.random() < 0.1}

@@ -18,6 +18,7 @@ from dispatchers.cli._common import (
     parse_time,
     positive_float,
     positive_int,
+    resolve_database,
     transaction,
 )
 from dispatchers.cli._render import UNPRINTABLE_TEXT, cell, emit, fields, table
@@ -92,6 +93,13 @@ def cmd_messages_show(args: argparse.Namespace) -> int:
                 for a in message.attempt_log
             ],
         )
+    replied = [a for a in message.attempt_log if a.response_excerpt]
+    if replied:
+        last = replied[-1]
+        text += (
+            f"\n\nlast reply (attempt {last.attempt}, status {cell(last.status)}, first "
+            "bytes):\n" + UNPRINTABLE_TEXT.sub("?", last.response_excerpt or "")
+        )
     if args.show_body:
         body = data.get("body")
         text += "\n\nbody:\n" + (
@@ -104,6 +112,9 @@ def cmd_messages_show(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     if args.watch is None:
         return _status_once(args)
+    # resolved once (and the embedded server held), so each refresh neither starts
+    # it again nor repeats its notice
+    args.database_url = resolve_database(args).url
     clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() and not args.json else ""
     try:
         while True:

@@ -426,3 +426,21 @@ def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"outbox {metadata.version('outbox')}"
+
+
+async def test_messages_show_prints_the_last_reply(cli: Cli) -> None:
+    from tests.dispatching import Db, drain, fast_config
+    from tests.receiver import Receiver, Reply
+
+    db = Db(cli.url)
+    refusal = b'{"error": "invalid token"}\x07'
+    with Receiver(lambda req: Reply(status=401, body=refusal)) as partner:
+        message_id = db.enqueue(partner.url + "/charges", "k-401")
+        await drain(db, fast_config())
+    code, out, _ = cli("messages", "show", str(message_id))
+    assert code == 0
+    assert "state            dead" in out
+    # the reply the partner gave: the cause of the failure, control characters masked
+    assert out.endswith(
+        'last reply (attempt 1, status 401, first bytes):\n{"error": "invalid token"}?\n'
+    )

@@ -43,3 +43,6 @@ def test_demo_holds_every_invariant(database_url: str) -> None:
     assert 150 < committed < 200  # about a tenth rolled back on purpose
     assert int(lines["effects applied"]) == 2 * committed
     assert int(lines["duplicates suppressed by the inbox"]) > 0
+    # the progress says the load is paced, so nobody reads it as throughput
+    assert "published at a steady 400/s (a paced load" in result.stderr
+    assert "/s, paced by the publishers" in result.stderr
