@@ -172,3 +172,25 @@ def test_db_stop_leaves_a_server_that_others_use_until_forced(
 
     assert outbox(path, "db", "stop", "--force").stdout.strip() == "stopped"
     assert not server_state(path).running
+
+
+def test_status_watch_announces_the_embedded_server_once(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    path = tmp_path / "pg"
+    assert outbox(path, "migrate").returncode == 0
+    out, err = tmp_path / "watch.out", tmp_path / "watch.err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "dispatchers.cli", "status", "--watch", "0.1"],
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            cwd=tmp_path,
+            env=_env(path),
+        )
+    processes.append(watch)
+    _wait(lambda: out.read_text().count("ready (due now)") >= 3, "three refreshes")
+    watch.send_signal(signal.SIGINT)
+    assert watch.wait(timeout=BOUND) == 0
+    assert err.read_text().count("no database URL given") == 1
