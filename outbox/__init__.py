@@ -20,6 +20,7 @@ from outbox.errors import (
     InvalidSignature,
     MigrationError,
     OutboxError,
+    SchemaNotMigrated,
 )
 from outbox.migrations import migrate
 from outbox.receiver import Inbox, idempotency_key, verify
@@ -38,6 +39,7 @@ __all__ = [
     "MigrationError",
     "Outbox",
     "OutboxError",
+    "SchemaNotMigrated",
     "idempotency_key",
     "migrate",
     "verify",

@@ -16,7 +16,7 @@ from outbox._message import (
     encode_body,
 )
 from outbox._queries import Queries, queries_for
-from outbox._transaction import Plan, run_async, run_sync, scalar
+from outbox._transaction import Plan, run_async, run_sync, scalar, schema_required
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import check_event_type
 from outbox.errors import ConfigurationError, InvalidMessage, OutboxError
@@ -118,7 +118,8 @@ class Outbox:
             available_at=available_at,
             max_attempts=max_attempts,
         )
-        return run_sync(tx, plan)
+        with schema_required(self.schema):
+            return run_sync(tx, plan)
 
     async def enqueue_async(
         self,
@@ -149,7 +150,8 @@ class Outbox:
             available_at=available_at,
             max_attempts=max_attempts,
         )
-        return await run_async(tx, plan)
+        with schema_required(self.schema):
+            return await run_async(tx, plan)
 
     def _enqueue_plan(
         self,
@@ -215,7 +217,8 @@ class Outbox:
         the existing ids. Without a key, a random one is made (no dedupe).
         """
         params = self._event(event_type, payload, idempotency_key, ordering_key)
-        return run_sync(tx, self._publish_plan(params))
+        with schema_required(self.schema):
+            return run_sync(tx, self._publish_plan(params))
 
     async def publish_async(
         self,
@@ -228,7 +231,8 @@ class Outbox:
     ) -> list[int]:
         """As :meth:`publish`, on an asynchronous transaction."""
         params = self._event(event_type, payload, idempotency_key, ordering_key)
-        return await run_async(tx, self._publish_plan(params))
+        with schema_required(self.schema):
+            return await run_async(tx, self._publish_plan(params))
 
     def _event(
         self, event_type: object, payload: object, key: object, ordering_key: object

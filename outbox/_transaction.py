@@ -11,8 +11,9 @@ Nothing here commits, rolls back or opens a connection.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -20,6 +21,7 @@ from psycopg.pq import ExecStatus
 from psycopg.rows import RowFactory, kwargs_row, tuple_row
 
 from outbox._queries import Statement
+from outbox.errors import SchemaNotMigrated
 
 if TYPE_CHECKING:
     from psycopg.pq.abc import PGresult
@@ -125,6 +127,23 @@ async def _execute_async(
     if kind == "sync" or isinstance(tx, psycopg.Connection):
         raise TypeError(f"{type(tx).__name__} is synchronous: use the method without _async")
     raise TypeError(f"tx must be {ASYNC_KINDS}, not {type(tx).__name__}")
+
+
+_MISSING = frozenset({"42P01", "3F000"})  # undefined_table, invalid_schema_name
+
+
+@contextlib.contextmanager
+def schema_required(schema: str) -> Iterator[None]:
+    """Raise :class:`SchemaNotMigrated` for an error of the block that says the
+    schema or its tables do not exist (by SQLSTATE, from psycopg or through
+    SQLAlchemy, which keeps the driver's error as ``orig``)."""
+    try:
+        yield
+    except Exception as exc:
+        error = getattr(exc, "orig", exc)
+        if getattr(error, "sqlstate", None) in _MISSING:
+            raise SchemaNotMigrated(schema) from exc
+        raise
 
 
 def run_sync(tx: object, plan: Plan[T]) -> T:

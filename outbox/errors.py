@@ -12,6 +12,8 @@ The tree::
     │                           enqueue/publish/Endpoints; names it; nothing written
     ├── ConfigurationError      settings that contradict each other or cannot work
     ├── MigrationError          a migration could not be applied, or applied files changed
+    ├── SchemaNotMigrated       the outbox's tables are not in the schema named: run
+    │                           ``outbox migrate`` first
     ├── InvalidSignature        a request failed Standard Webhooks verification
     │                           (also ``outbox.receiver.InvalidSignature``)
     ├── BlockedDestination      the dispatcher's SSRF guard refused every address of a
@@ -56,6 +58,18 @@ class ConfigurationError(OutboxError, ValueError):
 
 class MigrationError(OutboxError):
     """The schema could not be migrated."""
+
+
+class SchemaNotMigrated(OutboxError):
+    """The outbox's tables are not in ``schema``: it was never migrated (or it is
+    the wrong schema name)."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        super().__init__(
+            f"schema {schema!r} has no outbox tables: run `outbox migrate --schema {schema}` "
+            "(or outbox.migrate(url, schema=...)) first"
+        )
 
 
 class InvalidSignature(OutboxError):

@@ -29,7 +29,7 @@ import psycopg
 
 from dispatchers.cli import bench, db, dead, demo, dispatch, endpoints, inspect, migrate
 from dispatchers.cli._common import Handler, MissingExtra
-from outbox.errors import OutboxError
+from outbox.errors import OutboxError, SchemaNotMigrated
 
 __all__ = ["build_parser", "main"]
 
@@ -75,14 +75,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MissingExtra as exc:
         print(f"outbox: {name} {exc}", file=sys.stderr)
         return 2
+    except SchemaNotMigrated as exc:
+        print(f"outbox {name}: {exc}", file=sys.stderr)
+        return 1
     except OutboxError as exc:
         print(f"outbox {name}: {exc}", file=sys.stderr)
         return 2
     except psycopg.Error as exc:
-        hint = ""
-        if exc.sqlstate in ("42P01", "3F000"):  # undefined table, invalid schema name
-            hint = f"\n(is the schema migrated? run: outbox migrate --schema {args.schema})"
-        print(f"outbox {name}: database error: {exc}{hint}", file=sys.stderr)
+        if exc.sqlstate in ("42P01", "3F000") and hasattr(args, "schema"):
+            # undefined table, invalid schema name: one line, not the statement
+            print(f"outbox {name}: {SchemaNotMigrated(args.schema)}", file=sys.stderr)
+        else:
+            print(f"outbox {name}: database error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -306,10 +306,15 @@ def test_replay_messages_show_and_status(cli: Cli) -> None:
     assert code == 0
 
 
-def test_a_missing_schema_is_a_database_error_with_a_hint(cli: Cli) -> None:
-    code, _, err = cli("status", "--schema", "nowhere")
-    assert code == 1
-    assert "outbox migrate --schema nowhere" in err
+def test_a_missing_schema_is_one_line_naming_outbox_migrate(cli: Cli) -> None:
+    for command in (["status"], ["dead", "list"], ["endpoints", "list"], ["messages", "show", "1"]):
+        code, _, err = cli(*command, "--schema", "nowhere")
+        assert code == 1, command
+        assert err.strip().splitlines() == [
+            f"outbox {' '.join(command[:2])}: "
+            "schema 'nowhere' has no outbox tables: run `outbox migrate --schema nowhere` "
+            "(or outbox.migrate(url, schema=...)) first"
+        ], command
 
 
 # -- real processes ---------------------------------------------------------------
