@@ -13,7 +13,8 @@ command imports what it runs when it runs.
 Operator commands (``endpoints``, ``dead``, ``replay``, ``messages``,
 ``status``) each do their work in one transaction and commit it. Bad input
 exits 2 with a message naming the field, having written nothing; so does a
-command whose extra is not installed; a database error exits 1.
+command whose extra is not installed; a database error exits 1 (the statuses are
+:class:`~dispatchers.cli._exit.ExitCode`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import psycopg
 
 from dispatchers.cli import bench, dead, demo, dispatch, endpoints, inspect, migrate
 from dispatchers.cli._common import Handler, MissingExtra
+from dispatchers.cli._exit import ExitCode
 from outbox.errors import OutboxError
 
 __all__ = ["build_parser", "main"]
@@ -54,15 +56,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except MissingExtra as exc:
         print(f"outbox: {name} {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except OutboxError as exc:
         print(f"outbox {name}: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except psycopg.Error as exc:
         hint = ""
         if exc.sqlstate in ("42P01", "3F000"):  # undefined table, invalid schema name
             hint = f"\n(is the schema migrated? run: outbox migrate --schema {args.schema})"
         print(f"outbox {name}: database error: {exc}{hint}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILURE
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
