@@ -58,6 +58,8 @@ def check_database(conninfo: str, config: DispatcherConfig) -> None:
 
 
 def _check(conn: psycopg.Connection[Any], queries: Queries, config: DispatcherConfig) -> None:
+    """The checks, in the order that makes each one's answer meaningful: the
+    schema before its tables, the version before the tables it brings."""
     schema = config.schema
     migrate = f"run: outbox migrate --schema {schema}"
     bounds = timeout_values(config, config.statement_timeout)
@@ -105,6 +107,7 @@ def _rows(
     params: Mapping[str, Any],
     row: BaseRowFactory[R],
 ) -> list[R]:
+    """The rows of the statement ``name``, made by ``row``."""
     with conn.cursor(row_factory=row) as cur:
         cur.execute(queries[name].query, params)
         return cur.fetchall()

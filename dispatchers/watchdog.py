@@ -64,16 +64,16 @@ class Watchdog:
         self.stall = stall
         self._on_failure = on_failure
         self._clock = clock
-        self._errors: dict[str, BaseException] = {}  # operation -> error since its answer
+        # operation -> its error since its last answer, the latest last
+        self._errors: dict[str, BaseException] = {}
         self._failing_since: dict[str, float] = {}  # operation -> first permanent error
         self._progress_at = clock()
-        self.last_error: BaseException | None = None  # the latest error of any operation
         self.failure: DispatcherFailed | None = None
 
     @property
-    def failing(self) -> bool:
-        """Some operation's last try met an error."""
-        return bool(self._errors)
+    def last_error(self) -> BaseException | None:
+        """The latest error of an operation that has not been answered since."""
+        return next(reversed(self._errors.values()), None)
 
     def answered(self, operation: str) -> None:
         """``operation`` got an answer: its count of permanent errors starts over."""
@@ -82,7 +82,8 @@ class Watchdog:
 
     def failed(self, operation: str, exc: BaseException) -> None:
         """``operation`` met ``exc``; past ``patience`` of permanent errors, fail."""
-        self._errors[operation] = self.last_error = exc
+        self._errors.pop(operation, None)
+        self._errors[operation] = exc
         if classify(exc) is Kind.TRANSIENT:
             return
         now = self._clock()
@@ -104,7 +105,7 @@ class Watchdog:
         idle = self._clock() - self._progress_at
         if idle < self.stall:
             return
-        error = self.last_error if self.failing else None
+        error = self.last_error
         cause = f"; last database error: {describe(error)}" if error is not None else ""
         self._fail(
             DrainStalled(
@@ -116,11 +117,12 @@ class Watchdog:
     def check_interrupted(self) -> None:
         """A drain was stopped before it finished: fail if the database was failing
         then, so that its exit does not pass for a drain that succeeded."""
-        if self.failing and self.last_error is not None:
+        error = self.last_error
+        if error is not None:
             self._fail(
                 DatabaseUnusable(
                     "stopped before the drain finished, while the database was failing: "
-                    f"{describe(self.last_error)}"
+                    f"{describe(error)}"
                 )
             )
 

@@ -125,3 +125,19 @@ def test_an_interrupted_drain_fails_only_while_the_database_fails() -> None:
     [failure] = failures
     assert isinstance(failure, DatabaseUnusable)
     assert "stopped before the drain finished" in str(failure)
+
+
+def test_the_error_named_is_the_latest_of_an_operation_still_failing() -> None:
+    clock, failures = Clock(), []
+    dog = watchdog(clock, failures)
+    dog.failed("claim", PERMANENT)
+    dog.failed("retention", TRANSIENT)
+    dog.answered("retention")
+    assert dog.last_error is PERMANENT
+    dog.failed("renew", TRANSIENT)
+    dog.failed("claim", PERMANENT)  # failing again: now the latest
+    assert dog.last_error is PERMANENT
+    dog.answered("claim")
+    assert dog.last_error is TRANSIENT
+    dog.answered("renew")
+    assert dog.last_error is None
