@@ -85,9 +85,12 @@ class DispatcherConfig:
     messages trickle in (they are claimed together; 0 claims on every
     notification, for the lowest latency at the highest cost); see
     :mod:`dispatchers.cadence`.
-    ``lease`` is renewed every ``lease / 3``. ``batch_size`` bounds one claim
-    statement; a dispatcher claims at most its free capacity
-    (``concurrency`` minus deliveries in flight or awaiting their outcome write).
+    ``lease`` is renewed every ``lease / 3``; a permanent database error that
+    persists for a lease stops the dispatcher, and a drain stops after
+    ``drain_timeout`` without progress (see :mod:`dispatchers.watchdog`).
+    ``batch_size`` bounds one claim statement; a dispatcher claims at most its free
+    capacity (``concurrency`` minus deliveries in flight or awaiting their outcome
+    write).
     """
 
     schema: str = DEFAULT_SCHEMA
@@ -155,6 +158,15 @@ class DispatcherConfig:
         ),
     )
     rescue_interval: float = 5.0
+    drain_timeout: float = field(
+        default=60.0,
+        metadata=option(
+            "with --drain, exit 1 after this many seconds without progress (nothing "
+            "claimed, recorded or rescued, and the work left unchanged); keep it above "
+            "the lease, which a stopped dispatcher's messages wait out",
+            values="seconds",
+        ),
+    )
     claim_timeout: float = field(
         default=2.0,
         metadata=option("bound on the claim statement, in seconds", values="seconds"),
@@ -276,6 +288,7 @@ class DispatcherConfig:
             "lock_timeout",
             "idle_in_transaction_timeout",
             "db_connect_timeout",
+            "drain_timeout",
             "disable_after",
             "retention",
             "retention_interval",

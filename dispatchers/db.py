@@ -1,5 +1,4 @@
-"""The dispatcher's database access: a small pool, bounded statements, and the
-classification of database errors as transient or not.
+"""The dispatcher's database access: a small pool and bounded statements.
 
 Every statement runs in its own short transaction whose timeouts are set with
 ``set_config(..., is_local => true)``: no session state and no startup parameters,
@@ -29,18 +28,13 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.rows import Completed, Recorded, Remaining, Renewed, Rescued, columns, named_row
 from outbox._queries import Statement, queries_for
 
-# SQLSTATE classes and codes worth retrying: the connection went away, the server
-# is starting or stopping, it ran out of resources, or a statement lost a race.
-_TRANSIENT_CLASSES = ("08", "53", "40", "57P")
-_TRANSIENT_CODES = frozenset({"57014", "55P03", "58000", "58030"})
-
 R = TypeVar("R")
 
 CAPPED_RECHECK = 60.0
 """Seconds a dispatcher that met a capped endpoint claims with the slots before it
 tries the cheaper claim of an outbox without caps again."""
 
-_TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idle_timeout")
+TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idle_timeout")
 """The parameters of ``set_timeouts`` (and ``set_timeouts_prepared``), sent ahead of
 each statement in the same message: local to its implicit transaction, so no session
 state is left behind (PgBouncer in transaction mode is fine)."""
@@ -58,6 +52,16 @@ and the hot table's size swings between empty and a backlog of millions. Planned
 while it was empty (a dispatcher started on an idle outbox), the claim's update
 read the whole table for its batch, dead rows included, at every claim; by its
 indexes, every statement touches only its own rows whatever the table's size."""
+
+
+def timeout_values(config: DispatcherConfig, statement_timeout: float) -> tuple[str, str, str]:
+    """The values of :data:`TIMEOUT_PARAMS` for statements bounded by
+    ``statement_timeout``: it, and ``config``'s lock and idle timeouts."""
+    return (
+        f"{int(statement_timeout * 1000)}ms",
+        f"{int(config.lock_timeout * 1000)}ms",
+        f"{int(config.idle_in_transaction_timeout * 1000)}ms",
+    )
 
 
 def answer_bound(timeout: float) -> float:
@@ -94,22 +98,6 @@ class _Deadline:
 
     def cancel(self) -> None:
         self._timer.cancel()
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for database errors that a later try may not meet again.
-
-    Classified by SQLSTATE, never by message text. A psycopg error without a
-    SQLSTATE is a client-side connection failure.
-    """
-    if isinstance(exc, psycopg_pool.PoolTimeout | psycopg_pool.TooManyRequests):
-        return True
-    if isinstance(exc, psycopg.Error):
-        state = exc.sqlstate
-        if state is None:
-            return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
-        return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_CODES
-    return isinstance(exc, OSError | TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,12 +174,8 @@ class Store:
         self._set_timeouts = self.queries["set_timeouts"].text + ";\n"
         self._set_prepared = self.queries["set_timeouts_prepared"].text + ";\n"
         self.round_trips = 0  # statements sent; each is one network round trip
-        self._timeouts = (
-            f"{int(config.statement_timeout * 1000)}ms",
-            f"{int(config.lock_timeout * 1000)}ms",
-            f"{int(config.idle_in_transaction_timeout * 1000)}ms",
-        )
-        self._claim_timeouts = (f"{int(config.claim_timeout * 1000)}ms", *self._timeouts[1:])
+        self._timeouts = timeout_values(config, config.statement_timeout)
+        self._claim_timeouts = timeout_values(config, config.claim_timeout)
         self._capped_until = 0.0  # claim with the slots until then (see claim)
         # the prepared statements of each connection (see _run)
         self._prepared: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], set[str]] = (
@@ -255,7 +239,7 @@ class Store:
         timeouts = timeouts or self._timeouts
         async with self.pool.connection() as conn:
             bound = self._bounds.get(timeouts) or answer_bound(self.config.statement_timeout)
-            values = {**params, **dict(zip(_TIMEOUT_PARAMS, timeouts, strict=True))}
+            values = {**params, **dict(zip(TIMEOUT_PARAMS, timeouts, strict=True))}
             if not self.config.prepared_statements or statement.name not in _PREPARED:
                 return await self._send(
                     conn, bound, self._set_timeouts + statement.text, values, row

@@ -17,7 +17,10 @@ is written. The dispatcher composes the rest:
 - :mod:`dispatchers.reporting` counts and logs what happens.
 
 Transient database errors pause claiming and are retried; outcomes are kept until
-written (writing them twice is harmless: the fence makes it a no-op).
+written (writing them twice is harmless: the fence makes it a no-op). A permanent
+error that persists for a lease, or a drain that makes no progress for
+``drain_timeout``, stops the dispatcher through the same graceful shutdown, and
+:meth:`Dispatcher.run` then raises it (see :mod:`dispatchers.watchdog`).
 
 The module stays whole past the usual length: claiming, capacity and shutdown are
 one state machine, and splitting it would scatter the transitions a reader must
@@ -51,6 +54,7 @@ from dispatchers.maintenance import Heartbeat, Rescuer, Retention
 from dispatchers.metrics import serve
 from dispatchers.reporting import Reporter, Stats
 from dispatchers.waker import Waker
+from dispatchers.watchdog import DispatcherFailed, Watchdog
 
 HAND_OFF_AFTER = 0.1
 """Seconds a dispatcher on duty may have every request slot taken before it hands
@@ -95,7 +99,10 @@ class Dispatcher:
         self.conninfo = conninfo
         self.config = config = config or DispatcherConfig()
         self.owner = owner or make_owner()
-        self._report = report = Reporter(log or EventLog())
+        self._watchdog = Watchdog(
+            patience=config.lease, stall=config.drain_timeout, on_failure=self._fail
+        )
+        self._report = report = Reporter(log or EventLog(), watchdog=self._watchdog)
         self.log = report.log
         self.stats = report.stats
         self.metrics = report.metrics
@@ -112,6 +119,7 @@ class Dispatcher:
         self._write_lock = asyncio.Lock()  # outcome writes and renewals, one at a time
         self._shutting_down = False
         self._draining = False
+        self._remaining: tuple[int, int] | None = None  # (due, running) at the last drain check
         writer = OutcomeWriter(
             store,
             report,
@@ -168,6 +176,11 @@ class Dispatcher:
         self._capacity.set()
         self._outcomes.flush_soon()
 
+    def _fail(self, failure: DispatcherFailed) -> None:
+        """Stop on what will not heal; :meth:`run` raises ``failure`` once shut down."""
+        self._report.failed(failure)
+        self.stop()
+
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -194,7 +207,13 @@ class Dispatcher:
 
     async def run(self, *, drain: bool = False) -> Stats:
         """Run until :meth:`stop` (or, with ``drain``, until no message is due or
-        running anywhere); then shut down gracefully and return the counters."""
+        running anywhere); then shut down gracefully and return the counters.
+
+        Raises :class:`~dispatchers.watchdog.DispatcherFailed`, once shut down, when
+        a permanent database error persisted for a lease, when a drain made no
+        progress for ``drain_timeout``, or when a drain was stopped while the
+        database was failing.
+        """
         await self._store.open()
         if self.config.metrics_port is not None:
             self.metrics_server = await serve(
@@ -210,9 +229,13 @@ class Dispatcher:
         ]
         if self._waker is not None:
             helpers.append(asyncio.create_task(self._waker.run(), name="outbox-waker"))
+        if drain:
+            helpers.append(asyncio.create_task(self._watch_drain(), name="outbox-drain-watch"))
         try:
             self._draining = drain
-            await self._claim_loop(drain=drain)
+            drained = await self._claim_loop(drain=drain)
+            if drain and not drained:
+                self._watchdog.check_interrupted()
             await self._shutdown()
         finally:
             for task in helpers:
@@ -226,11 +249,14 @@ class Dispatcher:
             await self._sender.aclose()
             await self._store.close()
             self.stats.round_trips = self.round_trips
+        if self._watchdog.failure is not None:
+            raise self._watchdog.failure
         return self.stats
 
     # -- claiming --------------------------------------------------------------
 
-    async def _claim_loop(self, *, drain: bool) -> None:
+    async def _claim_loop(self, *, drain: bool) -> bool:
+        """Claim and start deliveries until stopped; True when a drain finished."""
         config = self.config
         low_water = max(1, min(config.batch_size, config.concurrency) * 3 // 4)
         held_limit = 2 * config.concurrency
@@ -277,13 +303,14 @@ class Dispatcher:
             if self._stop.is_set():
                 # The claim committed after the stop signal: release, never start.
                 self._release_unstarted(jobs)
-                break
+                return False
             for job in jobs:
                 self._start(job)
             if len(jobs) < want:
                 if drain and not self._inflight and await self._drained():
-                    break
+                    return True
                 await self._until_next_claim()
+        return False
 
     async def _until_next_claim(self) -> None:
         """Wait as the cadence says: for the timer, or a notification (or another
@@ -307,10 +334,22 @@ class Dispatcher:
         except Exception as exc:
             self._report.db_error("drain_check", exc)
             return False
+        self._report.answered("drain_check")
+        if (due, running) != self._remaining:  # others' work counts as progress too
+            self._remaining = (due, running)
+            self._report.progressed()
         if due == 0 and running == 0:
             self._report.drained(scheduled)
             return True
         return False
+
+    async def _watch_drain(self) -> None:
+        """End a drain that has made no progress for ``drain_timeout``."""
+        period = min(1.0, self.config.drain_timeout / 10)
+        while not self._stop.is_set():
+            await self._wait(self._stop, seconds=period)
+            if not self._stop.is_set():
+                self._watchdog.check_stall()
 
     def _start(self, job: Job) -> None:
         stale = self._inflight.get(job.id)

@@ -25,8 +25,9 @@ from itertools import islice
 from typing import Generic, TypeVar
 
 from dispatchers.backoff import Backoff
-from dispatchers.db import Completion, Job, Store, is_transient
+from dispatchers.db import Completion, Job, Store
 from dispatchers.reporting import Reporter
+from dispatchers.sqlstates import is_transient
 
 __all__ = ["Flusher", "OutcomeWriter"]
 

@@ -23,6 +23,7 @@ EVENT_LEVELS = {
     "released": "info",
     "rescued": "warning",
     "db_error": "error",
+    "failed": "error",
     "internal_error": "error",
     "outcome_dropped": "error",
     "endpoint_disabled": "warning",

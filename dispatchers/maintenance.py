@@ -14,7 +14,9 @@ keeps a session connection rather than running rounds, so it is no service here.
 Each service takes its settings as arguments (the dispatcher passes them from its
 :class:`~dispatchers.config.DispatcherConfig`), does one round in ``run_once()``,
 which tests call directly and which raises what the database raised, and repeats
-it every ``interval`` in ``run()``. After a failed round, ``run()`` reports the
+it every ``interval`` in ``run()``; a round tells the reporter each time the
+database answered it (the dispatcher's watchdog counts errors per operation).
+After a failed round, ``run()`` reports the
 error and tries again after the shared :class:`~dispatchers.backoff.Backoff`,
 never later than the interval: a renewal that met a dropped connection is sent
 again within moments rather than a third of a lease later.
@@ -112,6 +114,7 @@ class Heartbeat(Service):
             if not held:
                 return []
             alive = await self.store.renew(self.owner, held)
+            self.report.answered(self.operation)
             self.report.stats.renewals += 1
         gone = [lease for lease in held if lease[0] not in alive]
         for message_id, attempt in gone:
@@ -146,6 +149,7 @@ class Rescuer(Service):
     async def run_once(self) -> list[tuple[int, str]]:
         """Rescue every expired lease; return each message id with its new state."""
         rescued = await self.store.rescue()
+        self.report.answered(self.operation)
         for message_id, state in rescued:
             self.report.rescued(message_id, state)
         if rescued:
@@ -186,6 +190,7 @@ class Retention(Service):
             if i:
                 await asyncio.sleep(self.pause)
             removed = await self.store.remove_history(self.batch)
+            self.report.answered(self.operation)
             self.report.stats.history_removed += removed
             total += removed
             if removed < self.batch:

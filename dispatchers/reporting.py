@@ -4,7 +4,9 @@ The events a dispatcher logs about its messages and its database are built here,
 in the one place that also keeps :class:`Stats` (read by tests, the bench and the
 demo) and the Prometheus instruments of :mod:`dispatchers.metrics` in step with
 the log. The claim loop, the outcome writer and the maintenance services say what
-happened and :class:`Reporter` counts, logs and measures it. Left out: the
+happened and :class:`Reporter` counts, logs and measures it, and tells the
+dispatcher's :class:`~dispatchers.watchdog.Watchdog` which operations the
+database answered or failed, and which made progress. Left out: the
 ``claimed`` event, logged by the claim loop itself (per message, on the hot path,
 only when the log level asks for it), and the waker's ``listen_error``.
 """
@@ -15,9 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from dispatchers.db import Completion, Job, is_transient
+from dispatchers.db import Completion, Job
 from dispatchers.log import EventLog
 from dispatchers.metrics import Metrics
+from dispatchers.sqlstates import is_transient
+from dispatchers.watchdog import Watchdog
 
 
 @dataclass
@@ -46,21 +50,41 @@ class Reporter:
     :param log: where events go.
     :param stats: the counters to keep (new ones by default).
     :param metrics: the instruments to update (new ones by default).
+    :param watchdog: told of answers, errors and progress (none by default).
     """
 
     def __init__(
-        self, log: EventLog, *, stats: Stats | None = None, metrics: Metrics | None = None
+        self,
+        log: EventLog,
+        *,
+        stats: Stats | None = None,
+        metrics: Metrics | None = None,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self.log = log
         self.stats = stats if stats is not None else Stats()
         self.metrics = metrics if metrics is not None else Metrics()
+        self.watchdog = watchdog
+
+    def answered(self, operation: str) -> None:
+        """The database answered ``operation``."""
+        if self.watchdog is not None:
+            self.watchdog.answered(operation)
+
+    def progressed(self) -> None:
+        """The outbox's work moved on: claimed, recorded, rescued, or seen to change."""
+        if self.watchdog is not None:
+            self.watchdog.progressed()
 
     # -- claims and outcome batches ------------------------------------------------------
 
     def claimed_batch(self, count: int) -> None:
         """A claim statement answered with ``count`` messages."""
         self.stats.claims += 1
-        if not count:
+        self.answered("claim")
+        if count:
+            self.progressed()
+        else:
             self.stats.empty_claims += 1
         metrics = self.metrics
         metrics.database_answered()
@@ -70,6 +94,8 @@ class Reporter:
     def flushed_batch(self, count: int) -> None:
         """A completion statement recorded a batch of ``count`` outcomes."""
         self.stats.flushes += 1
+        self.answered("complete")
+        self.progressed()
         self.metrics.database_answered()
         self.metrics.flush_batch.observe(count)
 
@@ -139,6 +165,7 @@ class Reporter:
 
     def rescued(self, message_id: int, state: str) -> None:
         self.stats.rescued += 1
+        self.progressed()
         self.log.event("rescued", message_id=message_id, state=state)
 
     def endpoint_disabled(self, endpoint_id: int, reason: str) -> None:
@@ -164,6 +191,12 @@ class Reporter:
         if retry is not None:
             fields["retry"] = retry
         self.log.event("db_error", **fields)
+        if self.watchdog is not None:
+            self.watchdog.failed(operation, exc)
+
+    def failed(self, failure: BaseException) -> None:
+        """The dispatcher stops on ``failure``, which waiting will not heal."""
+        self.log.event("failed", error_class=type(failure).__name__, error=str(failure))
 
     def outcomes_unrecorded(self, count: int) -> None:
         """Shutting down, ``count`` outcomes could not be written in time."""

@@ -82,3 +82,20 @@ class Remaining(NamedTuple):
     due: int
     running: int
     scheduled: int
+
+
+class SchemaAccess(NamedTuple):
+    """The start-up check of the schema: whether it exists, whether the role may
+    use it, and whether it may read its applied versions (None: no such table)."""
+
+    schema_exists: bool
+    usable: bool
+    versions_readable: bool | None
+    role: str
+
+
+class MissingPrivilege(NamedTuple):
+    """A table privilege the dispatcher needs and its role lacks."""
+
+    table_name: str
+    privilege: str

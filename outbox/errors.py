@@ -18,6 +18,11 @@ The tree::
     │                           (also ``outbox.receiver.InvalidSignature``)
     ├── BlockedDestination      the dispatcher's SSRF guard refused every address of a
     │                           destination (``dispatchers.ssrf``)
+    ├── DispatcherFailed        a dispatcher stopped on what waiting will not heal,
+    │   │                       having released what it held (``dispatchers.watchdog``)
+    │   ├── DatabaseUnusable    its database is unreachable, refuses its role, is not
+    │   │                       migrated, lacks a privilege, or fails permanently
+    │   └── DrainStalled        a drain made no progress for ``drain_timeout``
     └── UsageError              an ``outbox`` command line that cannot be carried out
                                 as given, exit status 2 (``dispatchers.cli``)
 

@@ -14,7 +14,8 @@ command imports what it runs when it runs.
 Operator commands (``endpoints``, ``dead``, ``replay``, ``messages``,
 ``status``) each do their work in one transaction and commit it. Bad input
 exits 2 with a message naming the field, having written nothing; so does a
-command whose extra is not installed; a database error exits 1.
+command whose extra is not installed; a database error exits 1 (the statuses are
+:class:`~dispatchers.cli._exit.ExitCode`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import psycopg
 
 from dispatchers.cli import bench, db, dead, demo, dispatch, endpoints, inspect, migrate
 from dispatchers.cli._common import Handler, MissingExtra
+from dispatchers.cli._exit import ExitCode
 from outbox.errors import OutboxError, SchemaNotMigrated
 
 __all__ = ["build_parser", "main"]
@@ -74,19 +76,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except MissingExtra as exc:
         print(f"outbox: {name} {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except SchemaNotMigrated as exc:
         print(f"outbox {name}: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILURE
     except OutboxError as exc:
         print(f"outbox {name}: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except psycopg.Error as exc:
         if exc.sqlstate in ("42P01", "3F000") and hasattr(args, "schema"):
             # undefined table, invalid schema name: one line, not the statement
             print(f"outbox {name}: {SchemaNotMigrated(args.schema)}", file=sys.stderr)
         else:
             print(f"outbox {name}: database error: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILURE
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED

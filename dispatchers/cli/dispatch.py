@@ -28,6 +28,7 @@ from dispatchers.cli._common import (
     require_extra,
     resolve_database,
 )
+from dispatchers.cli._exit import ExitCode
 from dispatchers.config import DispatcherConfig, Option, Values
 from dispatchers.log import LEVELS, EventLog
 from dispatchers.retry import ExponentialBackoff
@@ -108,25 +109,35 @@ def config_from_args(args: argparse.Namespace) -> DispatcherConfig:
 
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
+    """Check the database, then dispatch (or supervise ``--processes``); a database
+    the dispatcher cannot use, or a failure that stops it, is one line on stderr
+    and :attr:`ExitCode.FAILURE`."""
     require_extra("dispatcher")
     from dispatchers.dispatcher import run_dispatcher
     from dispatchers.loop import resolve as resolve_event_loop
+    from dispatchers.preflight import check_database
+    from dispatchers.watchdog import DispatcherFailed
 
     config = config_from_args(args)
     log = EventLog(format=args.log_format, level=args.log_level)
     resolve_event_loop(config.event_loop)  # a missing uvloop fails here, once, not per child
     db = resolve_database(args)
-    if args.processes > 1:
-        from dispatchers.supervisor import supervise
+    try:
+        check_database(db.url, config)
+        if args.processes > 1:
+            from dispatchers.supervisor import supervise
 
-        return supervise(args.argv, db.url, args.processes, drain=args.drain)
-    stats = run_dispatcher(db.url, config, drain=args.drain, log=log)
+            return supervise(args.argv, db.url, args.processes, drain=args.drain)
+        stats = run_dispatcher(db.url, config, drain=args.drain, log=log)
+    except DispatcherFailed as exc:
+        print(f"outbox dispatch: {exc}", file=sys.stderr)
+        return ExitCode.FAILURE
     print(
         f"outbox dispatch: stopped; delivered {stats.delivered}, retried {stats.retried}, "
         f"dead {stats.dead}, released {stats.released}, leases lost {stats.lease_lost}",
         file=sys.stderr,
     )
-    return 0
+    return ExitCode.OK
 
 
 def _default(function: Callable[..., object], parameter: str) -> Any:
@@ -140,7 +151,9 @@ def add_parser(commands: Commands) -> None:
         description="Run a dispatcher process. Run more copies (on any hosts) to scale "
         "out; each claims with leases, so no two deliver the same message at once. "
         "SIGTERM or SIGINT stops claiming at once and gives in-flight deliveries "
-        "--grace seconds before releasing them.",
+        "--grace seconds before releasing them. It exits 1, with one line on stderr, "
+        "when the database cannot be used (unreachable, refused, not migrated, "
+        "lacking privileges) or a permanent database error persists for a lease.",
     )
     add_database_options(p)
     p.add_argument(
@@ -150,7 +163,12 @@ def add_parser(commands: Commands) -> None:
         help="run this many dispatcher processes on this host (one core each); they "
         "share the work as separate hosts would (default: 1)",
     )
-    p.add_argument("--drain", action="store_true", help="exit 0 once no message is due or running")
+    p.add_argument(
+        "--drain",
+        action="store_true",
+        help="exit 0 once no message is due or running; exit 1 after --drain-timeout "
+        "without progress",
+    )
     p.add_argument(
         "--log-format",
         choices=("json", "text"),

@@ -1,6 +1,7 @@
--- The dispatcher's statements (dispatchers.db, dispatchers.waker): claim, lease
--- renewal, completion, rescue, retention, the drain check, and the session
--- statements around them. Placeholders as in enqueue.sql, plus "{channel}", the
+-- The dispatcher's statements (dispatchers.db, dispatchers.waker,
+-- dispatchers.preflight): claim, lease renewal, completion, rescue, retention,
+-- the drain check, the session statements around them, and the checks made at
+-- start-up. Placeholders as in enqueue.sql, plus "{channel}", the
 -- quoted name of the schema's notification channel.
 
 -- name: claim
@@ -526,3 +527,39 @@ SELECT pg_advisory_unlock(%(class)s, %(object)s)
 
 -- name: waker_unlock_all
 SELECT pg_advisory_unlock_all()
+
+-- name: preflight_schema
+-- At start-up (dispatchers.preflight): does the schema exist, may this role use
+-- it, and may it read the versions applied to it (NULL when the schema has no
+-- schema_migrations table: never migrated). Tables are looked up only where the
+-- role has USAGE on the schema: a lookup there without it is an error.
+SELECT ns.oid IS NOT NULL AS schema_exists,
+       COALESCE(ns.usable, false) AS usable,
+       CASE WHEN ns.usable THEN has_table_privilege(
+                to_regclass(quote_ident(%(schema)s) || '.schema_migrations'), 'SELECT')
+       END AS versions_readable,
+       current_user AS role
+FROM (SELECT n.oid, has_schema_privilege(n.oid, 'USAGE') AS usable
+      FROM (SELECT CAST(to_regnamespace(quote_ident(%(schema)s)) AS oid) AS oid) AS n) AS ns
+
+-- name: preflight_privileges
+-- At start-up, on a migrated schema: the table privileges the statements of this
+-- file need that the current role lacks, one row each. SELECT ... FOR UPDATE
+-- (claim, rescue, retention) needs UPDATE as well; a DELETE or UPDATE that reads
+-- columns needs SELECT. The dispatcher writes no identity column, so it needs no
+-- sequence.
+SELECT needed.table_name, needed.privilege
+FROM (VALUES
+    (1, 'messages', 'SELECT'), (2, 'messages', 'UPDATE'), (3, 'messages', 'DELETE'),
+    (4, 'delivered', 'SELECT'), (5, 'delivered', 'INSERT'), (6, 'delivered', 'UPDATE'),
+    (7, 'delivered', 'DELETE'),
+    (8, 'attempts', 'SELECT'), (9, 'attempts', 'INSERT'), (10, 'attempts', 'DELETE'),
+    (11, 'message_keys', 'SELECT'), (12, 'message_keys', 'DELETE'),
+    (13, 'endpoints', 'SELECT'), (14, 'endpoints', 'UPDATE'),
+    (15, 'endpoint_slots', 'SELECT'), (16, 'endpoint_slots', 'UPDATE'),
+    (17, 'endpoint_slots', 'DELETE')
+) AS needed(n, table_name, privilege)
+WHERE NOT COALESCE(has_table_privilege(
+          to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name)),
+          needed.privilege), false)
+ORDER BY needed.n

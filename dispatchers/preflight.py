@@ -1,0 +1,113 @@
+"""Start-up checks: can this dispatcher use its database at all?
+
+Before ``outbox dispatch`` claims anything, :func:`check_database` makes sure that
+it can connect (within ``db_connect_timeout``), that the schema is migrated to
+the version this code needs, and that its role holds every privilege the
+dispatcher's statements need. What is wrong is raised as one
+:class:`~dispatchers.watchdog.DatabaseUnusable` whose message says, on one line,
+what it is and what to do: a misconfigured service fails at once and visibly,
+instead of retrying what waiting will not heal.
+
+Every failure to connect is final here, whatever :mod:`dispatchers.sqlstates`
+says of it while running: a dispatcher that never reached its database holds
+nothing that waiting would protect, and its supervisor starts it again.
+
+The checks run in one transaction, bounded by the dispatcher's own statement
+timeouts (set locally, so a pooler in transaction mode is fine), and change
+nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import BaseRowFactory, scalar_row, tuple_row
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import TIMEOUT_PARAMS, timeout_values
+from dispatchers.rows import MissingPrivilege, SchemaAccess, named_row
+from dispatchers.sqlstates import describe
+from dispatchers.watchdog import DatabaseUnusable
+from outbox._queries import Queries, queries_for
+from outbox.migrations import load_migrations
+
+__all__ = ["check_database"]
+
+R = TypeVar("R")
+
+LIBPQ_SHORTEST_CONNECT_TIMEOUT = 2
+"""libpq reads a ``connect_timeout`` below 2 seconds as 2 (and 0 as no bound)."""
+
+
+def check_database(conninfo: str, config: DispatcherConfig) -> None:
+    """Raise :class:`DatabaseUnusable` unless a dispatcher can work on ``conninfo``
+    with ``config``: connected, migrated, and granted what it needs."""
+    timeout = max(LIBPQ_SHORTEST_CONNECT_TIMEOUT, math.ceil(config.db_connect_timeout))
+    try:
+        conn = psycopg.connect(conninfo, connect_timeout=timeout)
+    except psycopg.Error as exc:
+        raise DatabaseUnusable(f"cannot connect to the database: {describe(exc)}") from exc
+    with conn:
+        try:
+            _check(conn, queries_for(config.schema), config)
+        except psycopg.Error as exc:
+            raise DatabaseUnusable(f"the start-up check failed: {describe(exc)}") from exc
+
+
+def _check(conn: psycopg.Connection[Any], queries: Queries, config: DispatcherConfig) -> None:
+    """The checks, in the order that makes each one's answer meaningful: the
+    schema before its tables, the version before the tables it brings."""
+    schema = config.schema
+    migrate = f"run: outbox migrate --schema {schema}"
+    bounds = timeout_values(config, config.statement_timeout)
+    _rows(conn, queries, "set_timeouts", dict(zip(TIMEOUT_PARAMS, bounds, strict=True)), tuple_row)
+    [access] = _rows(conn, queries, "preflight_schema", {"schema": schema}, named_row(SchemaAccess))
+    role = access.role
+    if not access.schema_exists:
+        raise DatabaseUnusable(f'schema "{schema}" does not exist; {migrate}')
+    if not access.usable:
+        raise DatabaseUnusable(
+            f'role "{role}" may not use schema "{schema}": grant it USAGE on the schema '
+            "and the privileges a dispatcher needs"
+        )
+    if access.versions_readable is None:
+        raise DatabaseUnusable(f'schema "{schema}" is not migrated; {migrate}')
+    if not access.versions_readable:
+        raise DatabaseUnusable(
+            f'role "{role}" may not read {schema}.schema_migrations: grant it SELECT there'
+        )
+    applied = set(_rows(conn, queries, "migrations_applied", {}, scalar_row))
+    needed = [m.version for m in load_migrations()]
+    if not applied.issuperset(needed):
+        current = max(applied, default=0)
+        raise DatabaseUnusable(
+            f'schema "{schema}" is at version {current}, and this dispatcher needs '
+            f"version {needed[-1]}; {migrate}"
+        )
+    missing = _rows(
+        conn, queries, "preflight_privileges", {"schema": schema}, named_row(MissingPrivilege)
+    )
+    if missing:
+        by_table: dict[str, list[str]] = {}
+        for row in missing:
+            by_table.setdefault(row.table_name, []).append(row.privilege)
+        lacking = "; ".join(f"{', '.join(p)} on {t}" for t, p in by_table.items())
+        raise DatabaseUnusable(
+            f'role "{role}" lacks privileges in schema "{schema}": {lacking}; grant them to it'
+        )
+
+
+def _rows(
+    conn: psycopg.Connection[Any],
+    queries: Queries,
+    name: str,
+    params: Mapping[str, Any],
+    row: BaseRowFactory[R],
+) -> list[R]:
+    """The rows of the statement ``name``, made by ``row``."""
+    with conn.cursor(row_factory=row) as cur:
+        cur.execute(queries[name].query, params)
+        return cur.fetchall()

@@ -1,0 +1,120 @@
+"""Database errors as transient or permanent: one table, by SQLSTATE.
+
+A dispatcher tries a transient error again, with backoff, for as long as it
+lasts: the connection dropped, the server is restarting, a statement lost a race
+or ran past one of our own timeouts. A permanent error does not heal by waiting:
+the role is refused or lacks a privilege, the database, schema or a table is
+missing, a value is out of range. A dispatcher that keeps meeting one stops (see
+:mod:`dispatchers.watchdog`), so that its supervisor sees it fail.
+
+Errors are classified by their SQLSTATE, never by their message text: a
+:class:`Rule` names a class (two characters) or a code (five), and the longest
+rule that matches wins, so a code can be classed apart from its class. A SQLSTATE
+that no rule names is permanent: retrying what nobody expected would hide it.
+
+Errors without a SQLSTATE come from the client's side. psycopg raises
+``OperationalError`` without one when libpq cannot open or keep a connection
+(the server is unreachable, closed the connection, or refused it before
+answering with an error): while running, that is a connection lost, transient.
+At start-up, :mod:`dispatchers.preflight` treats every failure to connect as
+final instead: a dispatcher that never reached its database has nothing to wait
+for. A pool that had no connection to give within its timeout, an ``OSError``
+and a ``TimeoutError`` (our own bound on an answer) are transient too; any other
+exception is permanent.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import psycopg
+import psycopg_pool
+
+__all__ = ["RULES", "UNKNOWN", "Kind", "Rule", "classify", "describe", "is_transient", "rule_for"]
+
+
+class Kind(enum.Enum):
+    """Whether a later try may succeed where this one failed."""
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A SQLSTATE class or code, and what errors under it are."""
+
+    sqlstate: str
+    kind: Kind
+    meaning: str
+
+
+_T, _P = Kind.TRANSIENT, Kind.PERMANENT
+
+RULES: tuple[Rule, ...] = (
+    # transient: the connection, the server's state, a race, our own bounds
+    Rule("08", _T, "connection exception: the connection failed or was lost"),
+    Rule("25P03", _T, "idle in transaction too long: the server ended the session"),
+    Rule("40", _T, "transaction rollback: serialization failure, deadlock"),
+    Rule("53", _T, "insufficient resources: out of connections, memory or disk"),
+    Rule("55P03", _T, "lock not available: our lock_timeout"),
+    Rule("57014", _T, "query canceled: our statement_timeout"),
+    Rule("57P01", _T, "admin shutdown: the server is stopping or ended the session"),
+    Rule("57P02", _T, "crash shutdown: the server is restarting after a crash"),
+    Rule("57P03", _T, "cannot connect now: the server is starting up"),
+    Rule("57P05", _T, "idle session timeout: the server ended the session"),
+    Rule("58000", _T, "system error outside PostgreSQL"),
+    Rule("58030", _T, "I/O error"),
+    # permanent: configuration, rights, schema, data
+    Rule("22", _P, "data exception: a value out of range or malformed"),
+    Rule("28", _P, "invalid authorization: the role or its password was refused"),
+    Rule("3D000", _P, "invalid catalog name: the database does not exist"),
+    Rule("3F000", _P, "invalid schema name: the schema does not exist"),
+    Rule("42", _P, "syntax error or access rule violation"),
+    Rule("42501", _P, "insufficient privilege: the role lacks a grant"),
+    Rule("42P01", _P, "undefined table: the schema is not migrated"),
+    Rule("42883", _P, "undefined function: the schema is not migrated"),
+    Rule("57P04", _P, "database dropped"),
+    Rule("F0", _P, "configuration file error"),
+)
+"""Every SQLSTATE class or code with a known kind; the longest match wins."""
+
+_BY_SQLSTATE = {rule.sqlstate: rule for rule in RULES}
+
+UNKNOWN = Rule("", _P, "an error no rule names")
+"""What a SQLSTATE that no rule names is."""
+
+
+def rule_for(sqlstate: str) -> Rule:
+    """The rule of ``sqlstate``: its code's, else its class's, else :data:`UNKNOWN`."""
+    return _BY_SQLSTATE.get(sqlstate) or _BY_SQLSTATE.get(sqlstate[:2]) or UNKNOWN
+
+
+def classify(exc: BaseException) -> Kind:
+    """Whether ``exc``, met while running, may heal by trying again."""
+    if isinstance(exc, psycopg_pool.PoolTimeout | psycopg_pool.TooManyRequests):
+        return Kind.TRANSIENT
+    if isinstance(exc, psycopg.Error):
+        if exc.sqlstate is not None:
+            return rule_for(exc.sqlstate).kind
+        # raised by the client: libpq lost the connection or could not open it
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            return Kind.TRANSIENT
+        return Kind.PERMANENT
+    if isinstance(exc, OSError | TimeoutError):
+        return Kind.TRANSIENT
+    return Kind.PERMANENT
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when :func:`classify` says a later try may not meet ``exc`` again."""
+    return classify(exc) is Kind.TRANSIENT
+
+
+def describe(exc: BaseException) -> str:
+    """``exc`` on one line, for an operator: its SQLSTATE, if it has one, and its
+    message (libpq's may span lines)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    sqlstate = getattr(exc, "sqlstate", None)
+    return f"{text} (SQLSTATE {sqlstate})" if sqlstate else text
