@@ -192,5 +192,5 @@ def test_status_watch_announces_the_embedded_server_once(
     processes.append(watch)
     _wait(lambda: out.read_text().count("ready (due now)") >= 3, "three refreshes")
     watch.send_signal(signal.SIGINT)
-    assert watch.wait(timeout=BOUND) == 0
-    assert err.read_text().count("no database URL given") == 1
+    assert watch.wait(timeout=BOUND) == 0, err.read_text()
+    assert err.read_text().count("no database URL given") == 1, err.read_text()
