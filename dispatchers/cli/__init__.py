@@ -28,7 +28,7 @@ from importlib import metadata
 import psycopg
 
 from dispatchers.cli import bench, db, dead, demo, dispatch, endpoints, inspect, migrate
-from dispatchers.cli._common import Handler, MissingExtra
+from dispatchers.cli._common import ArgumentParser, Handler, MissingExtra
 from outbox.errors import OutboxError, SchemaNotMigrated
 
 __all__ = ["build_parser", "main"]
@@ -42,7 +42,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="outbox",
         description="Transactional outbox for PostgreSQL: migrate the schema, run "
         "dispatchers, inspect and operate the queue.",

@@ -21,12 +21,13 @@ from dispatchers.cli._common import (
     Commands,
     add_database_options,
     format_duration,
-    non_negative_float,
     parse_duration,
-    positive_float,
+    port,
     positive_int,
     require_extra,
     resolve_database,
+    seconds,
+    seconds_or_zero,
 )
 from dispatchers.config import DispatcherConfig, Option, Values
 from dispatchers.log import LEVELS, EventLog
@@ -34,11 +35,10 @@ from dispatchers.retry import ExponentialBackoff
 
 _TYPES: dict[Values, Callable[[str], Any]] = {
     "count": positive_int,
-    "seconds": positive_float,
-    "seconds_or_zero": non_negative_float,
-    "number": float,
+    "seconds": seconds,
+    "seconds_or_zero": seconds_or_zero,
     "span": parse_duration,
-    "port": int,
+    "port": port,
     "text": str,
 }
 """The argument type of each kind of :class:`~dispatchers.config.Option` value."""
@@ -169,7 +169,7 @@ def add_parser(commands: Commands) -> None:
     retry = ExponentialBackoff
     settings.add_argument(
         "--retry-base",
-        type=positive_float,
+        type=seconds,
         default=retry.base,
         help="delay before the first retry of a failed delivery, in seconds; it is "
         f"multiplied by {retry.factor:g} with each attempt, with jitter "
@@ -177,7 +177,7 @@ def add_parser(commands: Commands) -> None:
     )
     settings.add_argument(
         "--retry-cap",
-        type=positive_float,
+        type=seconds,
         default=retry.cap,
         help=f"longest delay between retries, in seconds (default: {retry.cap:g})",
     )
