@@ -114,6 +114,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     log = EventLog(format=args.log_format, level=args.log_level)
+    log.capture_logging()
     resolve_event_loop(config.event_loop)  # a missing uvloop fails here, once, not per child
     db = resolve_database(args)
     if args.processes > 1:
