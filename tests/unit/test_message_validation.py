@@ -547,11 +547,17 @@ def test_aware_available_at_is_kept() -> None:
         datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))),
         datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC),
         datetime(9999, 12, 31, 23, 59, tzinfo=timezone(timedelta(hours=-14))),
-        datetime.now(UTC) + MAX_SCHEDULE_AHEAD + timedelta(minutes=1),
     ],
 )
 def test_available_at_outside_its_window_is_rejected(when: datetime) -> None:
     rejected("available_at", available_at=when)
+
+
+def test_available_at_past_the_window_from_now_is_rejected() -> None:
+    error = rejected(
+        "available_at", available_at=datetime.now(UTC) + MAX_SCHEDULE_AHEAD + timedelta(minutes=1)
+    )
+    assert "10 years" in error.problem
 
 
 def test_available_at_at_the_edges_of_its_window_is_kept() -> None:
