@@ -4,6 +4,11 @@ A setting is defined once, here: its default, and for the settings that
 ``outbox dispatch`` offers, the option's help and shape (:func:`option`, in the
 field's metadata), from which :mod:`dispatchers.cli.dispatch` builds the option
 and its "(default: ...)".
+
+Every number has a bound (:data:`MAX_SECONDS`, :data:`MAX_SPAN`,
+:data:`MAX_COUNT`), checked here and by the command line's argument types alike,
+so that no setting can make a time the dispatcher derives from it (``now()`` plus
+a lease, minus a retention) overflow PostgreSQL's timestamps or Python's datetimes.
 """
 
 from __future__ import annotations
@@ -24,17 +29,53 @@ be recorded (request timeout + flush interval + statement timeout), so a deliver
 never outlives its lease even when every heartbeat in between fails."""
 
 
+MAX_SECONDS = 7 * 24 * 3600.0
+"""The longest time a setting in seconds may be (a week): a lease, a timeout, an
+interval, the grace period. PostgreSQL's own timeouts stop at 24.8 days (whole
+milliseconds in a 32-bit integer); a week past now fits every datetime."""
+
+MAX_SPAN = 100 * 365 * 24 * 3600.0
+"""The longest span (100 years): the retention, how long an endpoint may fail before
+it is disabled, and how far back a ``--since`` reaches."""
+
+MAX_COUNT = 1_000_000_000
+"""The largest count or size in bytes a setting may be (a billion): fits a 32-bit
+integer, and any ``LIMIT``."""
+
+MAX_NUMBER = 1e9
+"""The largest value of a number without a bound of its own (a rate, a factor)."""
+
 HTTP_CLIENTS = ("httpx", "aiohttp")
 """The HTTP clients a dispatcher can send with (``DispatcherConfig.http_client``)."""
 
 IDEMPOTENCY_KEY_FORMATS = ("structured", "raw")
 """How the ``Idempotency-Key`` header carries a key (``idempotency_key_format``)."""
 
-Values = Literal["count", "seconds", "seconds_or_zero", "number", "span", "port", "text"]
-"""What an option's argument is: ``count`` an integer of at least 1; ``seconds`` a
-finite number above 0; ``seconds_or_zero`` a finite number, 0 or more; ``number``
-any number; ``span`` a whole number of units such as ``7d``; ``port`` an integer;
-``text`` a string (with ``choices``, one of them)."""
+Values = Literal["count", "seconds", "seconds_or_zero", "span", "port", "text"]
+"""What an option's argument is: ``count`` an integer from 1 to :data:`MAX_COUNT`;
+``seconds`` a finite number above 0, at most :data:`MAX_SECONDS`;
+``seconds_or_zero`` the same or 0; ``span`` a whole number of units such as ``7d``,
+at most :data:`MAX_SPAN`; ``port`` an integer from 0 to 65535; ``text`` a string
+(with ``choices``, one of them)."""
+
+_COUNTS = ("concurrency", "batch_size", "flush_batch", "max_response_bytes", "retention_batch")
+_SECONDS = (
+    "lease",
+    "request_timeout",
+    "connect_timeout",
+    "flush_interval",
+    "poll_interval",
+    "rescue_interval",
+    "claim_timeout",
+    "statement_timeout",
+    "lock_timeout",
+    "idle_in_transaction_timeout",
+    "db_connect_timeout",
+    "drain_timeout",
+    "retention_interval",
+)
+_SECONDS_OR_ZERO = ("grace", "claim_window")
+_SPANS = ("disable_after", "retention")
 
 
 @dataclass(frozen=True)
@@ -127,7 +168,7 @@ class DispatcherConfig:
     flush_batch: int = 500
     grace: float = field(
         default=10.0,
-        metadata=option("seconds in-flight deliveries get at shutdown", values="number"),
+        metadata=option("seconds in-flight deliveries get at shutdown", values="seconds_or_zero"),
     )
     poll_interval: float = field(
         default=1.0,
@@ -264,38 +305,21 @@ class DispatcherConfig:
     def validate(self) -> None:
         """Raise ConfigurationError naming the first setting that cannot work."""
         check_schema_name(self.schema)
-        for name in (
-            "concurrency",
-            "batch_size",
-            "flush_batch",
-            "max_response_bytes",
-            "retention_batch",
-        ):
+        for name in _COUNTS:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name}: must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigurationError(f"{name}: must be an integer, got {value!r}")
+            if not 1 <= value <= MAX_COUNT:
+                raise ConfigurationError(f"{name}: must be from 1 to {MAX_COUNT}")
         if self.excerpt_bytes < 0 or self.excerpt_bytes > self.max_response_bytes:
             raise ConfigurationError("excerpt_bytes: must be between 0 and max_response_bytes")
-        for name in (
-            "lease",
-            "request_timeout",
-            "connect_timeout",
-            "flush_interval",
-            "poll_interval",
-            "rescue_interval",
-            "claim_timeout",
-            "statement_timeout",
-            "lock_timeout",
-            "idle_in_transaction_timeout",
-            "db_connect_timeout",
-            "drain_timeout",
-            "disable_after",
-            "retention",
-            "retention_interval",
+        for names, zero, most in (
+            (_SECONDS, False, MAX_SECONDS),
+            (_SECONDS_OR_ZERO, True, MAX_SECONDS),
+            (_SPANS, False, MAX_SPAN),
         ):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not value > 0 or value != value:
-                raise ConfigurationError(f"{name}: must be a positive number of seconds")
+            for name in names:
+                _check_seconds(name, getattr(self, name), zero=zero, most=most)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError("metrics_port: must be between 0 and 65535")
         if not 0 <= self.claim_window <= self.poll_interval:
@@ -303,8 +327,6 @@ class DispatcherConfig:
                 "claim_window: must be a number of seconds from 0 (claim on every "
                 "notification) to poll_interval"
             )
-        if self.grace < 0:
-            raise ConfigurationError("grace: must not be negative")
         if self.connect_timeout > self.request_timeout:
             raise ConfigurationError("connect_timeout: must not exceed request_timeout")
         needed = LEASE_BUDGET_FACTOR * self.completion_budget
@@ -342,3 +364,18 @@ class DispatcherConfig:
                 raise ConfigurationError(
                     f"allow_networks: {cidr!r} is not a CIDR ({exc})"
                 ) from None
+
+
+def _check_seconds(name: str, value: object, *, zero: bool, most: float) -> None:
+    """Raise ConfigurationError unless ``value`` is a finite number of seconds above
+    0 (or 0, with ``zero``) and at most ``most``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (value >= 0 if zero else value > 0)
+        or not value <= most  # also refuses nan and inf
+    ):
+        least = "0 or more" if zero else "above 0"
+        raise ConfigurationError(
+            f"{name}: must be a finite number of seconds, {least} and at most {most:g}"
+        )

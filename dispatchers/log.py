@@ -2,12 +2,18 @@
 
 Events carry ids, attempt numbers, statuses, error classes and hosts, never
 payloads, headers, full URLs (their query strings may hold tokens) or secrets.
+The libraries' own records (psycopg_pool's, asyncio's, aiohttp's, through Python's
+:mod:`logging`) become ``log`` events of the same log
+(:meth:`EventLog.capture_logging`), so every line is one event in either format.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
+import traceback
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -51,7 +57,11 @@ class EventLog:
         return LEVELS[EVENT_LEVELS.get(event, "info")] >= self.threshold
 
     def event(self, event: str, **fields: Any) -> None:
-        level = EVENT_LEVELS.get(event, "info")
+        self.write(EVENT_LEVELS.get(event, "info"), event, fields)
+
+    def write(self, level: str, event: str, fields: Mapping[str, Any]) -> None:
+        """Write ``event`` at ``level`` (one of :data:`LEVELS`) unless it is below
+        the log's threshold."""
         if LEVELS[level] < self.threshold:
             return
         now = datetime.now(UTC)
@@ -67,6 +77,49 @@ class EventLog:
             self.stream.flush()
         except (BrokenPipeError, ValueError):
             pass
+
+    def capture_logging(self) -> logging.Handler:
+        """Write every record of Python's logging at warning or above (or at the
+        log's level, if higher) as a ``log`` event here; return the handler, which
+        the root logger keeps until it is removed.
+
+        For a process's entry point, which owns its output: the root logger's level
+        is set, its records no longer reach stderr as plain text, and a log that
+        captured them before stops doing so.
+        """
+        handler = _Records(self)
+        root = logging.getLogger()
+        for earlier in [h for h in root.handlers if isinstance(h, _Records)]:
+            root.removeHandler(earlier)
+        root.setLevel(max(logging.WARNING, self.threshold))
+        root.addHandler(handler)
+        return handler
+
+
+class _Records(logging.Handler):
+    """Writes the records of Python's logging as ``log`` events of an EventLog:
+    the logger's name, the message, and the exception (formatted) if any."""
+
+    def __init__(self, log: EventLog) -> None:
+        super().__init__()
+        self._log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields: dict[str, Any] = {"logger": record.name, "message": record.getMessage()}
+            if record.exc_info and record.exc_info[1] is not None:
+                fields["error"] = "".join(traceback.format_exception(record.exc_info[1]))
+            self._log.write(_level_of(record.levelno), "log", fields)
+        except Exception:
+            self.handleError(record)
+
+
+def _level_of(levelno: int) -> str:
+    """The event level of a logging level (critical is error)."""
+    for name in ("error", "warning", "info"):
+        if levelno >= LEVELS[name]:
+            return name
+    return "debug"
 
 
 class NullLog(EventLog):

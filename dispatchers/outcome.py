@@ -18,7 +18,7 @@ from typing import Literal, assert_never
 
 import httpx
 
-from dispatchers.retry import RetryPolicy, parse_retry_after
+from dispatchers.retry import RetryPolicy, bounded_delay, parse_retry_after
 from dispatchers.ssrf import BlockedDestination
 
 __all__ = [
@@ -160,7 +160,8 @@ def decide(
     """Next state after an attempt; ``attempts`` counts attempts made, this one included.
 
     The retry delay is the policy's for ``attempts - retry_base``: the attempts of
-    the current budget (a redriven message starts its schedule again).
+    the current budget (a redriven message starts its schedule again), held within
+    :data:`~dispatchers.retry.MAX_DELAY` whatever the policy answers.
     """
     match outcome.verdict:
         case Verdict.SUCCEEDED:
@@ -173,7 +174,7 @@ def decide(
             if attempts >= max_attempts:
                 return Decision("dead", 0.0, disable_endpoint=False)
             delay = policy.delay(max(1, attempts - retry_base), retry_after=outcome.retry_after)
-            return Decision("ready", delay if delay > 0 else 0.0, disable_endpoint=False)
+            return Decision("ready", bounded_delay(delay), disable_endpoint=False)
         case _:
             assert_never(outcome.verdict)
 

@@ -5,6 +5,9 @@ already made, so 1 after the first failure) to a delay in seconds; the dispatche
 ``now() + delay`` to the row and nothing sleeps in-process.
 
 A server's ``Retry-After`` can only lengthen a delay, and only up to ``max_retry_after``.
+No delay is longer than :data:`MAX_DELAY`: the policies here refuse settings beyond
+it, and :func:`bounded_delay` holds any policy's answer (a user's too) within it, so
+``now() + delay`` always fits a timestamp and the outcome write cannot fail for it.
 """
 
 from __future__ import annotations
@@ -21,15 +24,20 @@ from outbox.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_MAX_RETRY_AFTER",
+    "MAX_DELAY",
     "STANDARD_WEBHOOKS_SCHEDULE",
     "ExponentialBackoff",
     "RetryPolicy",
     "Schedule",
+    "bounded_delay",
     "parse_retry_after",
 ]
 
 DEFAULT_MAX_RETRY_AFTER = 6 * 3600.0
 """Longest wait a server's ``Retry-After`` can impose (6 hours)."""
+
+MAX_DELAY = 7 * 24 * 3600.0
+"""The longest delay before a next attempt (a week)."""
 
 _RETRY_AFTER_LIMIT = 10 * 365 * 86400.0
 """``Retry-After`` values further out than this (10 years) are treated as garbage."""
@@ -57,8 +65,13 @@ def _check_attempt(attempt: int) -> None:
         raise ValueError(f"attempt must be >= 1, got {attempt!r}")
 
 
+def bounded_delay(delay: float) -> float:
+    """``delay`` held from 0 to :data:`MAX_DELAY` (``nan`` is 0, ``inf`` the maximum)."""
+    return min(delay, MAX_DELAY) if delay > 0 else 0.0
+
+
 def _check_max_retry_after(value: float) -> None:
-    _require(math.isfinite(value) and value >= 0, "max_retry_after", ">= 0", value)
+    _require(0 <= value <= MAX_DELAY, "max_retry_after", f"from 0 to {MAX_DELAY:g}", value)
 
 
 def _require(ok: bool, field: str, rule: str, value: object) -> None:
@@ -93,7 +106,7 @@ class ExponentialBackoff:
     def __post_init__(self) -> None:
         _require(math.isfinite(self.base) and self.base > 0, "base", "> 0", self.base)
         _require(math.isfinite(self.factor) and self.factor >= 1, "factor", ">= 1", self.factor)
-        _require(math.isfinite(self.cap) and self.cap >= self.base, "cap", ">= base", self.cap)
+        _require(self.base <= self.cap <= MAX_DELAY, "cap", f"from base to {MAX_DELAY:g}", self.cap)
         _require(0 <= self.jitter < 1, "jitter", "in [0, 1)", self.jitter)
         _check_max_retry_after(self.max_retry_after)
 
@@ -124,9 +137,9 @@ class Schedule:
     def __post_init__(self) -> None:
         _require(len(self.delays) > 0, "delays", "non-empty", self.delays)
         _require(
-            all(math.isfinite(d) and d >= 0 for d in self.delays),
+            all(0 <= d <= MAX_DELAY for d in self.delays),
             "delays",
-            "finite and >= 0",
+            f"from 0 to {MAX_DELAY:g}",
             self.delays,
         )
         _require(0 <= self.jitter < 1, "jitter", "in [0, 1)", self.jitter)

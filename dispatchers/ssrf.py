@@ -21,6 +21,14 @@ never hands those to the resolver). TLS verifies the certificate against the URL
 host, as aiohttp passes that name, not the address, as ``server_hostname``.
 ``BlockedDestination`` leaves ``aiohttp.ClientSession.request`` unchanged as well.
 
+A host written as an IPv4 address in a non-canonical form (``127.1``,
+``2130706433``, ``0x7f.1``) is an invalid URL on both paths, whatever the policy:
+the C resolver reads it as an address that URL parsers read otherwise or refuse.
+aiohttp refuses it before resolving; the httpx path's backend raises
+``httpx.InvalidURL`` for it, and aiohttp's resolver ``aiohttp.InvalidURL`` should
+one reach it, so a message to such a URL fails the same way with either client.
+Enqueue refuses such URLs in the first place (:func:`outbox._message.check_url`).
+
 The module stays whole past the usual length: the policy and the hooks of both
 clients must refuse exactly the same addresses, and one page is where a reviewer
 can check that they do.
@@ -42,6 +50,7 @@ import httpcore
 import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from outbox._message import ipv4_host_problem
 from outbox.errors import ConfigurationError, OutboxError
 
 __all__ = [
@@ -245,6 +254,8 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
 
         ``timeout`` bounds resolution and connection attempts together.
         """
+        if (problem := ipv4_host_problem(host)) is not None:
+            raise httpx.InvalidURL(problem)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         literal = _ip_literal(host)
@@ -384,6 +395,8 @@ class GuardedResolver(AbstractResolver):
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         """The allowed addresses of ``host``, in resolver order."""
+        if (problem := ipv4_host_problem(host)) is not None:
+            raise aiohttp.InvalidURL(host, problem)
         literal = _ip_literal(host)
         if literal is not None:  # aiohttp resolves literals itself; checked all the same
             self._policy.check(host, literal)

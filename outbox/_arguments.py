@@ -9,10 +9,17 @@ from outbox._message import MAX_ATTEMPTS_LIMIT
 from outbox.endpoints import check_event_type
 from outbox.errors import InvalidArgument, InvalidMessage
 
+MAX_ID = 2**63 - 1
+"""The largest id of a row: PostgreSQL's largest ``bigint``."""
+
 
 def check_id(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(field, f"must be a positive integer, not {value!r}")
+    """An id, checked before it reaches a statement (where one past ``bigint`` is an
+    error that aborts the caller's transaction)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(field, f"must be an integer, not {type(value).__name__}")
+    if not 1 <= value <= MAX_ID:
+        raise InvalidArgument(field, f"must be from 1 to {MAX_ID}")
     return value
 
 

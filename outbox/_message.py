@@ -8,10 +8,12 @@ caller's transaction is left untouched.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json as jsonlib
 import re
+import socket
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -24,6 +26,14 @@ MAX_URL_LENGTH = 2048
 MAX_HEADERS = 64
 MAX_HEADER_NAME = 256
 MAX_HEADER_VALUE = 8192
+
+EARLIEST_AVAILABLE_AT = datetime(2000, 1, 1, tzinfo=UTC)
+"""The earliest ``available_at`` accepted (any time before now means "due now"; one
+before this is a mistake, such as a date's year 1)."""
+
+MAX_SCHEDULE_AHEAD = timedelta(days=3653)
+"""How far ahead ``available_at`` may be: 10 years. Every time later derived from it
+then fits PostgreSQL's timestamps and Python's datetimes."""
 
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 
@@ -130,11 +140,49 @@ def _url_problem(url: str) -> str | None:
         return "must not contain credentials (user:password@); use headers"
     if not parts.hostname:
         return "must include a host"
+    if "%" in parts.hostname:
+        return "must not percent-encode its host"
+    problem = ipv4_host_problem(parts.hostname)
+    if problem is not None:
+        return problem
     if port == 0:
         return "port 0 is not a valid destination"
     if "#" in url:  # an empty fragment ("...#") too: it is never sent either
         return "must not contain a fragment (#...); it is never sent"
     return None
+
+
+_NUMERIC_LABEL = re.compile(r"^(?:[0-9]+|0[xX][0-9a-fA-F]*)\Z")
+
+
+def ipv4_host_problem(host: str) -> str | None:
+    """What is wrong with ``host`` as an IPv4 address, or None if it is not one or
+    is one in the canonical form (four decimal numbers, 127.0.0.1).
+
+    A host whose last label is a number is an IPv4 address, as the WHATWG URL
+    standard reads it: ``127.1``, ``2130706433``, ``017700000001`` and ``0x7f.1``
+    all mean 127.0.0.1 to the C resolver, while other parsers refuse them or read
+    them otherwise. The same URL must mean the same address to every client and to
+    the SSRF guard, so only the canonical form is accepted.
+    """
+    labels = host.removesuffix(".").split(".")
+    if ":" in host or not _NUMERIC_LABEL.match(labels[-1]):  # IPv6, or a name
+        return None
+    if host.count(".") == 3 and _is_ipv4(host):
+        return None
+    try:
+        canonical = socket.inet_ntoa(socket.inet_aton(host.removesuffix(".")))
+    except (OSError, ValueError):  # ValueError: a NUL character
+        return f"host {host!r} is not a valid IPv4 address"
+    return f"host {host!r} is an IPv4 address in a non-canonical form; write it {canonical}"
+
+
+def _is_ipv4(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def check_optional_key(value: object, field: str) -> str | None:
@@ -254,7 +302,8 @@ def check_max_attempts(value: object, default: int) -> int:
 
 
 def check_available_at(value: object) -> datetime | None:
-    """Return an aware datetime (or None)."""
+    """Return an aware datetime (or None) from :data:`EARLIEST_AVAILABLE_AT` to
+    :data:`MAX_SCHEDULE_AHEAD` from now."""
     if value is None:
         return None
     if not isinstance(value, datetime):
@@ -262,6 +311,12 @@ def check_available_at(value: object) -> datetime | None:
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidMessage(
             "available_at", "must be timezone-aware (naive datetimes are ambiguous)"
+        )
+    if value < EARLIEST_AVAILABLE_AT:
+        raise InvalidMessage("available_at", f"must not be before {EARLIEST_AVAILABLE_AT:%Y-%m-%d}")
+    if value > datetime.now(UTC) + MAX_SCHEDULE_AHEAD:
+        raise InvalidMessage(
+            "available_at", f"must be at most 10 years ({MAX_SCHEDULE_AHEAD.days} days) from now"
         )
     return value
 

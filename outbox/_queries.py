@@ -42,13 +42,26 @@ def lock_object_id(schema: str) -> int:
 
 
 def check_schema_name(schema: str) -> str:
-    """Return ``schema`` if it is a plain identifier, else raise ConfigurationError."""
+    """Return ``schema`` if it is a plain identifier and not one of PostgreSQL's own
+    schemas (``information_schema``, ``pg_catalog`` and every ``pg_`` name), else
+    raise ConfigurationError. ``public`` is allowed: it is the user's."""
     if not isinstance(schema, str) or not _SCHEMA.match(schema):
         raise ConfigurationError(
-            f"schema: {schema!r} is not a plain identifier (letters, digits and _, "
+            f"schema: {_shown(schema)} is not a plain identifier (letters, digits and _, "
             "starting with a letter or _, at most 48 characters)"
         )
+    if schema.lower() == "information_schema" or schema.lower().startswith("pg_"):
+        raise ConfigurationError(
+            f"schema: {schema!r} is PostgreSQL's own (information_schema and pg_ names "
+            "are reserved for the system); choose another"
+        )
     return schema
+
+
+def _shown(value: object) -> str:
+    """``value`` as an error message quotes it: in full up to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 @dataclass(frozen=True)

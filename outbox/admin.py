@@ -35,6 +35,7 @@ __all__ = [
     "MessageInfo",
     "dead_count",
     "dead_list",
+    "dead_missing",
     "dead_purge",
     "dead_retry",
     "message_show",
@@ -82,6 +83,13 @@ class DeadMessage:
         }
 
 
+def _check_ids(ids: object) -> list[int] | None:
+    """Message ids, each once, in order (None for none)."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise InvalidArgument("ids", "must be a list of message ids")
+    return sorted({check_id(i, "ids") for i in ids}) or None
+
+
 def _selection(
     *,
     ids: Iterable[int] | None,
@@ -92,13 +100,8 @@ def _selection(
 ) -> dict[str, Any]:
     """Parameters selecting dead messages; refuses an empty selection, so that
     forgetting an argument never touches every dead message."""
-    id_list: list[int] | None = None
-    if ids is not None:
-        if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-            raise InvalidArgument("ids", "must be a list of message ids")
-        id_list = sorted({check_id(i, "ids") for i in ids}) or None
     params = {
-        "ids": id_list,
+        "ids": None if ids is None else _check_ids(ids),
         "endpoint_id": None if endpoint_id is None else check_id(endpoint_id, "endpoint_id"),
         "event_type": None if event_type is None else check_event_type_filter(event_type),
         "since": check_since(since),
@@ -141,6 +144,24 @@ def dead_list(
         "limit": limit,
     }
     return run_sync(tx, rows_plan(queries_for(schema)["dead_list"], params, DeadMessage))
+
+
+def dead_missing(tx: Any, ids: Iterable[int], *, schema: str = DEFAULT_SCHEMA) -> list[int]:
+    """The ids among ``ids`` that name no dead message, in order: never written,
+    purged, or not dead (waiting, running or delivered). :func:`dead_retry` and
+    :func:`dead_purge` pass them over; ask first to report them."""
+    id_list = _check_ids(ids)
+    if id_list is None:
+        return []
+    found = run_sync(tx, rows_plan(queries_for(schema)["dead_found"], {"ids": id_list}, _Id))
+    dead = {row.id for row in found}
+    return [i for i in id_list if i not in dead]
+
+
+class _Id(NamedTuple):
+    """The row of ``dead_found``."""
+
+    id: int
 
 
 def dead_count(

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote, urlsplit, urlunsplit
+
+from psycopg import ProgrammingError
+from psycopg.conninfo import conninfo_to_dict
+
+from outbox.errors import ConfigurationError
+
+_QUOTED = re.compile(r'"[^"]*"')
 
 
 def with_database(url: str, database: str) -> str:
@@ -33,9 +41,23 @@ def redact(url: str) -> str:
 
 
 def libpq_url(url: str) -> str:
-    """Return ``url`` as libpq/psycopg expect it (drops a SQLAlchemy ``+driver`` suffix)."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.split("+", 1)[0]
-    if scheme == "postgres":
-        scheme = "postgresql"
-    return urlunsplit(parts._replace(scheme=scheme))
+    """Return ``url`` as libpq/psycopg expect it (drops a SQLAlchemy ``+driver`` suffix).
+
+    Raises :class:`~outbox.errors.ConfigurationError` naming ``database_url`` when
+    libpq cannot parse it (``postgresql://u:pw@[::1/db``), so a typo is one line
+    rather than a failure at the first connection. The message never quotes the
+    URL: it may hold a password.
+    """
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme.split("+", 1)[0]
+        if scheme == "postgres":
+            scheme = "postgresql"
+        checked = urlunsplit(parts._replace(scheme=scheme))
+        conninfo_to_dict(checked)
+    except (ValueError, ProgrammingError) as exc:
+        problem = _QUOTED.sub('"..."', str(exc).splitlines()[0] if str(exc) else "")
+        raise ConfigurationError(
+            f"database_url: is not a PostgreSQL URL libpq can parse ({problem})"
+        ) from None
+    return checked

@@ -29,7 +29,7 @@ from importlib import metadata
 import psycopg
 
 from dispatchers.cli import bench, db, dead, demo, dispatch, endpoints, inspect, migrate
-from dispatchers.cli._common import Handler, MissingExtra
+from dispatchers.cli._common import ArgumentParser, Handler, MissingExtra
 from dispatchers.cli._exit import ExitCode
 from outbox.errors import OutboxError, SchemaNotMigrated
 
@@ -44,7 +44,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="outbox",
         description="Transactional outbox for PostgreSQL: migrate the schema, run "
         "dispatchers, inspect and operate the queue.",

@@ -6,9 +6,12 @@ else an embedded PostgreSQL kept in ``./.outbox/pg`` (``OUTBOX_EMBEDDED_DIR``
 moves it).
 
 The argument types are the only ones on the command line (``outbox bench``
-included), so a bound means the same everywhere: a positive number is finite, a
-span is a whole number of units, a time has a UTC offset. Each rejects a value
-with a message that quotes it.
+included), so a bound means the same everywhere: a number is finite and at most
+a documented maximum (those of :mod:`dispatchers.config`, which
+:class:`~dispatchers.config.DispatcherConfig` enforces too), a span is a whole
+number of units, a time has a UTC offset, an id fits a ``bigint``. So every time
+derived from an argument fits PostgreSQL's timestamps and Python's datetimes.
+Each rejects a value with a message that quotes it.
 """
 
 from __future__ import annotations
@@ -16,16 +19,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import math
 import re
 import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import psycopg
 
+from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS, MAX_SPAN
 from dispatchers.embedded import Database, configured_url, embedded_path, resolve
+from outbox._arguments import MAX_ID
 from outbox.defaults import DEFAULT_SCHEMA
 from outbox.dsn import libpq_url
 from outbox.errors import OutboxError
@@ -45,6 +49,16 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "bench": ("pgqueuer", "asyncpg", "uvloop"),
 }
 """The modules each extra of the ``outbox`` distribution installs, by extra."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose every error is one line on stderr (exit status 2)
+    naming the option at fault, as the commands' own errors are: argparse would
+    print the command's usage first, a screenful for ``outbox dispatch``.
+    Subcommands' parsers are of the same class (argparse makes them so)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 class UsageError(OutboxError):
@@ -136,46 +150,72 @@ def confirm(args: argparse.Namespace, action: str, question: Callable[[], str]) 
 # -- argument types ----------------------------------------------------------------
 
 
-def positive_int(text: str) -> int:
-    """An integer of at least 1 (``20_000`` is accepted, as Python writes it)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+def _quoted(text: str) -> str:
+    """``text`` as an error message quotes it: in full up to 40 characters."""
+    return repr(text) if len(text) <= 40 else repr(text[:40]) + "..."
 
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+def integer(low: int, high: int) -> Callable[[str], int]:
+    """An argument type: an integer from ``low`` to ``high`` (``20_000`` is
+    accepted, as Python writes it)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{_quoted(text)} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{_quoted(text)} must be from {low} to {high}")
+        return value
+
+    return parse
 
 
-def positive_float(text: str) -> float:
-    """A finite number above 0 (``inf`` and ``nan`` are refused)."""
-    value = _number(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above 0")
-    return value
+def number(low: float, high: float, *, above: bool = False) -> Callable[[str], float]:
+    """An argument type: a finite number from ``low`` (or, with ``above``, more than
+    ``low``) to ``high``; ``inf`` and ``nan`` are refused, ``-0`` is 0."""
+    rule = f"above {low:g}" if above else f"from {low:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text) + 0.0  # + 0.0 turns -0.0 into 0.0
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{_quoted(text)} is not a number") from None
+        if not (low < value if above else low <= value) or not value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{_quoted(text)} must be a finite number {rule} and at most {high:g}"
+            )
+        return value
+
+    return parse
 
 
-def non_negative_float(text: str) -> float:
-    """A finite number, 0 or more."""
-    value = _number(text)
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number, 0 or more")
-    return value
+positive_int = integer(1, MAX_COUNT)
+"""A count: an integer from 1 to :data:`~dispatchers.config.MAX_COUNT`."""
 
+database_id = integer(1, MAX_ID)
+"""The id of a row: an integer from 1 to PostgreSQL's largest ``bigint``."""
 
-def fraction(text: str) -> float:
-    """A number from 0 to 1, both included."""
-    value = _number(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
-    return value
+port = integer(0, 65535)
+"""A TCP port; 0 lets the system choose."""
+
+positive_float = number(0, MAX_NUMBER, above=True)
+"""A number above 0, at most :data:`~dispatchers.config.MAX_NUMBER`."""
+
+non_negative_float = number(0, MAX_NUMBER)
+"""A number, 0 or more, at most :data:`~dispatchers.config.MAX_NUMBER`."""
+
+fraction = number(0, 1)
+"""A number from 0 to 1, both included."""
+
+seconds = number(0, MAX_SECONDS, above=True)
+"""A time in seconds, above 0, at most :data:`~dispatchers.config.MAX_SECONDS`."""
+
+seconds_or_zero = number(0, MAX_SECONDS)
+"""A time in seconds, 0 or more, at most :data:`~dispatchers.config.MAX_SECONDS`."""
+
+hours = number(0, MAX_SPAN / 3600)
+"""A time in hours, 0 or more, at most :data:`~dispatchers.config.MAX_SPAN`."""
 
 
 def list_of(parse: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
@@ -184,7 +224,7 @@ def list_of(parse: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
     def parse_list(text: str) -> tuple[T, ...]:
         items = tuple(parse(part.strip()) for part in text.split(","))
         if len(set(items)) != len(items):
-            raise argparse.ArgumentTypeError(f"{text!r} names a value twice")
+            raise argparse.ArgumentTypeError(f"{_quoted(text)} names a value twice")
         return items
 
     return parse_list
@@ -196,14 +236,29 @@ _SPAN = re.compile(r"^(\d{1,9})([smhdw])\Z")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def parse_duration(text: str) -> float:
-    """Seconds from a span such as ``90s``, ``30m``, ``12h``, ``7d`` or ``2w``."""
+def _span(text: str) -> int | None:
+    """Seconds of a span such as ``30m`` or ``7d``, or None if ``text`` is not one.
+    Refuses a span longer than :data:`~dispatchers.config.MAX_SPAN`."""
     match = _SPAN.match(text.strip())
-    if not match or int(match[1]) == 0:
+    if not match:
+        return None
+    value = int(match[1]) * _UNIT_SECONDS[match[2]]
+    if value > MAX_SPAN:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a positive span like 30m, 12h or 7d (units s, m, h, d, w)"
+            f"{_quoted(text)} is longer than {format_duration(MAX_SPAN)}"
         )
-    return float(int(match[1]) * _UNIT_SECONDS[match[2]])
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from a span such as ``90s``, ``30m``, ``12h``, ``7d`` or ``2w``, up to
+    :data:`~dispatchers.config.MAX_SPAN`."""
+    value = _span(text)
+    if not value:
+        raise argparse.ArgumentTypeError(
+            f"{_quoted(text)} is not a positive span like 30m, 12h or 7d (units s, m, h, d, w)"
+        )
+    return float(value)
 
 
 def format_duration(seconds: float) -> str:
@@ -218,20 +273,20 @@ def format_duration(seconds: float) -> str:
 
 def parse_time(text: str, *, now: datetime | None = None) -> datetime:
     """An aware datetime from ISO 8601 with an offset or ``Z``, or from a span
-    ago such as ``30m``, ``2h``, ``7d`` (units s, m, h, d, w)."""
-    match = _SPAN.match(text.strip())
-    if match:
-        span = timedelta(seconds=int(match[1]) * _UNIT_SECONDS[match[2]])
-        return (now or datetime.now(UTC)) - span
+    ago such as ``30m``, ``2h``, ``7d`` (units s, m, h, d, w; at most
+    :data:`~dispatchers.config.MAX_SPAN`)."""
+    span = _span(text)
+    if span is not None:
+        return (now or datetime.now(UTC)) - timedelta(seconds=span)
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is neither an ISO 8601 time (2024-05-01T12:00:00Z) nor a span "
+            f"{_quoted(text)} is neither an ISO 8601 time (2024-05-01T12:00:00Z) nor a span "
             "ago like 30m, 2h or 7d"
         ) from None
     if value.utcoffset() is None:
         raise argparse.ArgumentTypeError(
-            f"{text!r} has no UTC offset: add one (+02:00) or Z, so it means one instant"
+            f"{_quoted(text)} has no UTC offset: add one (+02:00) or Z, so it means one instant"
         )
     return value

@@ -2,11 +2,15 @@
 
 Retry and purge select by message IDs, by filters (all given must match) or
 ``--all``, never by default: an empty selection is a usage error, not "every one".
+They act on the IDs that name dead messages and name the others on stderr, with
+exit status 1; an ID that cannot be a message's (past ``bigint``) is refused with
+exit status 2 before anything runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from dispatchers.cli._common import (
@@ -14,6 +18,7 @@ from dispatchers.cli._common import (
     UsageError,
     add_database_options,
     confirm,
+    database_id,
     parse_time,
     positive_int,
     transaction,
@@ -72,11 +77,23 @@ def cmd_dead_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _missing(args: argparse.Namespace, ids: list[int]) -> int:
+    """Name the IDs that named no dead message, if any; the exit status."""
+    if not ids:
+        return 0
+    print(
+        f"outbox {args.name}: no dead message with id {', '.join(map(str, ids))}",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def cmd_dead_retry(args: argparse.Namespace) -> int:
-    from outbox.admin import dead_retry
+    from outbox.admin import dead_missing, dead_retry
 
     selection = _dead_selection(args)
     with transaction(args) as conn:
+        missing = dead_missing(conn, args.ids, schema=args.schema)
         count = dead_retry(conn, schema=args.schema, budget=args.attempts, **selection)
     emit(
         args,
@@ -84,11 +101,11 @@ def cmd_dead_retry(args: argparse.Namespace) -> int:
         f"retried {count} dead message(s): they are ready now (paused if their endpoint "
         "is disabled), with the same idempotency keys",
     )
-    return 0
+    return _missing(args, missing)
 
 
 def cmd_dead_purge(args: argparse.Namespace) -> int:
-    from outbox.admin import dead_count, dead_purge
+    from outbox.admin import dead_count, dead_missing, dead_purge
 
     selection = _dead_selection(args)
 
@@ -100,9 +117,10 @@ def cmd_dead_purge(args: argparse.Namespace) -> int:
     if not confirm(args, "purge dead messages", question):
         return 1
     with transaction(args) as conn:
+        missing = dead_missing(conn, args.ids, schema=args.schema)
         count = dead_purge(conn, schema=args.schema, **selection)
     emit(args, {"purged": count}, f"purged {count} dead message(s)")
-    return 0
+    return _missing(args, missing)
 
 
 def add_parser(commands: Commands) -> None:
@@ -114,7 +132,7 @@ def add_parser(commands: Commands) -> None:
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def filters(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--endpoint", type=positive_int, metavar="ID", help="of this endpoint")
+        p.add_argument("--endpoint", type=database_id, metavar="ID", help="of this endpoint")
         p.add_argument("--event-type", metavar="TYPE", help="of this event type")
         p.add_argument(
             "--since",
@@ -147,7 +165,7 @@ def add_parser(commands: Commands) -> None:
             "(all given must match), or --all.",
         )
         add_database_options(p)
-        p.add_argument("ids", nargs="*", type=positive_int, metavar="ID", help="message ids")
+        p.add_argument("ids", nargs="*", type=database_id, metavar="ID", help="message ids")
         filters(p)
         p.add_argument("--all", action="store_true", help="every dead message")
         p.add_argument("--json", action="store_true", help="print the count as JSON")

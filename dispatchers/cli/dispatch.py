@@ -21,12 +21,13 @@ from dispatchers.cli._common import (
     Commands,
     add_database_options,
     format_duration,
-    non_negative_float,
     parse_duration,
-    positive_float,
+    port,
     positive_int,
     require_extra,
     resolve_database,
+    seconds,
+    seconds_or_zero,
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.config import DispatcherConfig, Option, Values
@@ -35,11 +36,10 @@ from dispatchers.retry import ExponentialBackoff
 
 _TYPES: dict[Values, Callable[[str], Any]] = {
     "count": positive_int,
-    "seconds": positive_float,
-    "seconds_or_zero": non_negative_float,
-    "number": float,
+    "seconds": seconds,
+    "seconds_or_zero": seconds_or_zero,
     "span": parse_duration,
-    "port": int,
+    "port": port,
     "text": str,
 }
 """The argument type of each kind of :class:`~dispatchers.config.Option` value."""
@@ -120,6 +120,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     log = EventLog(format=args.log_format, level=args.log_level)
+    log.capture_logging()
     resolve_event_loop(config.event_loop)  # a missing uvloop fails here, once, not per child
     db = resolve_database(args)
     try:
@@ -187,7 +188,7 @@ def add_parser(commands: Commands) -> None:
     retry = ExponentialBackoff
     settings.add_argument(
         "--retry-base",
-        type=positive_float,
+        type=seconds,
         default=retry.base,
         help="delay before the first retry of a failed delivery, in seconds; it is "
         f"multiplied by {retry.factor:g} with each attempt, with jitter "
@@ -195,7 +196,7 @@ def add_parser(commands: Commands) -> None:
     )
     settings.add_argument(
         "--retry-cap",
-        type=positive_float,
+        type=seconds,
         default=retry.cap,
         help=f"longest delay between retries, in seconds (default: {retry.cap:g})",
     )

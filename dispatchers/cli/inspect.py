@@ -14,11 +14,11 @@ import time
 from dispatchers.cli._common import (
     Commands,
     add_database_options,
-    non_negative_float,
+    database_id,
     parse_time,
-    positive_float,
-    positive_int,
     resolve_database,
+    seconds,
+    seconds_or_zero,
     transaction,
 )
 from dispatchers.cli._render import UNPRINTABLE_TEXT, cell, emit, fields, table
@@ -190,7 +190,7 @@ def add_parser(commands: Commands) -> None:
         "ISO 8601 with an offset or Z, or a span ago such as 30m, 2h, 7d.",
     )
     add_database_options(p)
-    p.add_argument("--endpoint", type=positive_int, required=True, metavar="ID")
+    p.add_argument("--endpoint", type=database_id, required=True, metavar="ID")
     p.add_argument(
         "--since", type=parse_time, required=True, metavar="TIME", help="delivered at or after TIME"
     )
@@ -208,7 +208,7 @@ def add_parser(commands: Commands) -> None:
         "for: they may hold credentials and personal data.",
     )
     add_database_options(p)
-    p.add_argument("id", type=positive_int, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID")
     p.add_argument("--show-headers", action="store_true", help="print header values")
     p.add_argument("--show-body", action="store_true", help="print the body")
     p.add_argument("--json", action="store_true", help="print the message as JSON")
@@ -224,13 +224,13 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     p.add_argument(
         "--max-lag",
-        type=non_negative_float,
+        type=seconds_or_zero,
         metavar="SECONDS",
         help="exit 1 when the oldest due message has waited longer than this",
     )
     p.add_argument(
         "--watch",
-        type=positive_float,
+        type=seconds,
         default=None,
         metavar="SECONDS",
         help="refresh every SECONDS until interrupted (one JSON object per refresh with --json)",

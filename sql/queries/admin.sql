@@ -23,6 +23,13 @@ WHERE m.state = 'dead'
 ORDER BY m.completed_at DESC, m.id DESC
 LIMIT %(limit)s
 
+-- name: dead_found
+-- Which of the given ids are dead messages (a retry or purge by id reports the
+-- others by id).
+SELECT m.id
+FROM {schema}.messages AS m
+WHERE m.state = 'dead' AND m.id = ANY (CAST(%(ids)s AS bigint[]))
+
 -- name: dead_count
 -- How many dead messages a retry or purge with the same selection would touch
 -- (asked before an operator confirms a purge).

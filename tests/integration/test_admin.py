@@ -17,6 +17,7 @@ from outbox._queries import queries_for
 from outbox.admin import (
     dead_count,
     dead_list,
+    dead_missing,
     dead_purge,
     dead_retry,
     message_show,
@@ -208,6 +209,34 @@ def test_dead_retry_keeps_attempts_and_raises_the_budget(db: Db) -> None:
         assert dead_retry(conn, ids=[other], budget=2) == 1
         assert dead_retry(conn, ids=[other]) == 0  # not dead any more
     assert db.row(other)[:3] == ("ready", 2, 4)
+
+
+def test_dead_missing_names_the_ids_of_no_dead_message_in_order(db: Db) -> None:
+    dead = db.enqueue("k1")
+    waiting = db.enqueue("k2")
+    db.kill(dead)
+    with db.tx() as conn:
+        assert dead_missing(conn, [999_999, waiting, dead, 999_999]) == [waiting, 999_999]
+        assert dead_missing(conn, [dead]) == []
+        assert dead_missing(conn, []) == []
+
+
+@pytest.mark.parametrize("bad", [2**63, 10**30, 0, True])
+def test_an_id_past_bigint_is_refused_before_any_statement(db: Db, bad: int) -> None:
+    mid = db.enqueue("k")
+    db.kill(mid)
+    with db.tx() as conn:
+        for call in (dead_retry, dead_purge, dead_count):
+            with invalid_argument("ids"):
+                call(conn, ids=[mid, bad])
+        with invalid_argument("ids"):
+            dead_missing(conn, [bad])
+        with invalid_argument("endpoint_id"):
+            dead_list(conn, endpoint_id=bad)
+        with invalid_argument("message_id"):
+            message_show(conn, bad)
+        assert dead_retry(conn, ids=[mid]) == 1  # nothing reached the server: still usable
+    assert db.row(mid)[0] == "ready"
 
 
 def test_retried_message_is_claimed_with_the_next_attempt_number_and_delivered(

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dispatchers.cli import main
+from dispatchers.cli import build_parser, main
 from dispatchers.cli._common import (
     EXTRAS,
     MissingExtra,
+    database_id,
     format_duration,
     fraction,
+    hours,
     list_of,
     non_negative_float,
     parse_duration,
@@ -21,7 +27,13 @@ from dispatchers.cli._common import (
     positive_float,
     positive_int,
     require_extra,
+    seconds,
+    seconds_or_zero,
 )
+from dispatchers.cli.dispatch import config_from_args
+from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS, MAX_SPAN
+from outbox.errors import ConfigurationError
+from tests.hostile import HOSTILE
 
 
 def test_time_accepts_offsets_z_and_spans_ago_and_rejects_naive_times() -> None:
@@ -98,3 +110,155 @@ def test_a_command_whose_extra_is_missing_says_which_in_one_line_and_exits_2(
     assert err == (
         "outbox: dispatch needs the 'dispatcher' extra: pip install 'outbox[dispatcher]'\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("parse", "largest"),
+    [
+        (positive_int, str(MAX_COUNT)),
+        (database_id, str(2**63 - 1)),
+        (seconds, f"{MAX_SECONDS:g}"),
+        (seconds_or_zero, f"{MAX_SECONDS:g}"),
+        (positive_float, f"{MAX_NUMBER:g}"),
+        (hours, f"{MAX_SPAN / 3600:g}"),
+    ],
+)
+def test_number_types_stop_at_their_documented_maximum(
+    parse: Callable[[str], float], largest: str
+) -> None:
+    parse(largest)
+    for bad in (largest + "0", "1e308", "9" * 5000):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"must be|not an integer"):
+            parse(bad)
+
+
+def test_minus_zero_is_zero_and_refused_where_zero_is() -> None:
+    assert str(seconds_or_zero("-0")) == "0.0"
+    with pytest.raises(argparse.ArgumentTypeError, match="'-0'"):
+        seconds("-0")
+
+
+def test_a_long_value_is_quoted_cut_short() -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        positive_int("9" * 5000)
+    assert len(str(info.value)) < 100
+
+
+@pytest.mark.parametrize("parse", [parse_duration, parse_time])
+def test_spans_stop_at_a_hundred_years(parse: Callable[[str], object]) -> None:
+    parse(format_duration(MAX_SPAN))
+    for bad in ("999999999w", "5215w", "36501d"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"'{bad}' is longer than"):
+            parse(bad)
+
+
+# Each command line is refused before any database is reached (the URL could not
+# even be parsed): one line on stderr naming the option, exit status 2.
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["dispatch", "--lease", "inf"], "--lease"),
+        (["dispatch", "--grace", "nan"], "--grace"),
+        (["dispatch", "--retry-base", "1e300", "--retry-cap", "1e308"], "--retry-base"),
+        (["dispatch", "--retry-cap", "1e308"], "--retry-cap"),
+        (["dispatch", "--retention", "999999999w"], "--retention"),
+        (["dispatch", "--metrics-port", "70000"], "--metrics-port"),
+        (["dead", "list", "--since", "999999999w"], "--since"),
+        (["replay", "--endpoint", "1", "--since", "999999999w"], "--since"),
+        (["endpoints", "rotate-secret", "1", "--overlap", "1e308"], "--overlap"),
+        (["dead", "retry", "99999999999999999999999"], "ID"),
+        (["dead", "purge", "--yes", "9223372036854775808"], "ID"),
+        (["messages", "show", "9223372036854775808"], "ID"),
+        (["status", "--watch", "inf"], "--watch"),
+    ],
+)
+def test_a_value_out_of_bounds_is_one_line_naming_the_option_and_exit_2(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--database-url", "postgresql://u:pw@[::1/db"])
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and err.endswith("\n")
+    assert err.startswith(f"outbox {argv[0]}")
+    assert f"argument {named}" in err
+
+
+def test_a_malformed_database_url_is_one_line_without_its_password_and_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["status", "--database-url", "postgresql://u:pw@[::1/db"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("outbox status: database_url: ")
+    assert err.count("\n") == 1
+    assert "pw" not in err
+
+
+def test_migrate_refuses_postgresqls_own_schema_before_connecting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["migrate", "--schema", "information_schema"]
+    assert main([*argv, "--database-url", "postgresql://nowhere.invalid/x"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("outbox migrate: schema: 'information_schema' is PostgreSQL's own")
+    assert err.count("\n") == 1
+
+
+# Options of the commands that run long (a dispatcher, a benchmark, the demo): their
+# values are checked here, by parsing and building what the command would run with.
+LONG_RUNNING = {
+    "dispatch": [
+        "--processes",
+        "--concurrency",
+        "--batch-size",
+        "--lease",
+        "--request-timeout",
+        "--connect-timeout",
+        "--grace",
+        "--poll-interval",
+        "--claim-window",
+        "--claim-timeout",
+        "--statement-timeout",
+        "--lock-timeout",
+        "--retention",
+        "--metrics-port",
+        "--retry-base",
+        "--retry-cap",
+    ],
+    "bench": ["--messages", "--concurrency", "--repeat", "--rate", "--duration", "--memory-delay"],
+    "demo": ["--events", "--rate"],
+}
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    option=st.sampled_from([(c, o) for c, options in LONG_RUNNING.items() for o in options]),
+    value=HOSTILE,
+)
+def test_long_running_commands_refuse_hostile_values_in_one_line_or_can_run(
+    option: tuple[str, str], value: str
+) -> None:
+    command, flag = option
+    parser = build_parser()
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        try:
+            args = parser.parse_args([command, f"{flag}={value}"])
+        except SystemExit as exc:
+            assert exc.code == 2
+            assert stderr.getvalue().count("\n") == 1, stderr.getvalue()
+            assert "argument " in stderr.getvalue() and flag in stderr.getvalue()
+            return
+    if command != "dispatch":
+        return
+    try:
+        config = config_from_args(args)
+    except ConfigurationError as exc:  # main: one line naming the setting, exit 2
+        assert "\n" not in str(exc)
+        return
+    now = datetime.now(UTC)  # the times derived from the settings must not overflow
+    for span in (config.lease, config.grace, config.retention, args.retry_cap):
+        assert now - timedelta(seconds=span) <= now <= now + timedelta(seconds=span)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
-from dispatchers.config import DispatcherConfig
+from dispatchers.config import MAX_COUNT, MAX_SECONDS, MAX_SPAN, DispatcherConfig
 from outbox.errors import ConfigurationError
 
 
@@ -50,8 +51,30 @@ def test_lease_exactly_at_the_budget_is_accepted() -> None:
         ({"schema": "bad-name"}, "schema"),
         ({"excerpt_bytes": 10**9}, "excerpt_bytes"),
         ({"disable_after": 0}, "disable_after"),
+        ({"lease": math.inf}, "lease"),
+        ({"lease": MAX_SECONDS + 1}, "lease"),
+        ({"grace": math.nan}, "grace"),
+        ({"grace": math.inf}, "grace"),
+        ({"poll_interval": 1e308}, "poll_interval"),
+        ({"retention": MAX_SPAN * 2}, "retention"),
+        ({"disable_after": math.inf}, "disable_after"),
+        ({"concurrency": MAX_COUNT + 1}, "concurrency"),
+        ({"concurrency": 10**400}, "concurrency"),
+        ({"flush_interval": 10**400}, "flush_interval"),
     ],
 )
 def test_each_bad_setting_is_named(overrides: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigurationError, match=f"^{field}: "):
         DispatcherConfig(**overrides)
+
+
+@pytest.mark.parametrize(
+    "schema", ["information_schema", "INFORMATION_SCHEMA", "pg_catalog", "pg_toast", "Pg_mine"]
+)
+def test_postgresqls_own_schemas_are_refused(schema: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"^schema: '{schema}' is PostgreSQL's own"):
+        DispatcherConfig(schema=schema)
+
+
+def test_the_public_schema_is_the_users_and_allowed() -> None:
+    assert DispatcherConfig(schema="public").schema == "public"

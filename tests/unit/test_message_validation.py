@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from outbox import InvalidMessage, Outbox, OutboxError
-from outbox._message import MAX_URL_LENGTH, NewMessage, build_message
+from outbox._message import (
+    EARLIEST_AVAILABLE_AT,
+    MAX_SCHEDULE_AHEAD,
+    MAX_URL_LENGTH,
+    NewMessage,
+    build_message,
+)
 
 VALID: dict[str, Any] = {
     "url": "https://example.com/hook",
@@ -155,6 +161,42 @@ def test_url_that_does_not_parse_is_rejected(url: str) -> None:
     rejected("url", url=url)
 
 
+@pytest.mark.parametrize(
+    ("url", "canonical"),
+    [
+        ("http://127.1/", "127.0.0.1"),
+        ("http://2130706433/", "127.0.0.1"),
+        ("http://017700000001/", "127.0.0.1"),
+        ("http://0x7f.1/", "127.0.0.1"),
+        ("http://0X7F000001:8080/x", "127.0.0.1"),
+        ("http://127.000.0.1/", "127.0.0.1"),
+        ("http://0177.0.0.1/", "127.0.0.1"),
+        ("https://10.1/", "10.0.0.1"),
+        ("http://0/", "0.0.0.0"),
+        ("http://127.0.0.1./", "127.0.0.1"),
+    ],
+)
+def test_url_with_an_ipv4_host_in_a_non_canonical_form_is_rejected(
+    url: str, canonical: str
+) -> None:
+    error = rejected("url", url=url)
+    assert "non-canonical" in error.problem and canonical in error.problem
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://1.2.3.4.5/", "http://256.1.1.1/", "http://example.123/", "http://1.2.3.0x/"],
+)
+def test_url_with_a_numeric_host_that_is_no_ipv4_address_is_rejected(url: str) -> None:
+    error = rejected("url", url=url)
+    assert "not a valid IPv4 address" in error.problem
+
+
+def test_url_with_a_percent_encoded_host_is_rejected() -> None:
+    error = rejected("url", url="http://127%2e0.0.1/")
+    assert "percent" in error.problem
+
+
 def test_url_with_port_zero_is_rejected() -> None:
     rejected("url", url="https://example.com:0/")
 
@@ -166,6 +208,10 @@ def test_url_with_port_zero_is_rejected() -> None:
         "HTTPS://Example.COM:8443/a/b?x=1&y=%20",
         "http://127.0.0.1:8080/hook",
         "http://[::1]:8080/hook",
+        "http://[::ffff:127.0.0.1]/hook",
+        "http://1e100.net/",
+        "http://0x.example/",
+        "http://8.8.8.8/",
     ],
 )
 def test_absolute_http_urls_are_accepted_unchanged(url: str) -> None:
@@ -492,6 +538,34 @@ def test_aware_available_at_is_kept() -> None:
     when = datetime(2030, 1, 1, 12, 0, tzinfo=timezone(timedelta(hours=2)))
     assert build(available_at=when).available_at == when
     assert build().available_at is None
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))),
+        datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, tzinfo=timezone(timedelta(hours=-14))),
+    ],
+)
+def test_available_at_outside_its_window_is_rejected(when: datetime) -> None:
+    rejected("available_at", available_at=when)
+
+
+def test_available_at_past_the_window_from_now_is_rejected() -> None:
+    error = rejected(
+        "available_at", available_at=datetime.now(UTC) + MAX_SCHEDULE_AHEAD + timedelta(minutes=1)
+    )
+    assert "10 years" in error.problem
+
+
+def test_available_at_at_the_edges_of_its_window_is_kept() -> None:
+    for when in (
+        EARLIEST_AVAILABLE_AT,
+        datetime.now(UTC) + MAX_SCHEDULE_AHEAD - timedelta(hours=1),
+    ):
+        assert build(available_at=when).available_at == when
 
 
 @pytest.mark.parametrize("method", ["HEAD", "OPTIONS", "TRACE", "CONNECT", "", "P OST", None, 1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from datetime import UTC, datetime
 
 import httpx
@@ -18,7 +19,7 @@ from dispatchers.outcome import (
     classify_response,
     decide,
 )
-from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, Schedule
+from dispatchers.retry import MAX_DELAY, STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, Schedule
 from dispatchers.ssrf import BlockedDestination
 
 NOW = datetime(2015, 10, 21, 7, 26, 0, tzinfo=UTC)
@@ -440,6 +441,18 @@ def test_decide_clamps_negative_policy_delay_to_zero() -> None:
         _outcome(Verdict.RETRY), attempts=1, max_attempts=5, policy=RecordingPolicy(-3.0)
     )
     assert decision == Decision("ready", 0.0, disable_endpoint=False)
+
+
+@pytest.mark.parametrize(
+    ("answer", "delay"), [(math.inf, MAX_DELAY), (1e308, MAX_DELAY), (math.nan, 0.0)]
+)
+def test_decide_holds_any_policy_delay_within_the_maximum(answer: float, delay: float) -> None:
+    """``now() + delay`` is written to the row: a policy's answer must never make
+    that overflow a timestamp (the outcome write would fail)."""
+    decision = decide(
+        _outcome(Verdict.RETRY), attempts=1, max_attempts=5, policy=RecordingPolicy(answer)
+    )
+    assert decision == Decision("ready", delay, disable_endpoint=False)
 
 
 def test_decide_with_exponential_backoff() -> None:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatchers.retry import (
+    MAX_DELAY,
     STANDARD_WEBHOOKS_SCHEDULE,
     ExponentialBackoff,
     RetryPolicy,
@@ -178,6 +179,9 @@ def test_backoff_infinite_retry_after_is_bounded() -> None:
         ({"jitter": math.nan}, "jitter"),
         ({"max_retry_after": -1.0}, "max_retry_after"),
         ({"max_retry_after": math.inf}, "max_retry_after"),
+        ({"base": 1e300, "cap": 1e308}, "cap"),
+        ({"cap": MAX_DELAY * 2}, "cap"),
+        ({"max_retry_after": MAX_DELAY * 2}, "max_retry_after"),
     ],
 )
 def test_backoff_rejects_invalid_settings_naming_the_field(
@@ -265,6 +269,7 @@ def test_schedule_zero_delay_is_allowed() -> None:
         ({"delays": ()}, "delays"),
         ({"delays": (5.0, -1.0)}, "delays"),
         ({"delays": (math.inf,)}, "delays"),
+        ({"delays": (5.0, 1e308)}, "delays"),
         ({"jitter": 1.0}, "jitter"),
         ({"max_retry_after": -1.0}, "max_retry_after"),
     ],
