@@ -83,11 +83,12 @@ WITH candidates AS (
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-       -- the signing secrets still in force (several during a rotation)
-       ARRAY(SELECT s.value ->> 'secret'
-             FROM jsonb_array_elements(e.secrets) AS s
-             WHERE s.value ->> 'expires_at' IS NULL
-                OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()) AS secrets,
+       -- the signing secrets still in force (several during a rotation), newest first
+       ARRAY(SELECT s.secret
+             FROM {schema}.endpoint_secrets AS s
+             WHERE s.endpoint_id = c.endpoint_id
+               AND (s.expires_at IS NULL OR s.expires_at > now())
+             ORDER BY s.id DESC) AS secrets,
        c.ordering_key
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
@@ -136,10 +137,11 @@ WITH candidates AS (
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        ARRAY(SELECT s.value ->> 'secret'
-              FROM jsonb_array_elements(e.secrets) AS s
-              WHERE s.value ->> 'expires_at' IS NULL
-                 OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()) AS secrets,
+        ARRAY(SELECT s.secret
+              FROM {schema}.endpoint_secrets AS s
+              WHERE s.endpoint_id = c.endpoint_id
+                AND (s.expires_at IS NULL OR s.expires_at > now())
+              ORDER BY s.id DESC) AS secrets,
         c.ordering_key
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
