@@ -3,7 +3,7 @@
 One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.migrate`, :mod:`~dispatchers.cli.dispatch`,
 :mod:`~dispatchers.cli.endpoints`, :mod:`~dispatchers.cli.dead`,
-:mod:`~dispatchers.cli.inspect` (status, messages, replay),
+:mod:`~dispatchers.cli.inspect` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
 :mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what they share is
 in :mod:`~dispatchers.cli._common` (database, argument types) and
 :mod:`~dispatchers.cli._render` (tables, JSON). Building the parser imports none of
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from dispatchers.cli import bench, dead, demo, dispatch, endpoints, inspect, migrate
+from dispatchers.cli import bench, dead, demo, dispatch, endpoints, inspect, migrate, roles
 from dispatchers.cli._common import Handler, MissingExtra
 from outbox.errors import OutboxError
 
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dispatchers, inspect and operate the queue.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (migrate, dispatch, endpoints, dead, inspect, bench, demo):
+    for group in (migrate, roles, dispatch, endpoints, dead, inspect, bench, demo):
         group.add_parser(commands)
     return parser
 
