@@ -48,7 +48,7 @@ def add_parser(commands: Commands) -> None:
     )
     add_database_options(p)
     for kind in ROLES:
-        p.add_argument(f"--{kind}", metavar="ROLE", help=f"the role to grant a {kind}'s needs")
+        p.add_argument(f"--{kind}", metavar="ROLE", help=f"the {kind}'s role (it must exist)")
     p.add_argument("--apply", action="store_true", help="run the statements (as the owner)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=cmd_roles)
