@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -115,15 +115,14 @@ def _parse_time(value: object) -> datetime | None:
 
 
 class _EndpointRow(NamedTuple):
-    """A row of ``endpoint_get``, ``endpoint_lock`` and ``endpoint_list``, with the
-    database's clock (``now``)."""
+    """A row of ``endpoint_get`` and ``endpoint_list``, with the database's clock
+    (``now``)."""
 
     id: int
     url: str
     description: str
     event_types: list[str]
-    secrets: Any  # jsonb: a list, or its text from drivers that do not decode jsonb
-    metadata: Any  # jsonb, likewise
+    metadata: Any  # jsonb: a dict, or its text from drivers that do not decode jsonb
     enabled: bool
     disabled_reason: str | None
     disabled_at: datetime | None
@@ -134,15 +133,23 @@ class _EndpointRow(NamedTuple):
     created_at: datetime
     updated_at: datetime
     now: datetime
+    #: jsonb, likewise: [{"id", "secret", "expires_at"}], newest first
+    secrets: Any
+
+    def stored_secrets(self) -> list[tuple[int, Secret]]:
+        """The endpoint's secrets with the ids of their rows, newest first."""
+        return [
+            (s["id"], Secret(s["secret"], _parse_time(s["expires_at"])))
+            for s in _json(self.secrets)
+        ]
 
     def endpoint(self) -> Endpoint:
-        raw_secrets = _json(self.secrets)
         return Endpoint(
             id=self.id,
             url=self.url,
             description=self.description,
             event_types=list(self.event_types),
-            secrets=[Secret(s["secret"], _parse_time(s.get("expires_at"))) for s in raw_secrets],
+            secrets=[secret for _, secret in self.stored_secrets()],
             metadata=_json(self.metadata),
             enabled=self.enabled,
             disabled_reason=self.disabled_reason,
@@ -167,18 +174,6 @@ class _Toggled(NamedTuple):
 
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
-
-
-def _secrets_json(secrets: Sequence[Secret]) -> str:
-    return json.dumps(
-        [
-            {
-                "secret": s.secret,
-                "expires_at": s.expires_at.isoformat() if s.expires_at else None,
-            }
-            for s in secrets
-        ]
-    )
 
 
 def _check_metadata(metadata: object) -> dict[str, Any]:
@@ -228,9 +223,7 @@ class Endpoints:
         params = {
             "url": check_url(url),
             "event_types": check_subscriptions(event_types),
-            "secrets": _secrets_json(
-                [Secret(check_secret(secret) if secret is not None else generate_secret())]
-            ),
+            "secret": check_secret(secret) if secret is not None else generate_secret(),
             "description": _check_description(description),
             "metadata": json.dumps(_check_metadata(metadata)),
             "max_concurrency": _check_max_concurrency(max_concurrency),
@@ -321,24 +314,15 @@ class Endpoints:
     def _update_plan(
         self, endpoint_id: int, changes: dict[str, Any], rotate: tuple[str, timedelta] | None
     ) -> Plan[Endpoint]:
+        locked = yield self.queries["endpoint_lock"], {"id": endpoint_id}, None
+        if not locked:
+            raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
         rows: list[_EndpointRow] = yield (
-            self.queries["endpoint_lock"],
+            self.queries["endpoint_get"],
             {"id": endpoint_id},
             _EndpointRow,
         )
-        if not rows:
-            raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
         current = rows[0].endpoint()
-        now = rows[0].now
-        secrets = current.secrets
-        if rotate is not None:
-            new, overlap = rotate
-            kept = [
-                Secret(s.secret, s.expires_at or now + overlap)
-                for s in secrets
-                if (s.expires_at is None or s.expires_at > now) and s.secret != new
-            ]
-            secrets = [Secret(new), *kept]
         params = {
             "id": endpoint_id,
             "url": changes.get("url", current.url),
@@ -346,9 +330,21 @@ class Endpoints:
             "description": changes.get("description", current.description),
             "metadata": json.dumps(changes.get("metadata", current.metadata)),
             "max_concurrency": changes.get("max_concurrency", current.max_concurrency),
-            "secrets": _secrets_json(secrets),
         }
         yield self.queries["endpoint_update"], params, None
+        if rotate is not None:
+            new, overlap = rotate
+            now = rows[0].now
+            retired = [
+                row_id
+                for row_id, s in rows[0].stored_secrets()
+                if (s.expires_at is not None and s.expires_at <= now) or s.secret == new
+            ]
+            yield (
+                self.queries["endpoint_secret_rotate"],
+                {"id": endpoint_id, "secret": new, "retired": retired, "until": now + overlap},
+                None,
+            )
         yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None
         rows = yield self.queries["endpoint_get"], {"id": endpoint_id}, _EndpointRow
         return rows[0].endpoint()

@@ -84,11 +84,12 @@ WITH candidates AS (
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-       -- the signing secrets still in force (several during a rotation)
-       ARRAY(SELECT s.value ->> 'secret'
-             FROM jsonb_array_elements(e.secrets) AS s
-             WHERE s.value ->> 'expires_at' IS NULL
-                OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()) AS secrets,
+       -- the signing secrets still in force (several during a rotation), newest first
+       ARRAY(SELECT s.secret
+             FROM {schema}.endpoint_secrets AS s
+             WHERE s.endpoint_id = c.endpoint_id
+               AND (s.expires_at IS NULL OR s.expires_at > now())
+             ORDER BY s.id DESC) AS secrets,
        c.ordering_key
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
@@ -137,10 +138,11 @@ WITH candidates AS (
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        ARRAY(SELECT s.value ->> 'secret'
-              FROM jsonb_array_elements(e.secrets) AS s
-              WHERE s.value ->> 'expires_at' IS NULL
-                 OR CAST(s.value ->> 'expires_at' AS timestamptz) > now()) AS secrets,
+        ARRAY(SELECT s.secret
+              FROM {schema}.endpoint_secrets AS s
+              WHERE s.endpoint_id = c.endpoint_id
+                AND (s.expires_at IS NULL OR s.expires_at > now())
+              ORDER BY s.id DESC) AS secrets,
         c.ordering_key
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
@@ -547,7 +549,9 @@ FROM (SELECT n.oid, has_schema_privilege(n.oid, 'USAGE') AS usable
 -- file need that the current role lacks, one row each. SELECT ... FOR UPDATE
 -- (claim, rescue, retention) needs UPDATE as well; a DELETE or UPDATE that reads
 -- columns needs SELECT. The dispatcher writes no identity column, so it needs no
--- sequence.
+-- sequence. SELECT, INSERT and UPDATE may be granted on some columns only (outbox
+-- roles grants the dispatcher UPDATE on the endpoints' health columns alone): any
+-- column counts here, and a statement that needs another one fails when it runs.
 SELECT needed.table_name, needed.privilege
 FROM (VALUES
     (1, 'messages', 'SELECT'), (2, 'messages', 'UPDATE'), (3, 'messages', 'DELETE'),
@@ -556,10 +560,17 @@ FROM (VALUES
     (8, 'attempts', 'SELECT'), (9, 'attempts', 'INSERT'), (10, 'attempts', 'DELETE'),
     (11, 'message_keys', 'SELECT'), (12, 'message_keys', 'DELETE'),
     (13, 'endpoints', 'SELECT'), (14, 'endpoints', 'UPDATE'),
-    (15, 'endpoint_slots', 'SELECT'), (16, 'endpoint_slots', 'UPDATE'),
-    (17, 'endpoint_slots', 'DELETE')
+    (15, 'endpoint_secrets', 'SELECT'),
+    (16, 'endpoint_slots', 'SELECT'), (17, 'endpoint_slots', 'UPDATE'),
+    (18, 'endpoint_slots', 'DELETE')
 ) AS needed(n, table_name, privilege)
-WHERE NOT COALESCE(has_table_privilege(
-          to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name)),
-          needed.privilege), false)
+CROSS JOIN LATERAL (
+    SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))
+        AS oid
+) AS tbl
+WHERE NOT COALESCE(
+    CASE WHEN needed.privilege = 'DELETE'
+        THEN has_table_privilege(tbl.oid, needed.privilege)
+        ELSE has_any_column_privilege(tbl.oid, needed.privilege)
+    END, false)
 ORDER BY needed.n

@@ -2,10 +2,17 @@
 -- (outbox.endpoints). Placeholders as in enqueue.sql.
 
 -- name: endpoint_insert
-INSERT INTO {schema}.endpoints (url, description, event_types, secrets, metadata, max_concurrency)
-VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]), CAST(%(secrets)s AS jsonb),
-        CAST(%(metadata)s AS jsonb), %(max_concurrency)s)
-RETURNING id
+-- An endpoint and its first signing secret.
+WITH endpoint AS (
+    INSERT INTO {schema}.endpoints (url, description, event_types, metadata, max_concurrency)
+    VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]),
+            CAST(%(metadata)s AS jsonb), %(max_concurrency)s)
+    RETURNING id
+), secret AS (
+    INSERT INTO {schema}.endpoint_secrets (endpoint_id, secret)
+    SELECT id, %(secret)s FROM endpoint
+)
+SELECT id FROM endpoint
 
 -- name: endpoint_slots_sync
 -- Make an endpoint's slot rows match its max_concurrency: add the missing ones,
@@ -28,38 +35,63 @@ WITH endpoint AS (
 SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM removed)
 
 -- name: endpoint_get
-SELECT id, url, description, event_types, secrets, metadata, enabled, disabled_reason,
-       disabled_at, failure_streak, failing_since, last_success_at, max_concurrency,
-       created_at, updated_at, now()
-FROM {schema}.endpoints
-WHERE id = %(id)s
+SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disabled_reason,
+       e.disabled_at, e.failure_streak, e.failing_since, e.last_success_at, e.max_concurrency,
+       e.created_at, e.updated_at, now(),
+       -- its signing secrets, newest first (the ids name them to a rotation)
+       COALESCE((SELECT jsonb_agg(jsonb_build_object(
+                            'id', s.id, 'secret', s.secret, 'expires_at', s.expires_at)
+                        ORDER BY s.id DESC)
+                 FROM {schema}.endpoint_secrets AS s
+                 WHERE s.endpoint_id = e.id), '[]') AS secrets
+FROM {schema}.endpoints AS e
+WHERE e.id = %(id)s
 
 -- name: endpoint_lock
-SELECT id, url, description, event_types, secrets, metadata, enabled, disabled_reason,
-       disabled_at, failure_streak, failing_since, last_success_at, max_concurrency,
-       created_at, updated_at, now()
-FROM {schema}.endpoints
-WHERE id = %(id)s
-FOR UPDATE
+-- Before a change: changes of one endpoint take turns on its row lock (the
+-- caller then reads the endpoint with endpoint_get).
+SELECT id FROM {schema}.endpoints WHERE id = %(id)s FOR UPDATE
 
 -- name: endpoint_list
-SELECT id, url, description, event_types, secrets, metadata, enabled, disabled_reason,
-       disabled_at, failure_streak, failing_since, last_success_at, max_concurrency,
-       created_at, updated_at, now()
-FROM {schema}.endpoints
-ORDER BY id
+SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disabled_reason,
+       e.disabled_at, e.failure_streak, e.failing_since, e.last_success_at, e.max_concurrency,
+       e.created_at, e.updated_at, now(),
+       -- its signing secrets, newest first (the ids name them to a rotation)
+       COALESCE((SELECT jsonb_agg(jsonb_build_object(
+                            'id', s.id, 'secret', s.secret, 'expires_at', s.expires_at)
+                        ORDER BY s.id DESC)
+                 FROM {schema}.endpoint_secrets AS s
+                 WHERE s.endpoint_id = e.id), '[]') AS secrets
+FROM {schema}.endpoints AS e
+ORDER BY e.id
 
 -- name: endpoint_update
 UPDATE {schema}.endpoints
 SET url = %(url)s,
     description = %(description)s,
     event_types = CAST(%(event_types)s AS text[]),
-    secrets = CAST(%(secrets)s AS jsonb),
     metadata = CAST(%(metadata)s AS jsonb),
     max_concurrency = %(max_concurrency)s,
     updated_at = now()
 WHERE id = %(id)s
 RETURNING id
+
+-- name: endpoint_secret_rotate
+-- Sign with a new secret from now on. The retired secrets go (the caller names
+-- those that no longer sign, and the new one if it was stored already); those
+-- without an expiry keep signing until the given time; the others keep their own
+-- expiry. The caller holds the endpoint's row lock (endpoint_lock).
+WITH retired AS (
+    DELETE FROM {schema}.endpoint_secrets
+    WHERE endpoint_id = %(id)s AND id = ANY (CAST(%(retired)s AS bigint[]))
+), overlapping AS (
+    UPDATE {schema}.endpoint_secrets
+    SET expires_at = CAST(%(until)s AS timestamptz)
+    WHERE endpoint_id = %(id)s AND expires_at IS NULL
+      AND id <> ALL (CAST(%(retired)s AS bigint[]))
+)
+INSERT INTO {schema}.endpoint_secrets (endpoint_id, secret)
+VALUES (%(id)s, %(secret)s)
 
 -- name: endpoint_disable
 -- Disable an endpoint and pause its waiting messages: they are neither attempted

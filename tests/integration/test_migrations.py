@@ -11,6 +11,7 @@ import sys
 import time
 import tomllib
 import zipfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from psycopg import sql
 from dispatchers.embedded import EmbeddedPostgres
 from outbox import ConfigurationError, MigrationError, Outbox, migrate
 from outbox._queries import queries_for
+from outbox.endpoints import Endpoints, Secret
 from outbox.migrations import Migration, _lock_key, applied_versions, load_migrations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,6 +33,7 @@ TABLES = {
     "attempts",
     "endpoints",
     "endpoint_slots",
+    "endpoint_secrets",
     "schema_migrations",
 }
 MIGRATIONS = load_migrations()
@@ -423,10 +426,11 @@ def test_upgrading_rows_to_domains_keeps_them_and_equals_a_fresh_schema(
             for t in ("messages", "attempts", "endpoints", "endpoint_slots")
         }
 
-    applied = migrate(empty_database_url)
-    migrate(empty_database_url, schema="fresh")
+    # up to 0005 only: 0006 moves the secrets out of the endpoints rows kept here
+    applied = migrate(empty_database_url, migrations=MIGRATIONS[:5])
+    migrate(empty_database_url, schema="fresh", migrations=MIGRATIONS[:5])
 
-    assert [m.version for m in applied] == VERSIONS[4:]
+    assert [m.version for m in applied] == [5]
     with connect(empty_database_url) as conn:
         for table, kept in rows.items():
             assert conn.execute(f"SELECT * FROM outbox.{table} ORDER BY 1, 2").fetchall() == kept
@@ -466,6 +470,45 @@ def test_upgraded_schema_still_refuses_a_value_outside_each_rule(
                 (value,),
             )
         assert refused.value.sqlstate == "23514"
+
+
+def test_moving_secrets_to_their_own_table_keeps_endpoints_signing_as_before(
+    empty_database_url: str,
+) -> None:
+    # a database at 0005: one endpoint mid-rotation, one with a single secret, one without
+    migrate(empty_database_url, migrations=MIGRATIONS[:5])
+    new, old, only = (f"whsec_{c * 32}" for c in "ABC")
+    expiry = "2999-01-01T00:00:00+00:00"
+    rotating = [{"secret": new, "expires_at": None}, {"secret": old, "expires_at": expiry}]
+    with psycopg.connect(empty_database_url) as conn:
+        ids = [
+            row[0]
+            for secrets in (rotating, [{"secret": only, "expires_at": None}], [])
+            for row in conn.execute(
+                "INSERT INTO outbox.endpoints (url, secrets) VALUES ('https://example.com/', %s)"
+                " RETURNING id",
+                (json.dumps(secrets),),
+            )
+        ]
+
+    applied = migrate(empty_database_url)
+    migrate(empty_database_url, schema="fresh")
+
+    assert [m.name for m in applied] == [m.name for m in MIGRATIONS[5:]]
+    endpoints = Endpoints()
+    with psycopg.connect(empty_database_url) as conn:
+        found = [endpoints.require(conn, i).secrets for i in ids]
+        upgraded, fresh = catalog(conn, "outbox"), catalog(conn, "fresh")
+    assert found == [
+        [Secret(new), Secret(old, datetime.fromisoformat(expiry))],
+        [Secret(only)],
+        [],
+    ]
+    assert "secrets" not in {
+        column for table, _, column, *_ in upgraded["columns"] if table == "endpoints"
+    }
+    for part in CATALOG:
+        assert upgraded[part] == fresh[part], part
 
 
 # -- the command ---------------------------------------------------------------------

@@ -616,8 +616,8 @@ async def test_after_the_overlap_only_the_new_secret_signs(
     else:
         new = db.rotate(endpoint.id).secrets[0].secret
         db.query(
-            "UPDATE outbox.endpoints SET secrets = jsonb_set(secrets, '{1,expires_at}',"
-            " to_jsonb(now() - interval '1 second')) WHERE id = %s RETURNING id",
+            "UPDATE outbox.endpoint_secrets SET expires_at = now() - interval '1 second'"
+            " WHERE endpoint_id = %s AND expires_at IS NOT NULL RETURNING id",
             endpoint.id,
         )
     assert db.endpoint(endpoint.id).active_secrets(datetime.now(UTC)) == [new]

@@ -1,0 +1,322 @@
+"""Least-privilege roles: ``outbox roles`` grants, and each use runs as its own role.
+
+Each test creates three LOGIN roles on the test server (with a password, so an
+external server that asks for one works too), applies the grants with the command,
+then connects as each role: the producer enqueues and publishes, the dispatcher
+drains, the operator runs the admin commands; and each is refused what it must
+not do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+from standardwebhooks.webhooks import Webhook
+
+from dispatchers.cli import main
+from dispatchers.db import Completion, Store
+from dispatchers.dispatcher import Dispatcher
+from dispatchers.log import NullLog
+from dispatchers.preflight import check_database
+from outbox import Outbox
+from outbox.endpoints import Endpoints
+from outbox.roles import ROLES
+from tests.conftest import PgServer
+from tests.dispatching import fast_config
+from tests.receiver import Receiver
+
+_counter = itertools.count()
+
+
+def as_role(url: str, role: str, password: str) -> str:
+    """``url`` with another user and password (the host, database and options kept)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{quote(role)}:{quote(password)}@{host}"))
+
+
+@dataclass
+class Roles:
+    """The test's roles by kind, and a URL that connects as each."""
+
+    names: dict[str, str]
+    urls: dict[str, str]
+
+
+@pytest.fixture
+def roles(pg_server: PgServer, database_url: str) -> Iterator[Roles]:
+    run = f"{os.getpid()}_{next(_counter)}"
+    names = {kind: f"outbox_{kind}_{run}" for kind in ROLES}
+    password = secrets.token_hex(16)
+    with pg_server.admin() as admin:
+        for name in names.values():
+            admin.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(name), sql.Literal(password)
+                )
+            )
+    try:
+        yield Roles(names, {k: as_role(database_url, n, password) for k, n in names.items()})
+    finally:
+        everyone = sql.SQL(", ").join(map(sql.Identifier, names.values()))
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(everyone))
+        with pg_server.admin() as admin:
+            admin.execute(sql.SQL("DROP ROLE {}").format(everyone))
+
+
+def outbox(url: str, *argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run ``outbox ...`` in-process against ``url``."""
+    capsys.readouterr()
+    code = main([*argv, "--database-url", url])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def grant_all(database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]) -> None:
+    options = [arg for kind, name in roles.names.items() for arg in (f"--{kind}", name)]
+    code, _, err = outbox(database_url, "roles", *options, "--apply", capsys=capsys)
+    assert code == 0, err
+
+
+def refused(url: str, statement: str, *params: Any) -> None:
+    with (
+        psycopg.connect(url) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege) as denied,
+    ):
+        conn.execute(statement.encode(), params)
+    assert denied.value.sqlstate == "42501"  # permission denied, or not the owner
+
+
+def can(database_url: str, role: str, privilege: str, table: str) -> bool:
+    """Whether ``role`` holds ``privilege`` on ``table`` (asked as the superuser: a
+    role without usage of the schema cannot even name the table)."""
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT has_table_privilege(%s, %s, %s)", (role, table, privilege)
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def alter_owner(database_url: str, owner: sql.Composable) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER SCHEMA outbox OWNER TO {}").format(owner))
+
+
+# -- the command ---------------------------------------------------------------------
+
+
+def test_roles_prints_the_grants_and_applies_nothing_without_apply(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    producer = roles.names["producer"]
+    code, out, err = outbox(database_url, "roles", "--producer", producer, capsys=capsys)
+
+    assert code == 0, err
+    assert f'GRANT INSERT ON TABLE "outbox"."messages" TO "{producer}";' in out.splitlines()
+    assert "endpoint_secrets" not in out  # never named: nothing granted, nothing to revoke
+    assert not can(database_url, producer, "INSERT", "outbox.messages")
+
+    code, out, err = outbox(
+        database_url, "roles", "--producer", producer, "--json", "--apply", capsys=capsys
+    )
+    assert code == 0, err
+    assert json.loads(out)["applied"] is True
+    assert can(database_url, producer, "INSERT", "outbox.messages")
+
+
+@pytest.mark.parametrize(
+    ("who", "problem"),
+    [
+        ("outbox_nobody", "no role named 'outbox_nobody' on this server"),
+        ("owner", "owns schema 'outbox': the owner migrates"),
+    ],
+)
+def test_roles_refuses_a_role_it_cannot_grant_to_in_one_line(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str], who: str, problem: str
+) -> None:
+    owner = who == "owner"
+    if owner:
+        who = roles.names["operator"]
+        alter_owner(database_url, sql.Identifier(who))
+    try:
+        code, out, err = outbox(
+            database_url,
+            "roles",
+            "--producer",
+            roles.names["producer"],
+            "--dispatcher",
+            who,
+            "--apply",
+            capsys=capsys,
+        )
+    finally:
+        if owner:
+            alter_owner(database_url, sql.SQL("CURRENT_USER"))
+
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("outbox roles: dispatcher: ")
+    assert problem in err
+    nothing_applied = not can(database_url, roles.names["producer"], "INSERT", "outbox.messages")
+    assert nothing_applied
+
+
+def test_roles_refuses_a_superuser_and_a_call_without_roles(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT current_user").fetchone()
+    assert row
+    code, _, err = outbox(database_url, "roles", "--operator", row[0], capsys=capsys)
+    assert code == 2
+    assert "is a superuser: no grant can restrict it" in err
+
+    code, _, err = outbox(database_url, "roles", capsys=capsys)
+    assert code == 2
+    assert "name at least one role" in err
+
+
+# -- each use as its role ------------------------------------------------------------
+
+
+def test_producer_enqueues_and_publishes_and_reads_no_secret_nor_changes_a_message(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grant_all(database_url, roles, capsys)
+    with psycopg.connect(database_url) as conn:
+        endpoint = Endpoints().add(conn, url="https://example.com/hooks")
+    as_producer = roles.urls["producer"]
+
+    for box in (Outbox(), Outbox(notify=False)):
+        with psycopg.connect(as_producer) as conn:
+            key = f"k-{box.notify}"
+            first = box.enqueue(conn, url="https://example.com/", idempotency_key=key, json={})
+            again = box.enqueue(conn, url="https://example.com/", idempotency_key=key, json={})
+            published = box.publish(conn, "order.paid", {"n": 1}, idempotency_key=key)
+            assert box.publish(conn, "order.paid", {"n": 1}, idempotency_key=key) == published
+        assert again == first
+        assert len(published) == 1
+
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT endpoint_id, state FROM outbox.messages ORDER BY id").fetchall()
+    assert rows == [(None, "ready"), (endpoint.id, "ready")] * 2
+
+    refused(as_producer, "SELECT secret FROM outbox.endpoint_secrets")
+    refused(as_producer, "UPDATE outbox.messages SET state = 'dead'")
+    refused(as_producer, "DELETE FROM outbox.messages")
+    refused(as_producer, "SELECT body FROM outbox.messages")
+    refused(as_producer, "UPDATE outbox.endpoints SET url = 'https://attacker.example/'")
+
+
+async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets(
+    database_url: str, roles: Roles, receiver: Receiver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grant_all(database_url, roles, capsys)
+    box = Outbox()
+    with psycopg.connect(database_url) as conn:
+        endpoint = Endpoints().add(conn, url=receiver.url + "/hooks")
+        box.enqueue(conn, url=receiver.url + "/plain", idempotency_key="plain", json={})
+        box.publish(conn, "order.paid", {"n": 1}, idempotency_key="evt")
+        # a message whose dispatcher died holding it: the rescuer hands it on
+        stuck = box.enqueue(conn, url=receiver.url + "/stuck", idempotency_key="stuck", json={})
+    as_dispatcher = roles.urls["dispatcher"]
+    config = fast_config()
+    check_database(as_dispatcher, config)  # what `outbox dispatch` checks at start-up
+
+    store = Store(as_dispatcher, config)
+    await store.open()
+    try:
+        claimed = await store.claim("gone", 10)
+        assert {job.id for job in claimed} >= {stuck}
+        held = [(job.id, job.attempts) for job in claimed]
+        assert await store.renew("gone", held) == {job.id for job in claimed}
+        with psycopg.connect(database_url) as conn:
+            conn.execute("UPDATE outbox.messages SET lease_until = now() - interval '1 second'")
+        assert {state for _, state in await store.rescue()} == {"ready"}
+        # asked after a lost answer: this attempt ended by rescue, not by a recorded outcome
+        assert (
+            await store.recorded("gone", [Completion(stuck, 1, "succeeded", "succeeded", True)])
+            == set()
+        )
+
+        async with asyncio.timeout(30):
+            await Dispatcher(as_dispatcher, config, log=NullLog()).run(drain=True)
+
+        with psycopg.connect(database_url) as conn:
+            conn.execute("UPDATE outbox.delivered SET completed_at = now() - interval '30 days'")
+        assert await store.remove_history(100) == 3
+    finally:
+        await store.close()
+
+    paths = sorted(r.path for r in receiver.requests)
+    assert paths == ["/hooks", "/plain", "/stuck"]
+    (webhook,) = [r for r in receiver.requests if r.path == "/hooks"]
+    with psycopg.connect(database_url) as conn:
+        secret = Endpoints().require(conn, endpoint.id).secrets[0].secret
+    assert Webhook(secret).verify(webhook.body, webhook.headers)["data"] == {"n": 1}
+
+    refused(as_dispatcher, "UPDATE outbox.endpoints SET url = 'https://attacker.example/'")
+    refused(as_dispatcher, "UPDATE outbox.endpoints SET event_types = '{}'")
+    refused(as_dispatcher, "UPDATE outbox.endpoint_secrets SET secret = 'whsec_x'")
+    refused(
+        as_dispatcher,
+        "INSERT INTO outbox.endpoint_secrets (endpoint_id, secret) VALUES (%s, 'whsec_x')",
+        endpoint.id,
+    )
+    refused(as_dispatcher, "DELETE FROM outbox.endpoint_secrets")
+    refused(as_dispatcher, "INSERT INTO outbox.messages (idempotency_key) VALUES ('x')")
+
+
+def test_operator_runs_the_admin_commands_and_cannot_change_the_schema(
+    database_url: str, roles: Roles, receiver: Receiver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grant_all(database_url, roles, capsys)
+    as_operator = roles.urls["operator"]
+
+    def admin(*argv: str) -> Any:
+        code, out, err = outbox(as_operator, *argv, "--json", capsys=capsys)
+        assert code == 0, (argv, err)
+        return json.loads(out)
+
+    endpoint = admin("endpoints", "add", receiver.url, "--event-type", "order.*")["id"]
+    admin("endpoints", "update", str(endpoint), "--description", "billing")
+    admin("endpoints", "rotate-secret", str(endpoint))
+    assert len(admin("endpoints", "show", str(endpoint), "--show-secrets")["secrets"]) == 2
+    admin("endpoints", "disable", str(endpoint))
+    admin("endpoints", "enable", str(endpoint))
+    admin("endpoints", "list")
+
+    with psycopg.connect(database_url) as conn:
+        (dead,) = Outbox().publish(conn, "order.paid", {"n": 1}, idempotency_key="evt")
+        conn.execute(
+            "UPDATE outbox.messages SET state = 'dead', completed_at = now() WHERE id = %s",
+            (dead,),
+        )
+    assert [m["id"] for m in admin("dead", "list")] == [dead]
+    admin("messages", "show", str(dead))
+    admin("dead", "retry", str(dead))
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "UPDATE outbox.messages SET state = 'dead', completed_at = now() WHERE id = %s",
+            (dead,),
+        )
+    admin("dead", "purge", str(dead), "--yes")
+    admin("replay", "--endpoint", str(endpoint), "--since", "1h")
+    admin("status")
+    admin("endpoints", "delete", str(endpoint), "--yes")
+
+    refused(as_operator, "CREATE TABLE outbox.sneaky (id int)")
+    refused(as_operator, "ALTER TABLE outbox.messages ADD COLUMN sneaky int")
+    refused(as_operator, "DELETE FROM outbox.schema_migrations")
