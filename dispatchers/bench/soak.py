@@ -6,11 +6,12 @@ message is ever lost or delivered twice across failures, retries and restarts;
 whether the dispatchers' memory creeps up; and whether the claimable table
 (``messages``) keeps its size, since delivered rows leave it (a table that only
 grows would slow every claim). Per interval it reports the messages delivered,
-the p99 delay from commit to the receiver's successful answer, each dispatcher's
-RSS and the table's size with its indexes; at the end, whether every committed
-message arrived (or is still being retried), none twice, and whether RSS and the
-table's size stayed flat after the warm-up. A growth is reported as a verdict,
-never failed on: only a lost or duplicated message fails the run.
+the p99 delay from commit to the arrival of the request the receiver accepted,
+each dispatcher's RSS and the table's size with its indexes; at the end, whether
+every committed message arrived (or is still being retried), none twice, and
+whether RSS and the table's size stayed flat after the warm-up. A growth is
+reported as a verdict, never failed on: only a message lost, dead or accepted
+twice, or a dispatcher that fails, fails the run.
 
 The dispatchers are real ``outbox dispatch`` processes, so a restart is what an
 operator's is: SIGTERM, the grace period, and a fresh process. The producer is a
