@@ -19,7 +19,7 @@ import hashlib
 import hmac
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -43,7 +43,9 @@ __all__ = [
 DEFAULT_TOLERANCE = 300.0
 DEFAULT_INBOX_SCHEMA = "outbox_inbox"
 
-_DIGITS = re.compile(r"^[0-9]{1,12}\Z")
+_TIMESTAMP = re.compile(r"^(?:0|[1-9][0-9]{0,11})\Z")
+"""Whole seconds as a sender writes them: ASCII digits, no sign, no leading zero,
+at most 12 of them (beyond any tolerance, and cheap to convert)."""
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}\Z")
 # RFC 8941 sf-string: printable ASCII in double quotes; only \" and \\ escapes
 _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"\Z')
@@ -77,6 +79,25 @@ def _keys(secret_or_secrets: str | Sequence[str]) -> list[bytes]:
     return [parse_secret(secret) for secret in secret_or_secrets]
 
 
+def _v1_signatures(listed: str) -> Iterator[bytes]:
+    """The decoded ``v1`` signatures of a ``webhook-signature`` value.
+
+    Entries are separated by spaces, as the spec writes them (so a tab or a
+    newline does not separate two entries); an empty entry, one of another
+    version, and one that is not ``v1,`` followed by standard base64 with its
+    padding are skipped, so that garbage beside a valid signature neither hides
+    it nor counts.
+    """
+    for entry in listed.split(" "):
+        version, comma, encoded = entry.partition(",")
+        if version != "v1" or not comma or not _BASE64.match(encoded):
+            continue
+        try:
+            yield base64.b64decode(encoded, validate=True)
+        except binascii.Error:  # missing padding
+            continue
+
+
 def verify(
     secret_or_secrets: str | Sequence[str],
     headers: Mapping[str, str],
@@ -87,13 +108,33 @@ def verify(
 ) -> None:
     """Check a request's Standard Webhooks signature; raise :class:`InvalidSignature` if bad.
 
-    ``body`` is the raw request body, byte for byte as received. ``headers`` is
-    any mapping (its names are matched case-insensitively). The request passes
-    if any ``v1`` signature it lists matches any of the secrets, compared in
-    constant time; entries of other versions are ignored. Its timestamp must be
-    within ``tolerance`` seconds of ``now`` (default: the current time). A
-    malformed secret raises :class:`outbox.InvalidMessage`, as it is the
-    receiver's configuration that is wrong, not the request.
+    ``body`` is the raw request body, byte for byte as received (it need not be
+    UTF-8). ``headers`` is any mapping (its names are matched case-insensitively).
+    The request passes if any ``v1`` signature it lists matches any of the
+    secrets, compared in constant time; entries of other versions, and malformed
+    entries, are skipped. Its timestamp must be within ``tolerance`` seconds of
+    ``now`` (default: the current time). A malformed secret raises
+    :class:`outbox.InvalidMessage`, as it is the receiver's configuration that is
+    wrong, not the request.
+
+    It gives the verdict of the reference ``standardwebhooks`` library wherever
+    that library gives one, and is stricter by design where the library reads
+    leniently what was not signed as such:
+
+    - ``webhook-timestamp`` must be written as it was signed, in ASCII digits
+      with no sign, leading zero, fraction or spaces (the reference reads it as a
+      float and checks the signature over its whole seconds, so ``+1700000000``
+      or ``1700000000.9`` pass it when ``1700000000`` was signed);
+    - each signature must be standard base64 with its padding (the reference
+      skips characters outside the alphabet and ignores data after the padding);
+    - a header given twice, spelt differently, with different values is rejected
+      (the reference takes the last one);
+    - ``body`` must be bytes, where the reference also takes a ``str``: text
+      decoded by a framework is not what was signed.
+
+    Where the reference raises an error of another kind (an entry with no comma
+    or a bad padding before the matching one, a body that is not UTF-8), it gives
+    no verdict; ``verify`` skips such entries and checks such bodies as bytes.
     """
     keys = _keys(secret_or_secrets)
     if not isinstance(body, bytes):
@@ -103,23 +144,21 @@ def verify(
     msg_id = _required(headers, "webhook-id")
     stamp = _required(headers, "webhook-timestamp")
     listed = _required(headers, "webhook-signature")
-    if not _DIGITS.match(stamp):
-        raise InvalidSignature("webhook-timestamp is not an integer number of seconds")
+    if not _TIMESTAMP.match(stamp):
+        raise InvalidSignature(
+            "webhook-timestamp is not an integer number of seconds in decimal digits"
+        )
     current = time.time() if now is None else now
     if int(stamp) < current - tolerance:
         raise InvalidSignature("webhook-timestamp is too old")
     if int(stamp) > current + tolerance:
         raise InvalidSignature("webhook-timestamp is too far in the future")
-    expected = [signature(key, msg_id=msg_id, timestamp=stamp, body=body) for key in keys]
+    try:
+        expected = [signature(key, msg_id=msg_id, timestamp=stamp, body=body) for key in keys]
+    except UnicodeEncodeError:  # a lone surrogate: no sender could have signed it
+        raise InvalidSignature("webhook-id is not valid text") from None
     matched = False
-    for entry in listed.split():
-        version, _, encoded = entry.partition(",")
-        if version != "v1" or not _BASE64.match(encoded):
-            continue
-        try:
-            given = base64.b64decode(encoded, validate=True)
-        except binascii.Error:
-            continue
+    for given in _v1_signatures(listed):
         for digest in expected:
             matched |= hmac.compare_digest(digest, given)
     if not matched:

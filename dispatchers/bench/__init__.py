@@ -2,7 +2,8 @@
 
 Scenarios (see :mod:`dispatchers.bench.scenarios`): ``drain-http``,
 ``drain-noop``, ``latency``, ``enqueue``, ``commit-latency``, ``history`` and
-``memory``; ``--baseline naive`` runs the naive one-row-at-a-time design
+``memory`` by default, and ``soak`` (minutes long) only when named.
+``--baseline naive`` runs the naive one-row-at-a-time design
 (:mod:`dispatchers.bench.baselines.naive`) beside the drain scenarios, interleaved;
 ``--baseline pgqueuer`` runs pgqueuer (:mod:`dispatchers.bench.baselines.pgqueuer`,
 the ``bench`` extra) beside the drain scenarios, interleaved, and beside ours in the
@@ -20,11 +21,14 @@ from dataclasses import dataclass
 
 __all__ = [
     "BASELINE_NAMES",
+    "DEFAULT_SCENARIOS",
+    "LATENCY_SECONDS",
     "SCENARIO_NAMES",
+    "SOAK_SECONDS",
     "Settings",
 ]
 
-SCENARIO_NAMES = (
+DEFAULT_SCENARIOS = (
     "drain-http",
     "drain-noop",
     "latency",
@@ -33,13 +37,18 @@ SCENARIO_NAMES = (
     "history",
     "memory",
 )
+SCENARIO_NAMES = (*DEFAULT_SCENARIOS, "soak")
+LATENCY_SECONDS = 10.0
+"""How long each latency run offers its load unless ``--duration`` says."""
+SOAK_SECONDS = 300.0
+"""How long the soak offers its load unless ``--duration`` says."""
 BASELINE_NAMES = ("naive", "pgqueuer")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Sizes and knobs of every scenario (the defaults take about 7 minutes on
-    2 cores; a baseline adds its drains, and pgqueuer its latency runs)."""
+    """Sizes and knobs of every scenario (the default scenarios take about 7
+    minutes on 2 cores; a baseline adds its drains, and pgqueuer its latency runs)."""
 
     messages: int = 20_000
     concurrency: int = 64
@@ -47,7 +56,9 @@ class Settings:
     repeat: int = 1
     rates: tuple[float, ...] = (50.0, 500.0, 2000.0)
     dispatchers: tuple[int, ...] = (1, 3)
-    duration: float = 10.0
+    duration: float | None = None
+    """Seconds the load is offered in each latency run and in the soak; None: each
+    one's own (:data:`LATENCY_SECONDS`, :data:`SOAK_SECONDS`)."""
     claim_window: float = 0.005
     """The dispatchers' ``--claim-window`` in the latency scenario."""
     enqueue_count: int = 5_000
@@ -76,3 +87,14 @@ class Settings:
     event_loop: str = "auto"
     """The loop every drain and the latency scenario run on (see
     :mod:`dispatchers.loop`); the report names the one used."""
+    soak_rate: float = 200.0
+    soak_dispatchers: int = 2
+    soak_interval: float = 60.0
+    """Seconds per reported interval of the soak, and between two restarts."""
+    soak_fail_share: float = 0.05
+    soak_slow_share: float = 0.05
+    soak_slow_delay: float = 0.2
+
+    def offered_seconds(self, default: float) -> float:
+        """``duration``, or the scenario's own ``default`` when none was given."""
+        return default if self.duration is None else self.duration

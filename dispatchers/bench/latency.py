@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatchers import loop as loops
+from dispatchers.bench import LATENCY_SECONDS
 from dispatchers.bench.baselines import pgqueuer
 from dispatchers.bench.context import Bench
 from dispatchers.bench.env import SPAWN, connect, fresh_schema, payload, run_id
@@ -192,12 +193,13 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> LatencyRun:
     """One run at ``rate`` messages per second with ``dispatchers`` processes."""
     s = bench.settings
     receiver = bench.receiver
-    count = max(1, round(rate * s.duration))
+    duration = s.offered_seconds(LATENCY_SECONDS)
+    count = max(1, round(rate * duration))
     producers = max(1, math.ceil(rate / PRODUCER_RATE))
     prefix = f"latency-{run_id()}-"
     failures: list[str] = []
     bench.progress(
-        f"latency: {rate:g} msgs/s for {s.duration:g} s ({count:,} messages), "
+        f"latency: {rate:g} msgs/s for {duration:g} s ({count:,} messages), "
         f"{dispatchers} dispatcher process{'es' if dispatchers > 1 else ''}"
     )
     start: list[dict[str, Any]] = []
@@ -251,7 +253,7 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> LatencyRun:
                 pg_start = bench.pg_clock.read() if bench.pg_clock else None
                 go.set()
                 for proc in procs:
-                    proc.join(s.duration * 2 + START_TIMEOUT)
+                    proc.join(duration * 2 + START_TIMEOUT)
                 if any(proc.exitcode != 0 for proc in procs):
                     codes = [proc.exitcode for proc in procs]
                     failures.append(f"a producer failed (exit codes {codes})")
@@ -305,7 +307,7 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> LatencyRun:
         offered_rate=rate,
         dispatchers=dispatchers,
         producers=producers,
-        duration_s=s.duration,
+        duration_s=duration,
         messages=count,
         achieved_rate=count / elapsed if elapsed else None,
         producer_late_max_ms=max((p["late_max_s"] for p in produced), default=0.0) * 1000,
@@ -336,13 +338,14 @@ def pgqueuer_beside(bench: Bench, ours: LatencyRun) -> LatencyRun:
     if reason := pgqueuer.available():
         raise RuntimeError(f"--baseline pgqueuer: {reason}")
     rate = ours.offered_rate
-    bench.progress(f"latency: pgqueuer {pgqueuer.version()}, {rate:g} msgs/s for {s.duration:g} s")
+    duration = ours.duration_s
+    bench.progress(f"latency: pgqueuer {pgqueuer.version()}, {rate:g} msgs/s for {duration:g} s")
     theirs = pgqueuer.latency(
         bench.db.url,
         receiver=bench.receiver,
         pg_clock=bench.pg_clock,
         rate=rate,
-        duration=s.duration,
+        duration=duration,
         concurrency=s.concurrency,
     )
     comparison = LatencyComparison(

@@ -9,7 +9,12 @@ counts requests. With key recording on (the default) it keeps every
 twice is a duplicate and the delay from commit to arrival can be measured.
 
 With ``--delay S``, each counted request is answered ``S`` seconds after it
-arrived (a slow endpoint: the dispatcher's requests pile up to its concurrency).
+arrived (a slow endpoint: the dispatcher's requests pile up to its concurrency);
+with ``--delay-share F`` too, only a share ``F`` of them (a sometimes slow one).
+With ``--fail-share F``, a share ``F`` of the counted requests is answered ``500``
+at once, its key not recorded (it was not delivered). Each share picks every
+``1/F``-th request, so it is exact; the late ones are picked half a period after
+the failed ones, so that at equal shares the two never meet.
 With ``--big-response-share F`` (above 0), a share ``F`` of the counted responses
 (every ``1/F``-th, so exactly that share) is a ``200`` whose body is
 ``--big-response-bytes`` long (default 50 MB): the load a dispatcher meets when a
@@ -22,7 +27,8 @@ the connection early ends it.
 Requests to ``/_bench/...`` are the benchmark's own and are not counted:
 ``GET /_bench/counts`` answers the counts so far as JSON, and
 ``GET /_bench/arrivals?prefix=P`` the first arrival time of every key starting
-with ``P`` (structured-form keys unquoted).
+with ``P`` (structured-form keys unquoted), with ``&since=T`` only those that
+arrived at ``T`` (``time.time()``) or later.
 
 Run it in its own process (it imports the standard library only); it writes its
 port to ``--ready-file`` once it is listening, and on SIGTERM (or SIGINT) writes
@@ -34,6 +40,9 @@ It exits by itself after ``--max-seconds`` or when its parent process goes away,
 so a crashed benchmark never leaves it behind.
 :class:`~dispatchers.bench.receiver_process.ReceiverProcess` starts, queries and
 stops one from another process.
+
+The module stays whole: it runs as a script in a fresh interpreter (``python
+-I``), so it can import nothing but the standard library, not even its siblings.
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 OK_CLOSE = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+FAIL = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"
 CONTROL = b"/_bench/"
 BIG_RESPONSE_BYTES = 50_000_000
 BLOCK = b"b" * (64 * 1024)
@@ -77,6 +87,10 @@ class Counts:
     open_connections: int = 0
     most_open_connections: int = 0
     bad_requests: int = 0
+    failed: int = 0
+    """Counted requests answered 500 (their keys are not recorded)."""
+    delayed: int = 0
+    """Counted requests answered ``--delay`` seconds late."""
     big_responses: int = 0
     big_bytes_sent: int = 0
     """Bytes of big bodies handed to the socket (the client may have read fewer)."""
@@ -90,31 +104,45 @@ class Counts:
         data["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 4)
         return data
 
-    def arrivals(self, prefix: str) -> dict[str, float]:
-        """First arrival of every key starting with ``prefix`` (keys unquoted)."""
+    def arrivals(self, prefix: str, since: float = 0.0) -> dict[str, float]:
+        """First arrival of every key starting with ``prefix`` (keys unquoted), of
+        those that arrived at ``since`` or later."""
         wanted = prefix.encode()
         found: dict[str, float] = {}
         for raw, at in self.keys.items():
             key = raw[1:-1] if raw[:1] == b'"' and raw[-1:] == b'"' else raw
-            if key.startswith(wanted):
+            if at >= since and key.startswith(wanted):
                 found[key.decode("ascii", "replace")] = at
         return found
 
 
+def _picked(number: int, share: float, phase: float = 0.0) -> bool:
+    """Whether the ``number``-th counted request (from 1) is among a ``share`` of
+    them: whenever ``number * share + phase`` reaches the next whole number."""
+    return bool(share) and int(number * share + phase) > int((number - 1) * share + phase)
+
+
 @dataclass(frozen=True)
 class Replies:
-    """How counted requests are answered: each after ``delay`` seconds (0: at once),
-    and a ``big_share`` of them (0 for none) with a body ``big_size`` bytes long."""
+    """How counted requests are answered: a ``fail_share`` of them (0 for none) with
+    ``500`` at once; a ``delay_share`` of the others (all by default) after
+    ``delay`` seconds (0: at once); and a ``big_share`` of them (0 for none) with a
+    body ``big_size`` bytes long."""
 
     delay: float = 0.0
     big_share: float = 0.0
     big_size: int = BIG_RESPONSE_BYTES
+    delay_share: float = 1.0
+    fail_share: float = 0.0
 
     def big(self, number: int) -> bool:
-        """Whether the ``number``-th counted response (from 1) is a big one: whenever
-        ``number * big_share`` reaches the next whole number."""
-        share = self.big_share
-        return bool(share) and int(number * share) > int((number - 1) * share)
+        return _picked(number, self.big_share)
+
+    def failed(self, number: int) -> bool:
+        return _picked(number, self.fail_share)
+
+    def delayed(self, number: int) -> bool:
+        return bool(self.delay) and _picked(number, self.delay_share, phase=0.5)
 
 
 def _ok(length: int, close: bool) -> bytes:
@@ -199,7 +227,7 @@ class _Connection(asyncio.Protocol):
         out: list[bytes] = []
         pos = 0
         close = False
-        big = False
+        big = delayed = False
         now = time.time()
         while True:
             end = buffer.find(b"\r\n\r\n", pos)
@@ -234,13 +262,26 @@ class _Connection(asyncio.Protocol):
             if target.startswith(CONTROL):
                 out.append(self._control(target))
                 continue
+            number = self.counts.requests + 1
+            if self.replies.failed(number):
+                self.counts.requests = number
+                self.counts.failed += 1
+                if not keep_alive:
+                    out.append(_error(b"500 Internal Server Error"))
+                    close = True
+                    break
+                out.append(FAIL)
+                continue
             self._count(key, now)
-            big = self.replies.big(self.counts.requests)
-            if big or self.replies.delay:
+            big = self.replies.big(number)
+            delayed = self.replies.delayed(number)
+            if big or delayed:
                 self.held = True
                 self.close_after = not keep_alive
                 if big:
                     self.counts.big_responses += 1
+                if delayed:
+                    self.counts.delayed += 1
                 break
             if not keep_alive:
                 out.append(OK_CLOSE)
@@ -253,7 +294,7 @@ class _Connection(asyncio.Protocol):
         if self.held:
             self.transport.pause_reading()
             length = self.replies.big_size if big else 0
-            if self.replies.delay:
+            if delayed:
                 asyncio.get_running_loop().call_later(self.replies.delay, self._answer, length)
             else:
                 self._answer(length)
@@ -313,8 +354,10 @@ class _Connection(asyncio.Protocol):
         if parts.path == "/_bench/counts":
             data = self.counts.report()
         elif parts.path == "/_bench/arrivals":
-            prefix = parse_qs(parts.query).get("prefix", [""])[0]
-            data = self.counts.arrivals(prefix)
+            query = parse_qs(parts.query)
+            data = self.counts.arrivals(
+                query.get("prefix", [""])[0], float(query.get("since", ["0"])[0])
+            )
         else:
             return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
         body = json.dumps(data, separators=(",", ":")).encode()
@@ -392,6 +435,20 @@ def main(argv: list[str] | None = None) -> int:
         help="answer each counted request this long after it arrived (default 0)",
     )
     parser.add_argument(
+        "--delay-share",
+        type=_share,
+        default=1.0,
+        metavar="FRACTION",
+        help="delay only this share of the counted requests, 0 to 1 (default 1: all)",
+    )
+    parser.add_argument(
+        "--fail-share",
+        type=_share,
+        default=0.0,
+        metavar="FRACTION",
+        help="answer this share of the counted requests 500 at once (default 0: none)",
+    )
+    parser.add_argument(
         "--big-response-share",
         type=_share,
         default=0.0,
@@ -416,7 +473,13 @@ def main(argv: list[str] | None = None) -> int:
             ready_file=args.ready_file,
             record_keys=args.record_keys,
             max_seconds=args.max_seconds,
-            replies=Replies(args.delay, args.big_response_share, args.big_response_bytes),
+            replies=Replies(
+                args.delay,
+                args.big_response_share,
+                args.big_response_bytes,
+                delay_share=args.delay_share,
+                fail_share=args.fail_share,
+            ),
         )
     )
     text = json.dumps(counts.report())

@@ -90,6 +90,10 @@ class ReceiverProcess:
             repr(self.replies.big_share),
             "--big-response-bytes",
             str(self.replies.big_size),
+            "--delay-share",
+            repr(self.replies.delay_share),
+            "--fail-share",
+            repr(self.replies.fail_share),
         ]
         # our own interpreter and file, with fixed arguments
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL)  # noqa: S603
@@ -120,9 +124,11 @@ class ReceiverProcess:
         result: dict[str, Any] = self._get("/_bench/counts")
         return result
 
-    def arrivals(self, prefix: str) -> dict[str, float]:
-        """The first arrival time (``time.time()``) of every key starting with ``prefix``."""
-        result: dict[str, float] = self._get(f"/_bench/arrivals?prefix={quote(prefix)}")
+    def arrivals(self, prefix: str, *, since: float = 0.0) -> dict[str, float]:
+        """The first arrival time (``time.time()``) of every key starting with
+        ``prefix``, of those that arrived at ``since`` or later."""
+        path = f"/_bench/arrivals?prefix={quote(prefix)}&since={since!r}"
+        result: dict[str, float] = self._get(path)
         return result
 
     def stop(self, timeout: float = 10.0) -> dict[str, Any]:

@@ -23,7 +23,9 @@ from dispatchers.bench.results import (
     MemoryResult,
     PgqueuerFacts,
     Result,
+    SoakResult,
     Throughput,
+    Trend,
 )
 from dispatchers.bench.table import Row, Target, at_least, at_most, below, number, numbers, row
 
@@ -351,6 +353,66 @@ def _memory_rows(r: MemoryResult) -> list[Row]:
     return rows
 
 
+def _trend_row(n: str, measure: str, t: Trend, spec: str) -> Row:
+    """A figure's peak during the warm-up and after it, judged flat or not."""
+    value = f"{number(t.warmup_peak, spec)} -> {number(t.later_peak, spec)}"
+    return Row(
+        n, f"{measure}, peak in the first {t.warmup_intervals} -> after", value, "flat", t.flat
+    )
+
+
+def _soak_rows(r: SoakResult) -> list[Row]:
+    """The soak: its load, a row per interval, where every message ended, and
+    whether memory and the claimable table stayed flat."""
+    n = "soak"
+    rows = [
+        Row(
+            n,
+            "offered / achieved msgs/s",
+            f"{r.offered_rate:,.0f} / {number(r.achieved_rate)} for {r.duration_s:g} s",
+        ),
+        Row(
+            n,
+            "dispatchers, the last restarted every interval",
+            f"{r.dispatchers}; {r.restarts} restarts, slowest stop "
+            f"{number(r.restart_stop_max_s, '.1f')} s",
+        ),
+        Row(
+            n,
+            "receiver: answered 500 / late",
+            f"{r.failed_requests:,} / {r.delayed_requests:,} "
+            f"({r.fail_share:.0%} / {r.slow_share:.0%}, {r.slow_delay_s:g} s late)",
+        ),
+        Row(
+            n,
+            f"every {r.interval_s:g} s: delivered / lag p99 ms / RSS MB per dispatcher / "
+            "messages MB (indexes)",
+            "",
+        ),
+    ]
+    for i in r.intervals:
+        rows.append(
+            Row(
+                n,
+                f"  to {i.end_s:,.0f} s",
+                f"{i.delivered:,} / {number(i.lag_p99_ms)} / {numbers(i.rss_mb, ',.0f')} / "
+                f"{i.messages_mb:.2f} ({i.messages_indexes_mb:.2f})",
+            )
+        )
+    rows.append(
+        Row(
+            n,
+            "committed / delivered / retrying / dead / lost / duplicates",
+            f"{r.committed:,} / {r.delivered:,} / {r.retrying} / {r.dead} / {r.lost} / "
+            f"{r.duplicates}",
+        )
+    )
+    for k, t in enumerate(r.rss, 1):
+        rows.append(_trend_row(n, f"RSS MB of dispatcher {k}", t, ",.0f"))
+    rows.append(_trend_row(n, "messages MB", r.messages_size, ".2f"))
+    return rows
+
+
 def table_rows(results: dict[str, Result]) -> list[Row]:
     """The table's rows for the scenarios that ran (a failed scenario has none)."""
     rows: list[Row] = []
@@ -379,4 +441,7 @@ def table_rows(results: dict[str, Result]) -> list[Row]:
     r = results.get("memory")
     if isinstance(r, MemoryResult):
         rows += _memory_rows(r)
+    r = results.get("soak")
+    if isinstance(r, SoakResult):
+        rows += _soak_rows(r)
     return rows

@@ -369,3 +369,70 @@ class CommitLatencyResult:
     runs: list[CommitLatencyRun]
     ok: bool
     failures: list[str]
+
+
+# -- soak -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Whether a figure stayed flat after the warm-up (its first
+    ``warmup_intervals``): its peak during the warm-up and after it. ``flat`` is None
+    when the run was too short to tell."""
+
+    warmup_intervals: int
+    warmup_peak: float | None
+    later_peak: float | None
+    flat: bool | None
+
+
+@dataclass(frozen=True)
+class SoakInterval:
+    """One interval of the soak: what was committed, and what arrived at the
+    receiver in it (each arrival counts in one interval) with its delay from commit;
+    at its end, each dispatcher's RSS (None while it was down) and the claimable
+    table's size, indexes included, and of its indexes."""
+
+    number: int
+    end_s: float
+    committed: int
+    delivered: int
+    failed_requests: int
+    delayed_requests: int
+    lag_p50_ms: float | None
+    lag_p99_ms: float | None
+    rss_mb: list[float | None]
+    messages_mb: float
+    messages_indexes_mb: float
+
+
+@dataclass(frozen=True)
+class SoakResult:
+    """A steady load through failures, slow answers and restarts: the intervals,
+    where every committed message ended, and whether memory and the claimable table
+    stayed flat (``rss`` has one trend per dispatcher never restarted)."""
+
+    offered_rate: float
+    achieved_rate: float | None
+    dispatchers: int
+    interval_s: float
+    duration_s: float
+    fail_share: float
+    slow_share: float
+    slow_delay_s: float
+    producer_late_max_ms: float
+    committed: int
+    delivered: int
+    retrying: int
+    dead: int
+    lost: int
+    duplicates: int
+    failed_requests: int
+    delayed_requests: int
+    restarts: int
+    restart_stop_max_s: float | None
+    intervals: list[SoakInterval]
+    rss: list[Trend]
+    messages_size: Trend
+    ok: bool
+    failures: list[str]

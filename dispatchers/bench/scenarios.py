@@ -13,6 +13,8 @@ in a fresh schema that is dropped afterwards, all traffic to 127.0.0.1.
   history against an empty one.
 - ``memory`` (:mod:`dispatchers.bench.memory`): the dispatcher's peak RSS against a
   slow receiver that answers some requests with a huge body.
+- ``soak`` (:mod:`dispatchers.bench.soak`, run only when named): minutes of steady
+  load through receiver failures and dispatcher restarts, reported per interval.
 
 With baselines (:mod:`dispatchers.bench.baselines`), each drain scenario runs in
 rounds, ours then each baseline's, on the same database and receiver; with
@@ -32,6 +34,7 @@ from dispatchers.bench.history import history
 from dispatchers.bench.latency import latency
 from dispatchers.bench.memory import memory
 from dispatchers.bench.results import Result
+from dispatchers.bench.soak import soak
 
 SCENARIOS: dict[str, Callable[[Bench], Result]] = {
     "drain-http": drain_http,
@@ -41,4 +44,5 @@ SCENARIOS: dict[str, Callable[[Bench], Result]] = {
     "commit-latency": commit_latency,
     "history": history,
     "memory": memory,
+    "soak": soak,
 }

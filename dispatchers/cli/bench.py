@@ -10,7 +10,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from dispatchers.bench import BASELINE_NAMES, SCENARIO_NAMES, Settings
+from dispatchers.bench import (
+    BASELINE_NAMES,
+    DEFAULT_SCENARIOS,
+    LATENCY_SECONDS,
+    SCENARIO_NAMES,
+    SOAK_SECONDS,
+    Settings,
+)
 from dispatchers.cli._common import (
     Commands,
     fraction,
@@ -35,7 +42,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     return run_bench(
         settings,
-        scenarios=list(dict.fromkeys(args.scenario or SCENARIO_NAMES)),
+        scenarios=list(dict.fromkeys(args.scenario or DEFAULT_SCENARIOS)),
         database_url=args.database_url,
         json_output=args.json,
     )
@@ -74,7 +81,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         choices=SCENARIO_NAMES,
         metavar="NAME",
-        help=f"run this scenario (repeatable; default: all of {', '.join(SCENARIO_NAMES)})",
+        help=f"run this scenario (repeatable; default: all of {', '.join(DEFAULT_SCENARIOS)}; "
+        "soak runs only when named)",
     )
     parser.add_argument(
         "--baseline",
@@ -87,6 +95,14 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
         "(needs the bench extra; it also runs beside ours in latency); repeatable",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--duration",
+        type=positive_float,
+        default=d.duration,
+        metavar="SECONDS",
+        help="how long the load is offered: in each latency run (default: "
+        f"{LATENCY_SECONDS:g}) and in the soak (default: {SOAK_SECONDS:g})",
+    )
     drains = parser.add_argument_group("drain-http, drain-noop")
     drains.add_argument(
         "-n",
@@ -163,13 +179,6 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
         metavar="N[,N...]",
         help="dispatcher processes, one run of every rate with each "
         f"(default: {_listed(d.dispatchers)})",
-    )
-    lat.add_argument(
-        "--duration",
-        type=positive_float,
-        default=d.duration,
-        metavar="SECONDS",
-        help=f"how long the load is offered in each run (default: {d.duration:g})",
     )
     lat.add_argument(
         "--claim-window",
@@ -294,6 +303,57 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
         metavar="MB",
         help="length of a big body in MB (10^6 bytes), streamed by the receiver; the "
         f"dispatcher reads only its bound of it (default: {d.big_response_mb:g})",
+    )
+    _add_soak_options(parser, d)
+
+
+def _add_soak_options(parser: argparse.ArgumentParser, d: Settings) -> None:
+    soak = parser.add_argument_group(
+        "soak (run only when named: a steady load for minutes through receiver failures "
+        "and dispatcher restarts; --duration sets its length)"
+    )
+    soak.add_argument(
+        "--soak-rate",
+        type=positive_float,
+        default=d.soak_rate,
+        metavar="R",
+        help=f"messages committed per second, one per transaction (default: {d.soak_rate:g})",
+    )
+    soak.add_argument(
+        "--soak-dispatchers",
+        type=positive_int,
+        default=d.soak_dispatchers,
+        metavar="N",
+        help="outbox dispatch processes; the last is restarted (SIGTERM, then started "
+        f"again) after every interval (default: {d.soak_dispatchers})",
+    )
+    soak.add_argument(
+        "--soak-interval",
+        type=positive_float,
+        default=d.soak_interval,
+        metavar="SECONDS",
+        help=f"length of each reported interval (default: {d.soak_interval:g})",
+    )
+    soak.add_argument(
+        "--soak-fail-share",
+        type=fraction,
+        default=d.soak_fail_share,
+        metavar="FRACTION",
+        help=f"share of requests the receiver answers 500 (default: {d.soak_fail_share:g})",
+    )
+    soak.add_argument(
+        "--soak-slow-share",
+        type=fraction,
+        default=d.soak_slow_share,
+        metavar="FRACTION",
+        help=f"share of requests the receiver answers late (default: {d.soak_slow_share:g})",
+    )
+    soak.add_argument(
+        "--soak-slow-delay",
+        type=positive_float,
+        default=d.soak_slow_delay,
+        metavar="SECONDS",
+        help=f"how late those answers are (default: {d.soak_slow_delay:g})",
     )
 
 

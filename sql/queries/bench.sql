@@ -116,6 +116,24 @@ DROP SCHEMA IF EXISTS {schema} CASCADE
 SELECT (SELECT count(*) FROM {schema}.messages) AS messages,
        (SELECT count(*) FROM {schema}.delivered) AS delivered
 
+-- name: hot_table_sizes
+-- The claimable table's size on disk (with its TOAST table and indexes) and its
+-- indexes' alone: under a steady load both should stay flat, since delivered rows
+-- leave the table and vacuum lets their space be reused.
+SELECT pg_total_relation_size(c.oid) AS total_bytes,
+       pg_indexes_size(c.oid) AS index_bytes
+FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relname = 'messages'
+
+-- name: soak_states
+-- Where the soak's messages that never reached the receiver are: still queued
+-- (ready or running: being retried) or dead. A key in neither was lost.
+SELECT state, count(*) AS count
+FROM {schema}.messages
+WHERE idempotency_key = ANY(%(keys)s)
+GROUP BY state
+
 -- name: analyze_messages
 -- Fresh planner statistics for a seeded backlog, as production would have.
 ANALYZE {schema}.messages
