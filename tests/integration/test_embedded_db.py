@@ -50,7 +50,7 @@ def _wait(condition: Callable[[], bool], what: str) -> None:
 
 
 @pytest.fixture
-def processes(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
+def processes(embedded_home: Path) -> Iterator[list[subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
     yield started
     for process in started:
@@ -60,7 +60,7 @@ def processes(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
-    path = tmp_path / "pg"
+    path = embedded_home / "pg"
     if server_state(path).running:
         outbox(path, "db", "stop", "--force")
 
@@ -92,9 +92,9 @@ def outbox(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_killed_users_never_keep_the_server_up(
-    tmp_path: Path, processes: list[subprocess.Popen[str]]
+    embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
-    path = tmp_path / "pg"
+    path = embedded_home / "pg"
     killed, terminated, last = (holder(path, processes) for _ in range(3))
     killed.send_signal(signal.SIGKILL)
     terminated.send_signal(signal.SIGTERM)  # Python's default: gone without cleaning up
@@ -109,16 +109,16 @@ def test_killed_users_never_keep_the_server_up(
 
 
 def test_a_terminated_command_releases_the_server(
-    tmp_path: Path, processes: list[subprocess.Popen[str]]
+    embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
-    path = tmp_path / "pg"
+    path = embedded_home / "pg"
     assert outbox(path, "migrate").returncode == 0
     watch = subprocess.Popen(
         [sys.executable, "-m", "dispatchers.cli", "status", "--watch", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        cwd=tmp_path,
+        cwd=embedded_home,
         env=_env(path),
     )
     processes.append(watch)
@@ -134,9 +134,9 @@ def test_a_terminated_command_releases_the_server(
 
 
 def test_db_keeps_the_server_for_other_programs_until_stopped(
-    tmp_path: Path, processes: list[subprocess.Popen[str]]
+    embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
-    path = tmp_path / "pg"
+    path = embedded_home / "pg"
     started = outbox(path, "db", "url")
     assert started.returncode == 0, started.stderr
     url = started.stdout.strip()
@@ -159,9 +159,9 @@ def test_db_keeps_the_server_for_other_programs_until_stopped(
 
 
 def test_db_stop_leaves_a_server_that_others_use_until_forced(
-    tmp_path: Path, processes: list[subprocess.Popen[str]]
+    embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
-    path = tmp_path / "pg"
+    path = embedded_home / "pg"
     user = holder(path, processes)
     assert outbox(path, "db", "start", "--detach").returncode == 0
 
@@ -175,18 +175,18 @@ def test_db_stop_leaves_a_server_that_others_use_until_forced(
 
 
 def test_status_watch_announces_the_embedded_server_once(
-    tmp_path: Path, processes: list[subprocess.Popen[str]]
+    embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
-    path = tmp_path / "pg"
+    path = embedded_home / "pg"
     assert outbox(path, "migrate").returncode == 0
-    out, err = tmp_path / "watch.out", tmp_path / "watch.err"
+    out, err = embedded_home / "watch.out", embedded_home / "watch.err"
     with open(out, "w") as stdout, open(err, "w") as stderr:
         watch = subprocess.Popen(
             [sys.executable, "-m", "dispatchers.cli", "status", "--watch", "0.1"],
             stdout=stdout,
             stderr=stderr,
             text=True,
-            cwd=tmp_path,
+            cwd=embedded_home,
             env=_env(path),
         )
     processes.append(watch)

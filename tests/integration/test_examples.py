@@ -72,11 +72,11 @@ def test_order_examples_write_the_order_and_its_message_together(database_url: s
     assert b'"amount":990' in rows[0][1] and b'"amount":4200' in rows[1][1]
 
 
-def test_order_examples_run_on_the_embedded_server_with_no_url(tmp_path: Path) -> None:
+def test_order_examples_run_on_the_embedded_server_with_no_url(embedded_home: Path) -> None:
     env = {
         k: v for k, v in os.environ.items() if k not in ("OUTBOX_DATABASE_URL", "DATABASE_URL")
     }
-    env["OUTBOX_EMBEDDED_DIR"] = str(tmp_path / "pg")
+    env["OUTBOX_EMBEDDED_DIR"] = str(embedded_home / "pg")
 
     def outbox(*args: str) -> str:
         done = subprocess.run(
@@ -86,7 +86,7 @@ def test_order_examples_run_on_the_embedded_server_with_no_url(tmp_path: Path) -
             timeout=120,
             check=False,
             env=env,
-            cwd=tmp_path,
+            cwd=embedded_home,
         )
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
