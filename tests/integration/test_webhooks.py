@@ -120,6 +120,32 @@ async def running(db: Db, cfg: DispatcherConfig | None = None) -> AsyncIterator[
             await task
 
 
+async def claimed_past(db: Db, ids: list[int]) -> None:
+    """Return once a running dispatcher has delivered a message due no earlier than
+    any of ``ids``, and check that none of them was claimed meanwhile. A claim
+    takes due messages in (available_at, id) order, so one of ``ids`` that could be
+    claimed would have been, at the latest with that message."""
+
+    def rows() -> list[tuple[Any, ...]]:
+        return db.query(
+            "SELECT id, state, attempts, available_at FROM outbox.messages"
+            " WHERE id = ANY(%s) ORDER BY id",
+            ids,
+        )
+
+    before = rows()
+    due = max([row[3] for row in before] + [datetime.now(UTC)])
+    with Receiver() as probe:
+        with db.connect() as conn:
+            later = db.box.enqueue(
+                conn, url=probe.url, idempotency_key=f"probe-{due}", json={}, available_at=due
+            )
+        await wait_until(
+            lambda: bool(db.query("SELECT 1 FROM outbox.delivered WHERE id = %s", later))
+        )
+    assert rows() == before
+
+
 def data_of(request: Received) -> Any:
     return json.loads(request.body)["data"]
 
@@ -761,7 +787,7 @@ async def test_an_endpoint_failing_longer_than_disable_after_is_disabled(
         await wait_until(lambda: not db.endpoint(endpoint.id).enabled)
         await wait_until(lambda: set(db.states().values()) == {"paused"}, seconds=5)
         sent = len(receiver.requests)
-        await asyncio.sleep(0.3)  # paused messages are not attempted
+        await claimed_past(db, ids)  # paused messages are not attempted
         assert len(receiver.requests) == sent
     disabled = db.endpoint(endpoint.id)
     assert disabled.disabled_reason is not None
@@ -798,7 +824,7 @@ async def test_operator_disable_pauses_messages_and_claim_skips_later_commits(
     finally:
         await store.close()
     async with running(db):
-        await asyncio.sleep(0.3)
+        await claimed_past(db, [waiting, committed_late])
     assert receiver.requests == []
     assert db.query("SELECT count(*) FROM outbox.messages WHERE attempts > 0") == [(0,)]
 
@@ -867,7 +893,7 @@ async def test_a_retry_that_returns_after_its_endpoint_was_deleted_is_dead(
     (mid,) = db.publish("order.created", {"n": 1})
     async with running(db):
         await wait_until(lambda: db.state(mid) != "running" and len(receiver.requests) >= 1)
-        await asyncio.sleep(0.3)  # a retry would be due by now
+        await claimed_past(db, [mid])  # a retry would have been claimed by now
     # not sent again, and certainly not unsigned to the deleted endpoint's URL
     assert len(receiver.requests) == 1
     assert db.query(
