@@ -834,6 +834,27 @@ async def test_operator_disable_pauses_messages_and_claim_skips_later_commits(
     assert db.count("messages") == 0
 
 
+async def test_a_paused_message_holds_its_ordering_key(db: Db, receiver: Receiver) -> None:
+    endpoint = db.add(receiver.url + "/hooks")
+    (paused,) = db.publish("order.created", {"n": 1}, ordering_key="acct")
+    assert db.disable(endpoint.id) == 1
+    with db.connect() as conn:  # the same key, to a destination that works
+        later = db.box.enqueue(
+            conn,
+            url=receiver.url + "/direct",
+            idempotency_key="after-the-paused-one",
+            json={"n": 2},
+            ordering_key="acct",
+        )
+    async with running(db):
+        await claimed_past(db, [later])
+        assert receiver.requests == []
+        assert db.states() == {paused: "paused", later: "ready"}
+        assert db.enable(endpoint.id) == 1
+        await wait_until(lambda: db.count("messages") == 0)
+    assert [r.path for r in receiver.requests] == ["/hooks", "/direct"]
+
+
 def test_disable_and_enable_refuse_unknown_ids_and_bad_reasons(db: Db) -> None:
     endpoint = db.add("https://example.com/x")
     with db.connect() as conn:
