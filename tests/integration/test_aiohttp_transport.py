@@ -611,9 +611,16 @@ async def test_tls_rejects_a_certificate_for_another_name(
 
 
 @pytest.mark.usefixtures("localhost_is_loopback")
-async def test_tls_verification_is_on_by_default(tls_server: TlsServer) -> None:
-    """The dispatcher trusts certifi's roots, not this test CA: a connect error."""
-    cfg = fast_config(SENDING, allow_private_networks=False, allow_networks=("127.0.0.0/8",))
+@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+async def test_tls_verification_is_on_by_default(tls_server: TlsServer, http_client: str) -> None:
+    """The dispatcher trusts certifi's roots, not this test CA: a connect error,
+    whichever client sends."""
+    cfg = fast_config(
+        SENDING,
+        http_client=http_client,
+        allow_private_networks=False,
+        allow_networks=("127.0.0.0/8",),
+    )
     attempt = await send(cfg, job(tls_server.url("localhost", scheme="https")))
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (
         Verdict.RETRY,
