@@ -364,6 +364,7 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
             what="dispatcher-1 to hold leases",
             processes=procs,
         )
+        assert sessions(database_url, first), "dispatcher-1's sessions are not named"
         first.signal(signal.SIGKILL)
         assert first.wait(timeout=10) == -signal.SIGKILL
         chaos.kills += 1
@@ -386,6 +387,7 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
             what="dispatcher-2 to hold leases",
             processes=procs,
         )
+        assert sessions(database_url, second), "dispatcher-2's sessions are not named"
         second.signal(signal.SIGSTOP)
         frozen_at = time.monotonic()
         try:
