@@ -119,11 +119,16 @@ def test_a_cancellation_from_elsewhere_propagates_and_leaves_no_timer(run: Run) 
 def test_a_cancellation_from_elsewhere_at_the_deadline_is_not_swallowed(run: Run) -> None:
     async def main() -> bool:
         deadlines = Deadlines(0.1)
-        task = asyncio.create_task(bounded(deadlines, asyncio.Event().wait()))
-        await asyncio.sleep(0)  # the task starts and registers
         loop = asyncio.get_running_loop()
-        # cancelled by someone else in the same loop iteration as its deadline
-        loop.call_at(loop.time() + 0.1, task.cancel)
+
+        async def work() -> None:
+            # Cancelled by someone else at its deadline: scheduled in the step that
+            # registered the deadline, from the same clock reading (uvloop's is
+            # read once per iteration), so both fire in the same loop iteration.
+            loop.call_at(loop.time() + 0.1, task.cancel)
+            await asyncio.Event().wait()
+
+        task = asyncio.create_task(bounded(deadlines, work()))
         async with asyncio.timeout(10):
             with pytest.raises(asyncio.CancelledError):
                 await task
