@@ -174,8 +174,12 @@ class Sender:
         headers["Idempotency-Key"] = idempotency_header(
             job.idempotency_key, self.config.idempotency_key_format
         )
-        headers.setdefault("User-Agent", self.config.user_agent)
-        headers.setdefault("Accept-Encoding", "identity")
+        # defaults for what the message leaves out; header names are case-insensitive
+        given = {name.lower() for name in job.headers}
+        if "user-agent" not in given:
+            headers["User-Agent"] = self.config.user_agent
+        if "accept-encoding" not in given:
+            headers["Accept-Encoding"] = "identity"
         if job.endpoint_id is not None:
             headers.update(
                 webhook_headers(

@@ -51,6 +51,7 @@ class DispatcherProcess:
             if k not in ("OUTBOX_DATABASE_URL", "DATABASE_URL", "OUTBOX_EMBEDDED_DIR")
         }
         env["PYTHONUNBUFFERED"] = "1"
+        env["PGAPPNAME"] = name  # its sessions, as pg_stat_activity shows them
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             # cwd is the test's own directory, so nothing can ever land in the repository.
             self.popen = subprocess.Popen(
@@ -168,6 +169,17 @@ def query(url: str, statement: str, params: Sequence[Any] | dict[str, Any] = ())
 
 def scalar(url: str, statement: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
     return query(url, statement, params)[0][0]
+
+
+def sessions(url: str, process: DispatcherProcess) -> list[tuple[str, Any]]:
+    """(state, state_change) of each server session ``process`` has open, sorted."""
+    rows = query(
+        url,
+        "SELECT state, state_change FROM pg_stat_activity"
+        " WHERE application_name = %s AND datname = current_database()",
+        (process.name,),
+    )
+    return sorted(rows, key=repr)
 
 
 def wait_until(

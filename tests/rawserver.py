@@ -75,11 +75,17 @@ class RawServer:
 
 def read_request(conn: socket.socket) -> bytes:
     """Read one request (head and Content-Length body); return its head, or b"" at EOF."""
+    return read_message(conn)[0]
+
+
+def read_message(conn: socket.socket) -> tuple[bytes, bytes]:
+    """Read one request; return its head and its Content-Length body, or two empty
+    strings at EOF."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(65536)
         if not chunk:
-            return b""
+            return b"", b""
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     length = 0
@@ -92,4 +98,4 @@ def read_request(conn: socket.socket) -> bytes:
         if not chunk:
             break
         body += chunk
-    return head
+    return head, body

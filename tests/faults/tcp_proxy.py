@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import struct
 import threading
@@ -31,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal, TypeVar
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 T = TypeVar("T")
 
@@ -353,3 +355,24 @@ class TcpProxy:
             with contextlib.suppress(Exception):
                 if link in self._links and writer.can_write_eof():
                     writer.write_eof()
+
+
+# -- a database behind the proxy ---------------------------------------------------------
+
+
+def proxy_target(database_url: str) -> Target:
+    """Where the test database listens: the embedded server's Unix socket, or TCP."""
+    parts = urlsplit(database_url)
+    host = parse_qs(parts.query).get("host", [parts.hostname or ""])[0]
+    port = parts.port or 5432
+    if not host or host.startswith("/"):
+        return UnixTarget(os.path.join(host or "/var/run/postgresql", f".s.PGSQL.{port}"))
+    return TcpTarget(host, port)
+
+
+def through(proxy: TcpProxy, database_url: str) -> str:
+    """``database_url`` (same user, password and database) via the proxy."""
+    parts = urlsplit(database_url)
+    credentials = parts.netloc.rpartition("@")[0]
+    netloc = f"{credentials or 'postgres'}@127.0.0.1:{proxy.port}"
+    return urlunsplit(("postgresql", netloc, parts.path, "", ""))

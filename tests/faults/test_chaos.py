@@ -48,7 +48,7 @@ import pytest
 
 from outbox import Outbox
 from tests.conftest import PgServer
-from tests.processes import DispatcherProcess, Fleet, query, scalar, wait_until
+from tests.processes import DispatcherProcess, Fleet, query, scalar, sessions, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = 20240611
@@ -261,6 +261,17 @@ def held_by(url: str, process: DispatcherProcess) -> dict[int, int]:
     return {mid: attempt for mid, attempt in rows}
 
 
+def still_leases(url: str, process: DispatcherProcess) -> tuple[dict[int, int]] | None:
+    """The leases a stopped ``process`` holds, once the server has finished every
+    statement it sent: none of its sessions is active, and none changed while the
+    leases were read. None while a statement still runs."""
+    before = sessions(url, process)
+    if any(state == "active" for state, _ in before):
+        return None
+    held = held_by(url, process)
+    return (held,) if sessions(url, process) == before else None
+
+
 def lease_expired_rows(url: str, process: DispatcherProcess) -> set[tuple[int, int]]:
     rows = query(
         url,
@@ -353,10 +364,17 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
             what="dispatcher-1 to hold leases",
             processes=procs,
         )
+        assert sessions(database_url, first), "dispatcher-1's sessions are not named"
         first.signal(signal.SIGKILL)
         assert first.wait(timeout=10) == -signal.SIGKILL
         chaos.kills += 1
-        time.sleep(0.5)  # a statement the server had in hand has finished by now
+        # Its sessions end once the server has finished what it had in hand.
+        wait_until(
+            lambda: not sessions(database_url, first),
+            timeout=deadline.left(30),
+            what="the killed dispatcher's sessions to end",
+            processes=procs,
+        )
         chaos.killed_rows = held_by(database_url, first)
         assert chaos.killed_rows, "dispatcher-1 held no lease when it was killed"
         fourth = fleet.start(database_url, *DISPATCH_ARGS)
@@ -369,12 +387,17 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
             what="dispatcher-2 to hold leases",
             processes=procs,
         )
+        assert sessions(database_url, second), "dispatcher-2's sessions are not named"
         second.signal(signal.SIGSTOP)
         frozen_at = time.monotonic()
         try:
             chaos.freezes += 1
-            time.sleep(0.5)
-            chaos.frozen_rows = held_by(database_url, second)
+            (chaos.frozen_rows,) = wait_until(
+                lambda: still_leases(database_url, second),
+                timeout=deadline.left(30),
+                what="the frozen dispatcher's statements to finish",
+                processes=procs,
+            )
             assert chaos.frozen_rows, "dispatcher-2 held no lease when it was frozen"
             wanted = set(chaos.frozen_rows.items())
             wait_until(
@@ -406,7 +429,7 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
             try:
                 pg_server.embedded.stop()
                 chaos.restarts += 1
-                time.sleep(3.0)
+                time.sleep(3.0)  # an outage, not a wait: every dispatcher meets it (db_error)
             finally:
                 pg_server.embedded.start()
             before = delivered_count(database_url)

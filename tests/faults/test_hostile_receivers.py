@@ -14,7 +14,6 @@ import asyncio
 import io
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from dispatchers.retry import ExponentialBackoff
 from tests.dispatching import Db, fast_config
 from tests.processes import Fleet, scalar, terminate, wait_until
 from tests.rawserver import RawServer, read_request
+from tests.timing import LATE
 
 MIB = 1024 * 1024
 HUGE = 50 * MIB
@@ -35,6 +35,10 @@ BLOCK = 64 * 1024
 
 # One attempt per test: a retry is scheduled a minute out, so --drain stops after it.
 ONE_ATTEMPT = ExponentialBackoff(base=60, cap=60, jitter=0)
+
+PATIENT = {"retry_policy": ONE_ATTEMPT, "request_timeout": 10.0, "lease": 20.0}
+"""For attempts that something other than the request deadline must end: that
+deadline is far enough away that a loaded machine never reaches it first."""
 
 
 def read_only(conn: socket.socket, closed: threading.Event) -> None:
@@ -64,13 +68,13 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
         yield fleet
 
 
-async def drain_within(db: Db, cfg: DispatcherConfig, bound: float) -> tuple[Dispatcher, float]:
-    """Run a dispatcher with --drain semantics; fail if it has not finished in ``bound`` s."""
+async def drain_within(db: Db, cfg: DispatcherConfig, bound: float) -> Dispatcher:
+    """Run a dispatcher with --drain semantics; fail if it has not finished in ``bound``
+    seconds (a generous bound: it proves the drain ends, not how fast)."""
     dispatcher = Dispatcher(db.url, cfg, log=Recorder())
-    started = time.monotonic()
     async with asyncio.timeout(bound):
         await dispatcher.run(drain=True)
-    return dispatcher, time.monotonic() - started
+    return dispatcher
 
 
 def message(db: Db, mid: int) -> tuple[Any, ...]:
@@ -177,13 +181,12 @@ async def test_endless_chunked_200_succeeds_once_the_read_bound_is_hit(db: Db) -
 
     with RawServer(endless) as server:
         mid = db.enqueue(server.url(), "endless-200")
-        dispatcher, elapsed = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
+        dispatcher = await drain_within(db, fast_config(PATIENT), 15)
     assert dispatcher.stats.delivered == 1
-    assert elapsed < 5
     assert db.query("SELECT id, attempts, last_status FROM outbox.delivered") == [(mid, 1, 200)]
     ((_, outcome, status, error_class, duration_ms, excerpt),) = attempts(db, mid)
     assert (outcome, status, error_class) == ("succeeded", 200, None)
-    assert duration_ms < 1000  # request_timeout: the bound, not the clock, ended it
+    assert duration_ms < 10_000  # the read bound ended it, not the request deadline
     assert excerpt == "c" * 1024
 
 
@@ -201,13 +204,12 @@ async def test_trickling_200_body_times_out_and_is_retried(db: Db) -> None:
 
     with RawServer(trickle) as server:
         mid = db.enqueue(server.url(), "trickle-200")
-        dispatcher, elapsed = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
+        dispatcher = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
     assert dispatcher.stats.retried == 1
-    assert elapsed < 4
     assert message(db, mid)[:3] == ("ready", 1, None)
     ((_, outcome, status, error_class, duration_ms, _),) = attempts(db, mid)
     assert (outcome, status, error_class) == ("retry", None, "timeout")
-    assert 900 <= duration_ms <= 1500
+    assert 1000 - 10 <= duration_ms < (1 + LATE) * 1000  # the deadline (1 s) ended it
 
 
 # -- 3. not HTTP, or too slow to be -----------------------------------------------------
@@ -220,9 +222,8 @@ async def test_garbage_instead_of_a_status_line_is_a_protocol_error(db: Db) -> N
 
     with RawServer(garbage) as server:
         mid = db.enqueue(server.url(), "garbage")
-        dispatcher, elapsed = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
+        dispatcher = await drain_within(db, fast_config(PATIENT), 15)
     assert dispatcher.stats.retried == 1
-    assert elapsed < 5
     state, count, status, error, _ = message(db, mid)
     assert (state, count, status) == ("ready", 1, None)
     assert error.startswith("protocol error")
@@ -244,13 +245,13 @@ async def test_slowloris_status_line_is_cut_at_the_request_timeout(db: Db) -> No
     cfg = fast_config(request_timeout=request_timeout, lease=6.0, retry_policy=ONE_ATTEMPT)
     with RawServer(slowloris) as server:
         mid = db.enqueue(server.url(), "slowloris")
-        dispatcher, elapsed = await drain_within(db, cfg, 15)
+        dispatcher = await drain_within(db, cfg, 15)
     assert dispatcher.stats.retried == 1
-    assert elapsed < request_timeout + 2
     assert message(db, mid)[:3] == ("ready", 1, None)
     ((_, outcome, status, error_class, duration_ms, _),) = attempts(db, mid)
     assert (outcome, status, error_class) == ("retry", None, "timeout")
-    assert request_timeout * 1000 - 100 <= duration_ms <= request_timeout * 1000 + 500
+    # the whole answer would take 40 s: the deadline ended the attempt
+    assert request_timeout * 1000 - 10 <= duration_ms < (request_timeout + LATE) * 1000
 
 
 # -- 4. redirects and the SSRF guard ------------------------------------------------------
@@ -272,13 +273,14 @@ async def test_redirects_fail_permanently_and_are_never_followed(db: Db) -> None
             loopback = db.enqueue(server.url(path="/to-loopback"), "redirect-loopback")
             # The guard on, loopback allowed: even a followed redirect could reach
             # nothing beyond 127.0.0.1.
-            cfg = fast_config(allow_private_networks=False, allow_networks=("127.0.0.0/8",))
-            dispatcher, elapsed = await drain_within(db, cfg, 15)
+            cfg = fast_config(
+                PATIENT, allow_private_networks=False, allow_networks=("127.0.0.0/8",)
+            )
+            dispatcher = await drain_within(db, cfg, 15)
             requests = server.connections
         assert target.connections == 0
     assert requests == 2
     assert dispatcher.stats.dead == 2
-    assert elapsed < 5
     for mid in (private, loopback):
         state, count, status, error, _ = message(db, mid)
         assert (state, count, status) == ("dead", 1, 302)
@@ -289,10 +291,9 @@ async def test_redirects_fail_permanently_and_are_never_followed(db: Db) -> None
 async def test_a_name_resolving_to_loopback_is_blocked_before_connecting(db: Db) -> None:
     with RawServer(read_only) as server:
         mid = db.enqueue(f"http://localhost:{server.port}/hook", "ssrf-localhost")
-        dispatcher, elapsed = await drain_within(db, fast_config(allow_private_networks=False), 15)
+        dispatcher = await drain_within(db, fast_config(allow_private_networks=False), 15)
         assert server.connections == 0
     assert dispatcher.stats.dead == 1
-    assert elapsed < 5
     state, count, status, error, _ = message(db, mid)
     assert (state, count, status) == ("dead", 1, None)
     assert "'localhost'" in error
@@ -305,16 +306,15 @@ async def test_a_name_resolving_to_loopback_is_blocked_before_connecting(db: Db)
 async def test_a_server_that_closes_at_once_is_retried(db: Db) -> None:
     with RawServer() as server:
         mid = db.enqueue(server.url(), "closes-at-once")
-        dispatcher, elapsed = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
+        dispatcher = await drain_within(db, fast_config(PATIENT), 15)
         assert server.connections >= 1
     assert dispatcher.stats.retried == 1
-    assert elapsed < 5
     assert message(db, mid)[:3] == ("ready", 1, None)
     ((_, outcome, status, error_class, duration_ms, _),) = attempts(db, mid)
     assert (outcome, status) == ("retry", None)
     # EOF before a response, or a reset if the close raced the request
     assert error_class in ("protocol_error", "network_error")
-    assert duration_ms < 1000
+    assert duration_ms < 10_000  # the close ended it, before the request deadline
 
 
 async def test_a_server_that_never_answers_is_cut_at_the_request_timeout(db: Db) -> None:
@@ -324,10 +324,10 @@ async def test_a_server_that_never_answers_is_cut_at_the_request_timeout(db: Db)
 
     with RawServer(silent) as server:
         mid = db.enqueue(server.url(), "never-answers")
-        dispatcher, elapsed = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
+        dispatcher = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
     assert dispatcher.stats.retried == 1
-    assert elapsed < 4
     assert message(db, mid)[:3] == ("ready", 1, None)
     ((_, outcome, status, error_class, duration_ms, _),) = attempts(db, mid)
     assert (outcome, status, error_class) == ("retry", None, "timeout")
-    assert 900 <= duration_ms <= 1500
+    # the server would hold on for 30 s: the deadline (1 s) ended the attempt
+    assert 1000 - 10 <= duration_ms < (1 + LATE) * 1000

@@ -27,14 +27,12 @@ import asyncio
 import collections
 import io
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
@@ -46,7 +44,7 @@ from dispatchers.log import EventLog
 from dispatchers.reporting import Stats
 from outbox.receiver import Inbox, idempotency_key
 from tests.dispatching import fast_config
-from tests.faults.tcp_proxy import Target, TcpProxy, TcpTarget, UnixTarget
+from tests.faults.tcp_proxy import TcpProxy, proxy_target, through
 from tests.processes import enqueue_many, query
 from tests.receiver import Received, Receiver, Reply
 
@@ -74,24 +72,6 @@ THROUGH_A_PROXY = {
 
 
 # -- the database, through the proxy ------------------------------------------------
-
-
-def proxy_target(database_url: str) -> Target:
-    """Where the test database listens: the embedded server's Unix socket, or TCP."""
-    parts = urlsplit(database_url)
-    host = parse_qs(parts.query).get("host", [parts.hostname or ""])[0]
-    port = parts.port or 5432
-    if not host or host.startswith("/"):
-        return UnixTarget(os.path.join(host or "/var/run/postgresql", f".s.PGSQL.{port}"))
-    return TcpTarget(host, port)
-
-
-def through(proxy: TcpProxy, database_url: str) -> str:
-    """``database_url`` (same user, password and database) via the proxy."""
-    parts = urlsplit(database_url)
-    credentials = parts.netloc.rpartition("@")[0]
-    netloc = f"{credentials or 'postgres'}@127.0.0.1:{proxy.port}"
-    return urlunsplit(("postgresql", netloc, parts.path, "", ""))
 
 
 @pytest.fixture

@@ -75,18 +75,15 @@ async def test_a_huge_body_is_classified_by_status_and_read_only_up_to_the_bound
     with RawServer(server) as raw:
         ok = db.enqueue(raw.url(path="/ok"), "huge-ok")
         failing = db.enqueue(raw.url(path="/fail"), "huge-503")
-        started = time.monotonic()
         dispatcher = await drain(
             db,
             fast_config(
                 http_client=http_client, retry_policy=ONE_ATTEMPT, request_timeout=5.0, lease=10.0
             ),
         )
-        elapsed = time.monotonic() - started
         server.wait(2, within=10)
 
     assert (dispatcher.stats.delivered, dispatcher.stats.retried) == (1, 1)
-    assert elapsed < 5  # the bound ended each read, not the request timeout
     assert db.query("SELECT id, attempts, last_status FROM outbox.delivered") == [(ok, 1, 200)]
     assert db.query(
         "SELECT state, attempts, last_status FROM outbox.messages WHERE id = %s", failing
@@ -95,6 +92,8 @@ async def test_a_huge_body_is_classified_by_status_and_read_only_up_to_the_bound
         "SELECT message_id, outcome, status, response_excerpt FROM outbox.attempts"
         " ORDER BY message_id"
     )
+    # each classified by its status, not cut as a timeout: the read bound ended each
+    # read, not the request deadline
     assert excerpts == [(ok, "succeeded", 200, "b" * 1024), (failing, "retry", 503, "b" * 1024)]
     for path, sent in server.sent.items():
         assert sent < STOPPED_BY, f"{path}: the server sent {sent / MIB:.1f} MiB"

@@ -126,6 +126,15 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler installed for ``signum`` (the SigCgt
+    mask of /proc/PID/status: bit n - 1 for signal n)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    raise AssertionError(f"no SigCgt line for pid {pid}")
+
+
 def test_sigterm_while_the_children_start_is_a_clean_stop(database_url: str) -> None:
     # Children still importing have no signal handler yet: SIGTERM ends them at
     # once, before they claim anything, and the fleet stops with 0 all the same.
@@ -143,7 +152,10 @@ def test_sigterm_while_the_children_start_is_a_clean_stop(database_url: str) -> 
         while len(children_of(proc.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(children_of(proc.pid)) == 2
-        time.sleep(0.05)  # the supervisor installs its handlers right after spawning
+        # the supervisor installs its handlers right after spawning
+        while not catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert catches(proc.pid, signal.SIGTERM)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:

@@ -1,0 +1,53 @@
+"""The defaults the README promises are the ones the code has.
+
+Each default is read from its one definition in the code and from the README's
+sentence about it, and both must equal the documented value: a change to either
+side alone fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE
+from outbox import Outbox
+from outbox.defaults import DEFAULT_WEBHOOK_MAX_ATTEMPTS
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+DAY = 24 * 3600
+UNIT_SECONDS = {"s": 1, "min": 60, "h": 3600}
+
+
+def readme(pattern: str) -> re.Match[str]:
+    """The README's one match of ``pattern`` (whitespace in it matches line breaks)."""
+    matches = list(re.finditer(pattern, " ".join(README.split())))
+    assert len(matches) == 1, f"{pattern!r} matches the README {len(matches)} times"
+    return matches[0]
+
+
+def test_an_endpoint_failing_for_5_days_is_disabled() -> None:
+    days = int(readme(r"every attempt has failed for (\d+) days is disabled").group(1))
+    assert days == 5
+    assert DispatcherConfig().disable_after == days * DAY
+
+
+def test_delivered_history_is_kept_7_days() -> None:
+    days = int(readme(r"\| `--retention SPAN` \| `(\d+)d` \|").group(1))
+    assert days == 7
+    assert DispatcherConfig().retention == days * DAY
+
+
+def test_a_webhook_gets_8_attempts_on_the_standard_webhooks_schedule() -> None:
+    listed = readme(r"Retries follow the Standard Webhooks schedule: ([^(]*) \(about a day\)")
+    delays = [
+        int(number) * UNIT_SECONDS[unit]
+        for number, unit in (item.split() for item in listed.group(1).split(", "))
+    ]
+    assert delays == [5, 300, 1800, 7200, 18000, 36000, 36000]
+    assert list(STANDARD_WEBHOOKS_SCHEDULE.delays) == delays
+    # the first attempt, then one per delay: the message is dead after the last
+    assert 1 + len(delays) == 8
+    assert DEFAULT_WEBHOOK_MAX_ATTEMPTS == 8
+    assert Outbox().webhook_max_attempts == 8
