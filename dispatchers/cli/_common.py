@@ -31,7 +31,6 @@ from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS, MAX_SPAN
 from dispatchers.embedded import Database, configured_url, embedded_path, resolve
 from outbox._arguments import MAX_ID
 from outbox.defaults import DEFAULT_SCHEMA
-from outbox.dsn import libpq_url
 from outbox.errors import OutboxError
 
 T = TypeVar("T")
@@ -110,16 +109,16 @@ def add_database_options(parser: argparse.ArgumentParser, *, schema: bool = True
 def resolve_database(args: argparse.Namespace) -> Database:
     """Pick the database URL by the documented precedence, starting the embedded
     server when none is configured (and saying so on stderr)."""
-    url = configured_url(getattr(args, "database_url", None))
-    if url:
-        return Database(libpq_url(url), embedded=False)
-    require_extra("embedded")
-    db = resolve()
-    print(
-        f"outbox: no database URL given; using the embedded PostgreSQL in {embedded_path()} "
-        f"({db.url})",
-        file=sys.stderr,
-    )
+    explicit = getattr(args, "database_url", None)
+    if configured_url(explicit) is None:
+        require_extra("embedded")
+    db = resolve(explicit)
+    if db.embedded:
+        print(
+            f"outbox: no database URL given; using the embedded PostgreSQL in "
+            f"{embedded_path()} ({db.url})",
+            file=sys.stderr,
+        )
     return db
 
 
