@@ -4,7 +4,8 @@ One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.migrate`, :mod:`~dispatchers.cli.dispatch`,
 :mod:`~dispatchers.cli.endpoints`, :mod:`~dispatchers.cli.dead`,
 :mod:`~dispatchers.cli.inspect` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
-:mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.bench` and
+:mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.ui` (the
+dashboard), :mod:`~dispatchers.cli.bench` and
 :mod:`~dispatchers.cli.demo`; what they share is
 in :mod:`~dispatchers.cli._common` (database, argument types) and
 :mod:`~dispatchers.cli._render` (tables, JSON). Building the parser imports none of
@@ -28,7 +29,18 @@ from importlib import metadata
 
 import psycopg
 
-from dispatchers.cli import bench, db, dead, demo, dispatch, endpoints, inspect, migrate, roles
+from dispatchers.cli import (
+    bench,
+    db,
+    dead,
+    demo,
+    dispatch,
+    endpoints,
+    inspect,
+    migrate,
+    roles,
+    ui,
+)
 from dispatchers.cli._common import ArgumentParser, Handler, MissingExtra
 from dispatchers.cli._exit import ExitCode
 from outbox.errors import OutboxError, SchemaNotMigrated
@@ -51,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"outbox {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (migrate, roles, dispatch, endpoints, dead, inspect, db, bench, demo):
+    for group in (migrate, roles, dispatch, endpoints, dead, inspect, db, ui, bench, demo):
         group.add_parser(commands)
     return parser
 

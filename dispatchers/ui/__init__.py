@@ -1,0 +1,16 @@
+"""``outbox ui``: the operator dashboard, a web view of one database and schema.
+
+Server-rendered pages (aiohttp.web and Jinja2 templates with autoescape), a style
+sheet and one small script for live refresh, all served from the package: no
+build step, no CDN. The parts:
+
+- :mod:`~dispatchers.ui.app`: the application, its routes, the guard middleware
+  and the security headers;
+- :mod:`~dispatchers.ui.auth`: sessions, the login token, CSRF, loopback (pure);
+- :mod:`~dispatchers.ui.views`: the pages and actions;
+- :mod:`~dispatchers.ui.dashboard`: what every request shares, and rendering;
+- :mod:`~dispatchers.ui.store`: the database, read-only for pages;
+- :mod:`~dispatchers.ui.charts`: per-minute charts as SVG (pure).
+
+The dispatcher never imports this package, nor this package the CLI.
+"""

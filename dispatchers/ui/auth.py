@@ -1,0 +1,113 @@
+"""Who may use the dashboard: sessions, the login token, CSRF tokens, loopback.
+
+Pure logic, without aiohttp, so each rule is unit-tested on its own; the
+middleware in :mod:`dispatchers.ui.app` applies them to requests.
+
+- Without a token the dashboard serves only loopback: the command refuses any
+  other address, and a request naming another host in its ``Host`` header is
+  refused too (a page of another site whose name was rebound to 127.0.0.1 would
+  otherwise read the dashboard as its own origin). Every visitor is ``local``.
+- With a token, a visitor signs in once by giving it; the token is compared in
+  constant time and never stored in the cookie. The session cookie is a random
+  id signed with a key made at start-up (a restart signs everyone out), sent
+  HttpOnly and SameSite=Strict.
+- Every POST carries a CSRF token derived from the session id with the same
+  key, checked in constant time: a form of another origin can neither read it
+  nor, with SameSite=Strict, send the cookie it belongs to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import secrets
+
+COOKIE = "outbox_ui"
+"""The name of the session cookie."""
+
+LOCAL = "local"
+"""Who acts when the dashboard has no token: whoever can reach loopback."""
+
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (``127.0.0.0/8``, ``::1``),
+    bracketed or not."""
+    name = host.strip().lower()
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_of(header: str) -> str:
+    """The host part of a ``Host`` header: without the port, brackets kept off."""
+    header = header.strip()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def token_id(token: str) -> str:
+    """How the log names the holder of ``token``: a hash prefix that reveals none
+    of it."""
+    return "token:" + hashlib.sha256(token.encode()).hexdigest()[:8]
+
+
+class Guard:
+    """The dashboard's key, its optional login token, and the rules above."""
+
+    def __init__(self, *, token: str | None, key: bytes | None = None) -> None:
+        if token is not None and not token:
+            raise ValueError("the token must not be empty")
+        self._token = token
+        self._key = key if key is not None else secrets.token_bytes(32)
+
+    @property
+    def login_required(self) -> bool:
+        return self._token is not None
+
+    @property
+    def principal(self) -> str:
+        """Who acts for the log: the token's id, or ``local``."""
+        return LOCAL if self._token is None else token_id(self._token)
+
+    def accepts_token(self, given: str) -> bool:
+        """Whether ``given`` is the login token (constant time)."""
+        if self._token is None:
+            return False
+        return hmac.compare_digest(given.encode(), self._token.encode())
+
+    def allows_host(self, header: str | None) -> bool:
+        """Whether a request's ``Host`` header may be served: any with a token;
+        only loopback names without one."""
+        return self.login_required or (header is not None and is_loopback(host_of(header)))
+
+    def new_session(self) -> tuple[str, str]:
+        """A new session: its random id, and the cookie value (the id, signed)."""
+        sid = secrets.token_urlsafe(18)
+        return sid, f"{sid}.{self._sign('session', sid)}"
+
+    def session_id(self, cookie: str | None) -> str | None:
+        """The session id of a cookie value, or None if it was not signed here."""
+        if not cookie or "." not in cookie:
+            return None
+        sid, signature = cookie.rsplit(".", 1)
+        if not hmac.compare_digest(signature, self._sign("session", sid)):
+            return None
+        return sid
+
+    def csrf_token(self, sid: str) -> str:
+        """The CSRF token of the forms of session ``sid``."""
+        return self._sign("csrf", sid)
+
+    def accepts_csrf(self, sid: str, given: str | None) -> bool:
+        """Whether ``given`` is session ``sid``'s CSRF token (constant time)."""
+        return given is not None and hmac.compare_digest(given, self.csrf_token(sid))
+
+    def _sign(self, purpose: str, value: str) -> str:
+        return hmac.new(self._key, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()

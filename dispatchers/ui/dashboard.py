@@ -1,0 +1,65 @@
+"""What every request of the dashboard shares, and how a page is rendered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any
+
+import jinja2
+from aiohttp import web
+
+from dispatchers.log import EventLog
+from dispatchers.ui.auth import COOKIE, Guard
+from dispatchers.ui.store import Store
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    """What the handlers share: the database, the guard, the templates, the log."""
+
+    store: Store
+    guard: Guard
+    log: EventLog
+    templates: jinja2.Environment
+    read_only: bool
+    database: str
+    """The database as the header shows it: name and host, never credentials."""
+
+
+DASHBOARD = web.AppKey("dashboard", Dashboard)
+
+SESSION = web.RequestKey("session", str)
+"""The id of the request's session, set by the guard."""
+
+
+def templates() -> jinja2.Environment:
+    """The page templates, every value escaped unless marked safe."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("dispatchers.ui", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.globals["utc"] = UTC
+    return env
+
+
+def render(request: web.Request, name: str, *, status: int = 200, **context: Any) -> web.Response:
+    """Template ``name`` as an HTML response, with what the layout shows on every
+    page: the database, the schema, the read-only badge, the session's CSRF token."""
+    dashboard = request.app[DASHBOARD]
+    sid = request.get(SESSION)
+    text = dashboard.templates.get_template(name).render(
+        database=dashboard.database,
+        schema=dashboard.store.schema,
+        read_only=dashboard.read_only,
+        csrf=dashboard.guard.csrf_token(sid) if sid else "",
+        path=request.path,
+        **context,
+    )
+    return web.Response(text=text, status=status, content_type="text/html")
+
+
+def set_session(response: web.StreamResponse, value: str) -> None:
+    """Set the session cookie: not readable by scripts, never sent cross-site."""
+    response.set_cookie(COOKIE, value, httponly=True, samesite="Strict", path="/")

@@ -1,0 +1,118 @@
+"""The dashboard's database access: a small pool, read-only pages, written actions.
+
+Pages and actions call the library's operator functions (:mod:`outbox.admin`),
+which are synchronous and run in the caller's transaction; here each runs in a
+worker thread on a pooled connection, so a slow query never blocks the event
+loop that serves the other requests. Every page runs in a ``READ ONLY``
+transaction: a page cannot write, whatever its code does. Only :meth:`Store.write`
+opens a transaction that can, and the dashboard never calls it in read-only mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, NamedTuple, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from outbox._queries import queries_for
+from outbox._transaction import rows_plan, run_sync
+
+T = TypeVar("T")
+
+SEARCH_LIMIT = 100
+"""The most messages one search shows."""
+
+
+class Minute(NamedTuple):
+    """A row of ``ui_minutes``: attempts that started in one minute."""
+
+    minute: datetime
+    delivered: int
+    failed: int
+
+
+class Owner(NamedTuple):
+    """A row of ``ui_dispatchers``: one dispatcher (lease owner) seen lately."""
+
+    owner: str
+    in_flight: int
+    lease_until: datetime | None
+    last_attempt_at: datetime | None
+
+
+class Found(NamedTuple):
+    """A row of ``ui_messages``: one message matching a search."""
+
+    id: int
+    idempotency_key: str
+    url: str | None
+    endpoint_id: int | None
+    event_type: str | None
+    state: str
+    attempts: int
+    last_status: int | None
+    created_at: datetime
+
+
+class Store:
+    """The dashboard's connections to one database, for one schema."""
+
+    def __init__(self, url: str, *, schema: str, max_size: int = 4) -> None:
+        self.schema = schema
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            kwargs={"connect_timeout": 10, "options": "-c statement_timeout=5000"},
+        )
+
+    def open(self) -> None:
+        self._pool.open(wait=True, timeout=15)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    async def read(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``work`` in a read-only transaction, in a worker thread."""
+        return await asyncio.to_thread(self._run, work, read_only=True)
+
+    async def write(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``work`` in a transaction that commits when it returns."""
+        return await asyncio.to_thread(self._run, work, read_only=False)
+
+    def _run(self, work: Callable[[psycopg.Connection[Any]], T], *, read_only: bool) -> T:
+        with self._pool.connection() as conn:
+            if read_only:
+                conn.execute("SET TRANSACTION READ ONLY")
+            return work(conn)
+
+    # -- the dashboard's own statements (sql/queries/ui.sql) ------------------------
+
+    def minutes(self, conn: psycopg.Connection[Any]) -> list[Minute]:
+        return run_sync(conn, rows_plan(queries_for(self.schema)["ui_minutes"], {}, Minute))
+
+    def owners(self, conn: psycopg.Connection[Any]) -> list[Owner]:
+        return run_sync(conn, rows_plan(queries_for(self.schema)["ui_dispatchers"], {}, Owner))
+
+    def search(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        key: str | None,
+        event_type: str | None,
+        endpoint_id: int | None,
+        state: str | None,
+    ) -> list[Found]:
+        params = {
+            "key": key,
+            "event_type": event_type,
+            "endpoint_id": endpoint_id,
+            "state": state,
+            "limit": SEARCH_LIMIT,
+        }
+        return run_sync(conn, rows_plan(queries_for(self.schema)["ui_messages"], params, Found))

@@ -1,0 +1,68 @@
+-- What the operator dashboard reads (dispatchers.ui), beside the status snapshot
+-- and the dead letters of admin.sql. Every statement reads a bounded window or
+-- returns a bounded number of rows, so a page costs the same on a big history.
+
+-- name: ui_minutes
+-- Attempts per minute over the last hour, for the overview's chart: a range scan
+-- of attempts_started_idx over one hour of attempts, never the whole table.
+SELECT date_trunc('minute', started_at) AS minute,
+       count(*) FILTER (WHERE outcome = 'succeeded') AS delivered,
+       count(*) FILTER (WHERE outcome <> 'succeeded') AS failed
+FROM {schema}.attempts
+WHERE started_at >= date_trunc('minute', now()) - interval '59 minutes'
+GROUP BY 1
+ORDER BY 1
+
+-- name: ui_dispatchers
+-- The dispatchers seen: owners of live leases (from the lease partial index) and
+-- owners of attempts started in the last hour, with what each holds now and when
+-- it last started an attempt.
+WITH leases AS (
+    SELECT lease_owner AS owner, count(*) AS in_flight, max(lease_until) AS lease_until
+    FROM {schema}.messages
+    WHERE state = 'running'
+    GROUP BY lease_owner
+),
+recent AS (
+    SELECT owner, max(started_at) AS last_attempt_at
+    FROM {schema}.attempts
+    WHERE started_at >= now() - interval '1 hour'
+    GROUP BY owner
+)
+SELECT COALESCE(l.owner, r.owner) AS owner, COALESCE(l.in_flight, 0) AS in_flight,
+       l.lease_until, r.last_attempt_at
+FROM leases AS l
+FULL JOIN recent AS r ON r.owner = l.owner
+ORDER BY 1
+LIMIT 100
+
+-- name: ui_messages
+-- Messages matching an operator's search, newest first, from the hot table and
+-- the history: each side is cut at the limit before the two are merged. A filter
+-- left NULL matches every message; the state 'succeeded' names the history.
+(SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url, m.endpoint_id,
+        m.event_type, CAST(m.state AS text) AS state, m.attempts, m.last_status,
+        m.created_at
+ FROM {schema}.messages AS m
+ LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
+ WHERE (CAST(%(key)s AS text) IS NULL OR m.idempotency_key = CAST(%(key)s AS text))
+   AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
+   AND (CAST(%(endpoint_id)s AS bigint) IS NULL
+        OR m.endpoint_id = CAST(%(endpoint_id)s AS bigint))
+   AND (CAST(%(state)s AS text) IS NULL OR m.state = CAST(%(state)s AS text))
+ ORDER BY m.id DESC
+ LIMIT %(limit)s)
+UNION ALL
+(SELECT d.id, d.idempotency_key, COALESCE(d.url, e.url), d.endpoint_id, d.event_type,
+        'succeeded', d.attempts, d.last_status, d.created_at
+ FROM {schema}.delivered AS d
+ LEFT JOIN {schema}.endpoints AS e ON e.id = d.endpoint_id
+ WHERE (CAST(%(state)s AS text) IS NULL OR CAST(%(state)s AS text) = 'succeeded')
+   AND (CAST(%(key)s AS text) IS NULL OR d.idempotency_key = CAST(%(key)s AS text))
+   AND (CAST(%(event_type)s AS text) IS NULL OR d.event_type = CAST(%(event_type)s AS text))
+   AND (CAST(%(endpoint_id)s AS bigint) IS NULL
+        OR d.endpoint_id = CAST(%(endpoint_id)s AS bigint))
+ ORDER BY d.id DESC
+ LIMIT %(limit)s)
+ORDER BY id DESC
+LIMIT %(limit)s

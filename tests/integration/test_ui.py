@@ -1,0 +1,239 @@
+"""The operator dashboard against a real database, over real HTTP on 127.0.0.1:
+every page and action, the guard (session, token, CSRF, Host), the headers, and
+escaping of every value a tenant controls."""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import timedelta
+
+import pytest
+from markupsafe import escape
+
+from dispatchers.cli import main
+from dispatchers.ui.auth import token_id
+from outbox.endpoints import Endpoints
+from tests.dashboard import HOSTILE, running
+from tests.operating import Db
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def db(database_url: str) -> Db:
+    return Db(database_url)
+
+
+def _state(db: Db, message_id: int) -> str:
+    ((state,),) = db.query("SELECT state FROM outbox.messages WHERE id = %s", message_id)
+    return str(state)
+
+
+async def test_overview_counts_the_backlog_and_every_page_sends_the_security_headers(
+    db: Db,
+) -> None:
+    db.enqueue("a")
+    db.enqueue("b")
+    db.kill(db.enqueue("c"), attempts=2)
+    async with running(db.url) as ui:
+        async with ui.http.get(ui.url + "/") as response:
+            page = await response.text()
+            headers = response.headers
+        assert response.status == 200
+        assert re.search(r'data-state="ready">2<', page)
+        assert re.search(r'data-state="dead">1<', page)
+        assert "<svg" in page and 'class="failed"' in page  # this minute's two failures
+        csp = headers["Content-Security-Policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        assert "unsafe-inline" not in csp
+        assert headers["X-Content-Type-Options"] == "nosniff"
+        # every script is a file of ours: none inline
+        assert re.findall(r"<script[^>]*>", page) == ['<script src="/static/refresh.js" defer>']
+        for path in ("/messages", "/dead", "/static/ui.css", "/static/refresh.js"):
+            async with ui.http.get(ui.url + path) as response:
+                assert response.status == 200, path
+                assert response.headers["Content-Security-Policy"] == csp
+
+
+async def test_a_local_session_cookie_is_httponly_and_same_site_strict(db: Db) -> None:
+    async with running(db.url) as ui:
+        async with ui.http.get(ui.url + "/") as response:
+            cookie = response.headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+
+
+async def test_hostile_values_render_as_text_on_every_page(db: Db) -> None:
+    endpoint = db.endpoint(event_types=[HOSTILE])
+    (published,) = db.publish(HOSTILE, "event-1")
+    db.kill(published)
+    with db.tx() as conn:
+        Endpoints().disable(conn, endpoint, reason=HOSTILE)
+    message = db.enqueue(
+        HOSTILE, url="https://example.com/x?q=" + HOSTILE, headers={"X-Note": HOSTILE}
+    )
+    db.kill(message, error=HOSTILE)
+    async with running(db.url) as ui:
+        csrf = await ui.csrf(f"/messages/{message}")
+        pages = [
+            await ui.get("/"),
+            await ui.get("/dead"),
+            await ui.get("/messages", params={"key": HOSTILE}),
+            await ui.get("/messages", params={"event_type": HOSTILE}),
+            await ui.get(f"/messages/{message}"),
+            await ui.post(f"/messages/{message}/reveal", {"csrf": csrf}),
+            await ui.get("/dead/confirm", params={"action": "purge", "event_type": HOSTILE}),
+        ]
+    for status, page in pages:
+        assert status == 200
+        assert "<script>alert" not in page and "<img/src" not in page
+    escaped = str(escape(HOSTILE))  # as the templates escape it
+    assert all(escaped in page for _, page in pages)  # shown, as text
+
+
+async def test_a_message_is_found_by_id_key_and_state_and_shows_its_attempts(db: Db) -> None:
+    dead = db.enqueue("order-42")
+    db.kill(dead, attempts=3)
+    db.enqueue("order-43")
+    async with running(db.url) as ui:
+        async with ui.http.get(
+            ui.url + "/messages", params={"id": str(dead)}, allow_redirects=False
+        ) as response:
+            assert response.status == 303
+            assert response.headers["Location"] == f"/messages/{dead}"
+        _, by_key = await ui.get("/messages", params={"key": "order-42"})
+        _, by_state = await ui.get("/messages", params={"state": "ready"})
+        _, page = await ui.get(f"/messages/{dead}")
+        bad, refusal = await ui.get("/messages", params={"state": "lost"})
+    assert f'href="/messages/{dead}"' in by_key and "order-43" not in by_key
+    assert "order-43" in by_state and "order-42" not in by_state
+    assert page.count('<li class="') == 3  # one per attempt, in the timeline
+    assert "http_500" in page and "test:1:x" in page
+    assert "hidden" in page and "order-42" in page  # header values hidden until revealed
+    assert bad == 400 and "state: must be one of" in refusal
+
+
+async def test_retry_without_the_csrf_token_is_refused_and_changes_nothing(db: Db) -> None:
+    message = db.enqueue("k")
+    db.kill(message)
+    async with running(db.url) as ui:
+        csrf = await ui.csrf(f"/messages/{message}")  # a session, as a browser would have
+        status, _ = await ui.post(f"/messages/{message}/retry", {})
+        assert status == 403
+        status, _ = await ui.post(f"/messages/{message}/retry", {"csrf": "0" * 64})
+        assert status == 403
+        assert _state(db, message) == "dead"
+        assert ui.events("ui_action") == []
+
+        status, _ = await ui.post(f"/messages/{message}/retry", {"csrf": csrf})
+        assert status == 303
+        assert _state(db, message) == "ready"
+        (event,) = ui.events("ui_action")
+    assert event | {"ts": None} == {
+        "ts": None,
+        "level": "info",
+        "event": "ui_action",
+        "who": "local",
+        "action": "retry",
+        "rows": 1,
+        "message_id": message,
+    }
+
+
+async def test_a_post_without_a_session_is_refused(db: Db) -> None:
+    message = db.enqueue("k")
+    db.kill(message)
+    async with running(db.url) as ui:
+        csrf = await ui.csrf(f"/messages/{message}")
+        ui.http.cookie_jar.clear()
+        status, _ = await ui.post(f"/messages/{message}/retry", {"csrf": csrf})
+    assert status == 403
+    assert _state(db, message) == "dead"
+
+
+async def test_bulk_retry_and_purge_confirm_how_many_then_act_on_the_filter(db: Db) -> None:
+    late = [db.enqueue(f"late-{i}") for i in range(3)]
+    early = db.enqueue("early")
+    for message in late:
+        db.kill(message, attempts=1)
+    db.kill(early, attempts=1, died=timedelta(days=2))
+    async with running(db.url) as ui:
+        _, confirm = await ui.get("/dead/confirm", params={"action": "purge", "since": "1h"})
+        assert re.search(r'<b id="count">3</b>', confirm)
+        fields = dict(re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', confirm))
+        assert set(fields) == {"csrf", "since"}
+        status, _ = await ui.post("/dead/purge", {k: html.unescape(v) for k, v in fields.items()})
+        assert status == 303
+        assert db.query("SELECT id FROM outbox.messages") == [(early,)]
+        _, notice = await ui.get("/dead?done=purge&count=3")
+        assert "Purged 3 dead message(s)." in notice
+
+        _, everything = await ui.get("/dead/confirm", params={"action": "retry"})
+        assert re.search(r'<b id="count">1</b>', everything) and "every dead message" in everything
+        status, _ = await ui.post(
+            "/dead/retry", {"csrf": await ui.csrf("/dead/confirm?action=retry")}
+        )
+        assert status == 303
+        assert _state(db, early) == "ready"
+        actions = [(e["action"], e["rows"]) for e in ui.events("ui_action")]
+    assert actions == [("dead_purge", 3), ("dead_retry", 1)]
+
+
+async def test_read_only_offers_and_accepts_no_action(db: Db) -> None:
+    message = db.enqueue("k")
+    db.kill(message)
+    async with running(db.url, read_only=True) as ui:
+        pages = [await ui.get(p) for p in ("/", f"/messages/{message}", "/dead")]
+        for _, page in pages:
+            assert '<form method="post"' not in page and "csrf" not in page
+            assert "read-only" in page
+        assert "/dead/confirm" not in pages[2][1]
+        for path in (f"/messages/{message}/retry", f"/messages/{message}/reveal", "/dead/purge"):
+            status, _ = await ui.post(path, {})
+            assert status in (403, 405), path
+        status, _ = await ui.get("/dead/confirm?action=purge")
+    assert status == 404
+    assert _state(db, message) == "dead"
+    assert db.query("SELECT count(*) FROM outbox.messages") == [(1,)]
+
+
+async def test_with_a_token_every_page_asks_to_sign_in_first(db: Db) -> None:
+    async with running(db.url, token="s3cret-token") as ui:
+        async with ui.http.get(ui.url + "/dead", allow_redirects=False) as response:
+            assert response.status == 303 and response.headers["Location"] == "/login"
+        status, page = await ui.post("/login", {"token": "wrong"})
+        assert status == 403 and "not the token" in page
+        async with ui.http.post(
+            ui.url + "/login", data={"token": "s3cret-token"}, allow_redirects=False
+        ) as response:
+            assert response.status == 303
+            cookie = response.headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert "s3cret-token" not in cookie
+        status, _ = await ui.get("/dead")
+        assert status == 200
+        message = db.enqueue("k")
+        db.kill(message)
+        csrf = await ui.csrf(f"/messages/{message}")
+        status, _ = await ui.post(f"/messages/{message}/retry", {"csrf": csrf})
+        assert status == 303
+        (event,) = ui.events("ui_action")
+    assert event["who"] == token_id("s3cret-token") != "local"
+
+
+async def test_without_a_token_only_loopback_host_names_are_served(db: Db) -> None:
+    async with running(db.url) as ui:
+        status, _ = await ui.get("/", headers={"Host": "attacker.example:8321"})
+        assert status == 421
+        status, _ = await ui.get("/", headers={"Host": "localhost:8321"})
+        assert status == 200
+
+
+def test_the_command_refuses_a_non_loopback_address_without_a_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OUTBOX_UI_TOKEN", raising=False)
+    code = main(["ui", "--host", "0.0.0.0", "--database-url", "postgresql://nowhere/x"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "without a token" in err
