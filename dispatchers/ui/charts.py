@@ -80,7 +80,12 @@ def bars(buckets: Sequence[Bucket]) -> Markup:
                     f'width="{max(slot - 2, 1):.1f}" height="{height:.1f}">'
                     f"<title>{bucket.minute:%H:%M} {kind} {count}</title></rect>"
                 )
-        if i % 15 == 0 or i == len(buckets) - 1:
+        if i == len(buckets) - 1:  # the latest minute, flush with the right edge
+            parts.append(
+                f'<text class="time" x="{WIDTH - 2}" y="{HEIGHT - 6}" text-anchor="end">'
+                f"{bucket.minute:%H:%M}</text>"
+            )
+        elif i % 15 == 0:
             parts.append(
                 f'<text class="time" x="{x:.1f}" y="{HEIGHT - 6}">{bucket.minute:%H:%M}</text>'
             )

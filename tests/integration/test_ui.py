@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from markupsafe import escape
@@ -237,3 +238,15 @@ def test_the_command_refuses_a_non_loopback_address_without_a_token(
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "without a token" in err
+
+
+@pytest.mark.parametrize(("content", "message"), [(None, "cannot read"), ("\n", "holds no token")])
+def test_the_command_refuses_a_token_file_it_cannot_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
+    path = tmp_path / "token"
+    if content is not None:
+        path.write_text(content)
+    code = main(["ui", "--token-file", str(path), "--database-url", "postgresql://nowhere/x"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1

@@ -1,0 +1,146 @@
+"""The operator dashboard in a real browser: Playwright driving the system's
+Chromium against a running ``outbox ui`` and a real database.
+
+Skipped, saying why, where Chromium or Playwright is missing (Debian:
+``apt-get install chromium``; ``.ci/run`` installs it when apt-get is available).
+Screenshots of each page go to ``$OUTBOX_TEST_ARTIFACTS`` when set, else to the
+test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.dashboard import HOSTILE
+from tests.operating import Db
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def chromium_binary() -> str | None:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip(
+            "chromium is not installed (Debian: apt-get install chromium; .ci/run "
+            "installs it when apt-get is available)"
+        )
+    pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    return binary
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Path:
+    configured = os.environ.get("OUTBOX_TEST_ARTIFACTS")
+    path = Path(configured) if configured else tmp_path
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def outbox_ui(database_url: str, log: Path, *options: str) -> Iterator[str]:
+    """``outbox ui`` on a free port of 127.0.0.1; yields its URL once it listens."""
+    command = [sys.executable, "-m", "dispatchers.cli", "ui", "--port", "0", *options]
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [*command, "--database-url", database_url],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    stderr = process.stderr
+    assert stderr is not None
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in stderr:
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        while True:
+            line = lines.get(timeout=60)
+            if line.startswith("outbox ui: serving "):
+                yield line.removeprefix("outbox ui: serving ").strip()
+                return
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        reader.join(timeout=10)
+        stderr.close()
+
+
+def test_an_operator_finds_a_dead_message_retries_it_and_no_hostile_value_runs(
+    database_url: str, chromium: str, artifacts: Path, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    db = Db(database_url)
+    for i in range(5):
+        db.enqueue(f"waiting-{i}")
+    dead = db.enqueue("order-42", headers={"X-Tenant": "acme"})
+    db.kill(dead, attempts=3)
+    hostile = db.enqueue(
+        HOSTILE, url="https://example.com/x?q=" + HOSTILE, headers={"X-Note": HOSTILE}
+    )
+    db.kill(hostile, error=HOSTILE)
+
+    with outbox_ui(database_url, tmp_path / "ui.log") as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(20_000)
+        dialogs: list[str] = []
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        requests: list[str] = []
+        page.on("request", lambda request: requests.append(request.url))
+
+        page.goto(url)
+        expect(page.locator('[data-state="ready"]')).to_have_text("5")
+        expect(page.locator('[data-state="dead"]')).to_have_text("2")
+        page.screenshot(path=artifacts / "overview.png", full_page=True)
+
+        page.get_by_role("link", name="Messages").click()
+        page.fill('input[name="id"]', str(dead))
+        page.get_by_role("button", name="Find").click()
+        expect(page.locator("#state")).to_have_text("dead")
+        expect(page.locator(".timeline li")).to_have_count(3)
+        expect(page.get_by_text("X-Tenant: hidden")).to_be_visible()
+        page.screenshot(path=artifacts / "message.png", full_page=True)
+
+        page.locator("#retry").click()
+        expect(page.locator("#state")).to_have_text("ready")
+        assert db.query("SELECT state FROM outbox.messages WHERE id = %s", dead) == [("ready",)]
+
+        page.get_by_role("link", name="Dead letters").click()
+        expect(page.locator("tbody tr")).to_have_count(1)
+        page.screenshot(path=artifacts / "dead.png", full_page=True)
+        page.goto(f"{url}messages/{hostile}")
+        page.locator("#reveal").click()
+        expect(page.get_by_text(f"X-Note: {HOSTILE}")).to_be_visible()
+        page.screenshot(path=artifacts / "hostile.png", full_page=True)
+        browser.close()
+
+    assert dialogs == []
+    assert [r for r in requests if not r.startswith(url)] == []

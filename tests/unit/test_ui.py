@@ -1,0 +1,129 @@
+"""The dashboard's pure parts: the guard's rules, the charts, the command line."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from dispatchers.cli import build_parser
+from dispatchers.ui.auth import Guard, host_of, is_loopback, token_id
+from dispatchers.ui.charts import Bucket, bars, per_minute
+
+NOW = datetime(2024, 5, 1, 12, 30, 42, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("LOCALHOST", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.1", False),
+        ("localhost.example.com", False),
+        ("", False),
+    ],
+)
+def test_loopback_is_localhost_or_a_loopback_address(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(
+    ("header", "host"),
+    [("127.0.0.1:8321", "127.0.0.1"), ("[::1]:8321", "::1"), ("localhost", "localhost")],
+)
+def test_the_host_of_a_host_header_drops_the_port(header: str, host: str) -> None:
+    assert host_of(header) == host
+
+
+def test_without_a_token_only_loopback_host_headers_are_allowed() -> None:
+    local = Guard(token=None)
+    assert local.allows_host("127.0.0.1:8321") and local.allows_host("localhost:8321")
+    assert not local.allows_host("rebound.example:8321") and not local.allows_host(None)
+    assert Guard(token="t").allows_host("dashboard.internal:8321")
+    assert local.principal == "local" and not local.login_required
+
+
+def test_a_session_cookie_is_accepted_only_as_signed_by_its_own_guard() -> None:
+    guard = Guard(token="t", key=b"k" * 32)
+    sid, cookie = guard.new_session()
+    assert guard.session_id(cookie) == sid
+    assert guard.session_id(sid + ".0") is None
+    assert guard.session_id(sid) is None and guard.session_id(None) is None
+    assert Guard(token="t", key=b"other" * 8).session_id(cookie) is None  # after a restart
+
+
+def test_a_csrf_token_belongs_to_one_session() -> None:
+    guard = Guard(token=None)
+    sid, _ = guard.new_session()
+    other, _ = guard.new_session()
+    assert guard.accepts_csrf(sid, guard.csrf_token(sid))
+    assert not guard.accepts_csrf(sid, guard.csrf_token(other))
+    assert not guard.accepts_csrf(sid, None) and not guard.accepts_csrf(sid, "")
+
+
+def test_the_token_is_checked_and_named_without_being_shown() -> None:
+    guard = Guard(token="s3cret")
+    assert guard.accepts_token("s3cret")
+    assert not guard.accepts_token("s3cre") and not guard.accepts_token("s3cret ")
+    assert guard.principal == token_id("s3cret") and "s3cret" not in guard.principal
+    assert not Guard(token=None).accepts_token("")
+    with pytest.raises(ValueError):
+        Guard(token="")
+
+
+def test_per_minute_fills_every_minute_of_the_hour_oldest_first() -> None:
+    minute = NOW.replace(second=0)
+    rows = [(minute, 3, 1), (minute - timedelta(minutes=10), 0, 2)]
+    buckets = per_minute(rows, now=NOW)
+    assert len(buckets) == 60
+    assert buckets[0].minute == minute - timedelta(minutes=59)
+    assert buckets[-1] == Bucket(minute, 3, 1)
+    assert buckets[-11] == Bucket(minute - timedelta(minutes=10), 0, 2)
+    assert sum(b.delivered + b.failed for b in buckets) == 6
+
+
+def test_bars_stack_failures_on_deliveries_under_a_round_scale() -> None:
+    buckets = per_minute([(NOW.replace(second=0), 30, 7)], now=NOW)
+    svg = str(bars(buckets))
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert svg.count('<rect class="delivered"') == 1 and svg.count('<rect class="failed"') == 1
+    assert ">50</text>" in svg  # 37 attempts: the scale tops at 50
+    assert "<rect" not in str(bars(per_minute([], now=NOW)))
+
+
+def _ui_parser() -> argparse.ArgumentParser:
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser: argparse.ArgumentParser = commands.choices["ui"]
+    return parser
+
+
+def test_every_option_of_outbox_ui_has_help_and_the_command_a_description() -> None:
+    parser = _ui_parser()
+    assert parser.description and "dashboard" in parser.description
+    options = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+    assert {o for a in options for o in a.option_strings} >= {
+        "--database-url",
+        "--schema",
+        "--host",
+        "--port",
+        "--read-only",
+        "--token-file",
+    }
+    assert [a.dest for a in options if not a.help or a.help == argparse.SUPPRESS] == []
+
+
+def test_outbox_ui_defaults_to_loopback_on_port_8321() -> None:
+    args = _ui_parser().parse_args([])
+    assert (args.host, args.port, args.read_only, args.token_file) == (
+        "127.0.0.1",
+        8321,
+        False,
+        None,
+    )
