@@ -14,6 +14,7 @@ from markupsafe import escape
 
 from dispatchers.cli import main
 from dispatchers.ui.auth import token_id
+from outbox._queries import queries_for
 from outbox.endpoints import Endpoints
 from tests.dashboard import HOSTILE, running
 from tests.operating import Db
@@ -250,3 +251,19 @@ def test_the_command_refuses_a_token_file_it_cannot_use(
     code = main(["ui", "--token-file", str(path), "--database-url", "postgresql://nowhere/x"])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def _plan(db: Db, name: str, **params: object) -> str:
+    with db.tx() as conn:
+        conn.execute("SET LOCAL enable_seqscan = off")
+        text = queries_for("outbox")[name].text
+        return "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + text, params).fetchall())
+
+
+def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) -> None:
+    assert "attempts_started_idx" in _plan(db, "ui_minutes")
+    owners = _plan(db, "ui_dispatchers")
+    assert "attempts_started_idx" in owners and "messages_lease_idx" in owners
+    search = {"key": None, "event_type": None, "endpoint_id": None, "state": None, "limit": 100}
+    newest = _plan(db, "ui_messages", **search)
+    assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
