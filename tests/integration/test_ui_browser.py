@@ -120,6 +120,8 @@ def test_an_operator_finds_a_dead_message_retries_it_and_no_hostile_value_runs(
         expect(page.locator('[data-state="ready"]')).to_have_text("5")
         expect(page.locator('[data-state="dead"]')).to_have_text("2")
         page.screenshot(path=artifacts / "overview.png", full_page=True)
+        db.enqueue("arrives-later")  # the page shows it without a reload
+        expect(page.locator('[data-state="ready"]')).to_have_text("6", timeout=20_000)
 
         page.get_by_role("link", name="Messages").click()
         page.fill('input[name="id"]', str(dead))
