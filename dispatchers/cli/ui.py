@@ -88,10 +88,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def add_parser(commands: Commands) -> None:
     p = commands.add_parser(
         "ui",
-        help="serve the operator dashboard (web pages for the backlog, messages, dead letters)",
+        help="serve the operator dashboard (web pages for the backlog, messages, dead letters, "
+        "endpoints)",
         description="Serve the operator dashboard for one database and schema: the "
         "backlog, attempts per minute, dispatchers and endpoints at a glance; find a "
-        "message and see every attempt; retry or purge dead letters. It binds "
+        "message and see every attempt; retry or purge dead letters; disable or enable "
+        "endpoints. It binds "
         f"{DEFAULT_HOST} by default; another address needs a token.",
     )
     add_database_options(p)
@@ -110,7 +112,8 @@ def add_parser(commands: Commands) -> None:
     p.add_argument(
         "--read-only",
         action="store_true",
-        help="serve the pages only: no action (retry, purge, reveal) is offered or accepted",
+        help="serve the pages only: no action (retry, purge, reveal, enable, disable) is "
+        "offered or accepted",
     )
     p.add_argument(
         "--token-file",

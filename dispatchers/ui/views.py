@@ -25,6 +25,8 @@ from dispatchers.ui.charts import bars, per_minute
 from dispatchers.ui.dashboard import DASHBOARD, Dashboard, render, set_session
 from outbox._arguments import MAX_ID
 from outbox.admin import dead_count, dead_list, dead_purge, dead_retry, message_show, status
+from outbox.endpoints import Endpoints
+from outbox.secrets import fingerprint
 
 STATIC = Path(__file__).parent / "static"
 """The style sheet and the refresh script, served from ``/static/``."""
@@ -34,6 +36,9 @@ STATES = ("ready", "running", "paused", "dead", "succeeded")
 
 SPANS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 """The "died since" choices of the dead-letter filters."""
+
+DISABLED_HERE = "disabled from the dashboard"
+"""The reason an endpoint disabled here is given when the operator gives none."""
 
 DEAD_LIMIT = 100
 """The most dead messages one page lists."""
@@ -331,3 +336,49 @@ async def dead_act(request: web.Request) -> web.StreamResponse:
     _log_action(dashboard, f"dead_{action}", count, **_filter_query(filters))
     query = {**_filter_query(filters), "done": action, "count": str(count)}
     raise web.HTTPSeeOther("/dead?" + urlencode(query))
+
+
+# -- endpoints -----------------------------------------------------------------
+
+
+async def endpoints(request: web.Request) -> web.StreamResponse:
+    """Every endpoint with its health and backlog; secrets as fingerprints only."""
+    store = _dashboard(request).store
+
+    def read(conn: Any) -> tuple[Any, dict[int, dict[str, Any]]]:
+        counts = {e["id"]: e for e in status(conn, schema=store.schema)["endpoints"]}
+        return Endpoints(schema=store.schema).all(conn), counts
+
+    rows, counts = await store.read(read)
+    return render(
+        request,
+        "endpoints.html",
+        rows=rows,
+        counts=counts,
+        fingerprints={e.id: [fingerprint(s.secret) for s in e.secrets] for e in rows},
+    )
+
+
+async def endpoint_toggle(request: web.Request) -> web.StreamResponse:
+    """Enable an endpoint (its paused messages resume) or disable it (its waiting
+    messages pause)."""
+    dashboard = _dashboard(request)
+    store = dashboard.store
+    action = request.match_info["action"]
+    try:
+        endpoint_id = _id(request.match_info, "id")
+        if endpoint_id is None:
+            raise BadInput("id: missing")
+        reason = _text(await request.post(), "reason") or DISABLED_HERE
+    except BadInput as exc:
+        return _bad(request, exc)
+    box = Endpoints(schema=store.schema)
+
+    def toggle(conn: Any) -> int:
+        if action == "enable":
+            return box.enable(conn, endpoint_id)
+        return box.disable(conn, endpoint_id, reason=reason)
+
+    count = await store.write(toggle)
+    _log_action(dashboard, f"endpoint_{action}", count, endpoint_id=endpoint_id)
+    raise web.HTTPSeeOther(f"/endpoints#endpoint-{endpoint_id}")

@@ -16,6 +16,7 @@ from dispatchers.cli import main
 from dispatchers.ui.auth import token_id
 from outbox._queries import queries_for
 from outbox.endpoints import Endpoints
+from outbox.secrets import fingerprint
 from tests.dashboard import HOSTILE, running
 from tests.operating import Db
 
@@ -52,7 +53,7 @@ async def test_overview_counts_the_backlog_and_every_page_sends_the_security_hea
         assert headers["X-Content-Type-Options"] == "nosniff"
         # every script is a file of ours: none inline
         assert re.findall(r"<script[^>]*>", page) == ['<script src="/static/refresh.js" defer>']
-        for path in ("/messages", "/dead", "/static/ui.css", "/static/refresh.js"):
+        for path in ("/messages", "/dead", "/endpoints", "/static/ui.css", "/static/refresh.js"):
             async with ui.http.get(ui.url + path) as response:
                 assert response.status == 200, path
                 assert response.headers["Content-Security-Policy"] == csp
@@ -66,7 +67,7 @@ async def test_a_local_session_cookie_is_httponly_and_same_site_strict(db: Db) -
 
 
 async def test_hostile_values_render_as_text_on_every_page(db: Db) -> None:
-    endpoint = db.endpoint(event_types=[HOSTILE])
+    endpoint = db.endpoint(event_types=[HOSTILE], description=HOSTILE)
     (published,) = db.publish(HOSTILE, "event-1")
     db.kill(published)
     with db.tx() as conn:
@@ -80,6 +81,7 @@ async def test_hostile_values_render_as_text_on_every_page(db: Db) -> None:
         pages = [
             await ui.get("/"),
             await ui.get("/dead"),
+            await ui.get("/endpoints"),
             await ui.get("/messages", params={"key": HOSTILE}),
             await ui.get("/messages", params={"event_type": HOSTILE}),
             await ui.get(f"/messages/{message}"),
@@ -185,12 +187,17 @@ async def test_read_only_offers_and_accepts_no_action(db: Db) -> None:
     message = db.enqueue("k")
     db.kill(message)
     async with running(db.url, read_only=True) as ui:
-        pages = [await ui.get(p) for p in ("/", f"/messages/{message}", "/dead")]
+        pages = [await ui.get(p) for p in ("/", f"/messages/{message}", "/dead", "/endpoints")]
         for _, page in pages:
             assert '<form method="post"' not in page and "csrf" not in page
             assert "read-only" in page
         assert "/dead/confirm" not in pages[2][1]
-        for path in (f"/messages/{message}/retry", f"/messages/{message}/reveal", "/dead/purge"):
+        for path in (
+            f"/messages/{message}/retry",
+            f"/messages/{message}/reveal",
+            "/dead/purge",
+            "/endpoints/1/disable",
+        ):
             status, _ = await ui.post(path, {})
             assert status in (403, 405), path
         status, _ = await ui.get("/dead/confirm?action=purge")
@@ -267,3 +274,24 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     search = {"key": None, "event_type": None, "endpoint_id": None, "state": None, "limit": 100}
     newest = _plan(db, "ui_messages", **search)
     assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
+
+
+async def test_endpoints_show_health_and_fingerprints_and_disable_then_enable(db: Db) -> None:
+    secret = "whsec_" + "A" * 44
+    endpoint = db.endpoint(event_types=["order.created"], secret=secret, description="Acme")
+    (message,) = db.publish("order.created", "e1")
+    async with running(db.url) as ui:
+        _, page = await ui.get("/endpoints")
+        assert fingerprint(secret) in page and secret not in page
+        assert "Acme" in page and "order.created" in page
+        csrf = await ui.csrf("/endpoints")
+        status, _ = await ui.post(f"/endpoints/{endpoint}/disable", {"csrf": csrf, "reason": ""})
+        assert status == 303
+        assert _state(db, message) == "paused"
+        _, page = await ui.get("/endpoints")
+        assert "disabled from the dashboard" in page
+        status, _ = await ui.post(f"/endpoints/{endpoint}/enable", {"csrf": csrf})
+        assert status == 303
+        assert _state(db, message) == "ready"
+        actions = [(e["action"], e["rows"], e["endpoint_id"]) for e in ui.events("ui_action")]
+    assert actions == [("endpoint_disable", 1, endpoint), ("endpoint_enable", 1, endpoint)]

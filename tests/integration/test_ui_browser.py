@@ -98,6 +98,7 @@ def test_an_operator_finds_a_dead_message_retries_it_and_no_hostile_value_runs(
     from playwright.sync_api import expect, sync_playwright
 
     db = Db(database_url)
+    db.endpoint(event_types=["order.created"], description="Acme orders")
     for i in range(5):
         db.enqueue(f"waiting-{i}")
     dead = db.enqueue("order-42", headers={"X-Tenant": "acme"})
@@ -142,6 +143,9 @@ def test_an_operator_finds_a_dead_message_retries_it_and_no_hostile_value_runs(
         page.locator("#reveal").click()
         expect(page.get_by_text(f"X-Note: {HOSTILE}")).to_be_visible()
         page.screenshot(path=artifacts / "hostile.png", full_page=True)
+        page.get_by_role("link", name="Endpoints").click()
+        expect(page.get_by_text("Acme orders")).to_be_visible()
+        page.screenshot(path=artifacts / "endpoints.png", full_page=True)
         browser.close()
 
     assert dialogs == []
