@@ -77,6 +77,7 @@ PAGES = [
     "/dead",
     "/dead?endpoint=7&since=24h",
     "/dead/confirm?action=retry&endpoint=7",
+    "/endpoints",
 ]
 
 
