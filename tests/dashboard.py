@@ -29,11 +29,13 @@ so it is a valid event type too."""
 
 @dataclass
 class Ui:
-    """A running dashboard: its base URL, a client session, and its event log."""
+    """A running dashboard: its base URL, a client session, its event log, and
+    the dashboard itself."""
 
     url: str
     http: aiohttp.ClientSession
     log: io.StringIO
+    dashboard: Dashboard
 
     async def get(self, path: str, **kwargs: Any) -> tuple[int, str]:
         async with self.http.get(self.url + path, **kwargs) as response:
@@ -81,7 +83,7 @@ async def running(
             server.result()  # serve() failed: raise its error
         jar = aiohttp.CookieJar(unsafe=True)  # keep cookies of an IP address
         async with aiohttp.ClientSession(cookie_jar=jar) as http:
-            yield Ui(listening.result().rstrip("/"), http, log)
+            yield Ui(listening.result().rstrip("/"), http, log, dashboard)
     finally:
         server.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -26,6 +26,13 @@ T = TypeVar("T")
 SEARCH_LIMIT = 100
 """The most messages one search shows."""
 
+_BOUNDED = "SET LOCAL statement_timeout = 5000"
+"""Each statement of a page or an action runs at most 5 s: a page that cannot
+answer in time fails instead of holding a connection of the small pool. Set per
+transaction, not per connection, so that it works behind a pooler."""
+
+_READ_ONLY = "SET TRANSACTION READ ONLY; " + _BOUNDED
+
 
 class Minute(NamedTuple):
     """A row of ``ui_minutes``: attempts that started in one minute."""
@@ -68,7 +75,7 @@ class Store:
             min_size=1,
             max_size=max_size,
             open=False,
-            kwargs={"connect_timeout": 10, "options": "-c statement_timeout=5000"},
+            kwargs={"connect_timeout": 10},
         )
 
     def open(self) -> None:
@@ -87,8 +94,7 @@ class Store:
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], T], *, read_only: bool) -> T:
         with self._pool.connection() as conn:
-            if read_only:
-                conn.execute("SET TRANSACTION READ ONLY")
+            conn.execute(_READ_ONLY if read_only else _BOUNDED)
             return work(conn)
 
     # -- the dashboard's own statements (sql/queries/ui.sql) ------------------------

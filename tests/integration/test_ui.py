@@ -295,3 +295,19 @@ async def test_endpoints_show_health_and_fingerprints_and_disable_then_enable(db
         assert _state(db, message) == "ready"
         actions = [(e["action"], e["rows"], e["endpoint_id"]) for e in ui.events("ui_action")]
     assert actions == [("endpoint_disable", 1, endpoint), ("endpoint_enable", 1, endpoint)]
+
+
+async def test_pages_read_in_read_only_transactions_bounded_in_time(db: Db) -> None:
+    async with running(db.url) as ui:
+        store = ui.dashboard.store
+        settings = await store.read(
+            lambda conn: conn.execute(
+                "SELECT current_setting('transaction_read_only'),"
+                " current_setting('statement_timeout')"
+            ).fetchone()
+        )
+        written = await store.write(
+            lambda conn: conn.execute("SELECT current_setting('transaction_read_only')").fetchone()
+        )
+    assert settings == ("on", "5s")
+    assert written == ("off",)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +128,17 @@ def test_outbox_ui_defaults_to_loopback_on_port_8321() -> None:
         False,
         None,
     )
+
+
+def test_the_token_comes_from_the_file_else_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dispatchers.cli.ui import _token
+
+    monkeypatch.setenv("OUTBOX_UI_TOKEN", "from-env")
+    assert _token(argparse.Namespace(token_file=None)) == "from-env"
+    path = tmp_path / "token"
+    path.write_text("from-file\nsecond line\n")
+    assert _token(argparse.Namespace(token_file=str(path))) == "from-file"
+    monkeypatch.setenv("OUTBOX_UI_TOKEN", "")
+    assert _token(argparse.Namespace(token_file=None)) is None
