@@ -7,9 +7,14 @@ import asyncio
 import contextlib
 import io
 import json
+import queue
 import re
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,6 +24,8 @@ from dispatchers.ui.app import serve
 from dispatchers.ui.auth import Guard
 from dispatchers.ui.dashboard import Dashboard, templates
 from dispatchers.ui.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
 
 _CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 
@@ -88,3 +95,40 @@ async def running(
         server.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await server
+
+
+@contextlib.contextmanager
+def serving(argv: list[str], log: Path) -> Iterator[str]:
+    """``outbox *argv`` (a command that ends serving the dashboard, told to listen
+    on port 0); yields the dashboard's URL once it listens, and stops the command
+    after the block. Its stdout goes to ``log``."""
+    command = [sys.executable, "-m", "dispatchers.cli", *argv]
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    stderr = process.stderr
+    assert stderr is not None
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in stderr:
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        while True:
+            line = lines.get(timeout=60)
+            if line.startswith("outbox ui: serving "):
+                yield line.removeprefix("outbox ui: serving ").strip()
+                return
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        reader.join(timeout=10)
+        stderr.close()

@@ -4,23 +4,35 @@ the demo is :mod:`dispatchers.demo`)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from dispatchers.cli._common import (
     Commands,
     add_database_options,
+    port,
     positive_float,
     positive_int,
     require_extra,
     resolve_database,
 )
+from dispatchers.cli.ui import DEFAULT_HOST, DEFAULT_PORT, serve_dashboard
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    require_extra("dispatcher")
-    from dispatchers.demo import run_demo
+    require_extra("ui" if args.ui else "dispatcher")
+    from dispatchers.demo import SCHEMA, run_demo
 
     db = resolve_database(args)
-    return run_demo(db.url, events=args.events, rate=args.rate, seed=args.seed)
+    code = run_demo(db.url, events=args.events, rate=args.rate, seed=args.seed)
+    if args.ui:
+        print(
+            f"outbox demo: the dashboard shows the demo's schema ({SCHEMA}) until interrupted",
+            file=sys.stderr,
+        )
+        serve_dashboard(
+            db.url, schema=SCHEMA, host=DEFAULT_HOST, port=args.ui_port, read_only=False, token=None
+        )
+    return code
 
 
 def add_parser(commands: Commands) -> None:
@@ -42,4 +54,17 @@ def add_parser(commands: Commands) -> None:
         help="business transactions per second (default: 150)",
     )
     p.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable run")
+    p.add_argument(
+        "--ui",
+        action="store_true",
+        help=f"after the summary, serve the dashboard on the demo's data on {DEFAULT_HOST} "
+        "until interrupted (needs the ui extra)",
+    )
+    p.add_argument(
+        "--ui-port",
+        type=port,
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help=f"the dashboard's port with --ui (default: {DEFAULT_PORT}; 0 picks a free one)",
+    )
     p.set_defaults(handler=cmd_demo)

@@ -49,6 +49,32 @@ def _label(url: str) -> str:
     return f"{info.get('dbname') or info.get('user') or 'postgres'} on {host}"
 
 
+def serve_dashboard(
+    url: str, *, schema: str, host: str, port: int, read_only: bool, token: str | None
+) -> None:
+    """Serve the dashboard of ``schema`` in the database at ``url`` until
+    interrupted, saying on stderr where."""
+    from dispatchers.log import EventLog
+    from dispatchers.ui.app import serve
+    from dispatchers.ui.auth import Guard
+    from dispatchers.ui.dashboard import Dashboard, templates
+    from dispatchers.ui.store import Store
+
+    dashboard = Dashboard(
+        store=Store(url, schema=schema),
+        guard=Guard(token=token),
+        log=EventLog(),
+        templates=templates(),
+        read_only=read_only,
+        database=_label(url),
+    )
+
+    def started(address: str) -> None:
+        print(f"outbox ui: serving {address}", file=sys.stderr, flush=True)
+
+    asyncio.run(serve(dashboard, host=host, port=port, started=started))
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     require_extra("ui")
     from dispatchers.ui.auth import is_loopback
@@ -62,26 +88,14 @@ def cmd_ui(args: argparse.Namespace) -> int:
         )
         return ExitCode.USAGE
     db = resolve_database(args)
-
-    from dispatchers.log import EventLog
-    from dispatchers.ui.app import serve
-    from dispatchers.ui.auth import Guard
-    from dispatchers.ui.dashboard import Dashboard, templates
-    from dispatchers.ui.store import Store
-
-    dashboard = Dashboard(
-        store=Store(db.url, schema=args.schema),
-        guard=Guard(token=token),
-        log=EventLog(),
-        templates=templates(),
+    serve_dashboard(
+        db.url,
+        schema=args.schema,
+        host=args.host,
+        port=args.port,
         read_only=args.read_only,
-        database=_label(db.url),
+        token=token,
     )
-
-    def started(url: str) -> None:
-        print(f"outbox ui: serving {url}", file=sys.stderr, flush=True)
-
-    asyncio.run(serve(dashboard, host=args.host, port=args.port, started=started))
     return 0
 
 

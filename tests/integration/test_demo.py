@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import urllib.request
+from pathlib import Path
 
 import pytest
+
+from tests.dashboard import serving
 
 
 @pytest.mark.timeout(120)
@@ -46,3 +51,21 @@ def test_demo_holds_every_invariant(database_url: str) -> None:
     # the progress says the load is paced, so nobody reads it as throughput
     assert "published at a steady 400/s (a paced load" in result.stderr
     assert "/s, paced by the publishers" in result.stderr
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return str(response.read().decode())
+
+
+@pytest.mark.timeout(120)
+def test_demo_with_ui_serves_the_dashboard_on_the_demos_data(
+    database_url: str, tmp_path: Path
+) -> None:
+    command = ["demo", "--database-url", database_url, "--events", "50", "--rate", "400"]
+    with serving([*command, "--seed", "7", "--ui", "--ui-port", "0"], tmp_path / "out") as url:
+        page = _get(url)
+    assert "schema <b>outbox_demo</b>" in page
+    delivered = re.search(r'class="key delivered"></span> delivered (\d+)', page)
+    assert delivered is not None and int(delivered[1]) > 0
+    assert "every invariant held" in (tmp_path / "out").read_text()

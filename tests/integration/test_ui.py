@@ -172,7 +172,7 @@ async def test_bulk_retry_and_purge_confirm_how_many_then_act_on_the_filter(db: 
         _, notice = await ui.get("/dead?done=purge&count=3")
         assert "Purged 3 dead message(s)." in notice
         _, kept = await ui.get("/dead", params={"since": fields["since"]})
-        assert f'selected>since {fields["since"]}<' in kept  # the filter in force is shown
+        assert f"selected>since {fields['since']}<" in kept  # the filter in force is shown
 
         _, everything = await ui.get("/dead/confirm", params={"action": "retry"})
         assert re.search(r'<b id="count">1</b>', everything) and "every dead message" in everything

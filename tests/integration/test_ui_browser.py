@@ -9,19 +9,13 @@ test's temporary directory.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
 import shutil
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.dashboard import HOSTILE
+from tests.dashboard import HOSTILE, serving
 from tests.operating import Db
 
 pytestmark = pytest.mark.timeout(120)
@@ -57,41 +51,6 @@ def artifacts(tmp_path: Path) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def outbox_ui(database_url: str, log: Path, *options: str) -> Iterator[str]:
-    """``outbox ui`` on a free port of 127.0.0.1; yields its URL once it listens."""
-    command = [sys.executable, "-m", "dispatchers.cli", "ui", "--port", "0", *options]
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [*command, "--database-url", database_url],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    stderr = process.stderr
-    assert stderr is not None
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        for line in stderr:
-            lines.put(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        while True:
-            line = lines.get(timeout=60)
-            if line.startswith("outbox ui: serving "):
-                yield line.removeprefix("outbox ui: serving ").strip()
-                return
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        reader.join(timeout=10)
-        stderr.close()
-
-
 def test_an_operator_finds_a_dead_message_retries_it_and_no_hostile_value_runs(
     database_url: str, chromium: str, artifacts: Path, tmp_path: Path
 ) -> None:
@@ -108,7 +67,8 @@ def test_an_operator_finds_a_dead_message_retries_it_and_no_hostile_value_runs(
     )
     db.kill(hostile, error=HOSTILE)
 
-    with outbox_ui(database_url, tmp_path / "ui.log") as url, sync_playwright() as playwright:
+    command = ["ui", "--port", "0", "--database-url", database_url]
+    with serving(command, tmp_path / "ui.log") as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(20_000)
