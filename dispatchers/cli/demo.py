@@ -19,7 +19,9 @@ from dispatchers.cli.ui import DEFAULT_HOST, DEFAULT_PORT, serve_dashboard
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    require_extra("ui" if args.ui else "dispatcher")
+    require_extra("dispatcher")
+    if args.ui:
+        require_extra("ui")
     from dispatchers.demo import SCHEMA, run_demo
 
     db = resolve_database(args)
