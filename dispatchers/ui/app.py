@@ -82,6 +82,7 @@ def build_app(dashboard: Dashboard) -> web.Application:
     app.router.add_get("/messages/{id}", views.message)
     app.router.add_get("/dead", views.dead)
     app.router.add_get("/endpoints", views.endpoints)
+    app.router.add_get("/endpoints/{id}", views.endpoint)
     app.router.add_static("/static/", views.STATIC, append_version=True)
     if not dashboard.read_only:
         app.router.add_post("/messages/{id}/reveal", views.message_reveal)
@@ -89,6 +90,9 @@ def build_app(dashboard: Dashboard) -> web.Application:
         app.router.add_get("/dead/confirm", views.dead_confirm)
         app.router.add_post("/dead/{action:retry|purge}", views.dead_act)
         app.router.add_post("/endpoints/{id}/{action:enable|disable}", views.endpoint_toggle)
+        app.router.add_post("/endpoints/{id}/edit", views.endpoint_edit)
+        app.router.add_post("/endpoints/{id}/rotate-secret", views.endpoint_rotate)
+        app.router.add_post("/endpoints/{id}/replay", views.endpoint_replay)
     return app
 
 

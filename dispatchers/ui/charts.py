@@ -1,4 +1,4 @@
-"""Server-rendered charts: deliveries and failures per minute as inline SVG.
+"""Server-rendered charts: deliveries and failures per minute or hour as inline SVG.
 
 Pure functions of rows already read, so they are tested without a database or a
 browser, and the page needs no charting script. The SVG holds only numbers and
@@ -22,7 +22,7 @@ _LEFT = 36  # room for the scale
 
 
 class Bucket(NamedTuple):
-    """Attempts that started in one minute."""
+    """Attempts that started in one minute (or one hour: ``minute`` is its start)."""
 
     minute: datetime
     delivered: int
@@ -35,12 +35,27 @@ def per_minute(
     """One bucket for each of the last ``minutes`` minutes up to ``now``'s, oldest
     first, zero where no row is: the query returns only minutes with attempts."""
     end = now.replace(second=0, microsecond=0)
-    counts = {minute: (delivered, failed) for minute, delivered, failed in rows}
+    return _filled(rows, end=end, step=timedelta(minutes=1), count=minutes)
+
+
+def per_hour(
+    rows: Iterable[tuple[datetime, int, int]], *, now: datetime, hours: int = 24
+) -> list[Bucket]:
+    """One bucket for each of the last ``hours`` hours up to ``now``'s, as
+    :func:`per_minute` does for minutes."""
+    end = now.replace(minute=0, second=0, microsecond=0)
+    return _filled(rows, end=end, step=timedelta(hours=1), count=hours)
+
+
+def _filled(
+    rows: Iterable[tuple[datetime, int, int]], *, end: datetime, step: timedelta, count: int
+) -> list[Bucket]:
+    counts = {start: (delivered, failed) for start, delivered, failed in rows}
     buckets = []
-    for i in range(minutes - 1, -1, -1):
-        minute = end - timedelta(minutes=i)
-        delivered, failed = counts.get(minute, (0, 0))
-        buckets.append(Bucket(minute, delivered, failed))
+    for i in range(count - 1, -1, -1):
+        start = end - i * step
+        delivered, failed = counts.get(start, (0, 0))
+        buckets.append(Bucket(start, delivered, failed))
     return buckets
 
 
@@ -54,15 +69,22 @@ def _scale_top(peak: int) -> int:
         top *= 10
 
 
-def bars(buckets: Sequence[Bucket]) -> Markup:
-    """Stacked bars, one per minute: deliveries, and failures on top of them."""
+def bars(
+    buckets: Sequence[Bucket],
+    *,
+    label: str = "Deliveries and failures per minute, last hour",
+    tick_every: int = 15,
+) -> Markup:
+    """Stacked bars, one per bucket: deliveries, and failures on top of them; a
+    time label under every ``tick_every``-th bucket and the latest. ``label`` is
+    our own text, never a value from the database."""
     top = _scale_top(max((b.delivered + b.failed for b in buckets), default=0))
     plot_w = WIDTH - _LEFT
     plot_h = HEIGHT - _TOP - _BOTTOM
     slot = plot_w / max(len(buckets), 1)
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-        'aria-label="Deliveries and failures per minute, last hour" '
+        f'aria-label="{label}" '
         'xmlns="http://www.w3.org/2000/svg">',
         f'<line class="axis" x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{WIDTH}" y2="{_TOP + plot_h}"/>',
         f'<text class="scale" x="{_LEFT - 4}" y="{_TOP + 8}" text-anchor="end">{top}</text>',
@@ -85,7 +107,7 @@ def bars(buckets: Sequence[Bucket]) -> Markup:
                 f'<text class="time" x="{WIDTH - 2}" y="{HEIGHT - 6}" text-anchor="end">'
                 f"{bucket.minute:%H:%M}</text>"
             )
-        elif i % 15 == 0:
+        elif i % tick_every == 0:
             parts.append(
                 f'<text class="time" x="{x:.1f}" y="{HEIGHT - 6}">{bucket.minute:%H:%M}</text>'
             )

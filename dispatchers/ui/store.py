@@ -26,6 +26,9 @@ T = TypeVar("T")
 SEARCH_LIMIT = 100
 """The most messages one search shows."""
 
+RECENT_ATTEMPTS = 20
+"""The most attempts an endpoint's page lists."""
+
 _BOUNDED = "SET LOCAL statement_timeout = 5000"
 """Each statement of a page or an action runs at most 5 s: a page that cannot
 answer in time fails instead of holding a connection of the small pool. Set per
@@ -49,6 +52,35 @@ class Owner(NamedTuple):
     in_flight: int
     lease_until: datetime | None
     last_attempt_at: datetime | None
+
+
+class EndpointHour(NamedTuple):
+    """The row of ``ui_endpoint_hour``: one endpoint's last hour, and now."""
+
+    attempts: int
+    succeeded: int
+    p50_ms: int | None
+    p99_ms: int | None
+    statuses: dict[str, int]
+    """Attempts by response status (``none``: no response)."""
+    in_flight: int
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.succeeded / self.attempts if self.attempts else None
+
+
+class RecentAttempt(NamedTuple):
+    """A row of ``ui_endpoint_attempts``."""
+
+    message_id: int
+    attempt: int
+    owner: str
+    started_at: datetime
+    duration_ms: int | None
+    status: int | None
+    outcome: str
+    error_class: str | None
 
 
 class Found(NamedTuple):
@@ -101,6 +133,22 @@ class Store:
 
     def minutes(self, conn: psycopg.Connection[Any]) -> list[Minute]:
         return run_sync(conn, rows_plan(queries_for(self.schema)["ui_minutes"], {}, Minute))
+
+    def hours(self, conn: psycopg.Connection[Any]) -> list[Minute]:
+        return run_sync(conn, rows_plan(queries_for(self.schema)["ui_hours"], {}, Minute))
+
+    def endpoint_hour(self, conn: psycopg.Connection[Any], endpoint_id: int) -> EndpointHour:
+        plan = rows_plan(
+            queries_for(self.schema)["ui_endpoint_hour"], {"endpoint_id": endpoint_id}, EndpointHour
+        )
+        return run_sync(conn, plan)[0]
+
+    def endpoint_attempts(
+        self, conn: psycopg.Connection[Any], endpoint_id: int
+    ) -> list[RecentAttempt]:
+        params = {"endpoint_id": endpoint_id, "limit": RECENT_ATTEMPTS}
+        plan = rows_plan(queries_for(self.schema)["ui_endpoint_attempts"], params, RecentAttempt)
+        return run_sync(conn, plan)
 
     def owners(self, conn: psycopg.Connection[Any]) -> list[Owner]:
         return run_sync(conn, rows_plan(queries_for(self.schema)["ui_dispatchers"], {}, Owner))

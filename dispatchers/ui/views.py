@@ -21,12 +21,21 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from dispatchers.ui.auth import Guard
-from dispatchers.ui.charts import bars, per_minute
+from dispatchers.ui.charts import bars, per_hour, per_minute
 from dispatchers.ui.dashboard import DASHBOARD, Dashboard, render, set_session
 from outbox._arguments import MAX_ID
-from outbox.admin import dead_count, dead_list, dead_purge, dead_retry, message_show, status
+from outbox.admin import (
+    dead_count,
+    dead_list,
+    dead_purge,
+    dead_retry,
+    message_show,
+    replay,
+    status,
+)
 from outbox.endpoints import Endpoints
-from outbox.secrets import fingerprint
+from outbox.errors import InvalidArgument
+from outbox.secrets import fingerprint, generate_secret
 
 STATIC = Path(__file__).parent / "static"
 """The style sheet and the refresh script, served from ``/static/``."""
@@ -79,12 +88,12 @@ def _id(fields: Mapping[str, Any], name: str) -> int | None:
     return int(value)
 
 
-def _message_id(request: web.Request) -> int:
-    """The message id of the route: present, since the route matched."""
-    message_id = _id(request.match_info, "id")
-    if message_id is None:
+def _route_id(request: web.Request) -> int:
+    """The message or endpoint id of the route: present, since the route matched."""
+    value = _id(request.match_info, "id")
+    if value is None:
         raise BadInput("id: missing")
-    return message_id
+    return value
 
 
 def _notice(fields: Mapping[str, Any]) -> str | None:
@@ -172,12 +181,14 @@ async def overview(request: web.Request) -> web.StreamResponse:
     dashboard = _dashboard(request)
     store = dashboard.store
 
-    def read(conn: Any) -> tuple[dict[str, Any], Any, Any]:
-        return status(conn, schema=store.schema), store.minutes(conn), store.owners(conn)
+    def read(conn: Any) -> tuple[dict[str, Any], Any, Any, Any]:
+        snapshot = status(conn, schema=store.schema)
+        return snapshot, store.minutes(conn), store.hours(conn), store.owners(conn)
 
-    snapshot, minutes, owners = await store.read(read)
+    snapshot, minutes, hours, owners = await store.read(read)
     now = snapshot["now"].astimezone(UTC)
     buckets = per_minute(minutes, now=now)
+    day = per_hour(hours, now=now)
     attention = [
         e for e in snapshot["endpoints"] if not e["enabled"] or e["failure_streak"] or e["dead"]
     ]
@@ -189,6 +200,9 @@ async def overview(request: web.Request) -> web.StreamResponse:
         chart=bars(buckets),
         delivered=sum(b.delivered for b in buckets),
         failed=sum(b.failed for b in buckets),
+        day_chart=bars(day, label="Deliveries and failures per hour, last day", tick_every=6),
+        day_delivered=sum(b.delivered for b in day),
+        day_failed=sum(b.failed for b in day),
         owners=owners,
         attention=attention,
         now=now,
@@ -230,7 +244,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
 async def _message_page(request: web.Request, *, revealed: bool) -> web.StreamResponse:
     store = _dashboard(request).store
     try:
-        message_id = _message_id(request)
+        message_id = _route_id(request)
     except BadInput as exc:
         return _bad(request, exc)
     message = await store.read(lambda conn: message_show(conn, message_id, schema=store.schema))
@@ -264,7 +278,7 @@ async def message_retry(request: web.Request) -> web.StreamResponse:
     dashboard = _dashboard(request)
     store = dashboard.store
     try:
-        message_id = _message_id(request)
+        message_id = _route_id(request)
     except BadInput as exc:
         return _bad(request, exc)
     count = await store.write(lambda conn: dead_retry(conn, schema=store.schema, ids=[message_id]))
@@ -366,9 +380,7 @@ async def endpoint_toggle(request: web.Request) -> web.StreamResponse:
     store = dashboard.store
     action = request.match_info["action"]
     try:
-        endpoint_id = _id(request.match_info, "id")
-        if endpoint_id is None:
-            raise BadInput("id: missing")
+        endpoint_id = _route_id(request)
         reason = _text(await request.post(), "reason") or DISABLED_HERE
     except BadInput as exc:
         return _bad(request, exc)
@@ -382,3 +394,135 @@ async def endpoint_toggle(request: web.Request) -> web.StreamResponse:
     count = await store.write(toggle)
     _log_action(dashboard, f"endpoint_{action}", count, endpoint_id=endpoint_id)
     raise web.HTTPSeeOther(f"/endpoints#endpoint-{endpoint_id}")
+
+
+async def endpoint(request: web.Request) -> web.StreamResponse:
+    """One endpoint: its settings and health, and its last hour of attempts."""
+    store = _dashboard(request).store
+    try:
+        endpoint_id = _route_id(request)
+    except BadInput as exc:
+        return _bad(request, exc)
+
+    def read(conn: Any) -> tuple[Any, Any, Any]:
+        found = Endpoints(schema=store.schema).get(conn, endpoint_id)
+        if found is None:
+            return None, None, None
+        return (
+            found,
+            store.endpoint_hour(conn, endpoint_id),
+            store.endpoint_attempts(conn, endpoint_id),
+        )
+
+    found, hour, attempts = await store.read(read)
+    if found is None:
+        return render(request, "error.html", status=404, message=f"No endpoint {endpoint_id}.")
+    return render(
+        request,
+        "endpoint.html",
+        endpoint=found,
+        hour=hour,
+        attempts=attempts,
+        fingerprints=[fingerprint(s.secret) for s in found.secrets],
+        spans=SPANS,
+        notice=_endpoint_notice(request.query),
+    )
+
+
+def _endpoint_notice(fields: Mapping[str, Any]) -> str | None:
+    """What an endpoint's page says after an action redirected to it."""
+    done, count = fields.get("done"), fields.get("count", "")
+    if done == "edit":
+        return "Saved."
+    if done == "replay" and count.isascii() and count.isdigit():
+        return f"Replayed {int(count)} delivered message(s)."
+    return None
+
+
+def _cap(fields: Mapping[str, Any]) -> int | None:
+    """``cap``: the most deliveries in flight at once, or None (empty) for no cap."""
+    value = _text(fields, "cap")
+    if value is None:
+        return None
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= 10_000:
+        raise BadInput(f"cap: {value[:40]!r} is not a number from 1 to 10000")
+    return int(value)
+
+
+async def endpoint_edit(request: web.Request) -> web.StreamResponse:
+    """Replace an endpoint's event types (one per line or comma-separated; none
+    for every type) and its cap (empty for none)."""
+    dashboard = _dashboard(request)
+    store = dashboard.store
+    form = await request.post()
+    try:
+        endpoint_id = _route_id(request)
+        cap = _cap(form)
+        event_types = (_text(form, "event_types") or "").replace(",", " ").split()
+    except BadInput as exc:
+        return _bad(request, exc)
+    box = Endpoints(schema=store.schema)
+    try:
+        await store.write(
+            lambda conn: box.update(
+                conn,
+                endpoint_id,
+                event_types=event_types,
+                max_concurrency=cap,
+                clear_max_concurrency=cap is None,
+            )
+        )
+    except InvalidArgument as exc:
+        return _bad(request, BadInput(str(exc)))
+    _log_action(
+        dashboard, "endpoint_edit", 1, endpoint_id=endpoint_id, event_types=event_types, cap=cap
+    )
+    raise web.HTTPSeeOther(f"/endpoints/{endpoint_id}?done=edit")
+
+
+async def endpoint_rotate(request: web.Request) -> web.StreamResponse:
+    """Sign with a new secret; the page that answers is the only place it is
+    shown (not a redirect: reloading it does not show it again, and the log
+    names its fingerprint only)."""
+    dashboard = _dashboard(request)
+    store = dashboard.store
+    try:
+        endpoint_id = _route_id(request)
+    except BadInput as exc:
+        return _bad(request, exc)
+    box = Endpoints(schema=store.schema)
+    secret = generate_secret()
+    try:
+        rotated = await store.write(
+            lambda conn: box.rotate_secret(conn, endpoint_id, secret=secret)
+        )
+    except InvalidArgument as exc:
+        return _bad(request, BadInput(str(exc)))
+    _log_action(
+        dashboard, "endpoint_rotate_secret", 1, endpoint_id=endpoint_id, new=fingerprint(secret)
+    )
+    return render(request, "rotated.html", endpoint=rotated, secret=secret)
+
+
+async def endpoint_replay(request: web.Request) -> web.StreamResponse:
+    """Send an endpoint's messages delivered since a span ago again
+    (:func:`outbox.admin.replay`: same ids, same ``webhook-id``)."""
+    dashboard = _dashboard(request)
+    store = dashboard.store
+    try:
+        endpoint_id = _route_id(request)
+        since = _since(await request.post())
+        if since is None:
+            raise BadInput("since: required")
+    except BadInput as exc:
+        return _bad(request, exc)
+    try:
+        count = await store.write(
+            lambda conn: replay(conn, schema=store.schema, endpoint_id=endpoint_id, since=since)
+        )
+    except InvalidArgument as exc:
+        return _bad(request, BadInput(str(exc)))
+    _log_action(
+        dashboard, "endpoint_replay", count, endpoint_id=endpoint_id, since=since.isoformat()
+    )
+    raise web.HTTPSeeOther(f"/endpoints/{endpoint_id}?done=replay&count={count}")

@@ -66,3 +66,57 @@ UNION ALL
  LIMIT %(limit)s)
 ORDER BY id DESC
 LIMIT %(limit)s
+
+-- name: ui_hours
+-- Attempts per hour over the last day, for the overview's second chart: a range
+-- scan of attempts_started_idx over one day of attempts.
+SELECT date_trunc('hour', started_at) AS minute,
+       count(*) FILTER (WHERE outcome = 'succeeded') AS delivered,
+       count(*) FILTER (WHERE outcome <> 'succeeded') AS failed
+FROM {schema}.attempts
+WHERE started_at >= date_trunc('hour', now()) - interval '23 hours'
+GROUP BY 1
+ORDER BY 1
+
+-- name: ui_endpoint_hour
+-- One endpoint's last hour: its attempts (a range scan of attempts_started_idx),
+-- each matched to its message in the hot table or in the history; a delivered
+-- message with an attempt in the last hour completed in it, so the history is
+-- read over one hour of delivered_endpoint_idx, never the endpoint's whole past.
+-- Then how many succeeded, the median and 99th percentile durations, the count of
+-- each response status, and the deliveries it has in flight now.
+WITH recent AS MATERIALIZED (
+    SELECT a.status, a.outcome, a.duration_ms
+    FROM {schema}.attempts AS a
+    WHERE a.started_at >= now() - interval '1 hour'
+      AND (EXISTS (SELECT 1 FROM {schema}.messages AS m
+                   WHERE m.id = a.message_id AND m.endpoint_id = %(endpoint_id)s)
+           OR EXISTS (SELECT 1 FROM {schema}.delivered AS d
+                      WHERE d.id = a.message_id AND d.endpoint_id = %(endpoint_id)s
+                        AND d.completed_at >= now() - interval '1 hour'))
+)
+SELECT count(*) AS attempts,
+       count(*) FILTER (WHERE outcome = 'succeeded') AS succeeded,
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50_ms,
+       percentile_disc(0.99) WITHIN GROUP (ORDER BY duration_ms) AS p99_ms,
+       COALESCE((SELECT jsonb_object_agg(COALESCE(CAST(status AS text), 'none'), n)
+                 FROM (SELECT status, count(*) AS n FROM recent GROUP BY status) AS s),
+                CAST('{{}}' AS jsonb)) AS statuses,
+       (SELECT count(*) FROM {schema}.messages AS m
+        WHERE m.state = 'running' AND m.endpoint_id = %(endpoint_id)s) AS in_flight
+FROM recent
+
+-- name: ui_endpoint_attempts
+-- One endpoint's latest attempts of the last hour, newest first, matched to their
+-- messages as in ui_endpoint_hour.
+SELECT a.message_id, a.attempt, a.owner, a.started_at, a.duration_ms, a.status,
+       a.outcome, a.error_class
+FROM {schema}.attempts AS a
+WHERE a.started_at >= now() - interval '1 hour'
+  AND (EXISTS (SELECT 1 FROM {schema}.messages AS m
+               WHERE m.id = a.message_id AND m.endpoint_id = %(endpoint_id)s)
+       OR EXISTS (SELECT 1 FROM {schema}.delivered AS d
+                  WHERE d.id = a.message_id AND d.endpoint_id = %(endpoint_id)s
+                    AND d.completed_at >= now() - interval '1 hour'))
+ORDER BY a.started_at DESC
+LIMIT %(limit)s

@@ -46,7 +46,8 @@ async def test_overview_counts_the_backlog_and_every_page_sends_the_security_hea
         assert response.status == 200
         assert re.search(r'data-state="ready">2<', page)
         assert re.search(r'data-state="dead">1<', page)
-        assert "<svg" in page and 'class="failed"' in page  # this minute's two failures
+        assert page.count("<svg") == 2  # the last hour by minute, the last day by hour
+        assert page.count('<rect class="failed"') == 2  # this minute's, this hour's failures
         csp = headers["Content-Security-Policy"]
         assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
         assert "unsafe-inline" not in csp
@@ -82,6 +83,7 @@ async def test_hostile_values_render_as_text_on_every_page(db: Db) -> None:
             await ui.get("/"),
             await ui.get("/dead"),
             await ui.get("/endpoints"),
+            await ui.get(f"/endpoints/{endpoint}"),
             await ui.get("/messages", params={"key": HOSTILE}),
             await ui.get("/messages", params={"event_type": HOSTILE}),
             await ui.get(f"/messages/{message}"),
@@ -188,8 +190,10 @@ async def test_bulk_retry_and_purge_confirm_how_many_then_act_on_the_filter(db: 
 async def test_read_only_offers_and_accepts_no_action(db: Db) -> None:
     message = db.enqueue("k")
     db.kill(message)
+    endpoint = db.endpoint()
     async with running(db.url, read_only=True) as ui:
-        pages = [await ui.get(p) for p in ("/", f"/messages/{message}", "/dead", "/endpoints")]
+        paths = ("/", f"/messages/{message}", "/dead", "/endpoints", f"/endpoints/{endpoint}")
+        pages = [await ui.get(p) for p in paths]
         for _, page in pages:
             assert '<form method="post"' not in page and "csrf" not in page
             assert "read-only" in page
@@ -198,7 +202,10 @@ async def test_read_only_offers_and_accepts_no_action(db: Db) -> None:
             f"/messages/{message}/retry",
             f"/messages/{message}/reveal",
             "/dead/purge",
-            "/endpoints/1/disable",
+            f"/endpoints/{endpoint}/disable",
+            f"/endpoints/{endpoint}/edit",
+            f"/endpoints/{endpoint}/rotate-secret",
+            f"/endpoints/{endpoint}/replay",
         ):
             status, _ = await ui.post(path, {})
             assert status in (403, 405), path
@@ -206,6 +213,7 @@ async def test_read_only_offers_and_accepts_no_action(db: Db) -> None:
     assert status == 404
     assert _state(db, message) == "dead"
     assert db.query("SELECT count(*) FROM outbox.messages") == [(1,)]
+    assert db.query("SELECT count(*) FROM outbox.endpoint_secrets") == [(1,)]
 
 
 async def test_with_a_token_every_page_asks_to_sign_in_first(db: Db) -> None:
@@ -276,6 +284,15 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     search = {"key": None, "event_type": None, "endpoint_id": None, "state": None, "limit": 100}
     newest = _plan(db, "ui_messages", **search)
     assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
+    assert "attempts_started_idx" in _plan(db, "ui_hours")
+    for name in ("ui_endpoint_hour", "ui_endpoint_attempts"):
+        plan = _plan(db, name, endpoint_id=1, limit=20)
+        assert "attempts_started_idx" in plan, name
+        # the history over the window only, never the endpoint's whole past
+        history = re.findall(r"using (delivered_\w+) on delivered d.*\n(.*)", plan)
+        assert history and all(
+            index == "delivered_pkey" or "completed_at" in cond for index, cond in history
+        ), plan
 
 
 async def test_endpoints_show_health_and_fingerprints_and_disable_then_enable(db: Db) -> None:
@@ -313,3 +330,101 @@ async def test_pages_read_in_read_only_transactions_bounded_in_time(db: Db) -> N
         )
     assert settings == ("on", "5s")
     assert written == ("off",)
+
+
+def _attempt(db: Db, message_id: int, *, status: int, duration_ms: int, ago: str = "0") -> None:
+    outcome = "succeeded" if status < 300 else "failed"
+    db.query(
+        "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, duration_ms,"
+        " status, outcome) VALUES (%s, 1 + (SELECT count(*) FROM outbox.attempts"
+        " WHERE message_id = %s), 'test:2:y', now() - CAST(%s AS interval), %s, %s, %s)",
+        message_id,
+        message_id,
+        ago,
+        duration_ms,
+        status,
+        outcome,
+    )
+
+
+def _delivered(db: Db, endpoint: int, message_id: int) -> None:
+    """A message of ``endpoint`` delivered five minutes ago, in the history."""
+    db.query(
+        "INSERT INTO outbox.delivered (id, idempotency_key, target, endpoint_id, method,"
+        " headers, body, content_type, event_type, attempts, max_attempts, last_status,"
+        " created_at, completed_at) VALUES (%s, %s, %s, %s, 'POST', '{}', '{}',"
+        " 'application/json', 'order.created', 1, 8, 200, now() - interval '6 minutes',"
+        " now() - interval '5 minutes')",
+        message_id,
+        f"evt-{message_id}:{endpoint}",
+        f"endpoint:{endpoint}",
+        endpoint,
+    )
+
+
+async def test_an_endpoints_page_sums_up_its_last_hour_of_attempts(db: Db) -> None:
+    endpoint = db.endpoint(event_types=["order.created"], max_concurrency=3)
+    other = db.endpoint(event_types=["other.thing"])
+    (failing,) = db.publish("order.created", "e1")
+    db.kill(failing, attempts=2)  # two 500s of 5 ms
+    _delivered(db, endpoint, 9001)
+    _attempt(db, 9001, status=200, duration_ms=40)
+    _attempt(db, 9001, status=200, duration_ms=900, ago="2 hours")  # out of the window
+    (elsewhere,) = db.publish("other.thing", "e2")
+    _attempt(db, elsewhere, status=404, duration_ms=7)  # another endpoint's
+    async with running(db.url) as ui:
+        status, page = await ui.get(f"/endpoints/{endpoint}")
+        _, overview = await ui.get("/endpoints")
+        missing, _ = await ui.get("/endpoints/999999")
+    assert status == 200 and missing == 404
+    assert re.search(r'id="attempts">3<', page)
+    assert re.search(r'id="success-rate">33.3 %<', page)
+    assert re.search(r'id="p50">5 ms<', page) and re.search(r'id="p99">40 ms<', page)
+    assert re.search(r'data-status="500">2<', page) and re.search(r'data-status="200">1<', page)
+    assert 'data-status="404"' not in page
+    assert re.search(r'id="in-flight">0 of 3<', page)
+    assert page.count('href="/messages/9001"') == 1  # the recent attempts
+    assert page.count(f'href="/messages/{failing}"') == 2
+    assert f'href="/endpoints/{endpoint}"' in overview and f'href="/endpoints/{other}"' in overview
+
+
+async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed(
+    db: Db,
+) -> None:
+    endpoint = db.endpoint(event_types=["order.created"], max_concurrency=3)
+    _delivered(db, endpoint, 9002)
+    async with running(db.url) as ui:
+        csrf = await ui.csrf(f"/endpoints/{endpoint}")
+        status, refusal = await ui.post(f"/endpoints/{endpoint}/edit", {"csrf": csrf, "cap": "0"})
+        assert status == 400 and "cap:" in refusal
+        form = {"csrf": csrf, "event_types": "order.*, refund.created", "cap": ""}
+        status, _ = await ui.post(f"/endpoints/{endpoint}/edit", form)
+        assert status == 303
+
+        status, _ = await ui.post(f"/endpoints/{endpoint}/rotate-secret", {})
+        assert status == 403  # no CSRF token: nothing rotated
+        status, answer = await ui.post(f"/endpoints/{endpoint}/rotate-secret", {"csrf": csrf})
+        assert status == 200
+        match = re.search(r'<pre id="secret">(whsec_[A-Za-z0-9+/=]+)</pre>', answer)
+        assert match is not None
+        secret = match[1]
+        _, after = await ui.get(f"/endpoints/{endpoint}")
+
+        status, _ = await ui.post(f"/endpoints/{endpoint}/replay", {"csrf": csrf, "since": "1h"})
+        assert status == 303
+        _, replayed = await ui.get(f"/endpoints/{endpoint}?done=replay&count=1")
+        events = ui.events("ui_action")
+        log = ui.log.getvalue()
+    with db.tx() as conn:
+        saved = Endpoints().require(conn, endpoint)
+    assert saved.event_types == ["order.*", "refund.created"] and saved.max_concurrency is None
+    assert [s.secret for s in saved.secrets if s.expires_at is None] == [secret]
+    assert len(saved.secrets) == 2  # the previous one signs during the overlap
+    assert secret not in after and fingerprint(secret) in after  # shown once
+    assert secret not in log
+    assert _state(db, 9002) == "ready"
+    assert "Replayed 1 delivered message(s)." in replayed
+    actions = [(e["action"], e["rows"]) for e in events]
+    assert actions == [("endpoint_edit", 1), ("endpoint_rotate_secret", 1), ("endpoint_replay", 1)]
+    assert events[1]["new"] == fingerprint(secret)
+

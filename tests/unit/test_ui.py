@@ -10,7 +10,7 @@ import pytest
 
 from dispatchers.cli import build_parser
 from dispatchers.ui.auth import Guard, host_of, is_loopback, token_id
-from dispatchers.ui.charts import Bucket, bars, per_minute
+from dispatchers.ui.charts import Bucket, bars, per_hour, per_minute
 
 NOW = datetime(2024, 5, 1, 12, 30, 42, tzinfo=UTC)
 
@@ -88,6 +88,17 @@ def test_per_minute_fills_every_minute_of_the_hour_oldest_first() -> None:
     assert buckets[-1] == Bucket(minute, 3, 1)
     assert buckets[-11] == Bucket(minute - timedelta(minutes=10), 0, 2)
     assert sum(b.delivered + b.failed for b in buckets) == 6
+
+
+def test_per_hour_fills_every_hour_of_the_day_and_labels_every_sixth() -> None:
+    hour = NOW.replace(minute=0, second=0)
+    buckets = per_hour([(hour - timedelta(hours=23), 4, 0)], now=NOW)
+    assert len(buckets) == 24
+    assert buckets[0] == Bucket(hour - timedelta(hours=23), 4, 0)
+    assert buckets[-1] == Bucket(hour, 0, 0)
+    svg = str(bars(buckets, label="per hour", tick_every=6))
+    assert 'aria-label="per hour"' in svg
+    assert svg.count('class="time"') == 5  # 4 ticks and the latest hour
 
 
 def test_bars_stack_failures_on_deliveries_under_a_round_scale() -> None:
