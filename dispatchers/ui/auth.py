@@ -14,6 +14,9 @@ middleware in :mod:`dispatchers.ui.app` applies them to requests.
 - Every POST carries a CSRF token derived from the session id with the same
   key, checked in constant time: a form of another origin can neither read it
   nor, with SameSite=Strict, send the cookie it belongs to.
+- Wrong tokens are counted per client address (:class:`SignInLimit`): a few a
+  minute, then the address is refused until the oldest ages out, so a token
+  cannot be guessed at the speed of HTTP.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+import time
+from collections import deque
+from collections.abc import Callable
 
 COOKIE = "outbox_ui"
 """The name of the session cookie."""
@@ -58,6 +64,62 @@ def token_id(token: str) -> str:
     return "token:" + hashlib.sha256(token.encode()).hexdigest()[:8]
 
 
+class SignInLimit:
+    """At most ``failures`` wrong tokens per client address in any ``window``
+    seconds, counted in memory (a restart forgets them, as it forgets sessions).
+
+    The table holds at most ``clients`` addresses: past that, addresses whose
+    failures have all aged out go first, then the longest known, so a flood of
+    addresses costs bounded memory (and the flooded-out addresses get a fresh
+    count, no more than they would after a restart)."""
+
+    def __init__(
+        self,
+        *,
+        failures: int = 5,
+        window: float = 60.0,
+        clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._failures = failures
+        self._window = window
+        self._clients = clients
+        self._clock = clock
+        self._seen: dict[str, deque[float]] = {}
+
+    def blocked(self, client: str) -> bool:
+        """Whether ``client`` has used up its wrong tokens for now."""
+        times = self._seen.get(client)
+        if times is None:
+            return False
+        self._age(times)
+        return len(times) >= self._failures
+
+    def failed(self, client: str) -> None:
+        """Count a wrong token from ``client``."""
+        times = self._seen.setdefault(client, deque(maxlen=self._failures))
+        times.append(self._clock())
+        if len(self._seen) > self._clients:
+            self._shrink()
+
+    def succeeded(self, client: str) -> None:
+        """Forget ``client``'s wrong tokens: it gave the right one."""
+        self._seen.pop(client, None)
+
+    def _age(self, times: deque[float]) -> None:
+        horizon = self._clock() - self._window
+        while times and times[0] <= horizon:
+            times.popleft()
+
+    def _shrink(self) -> None:
+        for client, times in list(self._seen.items()):
+            self._age(times)
+            if not times:
+                del self._seen[client]
+        while len(self._seen) > self._clients:
+            del self._seen[next(iter(self._seen))]
+
+
 class Guard:
     """The dashboard's key, its optional login token, and the rules above."""
 
@@ -66,6 +128,7 @@ class Guard:
             raise ValueError("the token must not be empty")
         self._token = token
         self._key = key if key is not None else secrets.token_bytes(32)
+        self.sign_ins = SignInLimit()
 
     @property
     def login_required(self) -> bool:

@@ -164,10 +164,20 @@ async def login_page(request: web.Request) -> web.StreamResponse:
 
 async def login(request: web.Request) -> web.StreamResponse:
     guard: Guard = _dashboard(request).guard
+    client = request.remote or "unknown"
+    if guard.sign_ins.blocked(client):
+        return render(
+            request,
+            "login.html",
+            status=429,
+            error="Too many wrong tokens from this address: wait a minute, then try again.",
+        )
     form = await request.post()
     given = form.get("token")
     if not isinstance(given, str) or not guard.accepts_token(given.strip()):
+        guard.sign_ins.failed(client)
         return render(request, "login.html", status=403, error="That is not the token.")
+    guard.sign_ins.succeeded(client)
     response = web.HTTPSeeOther("/")
     _, cookie = guard.new_session()
     set_session(response, cookie)

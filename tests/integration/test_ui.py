@@ -428,3 +428,10 @@ async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed
     assert actions == [("endpoint_edit", 1), ("endpoint_rotate_secret", 1), ("endpoint_replay", 1)]
     assert events[1]["new"] == fingerprint(secret)
 
+
+async def test_sign_in_refuses_an_address_after_a_few_wrong_tokens(db: Db) -> None:
+    async with running(db.url, token="s3cret-token") as ui:
+        statuses = [(await ui.post("/login", {"token": f"guess-{i}"}))[0] for i in range(6)]
+        status, page = await ui.post("/login", {"token": "s3cret-token"})
+    assert statuses == [403] * 5 + [429]
+    assert status == 429 and "Too many wrong tokens" in page  # even the right one, for now

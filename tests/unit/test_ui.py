@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dispatchers.cli import build_parser
-from dispatchers.ui.auth import Guard, host_of, is_loopback, token_id
+from dispatchers.ui.auth import Guard, SignInLimit, host_of, is_loopback, token_id
 from dispatchers.ui.charts import Bucket, bars, per_hour, per_minute
 
 NOW = datetime(2024, 5, 1, 12, 30, 42, tzinfo=UTC)
@@ -99,6 +99,45 @@ def test_per_hour_fills_every_hour_of_the_day_and_labels_every_sixth() -> None:
     svg = str(bars(buckets, label="per hour", tick_every=6))
     assert 'aria-label="per hour"' in svg
     assert svg.count('class="time"') == 5  # 4 ticks and the latest hour
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sign_in_limit_refuses_an_address_after_its_failures_until_they_age_out() -> None:
+    clock = _Clock()
+    limit = SignInLimit(failures=3, window=60, clock=clock)
+    for _ in range(3):
+        assert not limit.blocked("10.0.0.1")
+        limit.failed("10.0.0.1")
+        clock.now += 10
+    assert limit.blocked("10.0.0.1")
+    assert not limit.blocked("10.0.0.2")  # per address
+    clock.now += 29  # 59 s after the first failure
+    assert limit.blocked("10.0.0.1")
+    clock.now += 1  # the first failure ages out: one more try
+    assert not limit.blocked("10.0.0.1")
+    limit.failed("10.0.0.1")
+    assert limit.blocked("10.0.0.1")
+    limit.succeeded("10.0.0.1")
+    assert not limit.blocked("10.0.0.1")
+
+
+def test_sign_in_limit_keeps_a_bounded_table() -> None:
+    clock = _Clock()
+    limit = SignInLimit(failures=1, window=60, clients=2, clock=clock)
+    limit.failed("a")
+    clock.now += 61  # a's failure aged out: a goes first
+    limit.failed("b")
+    limit.failed("c")
+    assert limit.blocked("b") and limit.blocked("c") and not limit.blocked("a")
+    limit.failed("d")  # none aged out: the longest known (b) goes
+    assert not limit.blocked("b") and limit.blocked("c") and limit.blocked("d")
 
 
 def test_bars_stack_failures_on_deliveries_under_a_round_scale() -> None:
