@@ -161,12 +161,16 @@ class Store:
         event_type: str | None,
         endpoint_id: int | None,
         state: str | None,
+        created_from: datetime | None,
+        created_until: datetime | None,
     ) -> list[Found]:
         params = {
             "key": key,
             "event_type": event_type,
             "endpoint_id": endpoint_id,
             "state": state,
+            "created_from": created_from,
+            "created_until": created_until,
             "limit": SEARCH_LIMIT,
         }
         return run_sync(conn, rows_plan(queries_for(self.schema)["ui_messages"], params, Found))

@@ -122,6 +122,31 @@ def _since(fields: Mapping[str, Any]) -> datetime | None:
     return moment
 
 
+def _moment(fields: Mapping[str, Any], name: str) -> datetime | None:
+    """A time as a browser's date-and-time field sends it, read as UTC (the
+    dashboard shows every time in UTC), or with an offset of its own."""
+    value = _text(fields, name)
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadInput(f"{name}: {value[:40]!r} is not a time (YYYY-MM-DDTHH:MM)") from None
+    return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
+
+
+def _webhook_id(fields: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """``webhook_id``, as a receiver logs it: the message's idempotency key,
+    ``<event key>:<endpoint id>``; so the key and the endpoint to search."""
+    value = _text(fields, "webhook_id")
+    if value is None:
+        return None, None
+    _, _, endpoint = value.rpartition(":")
+    if not endpoint.isascii() or not endpoint.isdigit() or not 1 <= int(endpoint) <= MAX_ID:
+        raise BadInput(f"webhook_id: {value[:40]!r} does not end in :<endpoint id>")
+    return value, int(endpoint)
+
+
 def _dead_filters(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "endpoint_id": _id(fields, "endpoint"),
@@ -233,13 +258,25 @@ async def messages(request: web.Request) -> web.StreamResponse:
         state = _text(query, "state")
         if state is not None and state not in STATES:
             raise BadInput(f"state: must be one of {', '.join(STATES)}")
+        webhook_id, webhook_endpoint = _webhook_id(query)
+        created_from, created_until = _moment(query, "from"), _moment(query, "until")
     except BadInput as exc:
         return _bad(request, exc)
     if message_id is not None:
         raise web.HTTPSeeOther(f"/messages/{message_id}")
+    if webhook_id is not None:
+        if key not in (None, webhook_id) or endpoint_id not in (None, webhook_endpoint):
+            return _bad(request, BadInput("webhook_id: differs from the key or endpoint given"))
+        key, endpoint_id = webhook_id, webhook_endpoint
     found = await store.read(
         lambda conn: store.search(
-            conn, key=key, event_type=event_type, endpoint_id=endpoint_id, state=state
+            conn,
+            key=key,
+            event_type=event_type,
+            endpoint_id=endpoint_id,
+            state=state,
+            created_from=created_from,
+            created_until=created_until,
         )
     )
     return render(
@@ -247,7 +284,14 @@ async def messages(request: web.Request) -> web.StreamResponse:
         "messages.html",
         found=found,
         states=STATES,
-        query={"key": key, "event_type": event_type, "endpoint": endpoint_id, "state": state},
+        query={
+            "key": key,
+            "event_type": event_type,
+            "endpoint": endpoint_id,
+            "state": state,
+            "from": _text(query, "from"),
+            "until": _text(query, "until"),
+        },
     )
 
 

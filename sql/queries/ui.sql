@@ -40,6 +40,8 @@ LIMIT 100
 -- Messages matching an operator's search, newest first, from the hot table and
 -- the history: each side is cut at the limit before the two are merged. A filter
 -- left NULL matches every message; the state 'succeeded' names the history.
+-- A message completes after it is created, so "created since" also bounds the
+-- history's completion time, which delivered_completed_idx can range over.
 (SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url, m.endpoint_id,
         m.event_type, CAST(m.state AS text) AS state, m.attempts, m.last_status,
         m.created_at
@@ -50,6 +52,10 @@ LIMIT 100
    AND (CAST(%(endpoint_id)s AS bigint) IS NULL
         OR m.endpoint_id = CAST(%(endpoint_id)s AS bigint))
    AND (CAST(%(state)s AS text) IS NULL OR m.state = CAST(%(state)s AS text))
+   AND (CAST(%(created_from)s AS timestamptz) IS NULL
+        OR m.created_at >= CAST(%(created_from)s AS timestamptz))
+   AND (CAST(%(created_until)s AS timestamptz) IS NULL
+        OR m.created_at < CAST(%(created_until)s AS timestamptz))
  ORDER BY m.id DESC
  LIMIT %(limit)s)
 UNION ALL
@@ -62,6 +68,11 @@ UNION ALL
    AND (CAST(%(event_type)s AS text) IS NULL OR d.event_type = CAST(%(event_type)s AS text))
    AND (CAST(%(endpoint_id)s AS bigint) IS NULL
         OR d.endpoint_id = CAST(%(endpoint_id)s AS bigint))
+   AND (CAST(%(created_from)s AS timestamptz) IS NULL
+        OR (d.created_at >= CAST(%(created_from)s AS timestamptz)
+            AND d.completed_at >= CAST(%(created_from)s AS timestamptz)))
+   AND (CAST(%(created_until)s AS timestamptz) IS NULL
+        OR d.created_at < CAST(%(created_until)s AS timestamptz))
  ORDER BY d.id DESC
  LIMIT %(limit)s)
 ORDER BY id DESC

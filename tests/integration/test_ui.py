@@ -119,6 +119,28 @@ async def test_a_message_is_found_by_id_key_and_state_and_shows_its_attempts(db:
     assert bad == 400 and "state: must be one of" in refusal
 
 
+async def test_a_message_is_found_by_webhook_id_and_by_creation_time(db: Db) -> None:
+    endpoint = db.endpoint(event_types=["order.created"])
+    (published,) = db.publish("order.created", "evt-7")
+    old = db.enqueue("old-one")
+    db.query("UPDATE outbox.messages SET created_at = '2024-01-01T12:00Z' WHERE id = %s", old)
+    async with running(db.url) as ui:
+        _, by_webhook_id = await ui.get("/messages", params={"webhook_id": f"evt-7:{endpoint}"})
+        _, elsewhere = await ui.get("/messages", params={"webhook_id": f"evt-7:{endpoint + 1}"})
+        bad, refusal = await ui.get("/messages", params={"webhook_id": "evt-7"})
+        window = {"from": "2024-01-01T11:00", "until": "2024-01-01T13:00"}
+        _, in_window = await ui.get("/messages", params=window)
+        _, since = await ui.get("/messages", params={"from": "2025-01-01T00:00+00:00"})
+        wrong, _ = await ui.get("/messages", params={"until": "yesterday"})
+    assert f'href="/messages/{published}"' in by_webhook_id
+    assert f'href="/messages/{published}"' not in elsewhere and "No message matches" in elsewhere
+    assert bad == 400 and "does not end in :&lt;endpoint id&gt;" in refusal
+    assert f'href="/messages/{old}"' in in_window
+    assert f'href="/messages/{published}"' not in in_window
+    assert f'href="/messages/{published}"' in since and f'href="/messages/{old}"' not in since
+    assert wrong == 400
+
+
 async def test_retry_without_the_csrf_token_is_refused_and_changes_nothing(db: Db) -> None:
     message = db.enqueue("k")
     db.kill(message)
@@ -281,8 +303,10 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     assert "attempts_started_idx" in _plan(db, "ui_minutes")
     owners = _plan(db, "ui_dispatchers")
     assert "attempts_started_idx" in owners and "messages_lease_idx" in owners
-    search = {"key": None, "event_type": None, "endpoint_id": None, "state": None, "limit": 100}
-    newest = _plan(db, "ui_messages", **search)
+    search = dict.fromkeys(
+        ("key", "event_type", "endpoint_id", "state", "created_from", "created_until")
+    )
+    newest = _plan(db, "ui_messages", **search, limit=100)
     assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
     assert "attempts_started_idx" in _plan(db, "ui_hours")
     for name in ("ui_endpoint_hour", "ui_endpoint_attempts"):
