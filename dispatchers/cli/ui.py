@@ -126,8 +126,8 @@ def add_parser(commands: Commands) -> None:
     p.add_argument(
         "--read-only",
         action="store_true",
-        help="serve the pages only: no action (retry, purge, reveal, enable, disable) is "
-        "offered or accepted",
+        help="serve the pages only: no action (retry, purge, reveal, replay, an endpoint's "
+        "edits) is offered or accepted",
     )
     p.add_argument(
         "--token-file",
