@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dispatchers.ui import views
+from dispatchers.ui import endpoint_pages, views
 from dispatchers.ui.auth import COOKIE
 from dispatchers.ui.dashboard import DASHBOARD, SESSION, Dashboard, set_session
 
@@ -81,18 +81,20 @@ def build_app(dashboard: Dashboard) -> web.Application:
     app.router.add_get("/messages", views.messages)
     app.router.add_get("/messages/{id}", views.message)
     app.router.add_get("/dead", views.dead)
-    app.router.add_get("/endpoints", views.endpoints)
-    app.router.add_get("/endpoints/{id}", views.endpoint)
+    app.router.add_get("/endpoints", endpoint_pages.endpoints)
+    app.router.add_get("/endpoints/{id}", endpoint_pages.endpoint)
     app.router.add_static("/static/", views.STATIC, append_version=True)
     if not dashboard.read_only:
         app.router.add_post("/messages/{id}/reveal", views.message_reveal)
         app.router.add_post("/messages/{id}/retry", views.message_retry)
         app.router.add_get("/dead/confirm", views.dead_confirm)
         app.router.add_post("/dead/{action:retry|purge}", views.dead_act)
-        app.router.add_post("/endpoints/{id}/{action:enable|disable}", views.endpoint_toggle)
-        app.router.add_post("/endpoints/{id}/edit", views.endpoint_edit)
-        app.router.add_post("/endpoints/{id}/rotate-secret", views.endpoint_rotate)
-        app.router.add_post("/endpoints/{id}/replay", views.endpoint_replay)
+        app.router.add_post(
+            "/endpoints/{id}/{action:enable|disable}", endpoint_pages.endpoint_toggle
+        )
+        app.router.add_post("/endpoints/{id}/edit", endpoint_pages.endpoint_edit)
+        app.router.add_post("/endpoints/{id}/rotate-secret", endpoint_pages.endpoint_rotate)
+        app.router.add_post("/endpoints/{id}/replay", endpoint_pages.endpoint_replay)
     return app
 
 

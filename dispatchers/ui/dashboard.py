@@ -60,6 +60,22 @@ def render(request: web.Request, name: str, *, status: int = 200, **context: Any
     return web.Response(text=text, status=status, content_type="text/html")
 
 
+def dashboard_of(request: web.Request) -> Dashboard:
+    return request.app[DASHBOARD]
+
+
+def bad(request: web.Request, problem: ValueError) -> web.Response:
+    """The 400 page for a field that cannot be meant, saying which."""
+    return render(request, "error.html", status=400, message=str(problem))
+
+
+def log_action(dashboard: Dashboard, action: str, rows: int, **fields: Any) -> None:
+    """Log an action: who (the token's id, or ``local``), what, on how many rows."""
+    dashboard.log.event(
+        "ui_action", who=dashboard.guard.principal, action=action, rows=rows, **fields
+    )
+
+
 def set_session(response: web.StreamResponse, value: str) -> None:
     """Set the session cookie: not readable by scripts, never sent cross-site."""
     response.set_cookie(COOKIE, value, httponly=True, samesite="Strict", path="/")

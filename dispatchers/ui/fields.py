@@ -1,0 +1,106 @@
+"""What the dashboard reads from a query string, a form or a route.
+
+Every field is checked here before anything runs: a value that cannot be meant
+raises :class:`BadInput` naming the field, and the page answers 400 with that
+message (:func:`dispatchers.ui.dashboard.bad`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+
+from outbox._arguments import MAX_ID
+
+SPANS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+"""The "since" choices of the dead-letter filters and of an endpoint's replay."""
+
+MAX_CAP = 10_000
+"""The largest cap an endpoint can be given here."""
+
+_TEXT_LIMIT = 1000
+
+
+class BadInput(ValueError):
+    """A query or form field that cannot be meant; the page says which."""
+
+
+def read_text(fields: Mapping[str, Any], name: str) -> str | None:
+    value = fields.get(name)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    if len(value) > _TEXT_LIMIT:
+        raise BadInput(f"{name}: longer than {_TEXT_LIMIT} characters")
+    return value.strip()
+
+
+def read_id(fields: Mapping[str, Any], name: str) -> int | None:
+    value = read_text(fields, name)
+    if value is None:
+        return None
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_ID:
+        raise BadInput(f"{name}: {value[:40]!r} is not an id")
+    return int(value)
+
+
+def route_id(request: web.Request) -> int:
+    """The message or endpoint id of the route: present, since the route matched."""
+    value = read_id(request.match_info, "id")
+    if value is None:
+        raise BadInput("id: missing")
+    return value
+
+
+def read_since(fields: Mapping[str, Any]) -> datetime | None:
+    """``since``: one of :data:`SPANS` ago, or an ISO 8601 time with an offset (as a
+    confirmation page passes the instant it counted from)."""
+    value = read_text(fields, "since")
+    if value is None:
+        return None
+    if value in SPANS:
+        return datetime.now(UTC) - SPANS[value]
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadInput(f"since: {value[:40]!r} is neither {', '.join(SPANS)} nor a time") from None
+    if moment.utcoffset() is None:
+        raise BadInput("since: the time has no UTC offset")
+    return moment
+
+
+def read_moment(fields: Mapping[str, Any], name: str) -> datetime | None:
+    """A time as a browser's date-and-time field sends it, read as UTC (the
+    dashboard shows every time in UTC), or with an offset of its own."""
+    value = read_text(fields, name)
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadInput(f"{name}: {value[:40]!r} is not a time (YYYY-MM-DDTHH:MM)") from None
+    return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
+
+
+def read_webhook_id(fields: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """``webhook_id``, as a receiver logs it: the message's idempotency key,
+    ``<event key>:<endpoint id>``; so the key and the endpoint to search."""
+    value = read_text(fields, "webhook_id")
+    if value is None:
+        return None, None
+    _, _, endpoint = value.rpartition(":")
+    if not endpoint.isascii() or not endpoint.isdigit() or not 1 <= int(endpoint) <= MAX_ID:
+        raise BadInput(f"webhook_id: {value[:40]!r} does not end in :<endpoint id>")
+    return value, int(endpoint)
+
+
+def read_cap(fields: Mapping[str, Any]) -> int | None:
+    """``cap``: the most deliveries in flight at once, or None (empty) for no cap."""
+    value = read_text(fields, "cap")
+    if value is None:
+        return None
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_CAP:
+        raise BadInput(f"cap: {value[:40]!r} is not a number from 1 to {MAX_CAP}")
+    return int(value)
