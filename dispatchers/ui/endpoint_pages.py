@@ -7,6 +7,7 @@ rules of :mod:`dispatchers.ui.views`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
@@ -14,7 +15,7 @@ from aiohttp import web
 from dispatchers.ui.dashboard import bad, dashboard_of, log_action, render
 from dispatchers.ui.fields import SPANS, BadInput, read_cap, read_since, read_text, route_id
 from outbox.admin import replay, status
-from outbox.endpoints import Endpoints
+from outbox.endpoints import DEFAULT_ROTATION_OVERLAP, Endpoints
 from outbox.errors import InvalidArgument
 from outbox.secrets import fingerprint, generate_secret
 
@@ -158,7 +159,8 @@ async def endpoint_rotate(request: web.Request) -> web.StreamResponse:
     log_action(
         dashboard, "endpoint_rotate_secret", 1, endpoint_id=endpoint_id, new=fingerprint(secret)
     )
-    return render(request, "rotated.html", endpoint=rotated, secret=secret)
+    hours = DEFAULT_ROTATION_OVERLAP / timedelta(hours=1)
+    return render(request, "rotated.html", endpoint=rotated, secret=secret, overlap_hours=hours)
 
 
 async def endpoint_replay(request: web.Request) -> web.StreamResponse:

@@ -428,7 +428,7 @@ async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed
         status, _ = await ui.post(f"/endpoints/{endpoint}/rotate-secret", {})
         assert status == 403  # no CSRF token: nothing rotated
         status, answer = await ui.post(f"/endpoints/{endpoint}/rotate-secret", {"csrf": csrf})
-        assert status == 200
+        assert status == 200 and "keep signing for 24 hours" in answer
         match = re.search(r'<pre id="secret">(whsec_[A-Za-z0-9+/=]+)</pre>', answer)
         assert match is not None
         secret = match[1]

@@ -57,7 +57,7 @@ def test_an_operator_finds_a_dead_message_retries_it_and_no_hostile_value_runs(
     from playwright.sync_api import expect, sync_playwright
 
     db = Db(database_url)
-    db.endpoint(event_types=["order.created"], description="Acme orders")
+    endpoint = db.endpoint(event_types=["order.created"], description="Acme orders")
     for i in range(5):
         db.enqueue(f"waiting-{i}")
     dead = db.enqueue("order-42", headers={"X-Tenant": "acme"})
@@ -106,7 +106,44 @@ def test_an_operator_finds_a_dead_message_retries_it_and_no_hostile_value_runs(
         page.get_by_role("link", name="Endpoints").click()
         expect(page.get_by_text("Acme orders")).to_be_visible()
         page.screenshot(path=artifacts / "endpoints.png", full_page=True)
+
+        page.get_by_role("link", name=str(endpoint), exact=True).click()
+        expect(page.locator("#in-flight")).to_have_text("0 of no cap")
+        page.screenshot(path=artifacts / "endpoint.png", full_page=True)
+        page.locator("#rotate").click()
+        secret = page.locator("#secret").inner_text()
+        assert secret.startswith("whsec_")
+        page.screenshot(path=artifacts / "rotated.png", full_page=True)
+        page.get_by_role("link", name=f"Back to endpoint {endpoint}").click()
+        expect(page.locator("#rotate")).to_be_visible()
+        assert secret not in page.content()  # shown once, on the answer only
         browser.close()
 
     assert dialogs == []
     assert [r for r in requests if not r.startswith(url)] == []
+
+
+def test_read_only_pages_offer_no_action(
+    database_url: str, chromium: str, artifacts: Path, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    db = Db(database_url)
+    endpoint = db.endpoint(description="Acme orders")
+    dead = db.enqueue("order-42")
+    db.kill(dead, attempts=2)
+
+    command = ["ui", "--read-only", "--port", "0", "--database-url", database_url]
+    with serving(command, tmp_path / "ui.log") as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(20_000)
+        for path in ("", f"messages/{dead}", "dead", "endpoints", f"endpoints/{endpoint}"):
+            page.goto(url + path)
+            expect(page.locator(".badge")).to_have_text("read-only")
+            expect(page.locator("main form[method=post]")).to_have_count(0)
+            actions = page.locator("#retry, #reveal, #rotate, #replay, #save, .danger")
+            expect(actions).to_have_count(0)
+        expect(page.locator("#attempts")).to_have_text("0")
+        page.screenshot(path=artifacts / "read-only-endpoint.png", full_page=True)
+        browser.close()
