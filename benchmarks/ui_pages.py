@@ -78,6 +78,9 @@ PAGES = [
     "/dead?endpoint=7&since=24h",
     "/dead/confirm?action=retry&endpoint=7",
     "/endpoints",
+    "/endpoints/7",
+    "/messages?webhook_id=old-424246:7",
+    "/messages?from=2020-01-01T00:00&until=2020-01-02T00:00",
 ]
 
 
