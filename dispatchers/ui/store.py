@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
@@ -28,6 +28,10 @@ SEARCH_LIMIT = 100
 
 RECENT_ATTEMPTS = 20
 """The most attempts an endpoint's page lists."""
+
+SETTLED = timedelta(minutes=5)
+"""How long after an hour ends its attempts are taken as all recorded: an attempt
+is written when it ends, and none runs this long."""
 
 _BOUNDED = "SET LOCAL statement_timeout = 5000"
 """Each statement of a page or an action runs at most 5 s: a page that cannot
@@ -102,6 +106,7 @@ class Store:
 
     def __init__(self, url: str, *, schema: str, max_size: int = 4) -> None:
         self.schema = schema
+        self._hours: tuple[datetime, list[Minute]] | None = None
         self._pool = ConnectionPool(
             url,
             min_size=1,
@@ -134,8 +139,22 @@ class Store:
     def minutes(self, conn: psycopg.Connection[Any]) -> list[Minute]:
         return run_sync(conn, rows_plan(queries_for(self.schema)["ui_minutes"], {}, Minute))
 
-    def hours(self, conn: psycopg.Connection[Any]) -> list[Minute]:
-        return run_sync(conn, rows_plan(queries_for(self.schema)["ui_hours"], {}, Minute))
+    def hours(self, conn: psycopg.Connection[Any], *, until: datetime) -> list[Minute]:
+        """Attempts per hour in the 23 whole hours before ``until`` (an hour's
+        start). A day of attempts is the overview's heaviest read and the page
+        refreshes every few seconds, but whole hours barely change: the rows are
+        kept until the next hour, once the attempts that started before ``until``
+        and were still running have been recorded (:data:`SETTLED`)."""
+        kept = self._hours
+        if kept is not None and kept[0] == until:
+            return kept[1]
+        rows = run_sync(
+            conn, rows_plan(queries_for(self.schema)["ui_hours"], {"until": until}, Minute)
+        )
+        now = conn.execute("SELECT now()").fetchone()
+        if now is not None and now[0] - until >= SETTLED:
+            self._hours = (until, rows)
+        return rows
 
     def endpoint_hour(self, conn: psycopg.Connection[Any], endpoint_id: int) -> EndpointHour:
         plan = rows_plan(

@@ -120,12 +120,17 @@ async def overview(request: web.Request) -> web.StreamResponse:
 
     def read(conn: Any) -> tuple[dict[str, Any], Any, Any, Any]:
         snapshot = status(conn, schema=store.schema)
-        return snapshot, store.minutes(conn), store.hours(conn), store.owners(conn)
+        hour = snapshot["now"].astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        hours = store.hours(conn, until=hour)
+        return snapshot, store.minutes(conn), hours, store.owners(conn)
 
     snapshot, minutes, hours, owners = await store.read(read)
     now = snapshot["now"].astimezone(UTC)
     buckets = per_minute(minutes, now=now)
-    day = per_hour(hours, now=now)
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    this_hour = [b for b in buckets if b.minute >= hour]  # the minutes cover it
+    current = (hour, sum(b.delivered for b in this_hour), sum(b.failed for b in this_hour))
+    day = per_hour([*hours, current], now=now)
     attention = [
         e for e in snapshot["endpoints"] if not e["enabled"] or e["failure_streak"] or e["dead"]
     ]

@@ -79,13 +79,16 @@ ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: ui_hours
--- Attempts per hour over the last day, for the overview's second chart: a range
--- scan of attempts_started_idx over one day of attempts.
-SELECT date_trunc('hour', started_at) AS minute,
+-- Attempts per hour in the 23 whole hours before %(until)s (an hour's start),
+-- for the overview's day chart: a range scan of attempts_started_idx over them.
+-- The hour in progress comes from ui_minutes, which covers it. Hours are UTC
+-- hours, whatever the session's time zone (some are offset by half an hour).
+SELECT date_trunc('hour', started_at, 'UTC') AS minute,
        count(*) FILTER (WHERE outcome = 'succeeded') AS delivered,
        count(*) FILTER (WHERE outcome <> 'succeeded') AS failed
 FROM {schema}.attempts
-WHERE started_at >= date_trunc('hour', now()) - interval '23 hours'
+WHERE started_at >= CAST(%(until)s AS timestamptz) - interval '23 hours'
+  AND started_at < CAST(%(until)s AS timestamptz)
 GROUP BY 1
 ORDER BY 1
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -308,7 +308,7 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     )
     newest = _plan(db, "ui_messages", **search, limit=100)
     assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
-    assert "attempts_started_idx" in _plan(db, "ui_hours")
+    assert "attempts_started_idx" in _plan(db, "ui_hours", until=datetime.now(UTC))
     for name in ("ui_endpoint_hour", "ui_endpoint_attempts"):
         plan = _plan(db, name, endpoint_id=1, limit=20)
         assert "attempts_started_idx" in plan, name
@@ -459,3 +459,20 @@ async def test_sign_in_refuses_an_address_after_a_few_wrong_tokens(db: Db) -> No
         status, page = await ui.post("/login", {"token": "s3cret-token"})
     assert statuses == [403] * 5 + [429]
     assert status == 429 and "Too many wrong tokens" in page  # even the right one, for now
+
+
+async def test_the_day_charts_whole_hours_are_read_once_they_have_settled(db: Db) -> None:
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    settled, running_hour = hour - timedelta(hours=1), hour + timedelta(hours=1)
+    message = db.enqueue("k")
+    ago = f"{(datetime.now(UTC) - settled).total_seconds() + 1800} seconds"  # in the window
+    _attempt(db, message, status=200, duration_ms=5, ago=ago)
+    async with running(db.url) as ui:
+        store = ui.dashboard.store
+        first = await store.read(lambda conn: store.hours(conn, until=settled))
+        live = await store.read(lambda conn: store.hours(conn, until=running_hour))
+        _attempt(db, message, status=200, duration_ms=5, ago=ago)
+        kept = await store.read(lambda conn: store.hours(conn, until=settled))
+        again = await store.read(lambda conn: store.hours(conn, until=running_hour))
+    assert sum(m.delivered for m in first) == 1 and kept == first
+    assert sum(m.delivered for m in again) == sum(m.delivered for m in live) + 1
