@@ -11,6 +11,7 @@ opens a transaction that can, and the dashboard never calls it in read-only mode
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
@@ -32,6 +33,9 @@ RECENT_ATTEMPTS = 20
 SETTLED = timedelta(minutes=5)
 """How long after an hour ends its attempts are taken as all recorded: an attempt
 is written when it ends, and none runs this long."""
+
+UNSETTLED_KEEP = 30.0
+"""Seconds the day chart's hours are kept while the last one may still change."""
 
 _BOUNDED = "SET LOCAL statement_timeout = 5000"
 """Each statement of a page or an action runs at most 5 s: a page that cannot
@@ -87,6 +91,15 @@ class RecentAttempt(NamedTuple):
     error_class: str | None
 
 
+class _KeptHours(NamedTuple):
+    """The day chart's whole hours as last read (see :meth:`Store.hours`)."""
+
+    until: datetime
+    rows: list[Minute]
+    settled: bool
+    read_at: float
+
+
 class Found(NamedTuple):
     """A row of ``ui_messages``: one message matching a search."""
 
@@ -106,7 +119,7 @@ class Store:
 
     def __init__(self, url: str, *, schema: str, max_size: int = 4) -> None:
         self.schema = schema
-        self._hours: tuple[datetime, list[Minute]] | None = None
+        self._hours: _KeptHours | None = None
         self._pool = ConnectionPool(
             url,
             min_size=1,
@@ -143,17 +156,22 @@ class Store:
         """Attempts per hour in the 23 whole hours before ``until`` (an hour's
         start). A day of attempts is the overview's heaviest read and the page
         refreshes every few seconds, but whole hours barely change: the rows are
-        kept until the next hour, once the attempts that started before ``until``
-        and were still running have been recorded (:data:`SETTLED`)."""
+        kept until the next hour once the attempts that were running at
+        ``until`` have been recorded (:data:`SETTLED`), and for
+        :data:`UNSETTLED_KEEP` before that."""
         kept = self._hours
-        if kept is not None and kept[0] == until:
-            return kept[1]
+        if (
+            kept is not None
+            and kept.until == until
+            and (kept.settled or time.monotonic() - kept.read_at < UNSETTLED_KEEP)
+        ):
+            return kept.rows
         rows = run_sync(
             conn, rows_plan(queries_for(self.schema)["ui_hours"], {"until": until}, Minute)
         )
         now = conn.execute("SELECT now()").fetchone()
-        if now is not None and now[0] - until >= SETTLED:
-            self._hours = (until, rows)
+        settled = now is not None and now[0] - until >= SETTLED
+        self._hours = _KeptHours(until, rows, settled, time.monotonic())
         return rows
 
     def endpoint_hour(self, conn: psycopg.Connection[Any], endpoint_id: int) -> EndpointHour:

@@ -13,7 +13,9 @@ import pytest
 from markupsafe import escape
 
 from dispatchers.cli import main
+from dispatchers.ui import store as store_module
 from dispatchers.ui.auth import token_id
+from dispatchers.ui.store import Minute
 from outbox._queries import queries_for
 from outbox.endpoints import Endpoints
 from outbox.secrets import fingerprint
@@ -461,18 +463,29 @@ async def test_sign_in_refuses_an_address_after_a_few_wrong_tokens(db: Db) -> No
     assert status == 429 and "Too many wrong tokens" in page  # even the right one, for now
 
 
-async def test_the_day_charts_whole_hours_are_read_once_they_have_settled(db: Db) -> None:
+async def test_the_day_charts_whole_hours_are_kept_once_settled_and_briefly_before(
+    db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-    settled, running_hour = hour - timedelta(hours=1), hour + timedelta(hours=1)
+    settled, unsettled = hour - timedelta(hours=1), hour + timedelta(hours=1)
     message = db.enqueue("k")
-    ago = f"{(datetime.now(UTC) - settled).total_seconds() + 1800} seconds"  # in the window
-    _attempt(db, message, status=200, duration_ms=5, ago=ago)
+    ago = f"{(datetime.now(UTC) - settled).total_seconds() + 1800} seconds"  # in both windows
+
+    def delivered(rows: list[Minute]) -> int:
+        return sum(m.delivered for m in rows)
+
     async with running(db.url) as ui:
         store = ui.dashboard.store
-        first = await store.read(lambda conn: store.hours(conn, until=settled))
-        live = await store.read(lambda conn: store.hours(conn, until=running_hour))
+
+        async def hours(until: datetime) -> int:
+            return delivered(await store.read(lambda conn: store.hours(conn, until=until)))
+
         _attempt(db, message, status=200, duration_ms=5, ago=ago)
-        kept = await store.read(lambda conn: store.hours(conn, until=settled))
-        again = await store.read(lambda conn: store.hours(conn, until=running_hour))
-    assert sum(m.delivered for m in first) == 1 and kept == first
-    assert sum(m.delivered for m in again) == sum(m.delivered for m in live) + 1
+        assert await hours(settled) == 1
+        _attempt(db, message, status=200, duration_ms=5, ago=ago)
+        assert await hours(settled) == 1  # kept until the next hour
+        assert await hours(unsettled) == 2
+        _attempt(db, message, status=200, duration_ms=5, ago=ago)
+        assert await hours(unsettled) == 2  # kept a few seconds
+        monkeypatch.setattr(store_module, "UNSETTLED_KEEP", 0.0)
+        assert await hours(unsettled) == 3
