@@ -11,6 +11,7 @@ import pytest
 from dispatchers.cli import build_parser
 from dispatchers.ui.auth import Guard, SignInLimit, host_of, is_loopback, token_id
 from dispatchers.ui.charts import Bucket, bars, per_hour, per_minute
+from dispatchers.ui.fields import BadInput, read_cap, read_moment, read_webhook_id
 
 NOW = datetime(2024, 5, 1, 12, 30, 42, tzinfo=UTC)
 
@@ -192,3 +193,26 @@ def test_the_token_comes_from_the_file_else_the_environment(
     assert _token(argparse.Namespace(token_file=str(path))) == "from-file"
     monkeypatch.setenv("OUTBOX_UI_TOKEN", "")
     assert _token(argparse.Namespace(token_file=None)) is None
+
+
+def test_a_webhook_id_names_its_key_and_endpoint() -> None:
+    assert read_webhook_id({"webhook_id": " evt_1:order:7 "}) == ("evt_1:order:7", 7)
+    assert read_webhook_id({}) == (None, None)
+    for bad in ("evt_1", "evt_1:", "evt_1:0", "evt_1:x7", "evt_1:٣"):
+        with pytest.raises(BadInput, match="webhook_id"):
+            read_webhook_id({"webhook_id": bad})
+
+
+def test_a_time_without_an_offset_is_utc_and_one_with_keeps_it() -> None:
+    assert read_moment({"from": "2024-05-01T12:30"}, "from") == NOW.replace(second=0)
+    given = read_moment({"from": "2024-05-01T14:30+02:00"}, "from")
+    assert given == NOW.replace(second=0) and given is not None and given.utcoffset()
+    with pytest.raises(BadInput, match="until"):
+        read_moment({"until": "yesterday"}, "until")
+
+
+@pytest.mark.parametrize("value", ["0", "10001", "-1", "2.5", "x"])
+def test_a_cap_is_a_whole_number_in_range(value: str) -> None:
+    assert read_cap({"cap": " "}) is None and read_cap({"cap": "10000"}) == 10000
+    with pytest.raises(BadInput, match="cap"):
+        read_cap({"cap": value})
