@@ -131,7 +131,7 @@ async def endpoint_edit(request: web.Request) -> web.StreamResponse:
             )
         )
     except InvalidArgument as exc:
-        return bad(request, BadInput(str(exc)))
+        return bad(request, exc)
     log_action(
         dashboard, "endpoint_edit", 1, endpoint_id=endpoint_id, event_types=event_types, cap=cap
     )
@@ -155,7 +155,7 @@ async def endpoint_rotate(request: web.Request) -> web.StreamResponse:
             lambda conn: box.rotate_secret(conn, endpoint_id, secret=secret)
         )
     except InvalidArgument as exc:
-        return bad(request, BadInput(str(exc)))
+        return bad(request, exc)
     log_action(
         dashboard, "endpoint_rotate_secret", 1, endpoint_id=endpoint_id, new=fingerprint(secret)
     )
@@ -180,7 +180,7 @@ async def endpoint_replay(request: web.Request) -> web.StreamResponse:
             lambda conn: replay(conn, schema=store.schema, endpoint_id=endpoint_id, since=since)
         )
     except InvalidArgument as exc:
-        return bad(request, BadInput(str(exc)))
+        return bad(request, exc)
     log_action(
         dashboard, "endpoint_replay", count, endpoint_id=endpoint_id, since=since.isoformat()
     )

@@ -439,6 +439,9 @@ async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed
         status, _ = await ui.post(f"/endpoints/{endpoint}/replay", {"csrf": csrf, "since": "1h"})
         assert status == 303
         _, replayed = await ui.get(f"/endpoints/{endpoint}?done=replay&count=1")
+        for action, form in (("replay", {"since": "1h"}), ("rotate-secret", {}), ("edit", {})):
+            status, refusal = await ui.post(f"/endpoints/999999/{action}", {"csrf": csrf, **form})
+            assert status == 400 and "no endpoint with id 999999" in refusal, action
         events = ui.events("ui_action")
         log = ui.log.getvalue()
     with db.tx() as conn:
