@@ -13,14 +13,16 @@ from dispatchers.cli._common import (
     require_extra,
     resolve_database,
 )
+from dispatchers.cli._exit import ExitCode
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: argparse.Namespace) -> ExitCode:
     require_extra("dispatcher")
     from dispatchers.demo import run_demo
 
     db = resolve_database(args)
-    return run_demo(db.url, events=args.events, rate=args.rate, seed=args.seed)
+    held = run_demo(db.url, events=args.events, rate=args.rate, seed=args.seed)
+    return ExitCode.OK if held else ExitCode.FAILURE
 
 
 def add_parser(commands: Commands) -> None:

@@ -108,7 +108,7 @@ def config_from_args(args: argparse.Namespace) -> DispatcherConfig:
     )
 
 
-def cmd_dispatch(args: argparse.Namespace) -> int:
+def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
     """Check the database, then dispatch (or supervise ``--processes``); a database
     the dispatcher cannot use, or a failure that stops it, is one line on stderr
     and :attr:`ExitCode.FAILURE`."""
@@ -128,7 +128,8 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         if args.processes > 1:
             from dispatchers.supervisor import supervise
 
-            return supervise(args.argv, db.url, args.processes, drain=args.drain)
+            status = supervise(args.argv, db.url, args.processes, drain=args.drain)
+            return ExitCode.of_child(status)
         stats = run_dispatcher(db.url, config, drain=args.drain, log=log)
     except DispatcherFailed as exc:
         print(f"outbox dispatch: {exc}", file=sys.stderr)

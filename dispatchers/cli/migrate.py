@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 
 from dispatchers.cli._common import Commands, add_database_options, resolve_database
+from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit
 from outbox.dsn import redact
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
+def cmd_migrate(args: argparse.Namespace) -> ExitCode:
     from outbox.migrations import applied_versions, load_migrations, migrate
 
     db = resolve_database(args)
@@ -32,7 +33,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         },
         text,
     )
-    return 0
+    return ExitCode.OK
 
 
 def add_parser(commands: Commands) -> None:
