@@ -28,6 +28,10 @@ class ExitCode(enum.IntEnum):
     """The command line or its input was refused, or a needed extra is not
     installed; nothing was written."""
 
+    DEAD_AFTER_DRAIN = 3
+    """``dispatch --drain`` left nothing due or running, but some messages went
+    dead during the drain (the summary line on stderr says how many)."""
+
     INTERRUPTED = 130
     """Interrupted by SIGINT (Ctrl-C) before it finished."""
 

@@ -41,7 +41,7 @@ def test_every_command_handler_is_declared_to_return_an_exit_code(path: Path) ->
 
 
 def test_a_status_no_command_gives_is_a_failure() -> None:
-    assert ExitCode.of_child(2) is ExitCode.USAGE
+    assert ExitCode.of_child(3) is ExitCode.DEAD_AFTER_DRAIN
     assert ExitCode.of_child(0) is ExitCode.OK
     assert ExitCode.of_child(-9) is ExitCode.FAILURE  # a child killed by SIGKILL
     assert ExitCode.of_child(120) is ExitCode.FAILURE
