@@ -103,3 +103,15 @@ async def serve(
             writer.close()
 
     return await asyncio.start_server(handle, host, port, limit=16 * 1024)
+
+
+PATHS = ("/metrics", "/healthz", "/livez")
+"""What :func:`serve` answers: Prometheus metrics, database health, liveness."""
+
+
+def urls(server: asyncio.Server) -> dict[str, str]:
+    """The URL of each of :data:`PATHS` on ``server``, at the address and port
+    it actually listens on (a port of 0 asked the system for one)."""
+    host, port = server.sockets[0].getsockname()[:2]
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return {path.lstrip("/"): f"http://{authority}{path}" for path in PATHS}

@@ -76,6 +76,12 @@ class Reporter:
         if self.watchdog is not None:
             self.watchdog.progressed()
 
+    def started(self, **fields: object) -> None:
+        """The dispatcher is ready: checked, connected, serving its metrics if
+        asked, about to claim. ``fields`` say how it runs (schema, owner,
+        concurrency, wake-ups, metrics URLs)."""
+        self.log.event("started", **fields)
+
     # -- claims and outcome batches ------------------------------------------------------
 
     def claimed_batch(self, count: int) -> None:
