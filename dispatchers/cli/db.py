@@ -183,6 +183,11 @@ def add_parser(commands: Commands) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=cmd_stop, name="db stop")
-    p = sub.add_parser("status", help="whether the server runs, its URL, who uses it")
+    p = sub.add_parser(
+        "status",
+        help="whether the server runs, its URL, who uses it",
+        description="Say whether the embedded server runs, its URL, the pids of its "
+        "postmaster and keeper, and which processes use it (it stops after the last).",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=cmd_status, name="db status")

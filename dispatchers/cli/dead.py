@@ -142,7 +142,12 @@ def add_parser(commands: Commands) -> None:
             help="that died at or after TIME (ISO 8601 with offset or Z, or 30m, 2h, 7d ago)",
         )
 
-    p = actions.add_parser("list", help="list dead messages, newest first")
+    p = actions.add_parser(
+        "list",
+        help="list dead messages, newest first",
+        description="List dead messages, newest first: when each died, its attempts, the "
+        "last status and error, its endpoint and event type. Filters given must all match.",
+    )
     add_database_options(p)
     filters(p)
     p.add_argument(

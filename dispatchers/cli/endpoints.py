@@ -293,29 +293,29 @@ def add_parser(commands: Commands) -> None:
     action("list", cmd_endpoints_list, "list the endpoints")
 
     p = action("show", cmd_endpoints_show, "show one endpoint")
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--show-secrets", action="store_true", help="print the secrets in full")
 
     p = action("update", cmd_endpoints_update, "change an endpoint's settings")
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--url", help="new http(s) URL")
     fields_options(p, update=True)
     p.add_argument("--all-event-types", action="store_true", help="subscribe to every event type")
     p.add_argument("--no-max-concurrency", action="store_true", help="remove the cap")
 
     p = action("disable", cmd_endpoints_disable, "stop delivering to an endpoint")
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--reason", default="disabled by an operator", help="why (shown in status)")
 
     p = action("enable", cmd_endpoints_enable, "resume delivering to an endpoint")
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
 
     p = action(
         "rotate-secret",
         cmd_endpoints_rotate_secret,
         "sign with a new secret; the old ones keep signing during the overlap",
     )
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--secret", help="the new whsec_... secret (default: a new random one)")
     overlap = DEFAULT_ROTATION_OVERLAP / _HOUR
     p.add_argument(
@@ -327,5 +327,5 @@ def add_parser(commands: Commands) -> None:
     )
 
     p = action("delete", cmd_endpoints_delete, "delete an endpoint (its waiting messages die)")
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")

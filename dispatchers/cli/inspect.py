@@ -191,7 +191,13 @@ def add_parser(commands: Commands) -> None:
         "ISO 8601 with an offset or Z, or a span ago such as 30m, 2h, 7d.",
     )
     add_database_options(p)
-    p.add_argument("--endpoint", type=database_id, required=True, metavar="ID")
+    p.add_argument(
+        "--endpoint",
+        type=database_id,
+        required=True,
+        metavar="ID",
+        help="the endpoint whose delivered messages to send again",
+    )
     p.add_argument(
         "--since", type=parse_time, required=True, metavar="TIME", help="delivered at or after TIME"
     )
@@ -199,7 +205,12 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("--json", action="store_true", help="print the count as JSON")
     p.set_defaults(handler=cmd_replay, name="replay")
 
-    group = commands.add_parser("messages", help="inspect messages")
+    group = commands.add_parser(
+        "messages",
+        help="inspect messages",
+        description="Look at one message, wherever it is: waiting, in flight, paused, "
+        "dead or delivered (until retention removes it).",
+    )
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = actions.add_parser(
         "show",
@@ -209,7 +220,7 @@ def add_parser(commands: Commands) -> None:
         "for: they may hold credentials and personal data.",
     )
     add_database_options(p)
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the message's id")
     p.add_argument("--show-headers", action="store_true", help="print header values")
     p.add_argument("--show-body", action="store_true", help="print the body")
     p.add_argument("--json", action="store_true", help="print the message as JSON")
