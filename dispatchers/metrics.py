@@ -2,7 +2,8 @@
 
 ``outbox dispatch --metrics-port N`` serves, on 127.0.0.1 unless told otherwise:
 
-- ``/metrics``: deliveries by outcome, attempt latency, commit-to-delivery latency,
+- ``/metrics``: deliveries by outcome (``delivered``, ``retry``, ``failed``,
+  ``gone``, ``released``), attempt latency, commit-to-delivery latency,
   in-flight deliveries, claims and their batch sizes, outcome batch sizes, lease
   losses, database errors by operation;
 - ``/healthz``: 200 while the database answered within the last lease period,
@@ -71,6 +72,10 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+PATHS = ("/metrics", "/healthz", "/livez")
+"""What :func:`serve` answers: Prometheus metrics, database health, liveness."""
+
+
 async def serve(
     metrics: Metrics, *, host: str, port: int, healthy: Callable[[], bool]
 ) -> asyncio.Server:
@@ -104,9 +109,6 @@ async def serve(
 
     return await asyncio.start_server(handle, host, port, limit=16 * 1024)
 
-
-PATHS = ("/metrics", "/healthz", "/livez")
-"""What :func:`serve` answers: Prometheus metrics, database health, liveness."""
 
 
 def urls(server: asyncio.Server) -> dict[str, str]:
