@@ -87,8 +87,8 @@ def _success(
     return Completion(
         id=message_id,
         attempt=attempt,
-        state="succeeded",
-        outcome="succeeded",
+        state="delivered",
+        outcome="delivered",
         sent=True,
         status=200,
         started_at=started,

@@ -59,7 +59,7 @@ INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, duration_ms
                              outcome)
 SELECT %(hot)s + i, 1, 'host:' || (i % 4) || ':x', now() - (i % 86400) * interval '1 second',
        20, CASE WHEN i % 10 = 0 THEN 500 ELSE 200 END,
-       CASE WHEN i % 10 = 0 THEN 'retry' ELSE 'succeeded' END
+       CASE WHEN i % 10 = 0 THEN 'retry' ELSE 'delivered' END
 FROM generate_series(1, %(history)s) AS i;
 
 SELECT setval('outbox.messages_id_seq', %(hot)s + %(history)s);

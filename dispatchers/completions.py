@@ -23,7 +23,7 @@ never (the message is not stuck) or at once (the policy may fail again)."""
 
 
 def from_attempt(job: Job, attempt: Attempt, config: DispatcherConfig) -> Completion:
-    """Record ``attempt``: succeeded, retried after the policy's delay, or dead.
+    """Record ``attempt``: delivered, retried after the policy's delay, or dead.
 
     Webhook deliveries (those with an endpoint) follow ``webhook_retry_policy``,
     other messages ``retry_policy``. Raises what the policy raises.

@@ -279,7 +279,9 @@ class DispatcherConfig:
     metrics_port: int | None = field(
         default=None,
         metadata=option(
-            "serve Prometheus /metrics and /healthz on this port",
+            "serve Prometheus /metrics, /healthz (200 while the database answers, "
+            "else 503) and /livez (200 while the process runs) on this port; 0 picks "
+            "a free one (the started event names it)",
             values="port",
             metavar="PORT",
         ),

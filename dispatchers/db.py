@@ -39,7 +39,7 @@ TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idl
 each statement in the same message: local to its implicit transaction, so no session
 state is left behind (PgBouncer in transaction mode is fine)."""
 
-_PREPARED = frozenset({"claim", "claim_uncapped", "complete", "complete_succeeded", "renew"})
+_PREPARED = frozenset({"claim", "claim_uncapped", "complete", "complete_delivered", "renew"})
 """The statements run per batch, prepared (see ``Store._run``). The occasional ones
 (rescue, retention, the drain check) are planned at each run, for their values:
 a generic plan of the retention batch joined whole tables instead of looking
@@ -150,8 +150,8 @@ class Completion:
 
     id: int
     attempt: int
-    state: str  # succeeded | ready | dead
-    outcome: str  # succeeded | retry | failed | gone | released
+    state: str  # delivered | ready | dead
+    outcome: str  # delivered | retry | failed | gone | released
     sent: bool
     delay: float = 0.0
     status: int | None = None
@@ -360,7 +360,7 @@ class Store:
         self, owner: str, batch: Sequence[Completion]
     ) -> tuple[Statement, dict[str, Any]]:
         """The statement that records ``batch``, and its parameters: the cheaper
-        ``complete_succeeded`` when every outcome is a sent success, else
+        ``complete_delivered`` when every outcome is a sent success, else
         ``complete``."""
         params: dict[str, Any] = {
             "owner": owner,
@@ -375,8 +375,8 @@ class Store:
             "durations": [c.duration_ms for c in batch],
             "excerpts": [c.excerpt for c in batch],
         }
-        if all(c.state == "succeeded" and c.sent for c in batch):
-            return self.queries["complete_succeeded"], params
+        if all(c.state == "delivered" and c.sent for c in batch):
+            return self.queries["complete_delivered"], params
         params["disable_after_s"] = self.config.disable_after
         params["states"] = [c.state for c in batch]
         params["delays"] = [c.delay for c in batch]

@@ -51,7 +51,7 @@ from dispatchers.flusher import Flusher, OutcomeWriter
 from dispatchers.http import HttpClient, Sender
 from dispatchers.log import EventLog
 from dispatchers.maintenance import Heartbeat, Rescuer, Retention
-from dispatchers.metrics import serve
+from dispatchers.metrics import serve, urls
 from dispatchers.reporting import Reporter, Stats
 from dispatchers.waker import Waker
 from dispatchers.watchdog import DispatcherFailed, Watchdog
@@ -214,14 +214,25 @@ class Dispatcher:
         progress for ``drain_timeout``, or when a drain was stopped while the
         database was failing.
         """
+        config = self.config
         await self._store.open()
-        if self.config.metrics_port is not None:
+        if config.metrics_port is not None:
             self.metrics_server = await serve(
                 self.metrics,
-                host=self.config.metrics_host,
-                port=self.config.metrics_port,
+                host=config.metrics_host,
+                port=config.metrics_port,
                 healthy=self.healthy,
             )
+        self._report.started(
+            schema=config.schema,
+            owner=self.owner,
+            concurrency=config.concurrency,
+            wakeups="listen" if config.listen else "poll",
+            poll_interval_s=config.poll_interval,
+            event_loop=loops.running(),
+            http_client=config.http_client,
+            **(urls(self.metrics_server) if self.metrics_server is not None else {}),
+        )
         helpers = [asyncio.create_task(self._outcomes.run(), name="outbox-flusher")]
         helpers += [
             asyncio.create_task(s.run(), name=f"outbox-{type(s).__name__.lower()}")
@@ -487,12 +498,6 @@ def run_dispatcher(
     async def main() -> Stats:
         dispatcher = Dispatcher(conninfo, config, log=log)
         dispatcher.install_signal_handlers()
-        dispatcher.log.event(
-            "started",
-            event_loop=loops.running(),
-            http_client=config.http_client,
-            concurrency=config.concurrency,
-        )
         return await dispatcher.run(drain=drain)
 
     return loops.run(main(), event_loop=config.event_loop)

@@ -2,7 +2,8 @@
 
 ``outbox dispatch --metrics-port N`` serves, on 127.0.0.1 unless told otherwise:
 
-- ``/metrics``: deliveries by outcome, attempt latency, commit-to-delivery latency,
+- ``/metrics``: deliveries by outcome (``delivered``, ``retry``, ``failed``,
+  ``gone``, ``released``), attempt latency, commit-to-delivery latency,
   in-flight deliveries, claims and their batch sizes, outcome batch sizes, lease
   losses, database errors by operation;
 - ``/healthz``: 200 while the database answered within the last lease period,
@@ -71,6 +72,10 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+PATHS = ("/metrics", "/healthz", "/livez")
+"""What :func:`serve` answers: Prometheus metrics, database health, liveness."""
+
+
 async def serve(
     metrics: Metrics, *, host: str, port: int, healthy: Callable[[], bool]
 ) -> asyncio.Server:
@@ -103,3 +108,12 @@ async def serve(
             writer.close()
 
     return await asyncio.start_server(handle, host, port, limit=16 * 1024)
+
+
+
+def urls(server: asyncio.Server) -> dict[str, str]:
+    """The URL of each of :data:`PATHS` on ``server``, at the address and port
+    it actually listens on (a port of 0 asked the system for one)."""
+    host, port = server.sockets[0].getsockname()[:2]
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return {path.lstrip("/"): f"http://{authority}{path}" for path in PATHS}

@@ -52,7 +52,7 @@ _TIMEOUT_NAMES: tuple[tuple[type[httpx.TimeoutException], str], ...] = (
 class Verdict(StrEnum):
     """What one attempt amounted to."""
 
-    SUCCEEDED = "succeeded"
+    DELIVERED = "delivered"
     RETRY = "retry"
     FAILED = "failed"
     """Permanent failure: the message is dead."""
@@ -80,7 +80,7 @@ class Outcome:
 class Decision:
     """The message's next state: ``delay`` is in seconds and is 0 unless ``ready``."""
 
-    state: Literal["succeeded", "ready", "dead"]
+    state: Literal["delivered", "ready", "dead"]
     delay: float
     disable_endpoint: bool
 
@@ -100,7 +100,7 @@ def classify_response(
     in ``retry_statuses`` retries even when it is 410 or 3xx.
     """
     if 200 <= status <= 299:
-        return Outcome(Verdict.SUCCEEDED, status, None, None, None)
+        return Outcome(Verdict.DELIVERED, status, None, None, None)
     if status in retry_statuses or 500 <= status <= 599:
         retry_after = parse_retry_after(
             _header(headers, "retry-after"), now=now or datetime.now(UTC)
@@ -164,8 +164,8 @@ def decide(
     :data:`~dispatchers.retry.MAX_DELAY` whatever the policy answers.
     """
     match outcome.verdict:
-        case Verdict.SUCCEEDED:
-            return Decision("succeeded", 0.0, disable_endpoint=False)
+        case Verdict.DELIVERED:
+            return Decision("delivered", 0.0, disable_endpoint=False)
         case Verdict.FAILED:
             return Decision("dead", 0.0, disable_endpoint=False)
         case Verdict.GONE:

@@ -76,6 +76,12 @@ class Reporter:
         if self.watchdog is not None:
             self.watchdog.progressed()
 
+    def started(self, **fields: object) -> None:
+        """The dispatcher is ready: checked, connected, serving its metrics if
+        asked, about to claim. ``fields`` say how it runs (schema, owner,
+        concurrency, wake-ups, metrics URLs)."""
+        self.log.event("started", **fields)
+
     # -- claims and outcome batches ------------------------------------------------------
 
     def claimed_batch(self, count: int) -> None:
@@ -108,14 +114,14 @@ class Reporter:
         metrics.deliveries.labels(c.outcome).inc()
         if c.duration_ms is not None:
             metrics.attempt_seconds.observe(c.duration_ms / 1000)
-        if c.state == "succeeded" and job is not None:
+        if c.state == "delivered" and job is not None:
             waited = (now - job.created_at).total_seconds()
             metrics.commit_to_delivery_seconds.observe(max(0.0, waited))
         log = self.log
         if c.outcome == "released":
             self.stats.released += 1
             log.event("released", message_id=c.id, attempt=c.attempt, sent=c.sent)
-        elif c.state == "succeeded":
+        elif c.state == "delivered":
             self.stats.delivered += 1
             if log.enabled("delivered"):
                 log.event(

@@ -55,7 +55,7 @@ class Renewed(NamedTuple):
 
 
 class Completed(NamedTuple):
-    """A row of ``complete`` and ``complete_succeeded``: an outcome applied
+    """A row of ``complete`` and ``complete_delivered``: an outcome applied
     (``id``), or an endpoint the batch disabled and why."""
 
     id: int | None

@@ -42,27 +42,38 @@ def child_argv(argv: Sequence[str], database_url: str) -> list[str]:
 def supervise(argv: Sequence[str], database_url: str, processes: int, *, drain: bool) -> int:
     """Run ``processes`` children until they all exit; return the exit code."""
     command = [sys.executable, "-m", "dispatchers.cli", *child_argv(argv, database_url)]
-    children = [subprocess.Popen(command) for _ in range(processes)]  # noqa: S603
-    stopping = False
-    forwarded: set[int] = set()  # the signals forwarded to the children
+    children: list[subprocess.Popen[bytes]] = []
+    forwarded: list[int] = []  # the signals received, each passed on to every child
+    passed: dict[int, int] = {}  # per child pid, how many of them it was sent
     restarts: list[float] = []
 
-    def forward(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-        forwarded.add(signum)
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
+    def received(signum: int, frame: FrameType | None) -> None:
+        # Only noted here: the handler may run inside Popen, before the child it
+        # starts is in the list, so the loop below passes signals on.
+        forwarded.append(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    def pass_on() -> None:
+        for child in children:
+            for signum in forwarded[passed.get(child.pid, 0) :]:
+                if child.poll() is None:
+                    child.send_signal(signum)
+            passed[child.pid] = len(forwarded)
+
+    # The handlers come before the first child: a signal that came earlier would
+    # end the supervisor and leave the children running.
+    previous = {sig: signal.signal(sig, received) for sig in (signal.SIGTERM, signal.SIGINT)}
     failed = 0
     try:
+        for _ in range(processes):
+            if forwarded:
+                break  # stopping: start no more
+            children.append(subprocess.Popen(command))  # noqa: S603
         while any(child.poll() is None for child in children):
+            pass_on()
             time.sleep(0.2)
             for index, child in enumerate(children):
                 code = child.poll()
-                if code is None or code == 0 or stopping or drain:
+                if code is None or code == 0 or forwarded or drain:
                     continue
                 now = time.monotonic()
                 restarts = [t for t in restarts if now - t < 60]
@@ -72,18 +83,17 @@ def supervise(argv: Sequence[str], database_url: str, processes: int, *, drain: 
                         "minute, stopping the others",
                         file=sys.stderr,
                     )
-                    forward(signal.SIGTERM, None)
+                    forwarded.append(signal.SIGTERM)
                     failed = code
                     break
                 restarts.append(now)
                 print(f"outbox dispatch: a child exited {code}; restarting it", file=sys.stderr)
                 children[index] = subprocess.Popen(command)  # noqa: S603
-        # A child that the forwarded signal killed had not installed its handlers
-        # yet, so it had claimed nothing: that is a clean stop too.
-        codes = [
-            0 if -code in forwarded else code
-            for code in (child.wait() for child in children)
-        ]
+        # A child that the forwarded signal ended before its dispatcher installed
+        # handlers had claimed nothing, whether the signal killed it (-signum) or
+        # the command line's own handler exited (128 + signum): a clean stop too.
+        clean = {0} | {-sig for sig in forwarded} | {128 + sig for sig in forwarded}
+        codes = [0 if code in clean else code for code in (child.wait() for child in children)]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -48,7 +48,7 @@ class AttemptInfo:
 
 @dataclass(frozen=True)
 class MessageInfo:
-    """A message from the hot table or (``state == "succeeded"``) the history,
+    """A message from the hot table or (``state == "delivered"``) the history,
     with its attempts in order. ``headers`` and ``body`` may hold credentials and
     personal data: show them only when asked to."""
 

@@ -27,6 +27,7 @@ from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import psycopg
 
+from dispatchers.cli._exit import ExitCode
 from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS, MAX_SPAN
 from dispatchers.embedded import Database, configured_url, embedded_path, resolve
 from outbox._arguments import MAX_ID
@@ -39,7 +40,7 @@ Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What ``add_subparsers()`` returns (argparse names its type privately): where a
 command module adds its command, in its ``add_parser(commands)``."""
 
-Handler = Callable[[argparse.Namespace], int]
+Handler = Callable[[argparse.Namespace], ExitCode]
 """What a command runs: parsed arguments in, exit status out."""
 
 EXTRAS: dict[str, tuple[str, ...]] = {

@@ -27,11 +27,12 @@ from dispatchers.cli._common import (
     positive_int,
     require_extra,
 )
+from dispatchers.cli._exit import ExitCode
 from dispatchers.config import HTTP_CLIENTS
 from dispatchers.loop import EVENT_LOOPS
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def cmd_bench(args: argparse.Namespace) -> ExitCode:
     require_extra("dispatcher")
     if not args.database_url:
         require_extra("embedded")
@@ -40,12 +41,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         require_extra("bench")
     from dispatchers.bench.runner import main as run_bench
 
-    return run_bench(
+    ok = run_bench(
         settings,
         scenarios=list(dict.fromkeys(args.scenario or DEFAULT_SCENARIOS)),
         database_url=args.database_url,
         json_output=args.json,
     )
+    return ExitCode.OK if ok else ExitCode.FAILURE
 
 
 def add_parser(commands: Commands) -> None:

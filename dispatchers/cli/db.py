@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from dispatchers.cli._common import Commands, UsageError, require_extra
+from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit, fields
 
 READY_TIMEOUT = 120.0
@@ -61,7 +62,7 @@ def _detach(path: Path) -> str:
     raise UsageError(f"the embedded server did not start within {READY_TIMEOUT:g} s; see {log}")
 
 
-def cmd_url(args: argparse.Namespace) -> int:
+def cmd_url(args: argparse.Namespace) -> ExitCode:
     from dispatchers.embedded import server_state
 
     path = _path()
@@ -76,10 +77,10 @@ def cmd_url(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     emit(args, {"url": url, "path": str(path)}, url)
-    return 0
+    return ExitCode.OK
 
 
-def cmd_start(args: argparse.Namespace) -> int:
+def cmd_start(args: argparse.Namespace) -> ExitCode:
     from dispatchers.embedded import keep, server_state
 
     path = _path()
@@ -90,21 +91,21 @@ def cmd_start(args: argparse.Namespace) -> int:
             {"url": state.url, "path": str(path), "keeper_pid": state.keeper_pid},
             f"already running in {path} (keeper pid {state.keeper_pid}): {state.url}",
         )
-        return 0
+        return ExitCode.OK
     if args.detach:
         url = _detach(path)
         emit(args, {"url": url, "path": str(path)}, f"running in {path}: {url}")
-        return 0
+        return ExitCode.OK
 
     def ready(url: str) -> None:
         print(f"outbox: the embedded PostgreSQL in {path} runs until interrupted", file=sys.stderr)
         print(url, flush=True)
 
     keep(path, ready=ready)
-    return 0
+    return ExitCode.OK
 
 
-def cmd_stop(args: argparse.Namespace) -> int:
+def cmd_stop(args: argparse.Namespace) -> ExitCode:
     from dispatchers.embedded import server_state, stop_server
 
     path = _path()
@@ -119,10 +120,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
             "(--force stops it now)"
         )
     emit(args, dataclasses.asdict(after), text)
-    return 0
+    return ExitCode.OK
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def cmd_status(args: argparse.Namespace) -> ExitCode:
     from dispatchers.embedded import server_state
 
     state = server_state(_path())
@@ -140,7 +141,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             ]
         ),
     )
-    return 0
+    return ExitCode.OK
 
 
 def add_parser(commands: Commands) -> None:
@@ -182,6 +183,11 @@ def add_parser(commands: Commands) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=cmd_stop, name="db stop")
-    p = sub.add_parser("status", help="whether the server runs, its URL, who uses it")
+    p = sub.add_parser(
+        "status",
+        help="whether the server runs, its URL, who uses it",
+        description="Say whether the embedded server runs, its URL, the pids of its "
+        "postmaster and keeper, and which processes use it (it stops after the last).",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=cmd_status, name="db status")

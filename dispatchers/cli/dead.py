@@ -23,6 +23,7 @@ from dispatchers.cli._common import (
     positive_int,
     transaction,
 )
+from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, table
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 
@@ -41,7 +42,7 @@ def _dead_selection(args: argparse.Namespace) -> dict[str, Any]:
     return {"ids": args.ids or None, **filters, "all_": args.all}
 
 
-def cmd_dead_list(args: argparse.Namespace) -> int:
+def cmd_dead_list(args: argparse.Namespace) -> ExitCode:
     from outbox.admin import dead_list
 
     with transaction(args) as conn:
@@ -74,21 +75,21 @@ def cmd_dead_list(args: argparse.Namespace) -> int:
     if len(dead) == args.limit:
         text += f"\n(showing the newest {args.limit}; --limit shows more)"
     emit(args, [m.as_dict() for m in dead], text)
-    return 0
+    return ExitCode.OK
 
 
-def _missing(args: argparse.Namespace, ids: list[int]) -> int:
+def _missing(args: argparse.Namespace, ids: list[int]) -> ExitCode:
     """Name the IDs that named no dead message, if any; the exit status."""
     if not ids:
-        return 0
+        return ExitCode.OK
     print(
         f"outbox {args.name}: no dead message with id {', '.join(map(str, ids))}",
         file=sys.stderr,
     )
-    return 1
+    return ExitCode.FAILURE
 
 
-def cmd_dead_retry(args: argparse.Namespace) -> int:
+def cmd_dead_retry(args: argparse.Namespace) -> ExitCode:
     from outbox.admin import dead_missing, dead_retry
 
     selection = _dead_selection(args)
@@ -104,7 +105,7 @@ def cmd_dead_retry(args: argparse.Namespace) -> int:
     return _missing(args, missing)
 
 
-def cmd_dead_purge(args: argparse.Namespace) -> int:
+def cmd_dead_purge(args: argparse.Namespace) -> ExitCode:
     from outbox.admin import dead_count, dead_missing, dead_purge
 
     selection = _dead_selection(args)
@@ -115,7 +116,7 @@ def cmd_dead_purge(args: argparse.Namespace) -> int:
         return f"Delete {count} dead message(s) and their attempt history for good?"
 
     if not confirm(args, "purge dead messages", question):
-        return 1
+        return ExitCode.FAILURE
     with transaction(args) as conn:
         missing = dead_missing(conn, args.ids, schema=args.schema)
         count = dead_purge(conn, schema=args.schema, **selection)
@@ -141,7 +142,12 @@ def add_parser(commands: Commands) -> None:
             help="that died at or after TIME (ISO 8601 with offset or Z, or 30m, 2h, 7d ago)",
         )
 
-    p = actions.add_parser("list", help="list dead messages, newest first")
+    p = actions.add_parser(
+        "list",
+        help="list dead messages, newest first",
+        description="List dead messages, newest first: when each died, its attempts, the "
+        "last status and error, its endpoint and event type. Filters given must all match.",
+    )
     add_database_options(p)
     filters(p)
     p.add_argument(

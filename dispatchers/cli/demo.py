@@ -15,17 +15,18 @@ from dispatchers.cli._common import (
     require_extra,
     resolve_database,
 )
+from dispatchers.cli._exit import ExitCode
 from dispatchers.cli.ui import DEFAULT_HOST, DEFAULT_PORT, serve_dashboard
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: argparse.Namespace) -> ExitCode:
     require_extra("dispatcher")
     if args.ui:
         require_extra("ui")
     from dispatchers.demo import SCHEMA, run_demo
 
     db = resolve_database(args)
-    code = run_demo(db.url, events=args.events, rate=args.rate, seed=args.seed)
+    held = run_demo(db.url, events=args.events, rate=args.rate, seed=args.seed)
     if args.ui:
         print(
             f"outbox demo: the dashboard shows the demo's schema ({SCHEMA}) until interrupted",
@@ -34,7 +35,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         serve_dashboard(
             db.url, schema=SCHEMA, host=DEFAULT_HOST, port=args.ui_port, read_only=False, token=None
         )
-    return code
+    return ExitCode.OK if held else ExitCode.FAILURE
 
 
 def add_parser(commands: Commands) -> None:

@@ -108,10 +108,11 @@ def config_from_args(args: argparse.Namespace) -> DispatcherConfig:
     )
 
 
-def cmd_dispatch(args: argparse.Namespace) -> int:
+def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
     """Check the database, then dispatch (or supervise ``--processes``); a database
     the dispatcher cannot use, or a failure that stops it, is one line on stderr
-    and :attr:`ExitCode.FAILURE`."""
+    and :attr:`ExitCode.FAILURE`; a drain during which messages went dead ends
+    with :attr:`ExitCode.DEAD_AFTER_DRAIN`."""
     require_extra("dispatcher")
     from dispatchers.dispatcher import run_dispatcher
     from dispatchers.loop import resolve as resolve_event_loop
@@ -128,16 +129,24 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         if args.processes > 1:
             from dispatchers.supervisor import supervise
 
-            return supervise(args.argv, db.url, args.processes, drain=args.drain)
+            status = supervise(args.argv, db.url, args.processes, drain=args.drain)
+            return ExitCode.of_child(status)
         stats = run_dispatcher(db.url, config, drain=args.drain, log=log)
     except DispatcherFailed as exc:
         print(f"outbox dispatch: {exc}", file=sys.stderr)
         return ExitCode.FAILURE
-    print(
-        f"outbox dispatch: stopped; delivered {stats.delivered}, retried {stats.retried}, "
-        f"dead {stats.dead}, released {stats.released}, leases lost {stats.lease_lost}",
-        file=sys.stderr,
+    summary = (
+        f"delivered {stats.delivered}, retried {stats.retried}, dead {stats.dead}, "
+        f"released {stats.released}, leases lost {stats.lease_lost}"
     )
+    if args.drain and stats.dead:
+        print(
+            f"outbox dispatch: stopped; {summary}: {stats.dead} message(s) went dead "
+            "during the drain (outbox dead list shows them)",
+            file=sys.stderr,
+        )
+        return ExitCode.DEAD_AFTER_DRAIN
+    print(f"outbox dispatch: stopped; {summary}", file=sys.stderr)
     return ExitCode.OK
 
 
@@ -167,8 +176,8 @@ def add_parser(commands: Commands) -> None:
     p.add_argument(
         "--drain",
         action="store_true",
-        help="exit 0 once no message is due or running; exit 1 after --drain-timeout "
-        "without progress",
+        help="exit once no message is due or running: 0 when none went dead during the "
+        "drain, 3 when some did; exit 1 after --drain-timeout without progress",
     )
     p.add_argument(
         "--log-format",

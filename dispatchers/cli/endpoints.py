@@ -23,6 +23,7 @@ from dispatchers.cli._common import (
     positive_int,
     transaction,
 )
+from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
 from outbox.endpoints import DEFAULT_ROTATION_OVERLAP
 from outbox.errors import InvalidMessage
@@ -71,7 +72,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
     return fields(pairs)
 
 
-def cmd_endpoints_add(args: argparse.Namespace) -> int:
+def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
     from outbox.endpoints import Endpoints
 
     metadata = parse_metadata(args.metadata)
@@ -94,10 +95,10 @@ def cmd_endpoints_add(args: argparse.Namespace) -> int:
         "(shown in full only here; `outbox endpoints show "
         f"{ep.id} --show-secrets` prints it again)",
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_endpoints_list(args: argparse.Namespace) -> int:
+def cmd_endpoints_list(args: argparse.Namespace) -> ExitCode:
     from outbox.endpoints import Endpoints
 
     with transaction(args) as conn:
@@ -123,10 +124,10 @@ def cmd_endpoints_list(args: argparse.Namespace) -> int:
         else "no endpoints"
     )
     emit(args, [ep.as_dict() for ep in endpoints], text)
-    return 0
+    return ExitCode.OK
 
 
-def cmd_endpoints_show(args: argparse.Namespace) -> int:
+def cmd_endpoints_show(args: argparse.Namespace) -> ExitCode:
     from outbox.endpoints import Endpoints
 
     with transaction(args) as conn:
@@ -136,10 +137,10 @@ def cmd_endpoints_show(args: argparse.Namespace) -> int:
         ep.as_dict(show_secrets=args.show_secrets),
         _endpoint_fields(ep, show_secrets=args.show_secrets),
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_endpoints_update(args: argparse.Namespace) -> int:
+def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
     from outbox.endpoints import Endpoints
 
     if args.event_types is not None and args.all_event_types:
@@ -175,10 +176,10 @@ def cmd_endpoints_update(args: argparse.Namespace) -> int:
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_endpoints_disable(args: argparse.Namespace) -> int:
+def cmd_endpoints_disable(args: argparse.Namespace) -> ExitCode:
     from outbox.endpoints import Endpoints
 
     with transaction(args) as conn:
@@ -188,10 +189,10 @@ def cmd_endpoints_disable(args: argparse.Namespace) -> int:
         {"id": args.id, "enabled": False, "paused": paused},
         f"disabled endpoint {args.id}; paused {paused} waiting message(s)",
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_endpoints_enable(args: argparse.Namespace) -> int:
+def cmd_endpoints_enable(args: argparse.Namespace) -> ExitCode:
     from outbox.endpoints import Endpoints
 
     with transaction(args) as conn:
@@ -201,10 +202,10 @@ def cmd_endpoints_enable(args: argparse.Namespace) -> int:
         {"id": args.id, "enabled": True, "resumed": resumed},
         f"enabled endpoint {args.id}; resumed {resumed} paused message(s)",
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_endpoints_rotate_secret(args: argparse.Namespace) -> int:
+def cmd_endpoints_rotate_secret(args: argparse.Namespace) -> ExitCode:
     from outbox.endpoints import Endpoints
 
     overlap = timedelta(hours=args.overlap)
@@ -220,10 +221,10 @@ def cmd_endpoints_rotate_secret(args: argparse.Namespace) -> int:
         {"id": ep.id, "secret": new, "previous_secrets_expire_at": max(previous, default=None)},
         f"new signing secret for endpoint {ep.id}: {new} (fingerprint {fingerprint(new)}){until}",
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_endpoints_delete(args: argparse.Namespace) -> int:
+def cmd_endpoints_delete(args: argparse.Namespace) -> ExitCode:
     from outbox.endpoints import Endpoints
 
     endpoints = Endpoints(schema=args.schema)
@@ -237,7 +238,7 @@ def cmd_endpoints_delete(args: argparse.Namespace) -> int:
         )
 
     if not confirm(args, f"delete endpoint {args.id}", question):
-        return 1
+        return ExitCode.FAILURE
     with transaction(args) as conn:
         had = endpoints.delete(conn, args.id)
     emit(
@@ -246,7 +247,7 @@ def cmd_endpoints_delete(args: argparse.Namespace) -> int:
         f"deleted endpoint {args.id} ({had} message(s) of it were in the outbox; "
         "the waiting ones are now dead)",
     )
-    return 0
+    return ExitCode.OK
 
 
 def add_parser(commands: Commands) -> None:
@@ -292,29 +293,29 @@ def add_parser(commands: Commands) -> None:
     action("list", cmd_endpoints_list, "list the endpoints")
 
     p = action("show", cmd_endpoints_show, "show one endpoint")
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--show-secrets", action="store_true", help="print the secrets in full")
 
     p = action("update", cmd_endpoints_update, "change an endpoint's settings")
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--url", help="new http(s) URL")
     fields_options(p, update=True)
     p.add_argument("--all-event-types", action="store_true", help="subscribe to every event type")
     p.add_argument("--no-max-concurrency", action="store_true", help="remove the cap")
 
     p = action("disable", cmd_endpoints_disable, "stop delivering to an endpoint")
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--reason", default="disabled by an operator", help="why (shown in status)")
 
     p = action("enable", cmd_endpoints_enable, "resume delivering to an endpoint")
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
 
     p = action(
         "rotate-secret",
         cmd_endpoints_rotate_secret,
         "sign with a new secret; the old ones keep signing during the overlap",
     )
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--secret", help="the new whsec_... secret (default: a new random one)")
     overlap = DEFAULT_ROTATION_OVERLAP / _HOUR
     p.add_argument(
@@ -326,5 +327,5 @@ def add_parser(commands: Commands) -> None:
     )
 
     p = action("delete", cmd_endpoints_delete, "delete an endpoint (its waiting messages die)")
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")

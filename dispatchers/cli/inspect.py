@@ -21,11 +21,12 @@ from dispatchers.cli._common import (
     seconds_or_zero,
     transaction,
 )
+from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import UNPRINTABLE_TEXT, cell, emit, fields, table
 from outbox.errors import InvalidArgument
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
+def cmd_replay(args: argparse.Namespace) -> ExitCode:
     from outbox.admin import replay
 
     with transaction(args) as conn:
@@ -38,10 +39,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         f"replayed {count} delivered message(s) of endpoint {args.endpoint}: they go out "
         "again with the same webhook-id, so receivers that dedupe ignore them",
     )
-    return 0
+    return ExitCode.OK
 
 
-def cmd_messages_show(args: argparse.Namespace) -> int:
+def cmd_messages_show(args: argparse.Namespace) -> ExitCode:
     from outbox.admin import message_show
 
     with transaction(args) as conn:
@@ -106,10 +107,10 @@ def cmd_messages_show(args: argparse.Namespace) -> int:
             UNPRINTABLE_TEXT.sub("?", body) if body is not None else "(binary) " + data["body_hex"]
         )
     emit(args, data, text)
-    return 0
+    return ExitCode.OK
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def cmd_status(args: argparse.Namespace) -> ExitCode:
     if args.watch is None:
         return _status_once(args)
     # resolved once (and the embedded server held), so each refresh neither starts
@@ -124,10 +125,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             time.sleep(args.watch)
     except KeyboardInterrupt:
-        return 0
+        return ExitCode.OK
 
 
-def _status_once(args: argparse.Namespace) -> int:
+def _status_once(args: argparse.Namespace) -> ExitCode:
     from outbox.admin import status
 
     with transaction(args) as conn:
@@ -177,8 +178,8 @@ def _status_once(args: argparse.Namespace) -> int:
             f"more than --max-lag {args.max_lag:g} s",
             file=sys.stderr,
         )
-        return 1
-    return 0
+        return ExitCode.FAILURE
+    return ExitCode.OK
 
 
 def add_parser(commands: Commands) -> None:
@@ -190,7 +191,13 @@ def add_parser(commands: Commands) -> None:
         "ISO 8601 with an offset or Z, or a span ago such as 30m, 2h, 7d.",
     )
     add_database_options(p)
-    p.add_argument("--endpoint", type=database_id, required=True, metavar="ID")
+    p.add_argument(
+        "--endpoint",
+        type=database_id,
+        required=True,
+        metavar="ID",
+        help="the endpoint whose delivered messages to send again",
+    )
     p.add_argument(
         "--since", type=parse_time, required=True, metavar="TIME", help="delivered at or after TIME"
     )
@@ -198,7 +205,12 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("--json", action="store_true", help="print the count as JSON")
     p.set_defaults(handler=cmd_replay, name="replay")
 
-    group = commands.add_parser("messages", help="inspect messages")
+    group = commands.add_parser(
+        "messages",
+        help="inspect messages",
+        description="Look at one message, wherever it is: waiting, in flight, paused, "
+        "dead or delivered (until retention removes it).",
+    )
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = actions.add_parser(
         "show",
@@ -208,7 +220,7 @@ def add_parser(commands: Commands) -> None:
         "for: they may hold credentials and personal data.",
     )
     add_database_options(p)
-    p.add_argument("id", type=database_id, metavar="ID")
+    p.add_argument("id", type=database_id, metavar="ID", help="the message's id")
     p.add_argument("--show-headers", action="store_true", help="print header values")
     p.add_argument("--show-body", action="store_true", help="print the body")
     p.add_argument("--json", action="store_true", help="print the message as JSON")

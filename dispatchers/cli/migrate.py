@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 
 from dispatchers.cli._common import Commands, add_database_options, resolve_database
+from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit
 from outbox.dsn import redact
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
+def cmd_migrate(args: argparse.Namespace) -> ExitCode:
     from outbox.migrations import applied_versions, load_migrations, migrate
 
     db = resolve_database(args)
@@ -32,11 +33,18 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         },
         text,
     )
-    return 0
+    return ExitCode.OK
 
 
 def add_parser(commands: Commands) -> None:
-    p = commands.add_parser("migrate", help="create or upgrade the outbox schema (idempotent)")
+    p = commands.add_parser(
+        "migrate",
+        help="create or upgrade the outbox schema (idempotent)",
+        description="Create the outbox schema (tables, indexes) or apply the "
+        "migrations it lacks, in order, each checksummed, under a lock so that concurrent "
+        "runs wait for each other. Run it as the schema's owner, once before the first "
+        "enqueue and after each upgrade; a schema that is up to date is left as it is.",
+    )
     add_database_options(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=cmd_migrate)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 
 from dispatchers.cli._common import Commands, UsageError, add_database_options, transaction
+from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit
 from outbox.roles import ROLES, check_roles, grants
 
 
-def cmd_roles(args: argparse.Namespace) -> int:
+def cmd_roles(args: argparse.Namespace) -> ExitCode:
     roles = {kind: getattr(args, kind) for kind in ROLES if getattr(args, kind) is not None}
     if not roles:
         raise UsageError("name at least one role: --producer, --dispatcher or --operator")
@@ -31,7 +32,7 @@ def cmd_roles(args: argparse.Namespace) -> int:
         text = script
     data = {"schema": args.schema, "roles": roles, "statements": statements, "applied": args.apply}
     emit(args, data, text)
-    return 0
+    return ExitCode.OK
 
 
 def add_parser(commands: Commands) -> None:

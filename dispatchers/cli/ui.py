@@ -75,7 +75,7 @@ def serve_dashboard(
     asyncio.run(serve(dashboard, host=host, port=port, started=started))
 
 
-def cmd_ui(args: argparse.Namespace) -> int:
+def cmd_ui(args: argparse.Namespace) -> ExitCode:
     require_extra("ui")
     from dispatchers.ui.auth import is_loopback
 
@@ -96,7 +96,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         read_only=args.read_only,
         token=token,
     )
-    return 0
+    return ExitCode.OK
 
 
 def add_parser(commands: Commands) -> None:

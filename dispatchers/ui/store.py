@@ -66,7 +66,7 @@ class EndpointHour(NamedTuple):
     """The row of ``ui_endpoint_hour``: one endpoint's last hour, and now."""
 
     attempts: int
-    succeeded: int
+    delivered: int
     p50_ms: int | None
     p99_ms: int | None
     statuses: dict[str, int]
@@ -75,7 +75,7 @@ class EndpointHour(NamedTuple):
 
     @property
     def success_rate(self) -> float | None:
-        return self.succeeded / self.attempts if self.attempts else None
+        return self.delivered / self.attempts if self.attempts else None
 
 
 class RecentAttempt(NamedTuple):

@@ -39,8 +39,8 @@ from outbox.admin import dead_count, dead_list, dead_purge, dead_retry, message_
 STATIC = Path(__file__).parent / "static"
 """The style sheet and the refresh script, served from ``/static/``."""
 
-STATES = ("ready", "running", "paused", "dead", "succeeded")
-"""The states a message search can filter on (``succeeded``: the history)."""
+STATES = ("ready", "running", "paused", "dead", "delivered")
+"""The states a message search can filter on (``delivered``: the history)."""
 
 DEAD_LIMIT = 100
 """The most dead messages one page lists."""

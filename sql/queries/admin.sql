@@ -152,7 +152,7 @@ WITH chosen AS (
 SELECT count(*){notify} FROM replayed
 
 -- name: message_get
--- One message, from the hot table or (state 'succeeded') from the history.
+-- One message, from the hot table or (state 'delivered') from the history.
 SELECT m.id, m.idempotency_key, m.target,
        COALESCE(m.endpoint_id,
                 CASE WHEN starts_with(m.target, 'endpoint:')
@@ -167,7 +167,7 @@ WHERE m.id = %(id)s
 UNION ALL
 SELECT d.id, d.idempotency_key, d.target, d.endpoint_id, COALESCE(d.url, e.url),
        d.method, d.headers, d.body, d.content_type, d.event_type, d.ordering_key,
-       'succeeded', d.attempts, d.max_attempts, NULL, NULL, NULL, d.last_status, NULL,
+       'delivered', d.attempts, d.max_attempts, NULL, NULL, NULL, d.last_status, NULL,
        d.created_at, d.completed_at
 FROM {schema}.delivered AS d
 LEFT JOIN {schema}.endpoints AS e ON e.id = d.endpoint_id
@@ -200,10 +200,10 @@ SELECT
      FROM {schema}.messages
      WHERE state = 'ready' AND available_at <= now()) AS oldest_ready_age_s,
     (SELECT count(*) FROM {schema}.attempts
-     WHERE started_at >= now() - interval '5 minutes' AND outcome = 'succeeded')
+     WHERE started_at >= now() - interval '5 minutes' AND outcome = 'delivered')
         AS delivered,
     (SELECT count(*) FROM {schema}.attempts
-     WHERE started_at >= now() - interval '5 minutes' AND outcome <> 'succeeded')
+     WHERE started_at >= now() - interval '5 minutes' AND outcome <> 'delivered')
         AS failed,
     now() AS now
 

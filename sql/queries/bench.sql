@@ -28,7 +28,7 @@ WITH new_keys AS (
     FROM new_keys
 )
 INSERT INTO {schema}.attempts (message_id, attempt, owner, started_at, duration_ms, status, outcome)
-SELECT message_id, 1, 'history', created_at + interval '10 milliseconds', 5, 200, 'succeeded'
+SELECT message_id, 1, 'history', created_at + interval '10 milliseconds', 5, 200, 'delivered'
 FROM new_keys
 
 -- name: business_table
@@ -93,7 +93,7 @@ WITH done AS (
     FROM done
 )
 INSERT INTO {schema}.attempts (message_id, attempt, owner, started_at, duration_ms, status, outcome)
-SELECT id, attempts, %(owner)s, %(started_at)s, %(duration_ms)s, %(status)s, 'succeeded'
+SELECT id, attempts, %(owner)s, %(started_at)s, %(duration_ms)s, %(status)s, 'delivered'
 FROM done
 
 -- name: naive_retry

@@ -166,7 +166,7 @@ RETURNING m.id
 -- name: complete
 -- Write a batch of outcomes in one statement. Every write is fenced by owner,
 -- attempt number and state, so an owner whose lease expired (and whose message
--- was claimed again, even by itself) changes nothing. Succeeded messages move to
+-- was claimed again, even by itself) changes nothing. Delivered messages move to
 -- the history table; the others go back to ready (with their delay), to dead, or
 -- are released. Attempt rows are written only for fenced-in outcomes that sent a
 -- request. Returns the ids whose outcome was applied.
@@ -192,7 +192,7 @@ WITH outcome AS (
     -- Endpoint health: per endpoint in this batch, did any attempt succeed, did
     -- any fail, did one answer 410 Gone.
     SELECT endpoint_id,
-           bool_or(outcome = 'succeeded') AS any_success,
+           bool_or(outcome = 'delivered') AS any_success,
            count(*) FILTER (WHERE sent AND outcome IN ('retry', 'failed', 'gone')) AS failures,
            bool_or(outcome = 'gone') AS gone
     FROM outcome
@@ -245,7 +245,7 @@ WITH outcome AS (
     DELETE FROM {schema}.messages AS m
     USING outcome AS o
     WHERE m.id = o.id AND m.attempts = o.attempt AND m.lease_owner = %(owner)s
-      AND m.state = (SELECT 'running') AND o.state = 'succeeded'
+      AND m.state = (SELECT 'running') AND o.state = 'delivered'
     RETURNING m.*, o.status AS final_status
 ), history AS (
     INSERT INTO {schema}.delivered (
@@ -281,7 +281,7 @@ WITH outcome AS (
                             THEN now() END
     FROM outcome AS o
     WHERE m.id = o.id AND m.attempts = o.attempt AND m.lease_owner = %(owner)s
-      AND m.state = (SELECT 'running') AND o.state <> 'succeeded'  -- as in done
+      AND m.state = (SELECT 'running') AND o.state <> 'delivered'  -- as in done
     RETURNING m.id
 ), applied AS (
     SELECT id FROM done
@@ -306,7 +306,7 @@ SELECT id, NULL AS disabled_endpoint, NULL AS reason FROM applied
 UNION ALL
 SELECT NULL, id, disabled_reason FROM endpoint_update WHERE newly_disabled
 
--- name: complete_succeeded
+-- name: complete_delivered
 -- "complete" for the common batch, every outcome a sent success: no retry to
 -- schedule, no message to kill, no endpoint to disable. It writes what
 -- "complete" writes for such a batch, fenced the same way, with the same result

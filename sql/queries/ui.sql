@@ -6,8 +6,8 @@
 -- Attempts per minute over the last hour, for the overview's chart: a range scan
 -- of attempts_started_idx over one hour of attempts, never the whole table.
 SELECT date_trunc('minute', started_at) AS minute,
-       count(*) FILTER (WHERE outcome = 'succeeded') AS delivered,
-       count(*) FILTER (WHERE outcome <> 'succeeded') AS failed
+       count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
+       count(*) FILTER (WHERE outcome <> 'delivered') AS failed
 FROM {schema}.attempts
 WHERE started_at >= date_trunc('minute', now()) - interval '59 minutes'
 GROUP BY 1
@@ -39,7 +39,7 @@ LIMIT 100
 -- name: ui_messages
 -- Messages matching an operator's search, newest first, from the hot table and
 -- the history: each side is cut at the limit before the two are merged. A filter
--- left NULL matches every message; the state 'succeeded' names the history.
+-- left NULL matches every message; the state 'delivered' names the history.
 -- A message completes after it is created, so "created since" also bounds the
 -- history's completion time, which delivered_completed_idx can range over.
 (SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url, m.endpoint_id,
@@ -60,10 +60,10 @@ LIMIT 100
  LIMIT %(limit)s)
 UNION ALL
 (SELECT d.id, d.idempotency_key, COALESCE(d.url, e.url), d.endpoint_id, d.event_type,
-        'succeeded', d.attempts, d.last_status, d.created_at
+        'delivered', d.attempts, d.last_status, d.created_at
  FROM {schema}.delivered AS d
  LEFT JOIN {schema}.endpoints AS e ON e.id = d.endpoint_id
- WHERE (CAST(%(state)s AS text) IS NULL OR CAST(%(state)s AS text) = 'succeeded')
+ WHERE (CAST(%(state)s AS text) IS NULL OR CAST(%(state)s AS text) = 'delivered')
    AND (CAST(%(key)s AS text) IS NULL OR d.idempotency_key = CAST(%(key)s AS text))
    AND (CAST(%(event_type)s AS text) IS NULL OR d.event_type = CAST(%(event_type)s AS text))
    AND (CAST(%(endpoint_id)s AS bigint) IS NULL
@@ -84,8 +84,8 @@ LIMIT %(limit)s
 -- The hour in progress comes from ui_minutes, which covers it. Hours are UTC
 -- hours, whatever the session's time zone (some are offset by half an hour).
 SELECT date_trunc('hour', started_at, 'UTC') AS minute,
-       count(*) FILTER (WHERE outcome = 'succeeded') AS delivered,
-       count(*) FILTER (WHERE outcome <> 'succeeded') AS failed
+       count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
+       count(*) FILTER (WHERE outcome <> 'delivered') AS failed
 FROM {schema}.attempts
 WHERE started_at >= CAST(%(until)s AS timestamptz) - interval '23 hours'
   AND started_at < CAST(%(until)s AS timestamptz)
@@ -97,7 +97,7 @@ ORDER BY 1
 -- each matched to its message in the hot table or in the history; a delivered
 -- message with an attempt in the last hour completed in it, so the history is
 -- read over one hour of delivered_endpoint_idx, never the endpoint's whole past.
--- Then how many succeeded, the median and 99th percentile durations, the count of
+-- Then how many were delivered, the median and 99th percentile durations, the count of
 -- each response status, and the deliveries it has in flight now.
 WITH recent AS MATERIALIZED (
     SELECT a.status, a.outcome, a.duration_ms
@@ -110,7 +110,7 @@ WITH recent AS MATERIALIZED (
                         AND d.completed_at >= now() - interval '1 hour'))
 )
 SELECT count(*) AS attempts,
-       count(*) FILTER (WHERE outcome = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
        percentile_disc(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50_ms,
        percentile_disc(0.99) WITHIN GROUP (ORDER BY duration_ms) AS p99_ms,
        COALESCE((SELECT jsonb_object_agg(COALESCE(CAST(status AS text), 'none'), n)

@@ -550,9 +550,9 @@ def check_invariants(
         if mid in dead:
             assert final[2:] == ("failed", 422), (mid, final)
         else:
-            assert final[2:] == ("succeeded", 200), (mid, final)
+            assert final[2:] == ("delivered", 200), (mid, final)
         for attempt, _, outcome, _ in history[mid][:-1]:
-            assert outcome not in ("succeeded", "failed"), (mid, attempt, outcome)
+            assert outcome not in ("delivered", "failed"), (mid, attempt, outcome)
 
     # the killed and the frozen owners' lost attempts were rescued, against them
     assert set(chaos.killed_rows.items()) <= lease_expired_rows(url, killed)

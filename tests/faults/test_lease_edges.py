@@ -114,7 +114,7 @@ def test_a_frozen_dispatcher_resumed_after_its_lease_changes_nothing(
     rows = query(
         database_url, "SELECT attempt, owner, outcome FROM outbox.attempts ORDER BY attempt"
     )
-    assert [(r[0], r[2]) for r in rows] == [(1, "lease_expired"), (2, "succeeded")]
+    assert [(r[0], r[2]) for r in rows] == [(1, "lease_expired"), (2, "delivered")]
     assert rows[0][1] == owner_a
     assert second.owns(rows[1][1])
     # The receiver saw the same key twice (at least once; it dedupes).
@@ -235,7 +235,7 @@ async def test_a_flush_blocked_past_the_lock_timeout_records_the_outcome_once(
     assert db.query("SELECT count(*) FROM outbox.messages") == [(0,)]
     assert db.query("SELECT id, attempts, last_status FROM outbox.delivered") == [(mid, 1, 200)]
     assert db.query("SELECT message_id, attempt, outcome, status, owner FROM outbox.attempts") == [
-        (mid, 1, "succeeded", 200, dispatcher.owner)
+        (mid, 1, "delivered", 200, dispatcher.owner)
     ]
     errors = [e for e in log.events if e["event"] == "db_error" and e["operation"] == "complete"]
     assert {(e["sqlstate"], e["transient"]) for e in errors} <= {
@@ -319,6 +319,6 @@ async def test_a_stale_outcome_flushed_after_a_reclaim_does_not_cost_the_new_att
     assert requests == 2
     assert db.query("SELECT attempt, outcome, owner FROM outbox.attempts ORDER BY attempt") == [
         (1, "lease_expired", dispatcher.owner),
-        (2, "succeeded", dispatcher.owner),
+        (2, "delivered", dispatcher.owner),
     ]
     assert dispatcher.stats.lease_lost == 1

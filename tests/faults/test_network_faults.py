@@ -51,7 +51,7 @@ from tests.receiver import Received, Receiver, Reply
 pytestmark = pytest.mark.timeout(60)
 
 # How each dispatcher statement is called on the wire: by the name it is prepared
-# under (claim and claim_uncapped; complete and complete_succeeded).
+# under (claim and claim_uncapped; complete and complete_delivered).
 CLAIM = b"EXECUTE outbox_claim"
 RENEW = b"EXECUTE outbox_renew_"
 COMPLETE = b"EXECUTE outbox_complete"
@@ -187,7 +187,7 @@ def check_invariants(
     assert len(attempts) == len(ids)
     for mid, numbers, outcomes in attempts:
         assert numbers == list(range(1, delivered[mid] + 1)), (mid, numbers)
-        assert outcomes[-1] == "succeeded" and outcomes.count("succeeded") == 1, (mid, outcomes)
+        assert outcomes[-1] == "delivered" and outcomes.count("delivered") == 1, (mid, outcomes)
 
     effects = collections.Counter(
         row[0] for row in query(database_url, "SELECT key FROM receiver.effects")
@@ -332,7 +332,7 @@ async def test_outcome_flush_cut_before_it_runs_or_after_it_commits_records_once
     assert not duplicates
     assert not run.named("rescued")
     assert query(database_url, "SELECT DISTINCT attempts FROM outbox.delivered") == [(1,)]
-    assert outcome_attempts(database_url) == {"succeeded": len(ids)}
+    assert outcome_attempts(database_url) == {"delivered": len(ids)}
     # a retry that matches nothing because the first write committed is no lost lease
     assert run.stats.delivered == len(ids)
     assert not run.named("lease_lost")

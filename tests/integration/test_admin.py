@@ -199,7 +199,7 @@ def test_retried_message_is_claimed_with_the_next_attempt_number_and_delivered(
     assert db.query(
         "SELECT attempt, outcome FROM outbox.attempts WHERE message_id = %s ORDER BY attempt",
         mid,
-    ) == [(1, "retry"), (2, "failed"), (3, "succeeded")]
+    ) == [(1, "retry"), (2, "failed"), (3, "delivered")]
 
 
 def test_dead_retry_by_filters_and_all(db: Db) -> None:
@@ -315,7 +315,7 @@ async def test_replay_moves_history_back_and_redelivers_with_the_same_webhook_id
         "SELECT message_id, attempt, outcome FROM outbox.attempts WHERE message_id = %s"
         " ORDER BY attempt",
         mine[0],
-    ) == [(mine[0], 1, "succeeded"), (mine[0], 2, "succeeded")]
+    ) == [(mine[0], 1, "delivered"), (mine[0], 2, "delivered")]
 
 
 def test_replay_takes_only_the_window_and_refuses_bad_endpoints(db: Db) -> None:
@@ -390,7 +390,7 @@ def test_message_show_finds_waiting_dead_and_delivered_messages(db: Db) -> None:
     assert "body" not in info.as_dict()
     assert info.as_dict(show_headers=True, show_body=True)["body"] == '{"key":"show-me"}'
     assert (delivered.state, delivered.method, delivered.last_status, delivered.body) == (
-        "succeeded",
+        "delivered",
         "PUT",
         204,
         b"hi",
@@ -426,8 +426,8 @@ def test_status_counts_states_lag_recent_attempts_and_endpoints(db: Db) -> None:
     )
     db.query(
         "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
-        " VALUES (500, 1, 'h', now(), 'succeeded'), (501, 1, 'h', now(), 'succeeded'),"
-        " (502, 1, 'h', now() - interval '1 hour', 'succeeded'),"
+        " VALUES (500, 1, 'h', now(), 'delivered'), (501, 1, 'h', now(), 'delivered'),"
+        " (502, 1, 'h', now() - interval '1 hour', 'delivered'),"
         " (503, 1, 'h', now(), 'retry')"
     )
     db.query("UPDATE outbox.endpoints SET failure_streak = 4 WHERE id = %s", ep)

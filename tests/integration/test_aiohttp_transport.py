@@ -122,7 +122,7 @@ async def get(http: AiohttpClient, url: str) -> tuple[int, Any, bytes]:
 
 async def test_success_carries_body_headers_and_idempotency_key(receiver: Receiver) -> None:
     attempt = await send(fast_config(SENDING), job(receiver.url + "/orders?tenant=acme"))
-    assert attempt.outcome.verdict is Verdict.SUCCEEDED
+    assert attempt.outcome.verdict is Verdict.DELIVERED
     assert attempt.outcome.status == 200
     assert attempt.excerpt == "ok"
     (request,) = receiver.requests
@@ -148,7 +148,7 @@ async def test_webhook_signatures_verify_with_the_reference_implementation(
     old, new = generate_secret(), generate_secret()
     message = job(receiver.url, endpoint_id=3, idempotency_key="evt-1:3", secrets=(new, old))
     attempt = await send(fast_config(SENDING), message)
-    assert attempt.outcome.verdict is Verdict.SUCCEEDED
+    assert attempt.outcome.verdict is Verdict.DELIVERED
     (request,) = receiver.requests
     assert request.headers["webhook-id"] == "evt-1:3"
     assert len(request.headers["webhook-signature"].split(" ")) == 2
@@ -173,7 +173,7 @@ async def test_compressed_bodies_are_not_decoded() -> None:
     reply = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\nabcd"
     with RawServer(keep_alive(reply)) as server:
         attempt = await send(fast_config(SENDING), job(server.url()))
-    assert attempt.outcome.verdict is Verdict.SUCCEEDED
+    assert attempt.outcome.verdict is Verdict.DELIVERED
     assert attempt.excerpt == "abcd"
 
 
@@ -187,7 +187,7 @@ async def test_proxy_settings_in_the_environment_are_ignored(
         monkeypatch.delenv("no_proxy", raising=False)
         attempt = await send(fast_config(SENDING), job(receiver.url))
         assert proxy.connections == 0
-    assert attempt.outcome.verdict is Verdict.SUCCEEDED
+    assert attempt.outcome.verdict is Verdict.DELIVERED
     assert len(receiver.requests) == 1
 
 
@@ -451,7 +451,7 @@ async def test_default_policy_refuses_ipv6_loopback_forms(
 
 async def test_allow_private_networks_reaches_loopback(receiver: Receiver) -> None:
     attempt = await send(fast_config(SENDING, allow_private_networks=True), job(receiver.url))
-    assert attempt.outcome.verdict is Verdict.SUCCEEDED
+    assert attempt.outcome.verdict is Verdict.DELIVERED
     assert len(receiver.requests) == 1
 
 
@@ -461,8 +461,8 @@ async def test_an_allow_list_reaches_loopback_by_address_and_by_name(receiver: R
     cfg = fast_config(SENDING, allow_private_networks=False, allow_networks=("127.0.0.0/8",))
     by_address = await send(cfg, job(receiver.url))
     by_name = await send(cfg, job(receiver.url.replace("127.0.0.1", "localhost")))
-    assert by_address.outcome.verdict is Verdict.SUCCEEDED
-    assert by_name.outcome.verdict is Verdict.SUCCEEDED
+    assert by_address.outcome.verdict is Verdict.DELIVERED
+    assert by_name.outcome.verdict is Verdict.DELIVERED
     assert [r.headers["host"].split(":")[0] for r in receiver.requests] == [
         "127.0.0.1",
         "localhost",
@@ -668,7 +668,7 @@ async def test_the_dispatcher_delivers_and_retries_with_aiohttp(
             " WHERE message_id = %s ORDER BY attempt",
             (mid,),
         ).fetchall()
-    assert rows == [(1, "retry", 503), (2, "succeeded", 200)]
+    assert rows == [(1, "retry", 503), (2, "delivered", 200)]
 
 
 def test_outbox_dispatch_http_client_aiohttp_delivers(

@@ -94,7 +94,7 @@ async def test_a_huge_body_is_classified_by_status_and_read_only_up_to_the_bound
     )
     # each classified by its status, not cut as a timeout: the read bound ended each
     # read, not the request deadline
-    assert excerpts == [(ok, "succeeded", 200, "b" * 1024), (failing, "retry", 503, "b" * 1024)]
+    assert excerpts == [(ok, "delivered", 200, "b" * 1024), (failing, "retry", 503, "b" * 1024)]
     for path, sent in server.sent.items():
         assert sent < STOPPED_BY, f"{path}: the server sent {sent / MIB:.1f} MiB"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -270,7 +271,7 @@ def test_replay_messages_show_and_status(cli: Cli) -> None:
     )
     shown = cli.json("messages", "show", "42")
     assert (shown["state"], shown["idempotency_key"], shown["url"]) == (
-        "succeeded",
+        "delivered",
         f"evt:{ep}",
         "https://example.com/wh",
     )
@@ -449,3 +450,22 @@ async def test_messages_show_prints_the_last_reply(cli: Cli) -> None:
     assert out.endswith(
         'last reply (attempt 1, status 401, first bytes):\n{"error": "invalid token"}?\n'
     )
+
+
+async def test_a_delivered_message_and_its_attempt_are_called_delivered(cli: Cli) -> None:
+    from tests.dispatching import Db, drain, fast_config
+    from tests.receiver import Receiver
+
+    db = Db(cli.url)
+    with Receiver() as partner:
+        message_id = db.enqueue(partner.url + "/charges", "k-200")
+        await drain(db, fast_config())
+    code, out, _ = cli("messages", "show", str(message_id))
+    assert code == 0
+    assert "state            delivered" in out
+    assert re.search(r"^ *1 +\S+ \S+ +\d+ +200 +delivered ", out, flags=re.M), out
+    shown = cli.json("messages", "show", str(message_id))
+    assert (shown["state"], shown["attempt_log"][0]["outcome"]) == ("delivered", "delivered")
+    # status, the metrics and the events use the same word: nothing says succeeded
+    assert cli.json("status")["last_5_minutes"]["delivered"] == 1
+    assert "succeeded" not in out + json.dumps(shown, default=str)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatchers.cli._exit import ExitCode
 from tests.conftest import PgServer
 from tests.processes import (
     Fleet,
@@ -97,7 +98,7 @@ def test_processes_drain_backlog_each_key_once(
     )
     assert len(attempts) == total
     assert sorted(row[0] for row in attempts) == sorted(ids)
-    assert {(row[1], row[2], row[3]) for row in attempts} == {(1, "succeeded", 200)}
+    assert {(row[1], row[2], row[3]) for row in attempts} == {(1, "delivered", 200)}
     # every owner is one of our processes
     owners = {row[4] for row in attempts}
     assert all(any(p.owns(owner) for p in procs) for owner in owners), owners
@@ -192,10 +193,10 @@ def test_sigkilled_dispatcher_messages_rescued_after_lease(database_url: str, fl
             assert (a1, owner1, outcome1) == (1, killed_owner, "lease_expired")
             # rescued no earlier than the lease the dead owner held
             assert rescued_at >= lease_until[mid]
-            assert (a2, outcome2) == (2, "succeeded") and second.owns(owner2)
+            assert (a2, outcome2) == (2, "delivered") and second.owns(owner2)
         else:
             [(a1, owner1, outcome1, _)] = rows
-            assert (a1, outcome1) == (1, "succeeded") and second.owns(owner1)
+            assert (a1, outcome1) == (1, "delivered") and second.owns(owner1)
 
     # The receiver saw the held keys twice (the killed attempt reached it), the
     # rest once: one effect per key at a deduping receiver.
@@ -290,7 +291,7 @@ def test_sigterm_lets_inflight_finish_within_grace(database_url: str, fleet: Fle
     assert {row[0] for row in remaining} < set(ids)
     assert {(row[1], row[2], row[3]) for row in remaining} == {("ready", 0, None)}
     attempts = query(database_url, "SELECT attempt, outcome FROM outbox.attempts")
-    assert sorted(attempts) == [(1, "succeeded")] * inflight
+    assert sorted(attempts) == [(1, "delivered")] * inflight
     events = proc.events()
     assert len([e for e in events if e["event"] == "delivered"]) == inflight
     assert not [e for e in events if e["event"] == "released"]
@@ -352,7 +353,7 @@ def test_database_restart_mid_run_loses_nothing(
     assert len(attempts) == total
     for mid, numbers, last_outcome in attempts:
         assert numbers == list(range(1, delivered[mid] + 1)), (mid, numbers)
-        assert last_outcome == "succeeded", mid
+        assert last_outcome == "delivered", mid
 
     # Every key reached the receiver; a key seen more than once belongs to a
     # message that needed more than one attempt.
@@ -390,7 +391,7 @@ def test_json_logs_never_contain_payload_or_secrets(database_url: str, fleet: Fl
             )
         proc = fleet.start(database_url, *FAST, "--drain", "--log-level", "debug")
         rc = proc.wait(timeout=30)
-        assert rc == 0, proc.describe()
+        assert rc == ExitCode.DEAD_AFTER_DRAIN, proc.describe()  # the /bad ones went dead
         requests = snapshot(receiver)
 
     # the secrets were really in play

@@ -48,7 +48,7 @@ async def test_success_delivers_once_with_headers_and_moves_to_history(
     assert db.query("SELECT count(*) FROM outbox.messages") == [(0,)]
     assert db.query("SELECT id, attempts, last_status FROM outbox.delivered") == [(mid, 1, 200)]
     assert db.query("SELECT attempt, outcome, status, owner FROM outbox.attempts") == [
-        (1, "succeeded", 200, dispatcher.owner)
+        (1, "delivered", 200, dispatcher.owner)
     ]
 
 
@@ -70,7 +70,7 @@ async def test_retry_then_success_sends_the_same_idempotency_key(
     assert keys == ['"k-retry"', '"k-retry"']
     assert db.query("SELECT attempt, outcome, status FROM outbox.attempts ORDER BY attempt") == [
         (1, "retry", 503),
-        (2, "succeeded", 200),
+        (2, "delivered", 200),
     ]
     assert db.query("SELECT attempts FROM outbox.delivered WHERE id = %s", mid) == [(2,)]
 
@@ -308,8 +308,8 @@ async def test_stale_outcome_of_another_owner_changes_nothing(db: Db) -> None:
         stale = Completion(
             id=mid,
             attempt=job.attempts,
-            state="succeeded",
-            outcome="succeeded",
+            state="delivered",
+            outcome="delivered",
             sent=True,
             status=200,
             started_at=datetime.now(UTC),
@@ -356,8 +356,8 @@ async def test_stale_outcome_of_the_same_owner_is_fenced_by_attempt(db: Db) -> N
         fresh = Completion(
             id=mid,
             attempt=2,
-            state="succeeded",
-            outcome="succeeded",
+            state="delivered",
+            outcome="delivered",
             sent=True,
             status=200,
             started_at=now,
@@ -367,7 +367,7 @@ async def test_stale_outcome_of_the_same_owner_is_fenced_by_attempt(db: Db) -> N
         assert db.query("SELECT attempts, last_status FROM outbox.delivered") == [(2, 200)]
         assert db.query("SELECT attempt, outcome FROM outbox.attempts ORDER BY attempt") == [
             (1, "lease_expired"),
-            (2, "succeeded"),
+            (2, "delivered"),
         ]
         # Asked after a retried write: the success is recorded; the stale outcome is
         # not, though the rescuer wrote an attempt row under this owner for it.

@@ -34,8 +34,8 @@ def success(job: Job, **overrides: Any) -> Completion:
     fields: dict[str, Any] = {
         "id": job.id,
         "attempt": job.attempts,
-        "state": "succeeded",
-        "outcome": "succeeded",
+        "state": "delivered",
+        "outcome": "delivered",
         "sent": True,
         "status": 200,
         "started_at": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
@@ -102,7 +102,7 @@ async def test_lean_completion_writes_what_the_general_statement_writes(
         datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
         7,
         200,
-        "succeeded",
+        "delivered",
         None,
         None,
         "ok",
@@ -133,7 +133,7 @@ async def test_lean_completion_updates_endpoints_and_slots_as_the_general_one_do
         " RETURNING id",
     )
     lean = [success(jobs[ids["a1"]])]
-    assert store.complete_statement("owner-a", lean)[0] is store.queries["complete_succeeded"]
+    assert store.complete_statement("owner-a", lean)[0] is store.queries["complete_delivered"]
     assert await store.complete("owner-a", lean) == ({ids["a1"]}, {})
     nothing = Completion(id=-1, attempt=1, state="ready", outcome="released", sent=False)
     general = [success(jobs[ids["b1"]]), nothing]
@@ -278,8 +278,8 @@ def test_completion_finds_its_rows_by_primary_key(database_url: str, lean: bool)
         Completion(
             id=i,
             attempt=1,
-            state="succeeded" if lean else "ready",
-            outcome="succeeded" if lean else "retry",
+            state="delivered" if lean else "ready",
+            outcome="delivered" if lean else "retry",
             sent=True,
             status=200,
             started_at=now,
@@ -288,7 +288,7 @@ def test_completion_finds_its_rows_by_primary_key(database_url: str, lean: bool)
         for i in range(1, 101)
     ]
     statement, params = store.complete_statement("owner-1", batch)
-    assert statement.name == ("complete_succeeded" if lean else "complete")
+    assert statement.name == ("complete_delivered" if lean else "complete")
     text = plan(database_url, statement.text, params)
     assert "messages_pkey" in text, text
     assert "messages_lease_idx" not in text, text

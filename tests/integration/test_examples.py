@@ -6,15 +6,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import psycopg
 
-from dispatchers.signing import webhook_headers
 from outbox.secrets import generate_secret
 from tests.receiver import Receiver
+from tests.receiver_example import WEBHOOK_ID, check_receiver_example
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GRACE = 10  # the --grace both deployment files pass
@@ -110,41 +108,16 @@ def test_order_examples_run_on_the_embedded_server_with_no_url(embedded_home: Pa
 
 def test_webhook_receiver_example_verifies_and_applies_once(database_url: str) -> None:
     secret = generate_secret()
-    proc = subprocess.Popen(
+    check_receiver_example(
         [
-            sys.executable,
-            str(EXAMPLES / "webhook_receiver.py"),
-            "--database-url",
-            database_url,
-            "--secret",
-            secret,
-            "--port",
-            "0",
+            *(sys.executable, str(EXAMPLES / "webhook_receiver.py")),
+            *("--database-url", database_url, "--secret", secret, "--port", "0"),
         ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        secret,
     )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        assert match, line + (proc.stderr.read() if proc.stderr else "")
-        url = f"http://127.0.0.1:{match.group(1)}/hooks"
-        body = b'{"type":"order.created","timestamp":"2026-01-01T00:00:00Z","data":{"id":1}}'
-        headers = webhook_headers([secret], msg_id="evt-1:1", timestamp=int(time.time()), body=body)
-        with httpx.Client(timeout=10) as client:
-            first = client.post(url, content=body, headers=headers)
-            again = client.post(url, content=body, headers=headers)
-            forged = client.post(url, content=body + b" ", headers=headers)
-        assert (first.status_code, first.text) == (200, "applied")
-        assert (again.status_code, again.text) == (200, "duplicate")
-        assert forged.status_code == 401
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=10)
     with psycopg.connect(database_url) as conn:
-        assert conn.execute("SELECT webhook_id FROM crm_inbox.events").fetchall() == [("evt-1:1",)]
+        applied = conn.execute("SELECT webhook_id FROM crm_inbox.events").fetchall()
+    assert applied == [(WEBHOOK_ID,)]
 
 
 def test_systemd_unit_is_hardened_and_outlasts_the_grace_period() -> None:

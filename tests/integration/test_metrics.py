@@ -15,7 +15,7 @@ from outbox import Outbox
 from tests.dispatching import fast_config, wait_until
 from tests.receiver import Receiver, Reply
 
-SUCCEEDED = '{outcome="succeeded"}'
+DELIVERED = '{outcome="delivered"}'
 
 
 def sample(text: str, name: str, labels: str = "", *, absent: float | None = None) -> float:
@@ -42,7 +42,7 @@ async def test_metrics_change_as_messages_are_delivered(database_url: str) -> No
             base = f"http://127.0.0.1:{port}"
             async with httpx.AsyncClient() as client:
                 before = (await client.get(base + "/metrics")).text
-                assert sample(before, "outbox_deliveries_total", SUCCEEDED, absent=0) == 0
+                assert sample(before, "outbox_deliveries_total", DELIVERED, absent=0) == 0
                 assert (await client.get(base + "/healthz")).status_code == 200
                 with psycopg.connect(database_url) as conn:
                     for i in range(3):
@@ -54,7 +54,7 @@ async def test_metrics_change_as_messages_are_delivered(database_url: str) -> No
         finally:
             dispatcher.stop()
             await task
-    assert sample(after, "outbox_deliveries_total", SUCCEEDED) == 3
+    assert sample(after, "outbox_deliveries_total", DELIVERED) == 3
     assert sample(after, "outbox_deliveries_total", '{outcome="retry"}') == 1
     assert sample(after, "outbox_attempt_duration_seconds_count") == 4
     assert sample(after, "outbox_commit_to_delivery_seconds_count") == 3

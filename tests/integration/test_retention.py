@@ -24,7 +24,7 @@ INSERT INTO outbox.message_keys (target, idempotency_key, message_id, created_at
 SELECT 'https://example.com', 'old-' || g, g, now() - %(age)s::interval
 FROM generate_series(%(first)s, %(last)s) AS g;
 INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)
-SELECT g, 1, 'someone', now() - %(age)s::interval, 'succeeded'
+SELECT g, 1, 'someone', now() - %(age)s::interval, 'delivered'
 FROM generate_series(%(first)s, %(last)s) AS g;
 """
 

@@ -247,7 +247,7 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
         assert {state for _, state in await store.rescue()} == {"ready"}
         # asked after a lost answer: this attempt ended by rescue, not by a recorded outcome
         assert (
-            await store.recorded("gone", [Completion(stuck, 1, "succeeded", "succeeded", True)])
+            await store.recorded("gone", [Completion(stuck, 1, "delivered", "delivered", True)])
             == set()
         )
 

@@ -44,7 +44,7 @@ async def test_both_clients_fail_a_non_canonical_ipv4_host_as_invalid_even_when_
         canonical = await _send(config, server.url())
         attempt = await _send(config, server.url(host))
         assert server.connections == 1  # the canonical form's only
-    assert canonical.outcome.verdict is Verdict.SUCCEEDED
+    assert canonical.outcome.verdict is Verdict.DELIVERED
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (
         Verdict.FAILED,
         "invalid_url",

@@ -3,6 +3,7 @@ all on SIGTERM."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -152,13 +153,58 @@ def test_sigterm_while_the_children_start_is_a_clean_stop(database_url: str) -> 
         while len(children_of(proc.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(children_of(proc.pid)) == 2
-        # the supervisor installs its handlers right after spawning
+        # the supervisor installs its handlers before it starts the children
         while not catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert catches(proc.pid, signal.SIGTERM)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def dispatchers_of(database_url: str) -> list[int]:
+    """The pids of every ``outbox dispatch`` process on ``database_url``, wherever
+    its parent went."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue  # exited meanwhile
+        if b"dispatchers.cli" in argv and database_url.encode() in argv:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def test_sigterm_while_the_supervisor_starts_its_children_leaves_none_behind(
+    database_url: str,
+) -> None:
+    # Eight children take the supervisor a while to start: a SIGTERM sent as the
+    # first appears reaches every child started, and no more start.
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "dispatchers.cli", "dispatch"),
+            *("--database-url", database_url, "--processes", "8", "--log-format", "json"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    started = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")  # read in one go
+    try:
+        deadline = time.monotonic() + 30
+        while not started.read_text() and time.monotonic() < deadline:
+            pass  # no pause: the signal must come while the others are starting
+        assert started.read_text(), "no child started within 30 s"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert dispatchers_of(database_url) == []
+    finally:
+        for pid in dispatchers_of(database_url):
+            os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=10)

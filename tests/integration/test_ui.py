@@ -359,7 +359,7 @@ async def test_pages_read_in_read_only_transactions_bounded_in_time(db: Db) -> N
 
 
 def _attempt(db: Db, message_id: int, *, status: int, duration_ms: int, ago: str = "0") -> None:
-    outcome = "succeeded" if status < 300 else "failed"
+    outcome = "delivered" if status < 300 else "failed"
     db.query(
         "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, duration_ms,"
         " status, outcome) VALUES (%s, 1 + (SELECT count(*) FROM outbox.attempts"

@@ -583,7 +583,7 @@ async def test_deliveries_verify_with_the_reference_implementation_and_keep_thei
     assert first.body == second.body
     assert db.query("SELECT attempt, outcome, status FROM outbox.attempts ORDER BY attempt") == [
         (1, "retry", 500),
-        (2, "succeeded", 200),
+        (2, "delivered", 200),
     ]
     assert db.query("SELECT id, attempts FROM outbox.delivered") == [(mid, 2)]
 

@@ -30,13 +30,13 @@ BLOCKED_TEXT = "hooks.example.com resolved to 10.0.0.7 (private)"
 
 
 def test_verdict_values_are_stable_strings() -> None:
-    assert [str(v) for v in Verdict] == ["succeeded", "retry", "failed", "gone"]
+    assert [str(v) for v in Verdict] == ["delivered", "retry", "failed", "gone"]
 
 
 @pytest.mark.parametrize("status", [200, 201, 202, 204, 299])
 def test_2xx_succeeds(status: int) -> None:
     assert classify_response(status, {}, now=NOW) == Outcome(
-        Verdict.SUCCEEDED, status, None, None, None
+        Verdict.DELIVERED, status, None, None, None
     )
 
 
@@ -383,10 +383,10 @@ def _outcome(verdict: Verdict, retry_after: float | None = None) -> Outcome:
     return Outcome(verdict, None, None, None, retry_after)
 
 
-def test_decide_succeeded() -> None:
+def test_decide_delivered() -> None:
     policy = RecordingPolicy()
-    decision = decide(_outcome(Verdict.SUCCEEDED), attempts=1, max_attempts=5, policy=policy)
-    assert decision == Decision("succeeded", 0.0, disable_endpoint=False)
+    decision = decide(_outcome(Verdict.DELIVERED), attempts=1, max_attempts=5, policy=policy)
+    assert decision == Decision("delivered", 0.0, disable_endpoint=False)
     assert policy.calls == []
 
 

@@ -46,7 +46,7 @@ async def test_request_carries_body_headers_and_key() -> None:
     assert request.headers["x-tenant"] == "acme"
     assert request.headers["accept-encoding"] == "identity"
     assert "webhook-signature" not in request.headers
-    assert attempt.outcome.verdict is Verdict.SUCCEEDED
+    assert attempt.outcome.verdict is Verdict.DELIVERED
     assert attempt.excerpt == "ok"
 
 

@@ -16,8 +16,8 @@ def success(message_id: int, **overrides: Any) -> Completion:
     fields: dict[str, Any] = {
         "id": message_id,
         "attempt": 1,
-        "state": "succeeded",
-        "outcome": "succeeded",
+        "state": "delivered",
+        "outcome": "delivered",
         "sent": True,
         "status": 200,
         "started_at": datetime.now(UTC),
@@ -35,7 +35,7 @@ def store() -> Store:
 def test_a_batch_of_sent_successes_takes_the_lean_completion(store: Store) -> None:
     batch = [success(1), success(2, endpoint_id=7)]
     statement, params = store.complete_statement("owner", batch)
-    assert statement is store.queries["complete_succeeded"]
+    assert statement is store.queries["complete_delivered"]
     assert '"tenant_a".messages' in statement.text
     assert (params["ids"], params["endpoint_ids"]) == ([1, 2], [None, 7])
     assert params["owner"] == "owner"

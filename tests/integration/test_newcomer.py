@@ -1,0 +1,168 @@
+"""A newcomer follows the README, literally, from the root of a fresh clone.
+
+The README's own code blocks are taken by the section they stand in and run as
+written, in order, in a throwaway directory that holds only what a clone would
+(the virtual environment and ``examples/``): no database URL is given, so every
+command and program uses the embedded server in ``./.outbox/pg`` there. Shell
+blocks run in one shell session (what a block exports, the next one sees), with
+the virtual environment on ``PATH`` as the README asks; Python snippets run as
+files. Each step must exit 0 and do what the README says it does, and each is
+timed: ``pytest -m newcomer -s`` prints the times.
+
+The set-up commands (``pip install``, ``pytest``) are what CI runs already. The
+only departures from the text: the receiver example's placeholder secret
+(``whsec_...``) becomes a real one, and its port 8000 a free one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from outbox.secrets import generate_secret
+from tests.receiver_example import WEBHOOK_ID, check_receiver_example
+
+pytestmark = [pytest.mark.newcomer, pytest.mark.timeout(180)]
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+STEP_TIMEOUT = 90.0
+"""Seconds any one step may take before the test fails (the demo takes about ten)."""
+
+
+def blocks(heading: str) -> list[tuple[str, str]]:
+    """The fenced blocks of the README section ``## heading``: (language, text)."""
+    start = README.index(f"\n## {heading}\n")
+    end = README.find("\n## ", start + 1)
+    section = README[start : end if end >= 0 else None]
+    return re.findall(r"^```(\w*)\n(.*?)^```$", section, flags=re.M | re.S)
+
+
+def block(heading: str, language: str = "", containing: str = "") -> str:
+    """The one block of ``heading`` in ``language`` whose text contains ``containing``."""
+    (text,) = [t for lang, t in blocks(heading) if lang == language and containing in t]
+    return text
+
+
+class Newcomer:
+    """A shell session at the root of a fresh clone, timing each step."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        # what a clone holds: the virtual environment, and the examples
+        (home / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+        (home / "examples").symlink_to(REPO / "examples")
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("OUTBOX_DATABASE_URL", "DATABASE_URL", "OUTBOX_EMBEDDED_DIR")
+        }
+        self.env["PATH"] = f"{home / '.venv' / 'bin'}{os.pathsep}{self.env['PATH']}"
+        self.times: list[tuple[str, float]] = []
+
+    def shell(self, step: str, script: str) -> str:
+        """Run ``script`` in bash; keep what it exports for the next steps."""
+        saved = self.home / ".newcomer-env"
+        done = self._run(step, ["bash", "-e", "-c", f'{script}\nenv -0 > "{saved}"'])
+        names = (entry.partition("=") for entry in saved.read_text().split("\0") if entry)
+        self.env = {name: value for name, _, value in names}
+        return done
+
+    def python(self, step: str, snippet: str) -> str:
+        path = self.home / f"{step.replace(' ', '_')}.py"
+        path.write_text(snippet, encoding="utf-8")
+        return self._run(step, ["python", path.name])
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Time the step ``name``."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.times.append((name, time.monotonic() - started))
+
+    def _run(self, step: str, argv: list[str]) -> str:
+        with self.step(step):
+            done = subprocess.run(
+                argv,
+                cwd=self.home,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=STEP_TIMEOUT,
+                check=False,
+            )
+        assert done.returncode == 0, f"{step}: exit {done.returncode}\n{done.stdout}{done.stderr}"
+        return done.stdout
+
+    def query(self, statement: str) -> list[tuple[object, ...]]:
+        with psycopg.connect(self.env["OUTBOX_DATABASE_URL"]) as conn:
+            return conn.execute(statement).fetchall()
+
+
+@pytest.fixture
+def newcomer(embedded_home: Path) -> Iterator[Newcomer]:
+    person = Newcomer(embedded_home)
+    yield person
+    # whatever happened, the server in the throwaway directory stops with it
+    env = {k: v for k, v in person.env.items() if k != "OUTBOX_DATABASE_URL"}
+    subprocess.run(
+        ["outbox", "db", "stop", "--force"],
+        cwd=embedded_home,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    print("\nthe README, step by step (seconds):")
+    for step, seconds in person.times:
+        print(f"  {seconds:6.1f}  {step}")
+
+
+def test_the_readme_runs_as_written_on_the_embedded_server(newcomer: Newcomer) -> None:
+    out = newcomer.shell("outbox demo", block("See it work"))
+    assert "every invariant held" in out
+
+    newcomer.shell("db url, migrate", block("Enqueue inside your transaction"))
+    newcomer.python("enqueue snippet", block("Enqueue inside your transaction", "python"))
+    # the order and its message, committed together
+    assert newcomer.query("SELECT id, total FROM orders") == [(42, 1000)]
+    assert newcomer.query("SELECT idempotency_key, url, state FROM outbox.messages") == [
+        ("order-42-charge", "https://payments.example.com/charges", "ready")
+    ]
+
+    newcomer.python("publish snippet", block("Publish webhook events", "python"))
+    assert newcomer.query("SELECT state FROM orders") == [("paid",)]
+    (endpoint,) = newcomer.query("SELECT id FROM outbox.endpoints")
+    assert newcomer.query(
+        "SELECT idempotency_key FROM outbox.messages WHERE event_type = 'order.paid'"
+    ) == [(f"order-42-paid:{endpoint[0]}",)]
+
+    out = newcomer.shell("examples", block("Run a dispatcher", containing="examples/orders_"))
+    assert out.count("order 1 committed with its outbox message") == 2
+    assert re.search(r"^running +yes$", out, flags=re.M), out  # outbox db status
+
+    command = block("Run a dispatcher", containing="webhook_receiver")
+    secret = generate_secret()
+    with newcomer.step("webhook receiver example"):
+        check_receiver_example(
+            command.replace("whsec_...", secret).replace("--port 8000", "--port 0").split(),
+            secret,
+            cwd=newcomer.home,
+            env=newcomer.env,
+        )
+    assert newcomer.query("SELECT webhook_id FROM crm_inbox.events") == [(WEBHOOK_ID,)]
+
+    out = newcomer.shell("db stop", block("Run a dispatcher", containing="db stop"))
+    assert out.strip() == "stopped"
+    assert "OUTBOX_DATABASE_URL" not in newcomer.env
