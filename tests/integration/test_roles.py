@@ -216,6 +216,7 @@ def test_producer_enqueues_and_publishes_and_reads_no_secret_nor_changes_a_messa
     refused(as_producer, "SELECT secret FROM outbox.endpoint_secrets")
     refused(as_producer, "UPDATE outbox.messages SET state = 'dead'")
     refused(as_producer, "DELETE FROM outbox.messages")
+    refused(as_producer, "DELETE FROM outbox.events")
     refused(as_producer, "SELECT body FROM outbox.messages")
     refused(as_producer, "UPDATE outbox.endpoints SET url = 'https://attacker.example/'")
 
