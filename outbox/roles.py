@@ -8,8 +8,9 @@ Four roles share an outbox schema:
   their keys and the record of each event, takes ids from the messages sequence
   and reads endpoints' subscriptions. It cannot read signing secrets, nor change
   a message once written;
-- a **dispatcher** claims, renews, completes and rescues messages, trims history,
-  reads signing secrets to sign, and records endpoint health. It cannot change an
+- a **dispatcher** claims, renews, completes and rescues messages, trims history
+  and old event records, reads signing secrets to sign, and records endpoint
+  health. It cannot change an
   endpoint's URL, subscriptions or secrets, nor write a message;
 - an **operator** runs the admin commands (endpoints, dead letters, replay,
   status), which between them read and write every table of the outbox; it cannot
@@ -90,6 +91,9 @@ _NEEDS: dict[str, tuple[_Grant, ...]] = {
         _Grant(("SELECT", "INSERT", "DELETE"), "delivered"),
         _Grant(("UPDATE",), "delivered", ("completed_at",)),
         _Grant(("SELECT", "DELETE"), "message_keys"),
+        # retention removes old events, locking them first (as for delivered)
+        _Grant(("SELECT", "DELETE"), "events"),
+        _Grant(("UPDATE",), "events", ("created_at",)),
         _Grant(("SELECT", "INSERT", "DELETE"), "attempts"),
         _Grant(("SELECT",), "endpoints"),
         _Grant(("UPDATE",), "endpoints", _ENDPOINT_HEALTH),
