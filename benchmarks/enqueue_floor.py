@@ -20,7 +20,8 @@ time goes: ``key-only`` (the ``message_keys`` row alone), ``message-only`` (the
 ``messages`` row alone, its id from the sequence) and ``notify-only`` (the
 business insert plus ``pg_notify``). ``--against VERSION`` also runs the enqueue
 scripts on a second schema migrated only up to that migration (named
-``enqueue-vNNNN``), to measure a schema change against the schema before it.
+``enqueue-vNNNN``; plus the ``digest`` column of migration 0007, which the
+statement writes), to measure a schema change against the schema before it.
 
 Works on a throwaway embedded server (default) or ``--database-url``; either way
 in fresh schemas dropped afterwards. Takes about ``rounds x scripts x seconds``.
@@ -39,10 +40,13 @@ import re
 import shutil
 import subprocess
 import tempfile
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from psycopg import sql
 
 from dispatchers.bench.env import (
     bench_queries,
@@ -122,7 +126,8 @@ def scripts(
     """The pgbench scripts by name, and the ``-D`` variables they use."""
     params = message_params(TARGET, "k", 1)
     variables = {
-        name: value.decode() if isinstance(value, bytes) else str(value)
+        # bytes in bytea's hex input form: a body, and the key's digest
+        name: "\\x" + value.hex() if isinstance(value, bytes) else str(value)
         for name, value in params.items()
         if value is not None and name != "idempotency_key"
     }
@@ -146,9 +151,25 @@ def scripts(
     return {name: head + body + "COMMIT;\n" for name, body in bodies.items()}, variables
 
 
-def schema_at(url: str, version: int) -> AbstractContextManager[str]:
-    """A fresh schema migrated only up to ``version``, dropped afterwards."""
-    return fresh_schema(url, prefix=f"outbox_floor_v{version}", version=version)
+DIGEST_VERSION = 7
+"""The migration that gave ``message_keys`` the ``digest`` column, which the
+enqueue statement writes."""
+
+
+@contextmanager
+def schema_at(url: str, version: int) -> Iterator[str]:
+    """A fresh schema migrated only up to ``version``, dropped afterwards. A schema
+    from before :data:`DIGEST_VERSION` gets that one column, so that the enqueue
+    statement runs on it, and the comparison is of everything else."""
+    with fresh_schema(url, prefix=f"outbox_floor_v{version}", version=version) as schema:
+        if version < DIGEST_VERSION:
+            with connect(url, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN digest bytea").format(
+                        sql.Identifier(schema, "message_keys")
+                    )
+                )
+        yield schema
 
 
 def prepare_tables(url: str, schema: str) -> None:

@@ -269,7 +269,8 @@ class DispatcherConfig:
         default=7 * 24 * 3600.0,
         metadata=option(
             "delete delivered messages, their attempts and keys this long after "
-            "delivery, in small batches; dead messages are kept until purged",
+            "delivery, and the records of events published this long ago, in small "
+            "batches; dead messages are kept until purged",
             values="span",
             metavar="SPAN",
         ),

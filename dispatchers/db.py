@@ -22,10 +22,19 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
-from psycopg.rows import BaseRowFactory, RowMaker, TupleRow, scalar_row
+from psycopg.rows import BaseRowFactory, RowMaker, TupleRow
 
 from dispatchers.config import DispatcherConfig
-from dispatchers.rows import Completed, Recorded, Remaining, Renewed, Rescued, columns, named_row
+from dispatchers.rows import (
+    Completed,
+    Recorded,
+    Remaining,
+    Removed,
+    Renewed,
+    Rescued,
+    columns,
+    named_row,
+)
 from outbox._queries import Statement, queries_for
 
 R = TypeVar("R")
@@ -418,14 +427,15 @@ class Store:
         rows = await self._run(self.queries["rescue"], {"limit": limit}, named_row(Rescued))
         return [(r.id, r.state) for r in rows]
 
-    async def remove_history(self, limit: int) -> int:
-        """Delete one batch of delivered history older than the retention period."""
+    async def remove_history(self, limit: int) -> Removed:
+        """Delete one batch of delivered history, and one of event records, older
+        than the retention period."""
         rows = await self._run(
             self.queries["retention"],
             {"retention_s": self.config.retention, "limit": limit},
-            scalar_row,
+            named_row(Removed),
         )
-        return int(rows[0])
+        return rows[0]
 
     async def work_remaining(self) -> tuple[int, int, int]:
         """(due now, running, scheduled later) across all dispatchers."""

@@ -158,7 +158,9 @@ class Rescuer(Service):
 
 
 class Retention(Service):
-    """Removes history past the retention period, ``batch`` rows per statement.
+    """Removes history past the retention period, ``batch`` rows per statement,
+    and as many records of events published before it (``publish`` dedupes an
+    event key for the retention period).
 
     A round removes up to ``batches`` batches, pausing ``pause`` seconds between
     two full ones so that claims and outcome writes get in between: no statement
@@ -183,16 +185,16 @@ class Retention(Service):
         self.pause = pause
 
     async def run_once(self) -> int:
-        """Remove expired history until none is left or the round is over; return
-        how many rows went."""
+        """Remove expired history and events until none is left or the round is
+        over; return how many history rows went."""
         total = 0
         for i in range(self.batches):
             if i:
                 await asyncio.sleep(self.pause)
             removed = await self.store.remove_history(self.batch)
             self.report.answered(self.operation)
-            self.report.stats.history_removed += removed
-            total += removed
-            if removed < self.batch:
+            self.report.stats.history_removed += removed.history
+            total += removed.history
+            if max(removed) < self.batch:
                 break
         return total

@@ -76,6 +76,13 @@ class Rescued(NamedTuple):
     state: str
 
 
+class Removed(NamedTuple):
+    """One retention batch: history rows and event records removed."""
+
+    history: int
+    events: int
+
+
 class Remaining(NamedTuple):
     """The drain check: messages due now, in flight, and scheduled later."""
 

@@ -15,6 +15,7 @@ from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOO
 from outbox.endpoints import Endpoint, Endpoints
 from outbox.errors import (
     ConfigurationError,
+    IdempotencyKeyReused,
     InvalidArgument,
     InvalidMessage,
     InvalidSignature,
@@ -32,6 +33,7 @@ __all__ = [
     "ConfigurationError",
     "Endpoint",
     "Endpoints",
+    "IdempotencyKeyReused",
     "Inbox",
     "InvalidArgument",
     "InvalidMessage",

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from outbox._digest import event_digest
 from outbox._message import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_ATTEMPTS_LIMIT,
@@ -19,20 +20,34 @@ from outbox._queries import Queries, queries_for
 from outbox._transaction import Plan, run_async, run_sync, scalar, schema_required
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import check_event_type
-from outbox.errors import ConfigurationError, InvalidMessage, OutboxError
+from outbox.errors import ConfigurationError, IdempotencyKeyReused, InvalidMessage, OutboxError
 
 MAX_EVENT_KEY = 200  # the endpoint id is appended to make each message's key
 
 
-class _Published(NamedTuple):
-    """A row of ``publish``: a message it wrote (``created``), or one whose key
-    existed, found by ``id``, or (``id`` None) to be looked up by ``target`` and
-    ``idempotency_key``."""
+class _Existing(NamedTuple):
+    """The message that holds a key, and the digest of its request (None for a
+    key written before digests were kept: it accepts any request)."""
 
-    id: int | None
-    created: bool
-    target: str | None
-    idempotency_key: str | None
+    id: int
+    digest: bytes | None
+
+
+class _Event(NamedTuple):
+    """An event published before: the ids its publish returned, and its digest."""
+
+    message_ids: list[int]
+    digest: bytes
+
+
+class _Published(NamedTuple):
+    """The row of ``publish``: the ids it wrote (``created_ids``), or the event
+    that held the key already (``existing_ids`` and ``digest``), or neither when a
+    concurrent transaction committed the event while this one waited for it."""
+
+    created_ids: list[int] | None
+    existing_ids: list[int] | None
+    digest: bytes | None
     notified: None = None
 
 
@@ -190,13 +205,16 @@ class Outbox:
         ids: list[int] = yield insert, params, scalar
         if ids:
             return ids[0]
-        ids = yield self.queries["enqueue_existing"], params, scalar
-        if not ids:
+        found: list[_Existing] = yield self.queries["enqueue_existing"], params, _Existing
+        if not found:
             raise OutboxError(
                 "idempotency key conflicted but no message holds it; "
                 "was it removed concurrently by retention?"
             )
-        return ids[0]
+        existing = found[0]
+        if existing.digest is not None and bytes(existing.digest) != params["digest"]:
+            raise IdempotencyKeyReused(params["idempotency_key"], message_id=existing.id)
+        return existing.id
 
     def publish(
         self,
@@ -213,8 +231,11 @@ class Outbox:
         The body is the Standard Webhooks envelope
         ``{"type": ..., "timestamp": ..., "data": payload}``. Each endpoint's
         message is keyed ``"<idempotency_key>:<endpoint id>"`` (that is also its
-        ``webhook-id``); publishing the same key again writes nothing and returns
-        the existing ids. Without a key, a random one is made (no dedupe).
+        ``webhook-id``). An event key is published once: publishing it again
+        writes nothing, not even for endpoints subscribed since, and returns the
+        first publish's ids; with another ``event_type`` or ``payload`` it raises
+        :class:`outbox.IdempotencyKeyReused`. Without a key, a random one is made
+        (no dedupe).
         """
         params = self._event(event_type, payload, idempotency_key, ordering_key)
         with schema_required(self.schema):
@@ -252,11 +273,16 @@ class Outbox:
             body, _ = encode_body(
                 json=envelope, body=None, content_type=None, max_body_bytes=self.max_body_bytes
             )
+            # the payload alone, for the digest: the envelope's timestamp changes
+            data, _ = encode_body(
+                json=payload, body=None, content_type=None, max_body_bytes=self.max_body_bytes
+            )
         except InvalidMessage as exc:
             raise InvalidMessage("payload", exc.problem) from None
         return {
             "event_type": event_type,
             "event_key": event_key or "evt_" + uuid.uuid4().hex,
+            "digest": event_digest(event_type=event_type, payload=data),
             "body": body,
             "ordering_key": check_optional_key(ordering_key, "ordering_key"),
             "max_attempts": self.webhook_max_attempts,
@@ -264,23 +290,24 @@ class Outbox:
 
     def _publish_plan(self, params: dict[str, Any]) -> Plan[list[int]]:
         statement = self.queries["publish_notify" if self.notify else "publish"]
-        rows: list[_Published] = yield statement, params, _Published
-        ids = {r.id for r in rows if r.id is not None}
-        unseen = [r for r in rows if r.id is None]
-        if unseen:
-            # keys a concurrent transaction committed while this one waited for them
-            found: list[int] = yield (
+        (row,) = yield statement, params, _Published
+        if row.created_ids is not None:
+            return sorted(row.created_ids)
+        if row.existing_ids is not None and row.digest is not None:
+            event = _Event(row.existing_ids, row.digest)
+        else:
+            # an event that a concurrent transaction committed while this one waited
+            found: list[_Event] = yield (
                 self.queries["publish_existing"],
-                {
-                    "targets": [r.target for r in unseen],
-                    "idempotency_keys": [r.idempotency_key for r in unseen],
-                },
-                scalar,
+                {"event_key": params["event_key"]},
+                _Event,
             )
-            if len(found) < len(unseen):
+            if not found:
                 raise OutboxError(
-                    "idempotency key conflicted but no message holds it; "
+                    "event key conflicted but no event holds it; "
                     "was it removed concurrently by retention?"
                 )
-            ids.update(found)
-        return sorted(ids)
+            event = found[0]
+        if bytes(event.digest) != params["digest"]:
+            raise IdempotencyKeyReused(params["event_key"])
+        return sorted(event.message_ids)

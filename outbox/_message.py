@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from outbox._digest import request_digest
 from outbox.errors import InvalidMessage
 
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
@@ -87,6 +88,8 @@ class NewMessage(NamedTuple):
     ordering_key: str | None
     max_attempts: int
     available_at: datetime | None
+    digest: bytes
+    """What the request is (:mod:`outbox._digest`), stored with its key."""
     state: str = "ready"
 
     def params(self) -> dict[str, Any]:
@@ -105,6 +108,7 @@ class NewMessage(NamedTuple):
             "state": self.state,
             "max_attempts": self.max_attempts,
             "available_at": self.available_at,
+            "digest": self.digest,
         }
 
 
@@ -342,17 +346,26 @@ def build_message(
     data, ctype = encode_body(
         json=json, body=body, content_type=content_type, max_body_bytes=max_body_bytes
     )
+    checked_method = check_method(method)
+    checked_headers = check_headers(headers)
     return NewMessage(
         idempotency_key=key,
         target=checked_url,
         url=checked_url,
         endpoint_id=None,
-        method=check_method(method),
-        headers=check_headers(headers),
+        method=checked_method,
+        headers=checked_headers,
         body=data,
         content_type=ctype,
         event_type=None,
         ordering_key=check_optional_key(ordering_key, "ordering_key"),
         max_attempts=check_max_attempts(max_attempts, default_max_attempts),
         available_at=check_available_at(available_at),
+        digest=request_digest(
+            method=checked_method,
+            url=checked_url,
+            headers=checked_headers,
+            content_type=ctype,
+            body=data,
+        ),
     )

@@ -9,7 +9,9 @@ The tree::
     ├── InvalidArgument         a bad argument that is not part of a message: an id,
     │   │                       a filter, a limit, a budget, a duration; names it
     │   └── InvalidMessage      a bad message, event or endpoint field given to
-    │                           enqueue/publish/Endpoints; names it; nothing written
+    │       │                   enqueue/publish/Endpoints; names it; nothing written
+    │       └── IdempotencyKeyReused  a key given again for another request
+    │                           or event; names the key and the message holding it
     ├── ConfigurationError      settings that contradict each other or cannot work
     ├── MigrationError          a migration could not be applied, or applied files changed
     ├── SchemaNotMigrated       the outbox's tables are not in the schema named: run
@@ -55,6 +57,33 @@ class InvalidMessage(InvalidArgument):
 
     ``field`` names the field at fault (``url``, ``headers[X-Name]``, ``payload``...).
     """
+
+
+class IdempotencyKeyReused(InvalidMessage):
+    """An idempotency key was given again with a different request (or, for
+    ``publish``, a different event type or payload) than the one that took it.
+
+    Raised before anything is written, in the caller's transaction, which stays
+    usable. ``key`` is the key; ``message_id`` the message that holds it (None for
+    an event, whose key holds one message per endpoint). The request itself is
+    never quoted: it may hold secrets.
+    """
+
+    def __init__(self, key: str, *, message_id: int | None = None) -> None:
+        self.key = key
+        self.message_id = message_id
+        if message_id is None:
+            problem = (
+                f"event {key!r} was published before with another event type or "
+                "payload; a new event needs a new key"
+            )
+        else:
+            problem = (
+                f"{key!r} already holds message {message_id}, made for another "
+                "request (method, URL, headers, content type or body); "
+                "a new request needs a new key"
+            )
+        super().__init__("idempotency_key", problem)
 
 
 class ConfigurationError(OutboxError, ValueError):

@@ -4,12 +4,13 @@ Four roles share an outbox schema:
 
 - the **owner** creates it and runs ``outbox migrate``; it owns every table and is
   granted nothing here;
-- a **producer** (the application) enqueues and publishes: it inserts messages and
-  their keys, takes ids from the messages sequence and reads endpoints'
-  subscriptions. It cannot read signing secrets, nor change a message once
-  written;
-- a **dispatcher** claims, renews, completes and rescues messages, trims history,
-  reads signing secrets to sign, and records endpoint health. It cannot change an
+- a **producer** (the application) enqueues and publishes: it inserts messages,
+  their keys and the record of each event, takes ids from the messages sequence
+  and reads endpoints' subscriptions. It cannot read signing secrets, nor change
+  a message once written;
+- a **dispatcher** claims, renews, completes and rescues messages, trims history
+  and old event records, reads signing secrets to sign, and records endpoint
+  health. It cannot change an
   endpoint's URL, subscriptions or secrets, nor write a message;
 - an **operator** runs the admin commands (endpoints, dead letters, replay,
   status), which between them read and write every table of the outbox; it cannot
@@ -68,6 +69,7 @@ _DATA_TABLES = (
     "endpoints",
     "endpoint_slots",
     "endpoint_secrets",
+    "events",
 )
 
 _NEEDS: dict[str, tuple[_Grant, ...]] = {
@@ -76,6 +78,8 @@ _NEEDS: dict[str, tuple[_Grant, ...]] = {
         # the id that enqueue and publish return (INSERT ... RETURNING id)
         _Grant(("SELECT",), "messages", ("id",)),
         _Grant(("SELECT", "INSERT"), "message_keys"),
+        # publish records each event once, and reads it when published again
+        _Grant(("SELECT", "INSERT"), "events"),
         # publish fans out to the subscribed endpoints
         _Grant(("SELECT",), "endpoints"),
         # a message's id is taken for its key first (nextval)
@@ -87,6 +91,9 @@ _NEEDS: dict[str, tuple[_Grant, ...]] = {
         _Grant(("SELECT", "INSERT", "DELETE"), "delivered"),
         _Grant(("UPDATE",), "delivered", ("completed_at",)),
         _Grant(("SELECT", "DELETE"), "message_keys"),
+        # retention removes old events, locking them first (as for delivered)
+        _Grant(("SELECT", "DELETE"), "events"),
+        _Grant(("UPDATE",), "events", ("created_at",)),
         _Grant(("SELECT", "INSERT", "DELETE"), "attempts"),
         _Grant(("SELECT",), "endpoints"),
         _Grant(("UPDATE",), "endpoints", _ENDPOINT_HEALTH),

@@ -460,6 +460,9 @@ SELECT
 -- Remove one bounded batch of history: delivered messages completed before the
 -- retention period, with their attempt rows and idempotency keys (so the dedupe
 -- window of a key is the retention period). Dead messages are kept until purged.
+-- Also one batch of events published before the retention period (publish's
+-- once-per-event record; its window is the retention period too). Returns both
+-- counts, so that the caller goes on while either batch was full.
 -- SKIP LOCKED lets every dispatcher run it without waiting on the others.
 WITH old AS (
     SELECT id
@@ -484,8 +487,21 @@ WITH old AS (
     DELETE FROM {schema}.attempts AS a
     USING removed
     WHERE a.message_id = removed.id
+), old_events AS (
+    SELECT event_key
+    FROM {schema}.events
+    WHERE created_at < now() - make_interval(secs => %(retention_s)s)
+    ORDER BY created_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), events_removed AS (
+    DELETE FROM {schema}.events AS e
+    USING old_events
+    WHERE e.event_key = old_events.event_key
+    RETURNING 1
 )
-SELECT count(*) FROM removed
+SELECT (SELECT count(*) FROM removed) AS history,
+       (SELECT count(*) FROM events_removed) AS events
 
 -- name: set_timeouts
 -- Sent ahead of each statement, local to its transaction (dispatchers.db).
@@ -562,7 +578,8 @@ FROM (VALUES
     (13, 'endpoints', 'SELECT'), (14, 'endpoints', 'UPDATE'),
     (15, 'endpoint_secrets', 'SELECT'),
     (16, 'endpoint_slots', 'SELECT'), (17, 'endpoint_slots', 'UPDATE'),
-    (18, 'endpoint_slots', 'DELETE')
+    (18, 'endpoint_slots', 'DELETE'),
+    (19, 'events', 'SELECT'), (20, 'events', 'UPDATE'), (21, 'events', 'DELETE')
 ) AS needed(n, table_name, privilege)
 CROSS JOIN LATERAL (
     SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))

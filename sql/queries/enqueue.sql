@@ -9,12 +9,16 @@
 -- nothing, so the message insert (which selects from it) does nothing too, and
 -- the caller looks the existing id up with enqueue_existing. A concurrent
 -- transaction holding the same key makes this statement wait for its outcome.
+-- The key keeps the digest of its request (outbox/_digest.py, computed by the
+-- library, so it costs the database nothing), which enqueue_existing returns
+-- for the caller to tell a retry from a key reused for another request.
 -- {notify} is either empty or a pg_notify call with a constant payload (so that
 -- PostgreSQL folds all notifications of one transaction into one), made only
 -- when a dispatcher is waiting for it (outbox._queries.Queries explains how).
 WITH new_key AS (
-    INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
-    VALUES (%(target)s, %(idempotency_key)s, nextval('{schema}.messages_id_seq'))
+    INSERT INTO {schema}.message_keys (target, idempotency_key, message_id, digest)
+    VALUES (%(target)s, %(idempotency_key)s, nextval('{schema}.messages_id_seq'),
+            %(digest)s)
     ON CONFLICT (target, idempotency_key) DO NOTHING
     RETURNING message_id
 ), new_message AS (
@@ -37,20 +41,33 @@ SELECT id{notify} FROM new_message
 
 -- name: enqueue_existing
 -- Runs as a separate statement after a conflict, so that in READ COMMITTED it
--- sees the row that the concurrent transaction committed.
-SELECT message_id AS id
+-- sees the row that the concurrent transaction committed. A NULL digest is a
+-- key written before digests were kept (migration 0007): it accepts any request.
+SELECT message_id AS id, digest
 FROM {schema}.message_keys
 WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
 
 -- name: publish
 -- Fan one event out to every enabled endpoint subscribed to its type, in the
--- caller's transaction: one message per endpoint, keyed "<event key>:<endpoint>"
--- so that publishing the same event again writes nothing. A subscription is an
--- exact type or a "prefix.*" pattern; an endpoint with none gets every type.
--- Returns the new message ids, then (created = false) the ids that existed. A key
--- that a concurrent transaction committed while this statement waited for it is
--- not in this statement's snapshot: it comes back with a NULL id, and the caller
--- looks it up with publish_existing (as enqueue does with enqueue_existing).
+-- caller's transaction, once per event key. A subscription is an exact type or
+-- a "prefix.*" pattern; an endpoint with none gets every type.
+--
+-- The event row is inserted first, with the ids its messages will have; the
+-- keys and messages are written only if it was (new_event has a row). So an
+-- event key published again writes nothing, whatever endpoints subscribed
+-- since, and the one row returned carries the ids the first publish recorded,
+-- and its digest (type and payload, outbox/_digest.py) for the caller to
+-- compare. A concurrent transaction publishing the same key makes the event
+-- insert wait for its outcome; if it committed, its row is not in this
+-- statement's snapshot, the row returned has neither created_ids nor
+-- existing_ids, and the caller reads the event with publish_existing (as
+-- enqueue does with enqueue_existing).
+--
+-- Each endpoint's message is keyed "<event key>:<endpoint id>" (its webhook-id).
+-- A key that exists without its event row (written before migration 0007, or
+-- kept past the retention of its event while its message waits) keeps its
+-- message: its id is recorded, and no second message is written for it.
+-- nextval is taken on every publish, also one that writes nothing: ids may skip.
 WITH subscribed AS (
     SELECT e.id,
            'endpoint:' || e.id AS target,
@@ -63,40 +80,46 @@ WITH subscribed AS (
                 SELECT 1 FROM unnest(e.event_types) AS pattern
                 WHERE right(pattern, 2) = '.*'
                   AND starts_with(%(event_type)s, left(pattern, -1))))
+), planned AS (
+    SELECT s.id, s.target, s.idempotency_key, k.message_id IS NULL AS fresh,
+           COALESCE(k.message_id, nextval('{schema}.messages_id_seq')) AS message_id
+    FROM subscribed AS s
+    LEFT JOIN {schema}.message_keys AS k USING (target, idempotency_key)
+), new_event AS (
+    INSERT INTO {schema}.events (event_key, event_type, digest, message_ids)
+    VALUES (%(event_key)s, %(event_type)s, CAST(%(digest)s AS bytea),
+            ARRAY(SELECT message_id FROM planned ORDER BY message_id))
+    ON CONFLICT (event_key) DO NOTHING
+    RETURNING message_ids
 ), new_key AS (
     INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
-    SELECT target, idempotency_key, nextval('{schema}.messages_id_seq')
-    FROM subscribed
+    SELECT target, idempotency_key, message_id
+    FROM planned
+    WHERE fresh AND EXISTS (SELECT FROM new_event)
     ORDER BY id
     ON CONFLICT (target, idempotency_key) DO NOTHING
-    RETURNING target, idempotency_key, message_id
+    RETURNING message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (
         id, idempotency_key, target, endpoint_id, url, method, headers, body,
         content_type, event_type, ordering_key, state, max_attempts
     )
-    SELECT k.message_id, k.idempotency_key, k.target, s.id, NULL, 'POST',
+    SELECT p.message_id, p.idempotency_key, p.target, p.id, NULL, 'POST',
            CAST('{{}}' AS jsonb), CAST(%(body)s AS bytea), 'application/json',
            CAST(%(event_type)s AS text), CAST(%(ordering_key)s AS text), 'ready',
            CAST(%(max_attempts)s AS integer)
     FROM new_key AS k
-    JOIN subscribed AS s USING (target)
-    RETURNING id
+    JOIN planned AS p USING (message_id)
 )
-SELECT id, true AS created, NULL AS target, NULL AS idempotency_key{notify}
-FROM new_message
-UNION ALL
-SELECT k.message_id, false, s.target, s.idempotency_key{notify}
-FROM subscribed AS s
-LEFT JOIN {schema}.message_keys AS k USING (target, idempotency_key)
-WHERE NOT EXISTS (
-    SELECT 1 FROM new_key AS n
-    WHERE n.target = s.target AND n.idempotency_key = s.idempotency_key)
+SELECT n.message_ids AS created_ids, e.message_ids AS existing_ids,
+       e.digest{notify}
+FROM (SELECT) AS one
+LEFT JOIN new_event AS n ON true
+LEFT JOIN {schema}.events AS e ON e.event_key = %(event_key)s
 
 -- name: publish_existing
--- Runs as a separate statement after publish met keys it could not see, so that
--- in READ COMMITTED it sees the rows the concurrent transaction committed.
-SELECT k.message_id
-FROM unnest(CAST(%(targets)s AS text[]), CAST(%(idempotency_keys)s AS text[]))
-     AS wanted(target, idempotency_key)
-JOIN {schema}.message_keys AS k USING (target, idempotency_key)
+-- Runs as a separate statement after publish waited for a concurrent publish of
+-- the same key, so that in READ COMMITTED it sees the event that one committed.
+SELECT message_ids, digest
+FROM {schema}.events
+WHERE event_key = %(event_key)s

@@ -190,7 +190,10 @@ def test_sqlalchemy_session_enqueue_behind_pgbouncer(
                 # the same key again, in a later transaction: the same message
                 with session.begin():
                     assert (
-                        box.enqueue(session, url=target, idempotency_key=keys[0], json={}) == ids[0]
+                        box.enqueue(
+                            session, url=target, idempotency_key=keys[0], json={"k": keys[0]}
+                        )
+                        == ids[0]
                     )
                 # a rolled-back transaction leaves no message behind
                 with pytest.raises(RuntimeError), session.begin():

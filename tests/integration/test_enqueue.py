@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from outbox import Outbox
+from outbox import DEFAULT_MAX_ATTEMPTS, IdempotencyKeyReused, Outbox
 from outbox.dsn import sqlalchemy_url
 from tests.transactions import Observer, Tx
 
@@ -97,32 +97,85 @@ async def test_same_key_and_url_in_the_same_transaction_returns_the_first_id(
 ) -> None:
     box = Outbox()
     first = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"version": 1})
-    second = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"version": 2})
+    # the same request, scheduled otherwise: a retry, not a new request
+    second = await enqueue(
+        tx,
+        box,
+        url=URL,
+        idempotency_key="k1",
+        json={"version": 1},
+        ordering_key="o",
+        available_at=datetime.now(UTC) + timedelta(hours=1),
+        max_attempts=2,
+    )
     await tx.commit()
 
     assert second == first
     assert message_ids(observer) == [first]
     assert key_rows(observer) == [(URL, "k1", first)]
-    body = observer.execute("SELECT body FROM outbox.messages").fetchone()
-    assert body == (b'{"version":1}',), "the first message is kept, not overwritten"
+    kept = observer.execute("SELECT ordering_key, max_attempts FROM outbox.messages").fetchone()
+    assert kept == (None, DEFAULT_MAX_ATTEMPTS), "the first message is kept, not overwritten"
 
 
 async def test_same_key_and_url_in_a_later_transaction_returns_the_first_id(
     tx: Tx, observer: Observer
 ) -> None:
     box = Outbox()
-    first = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"version": 1})
+    request = {"url": URL, "idempotency_key": "k1", "json": {"version": 1}}
+    first = await enqueue(tx, box, **request, headers={"X-A": "1", "X-B": "2"})
     await tx.commit()
 
-    second = await enqueue(tx, box, url=URL, idempotency_key="k1", json={"version": 2})
+    # header names compare in any case and any order
+    second = await enqueue(tx, box, **request, headers={"x-b": "2", "X-a": "1"})
     await tx.commit()
-    third = await enqueue(tx, box, url=URL, idempotency_key="k1", body=b"other")
+    third = await enqueue(tx, box, **request, headers={"X-B": "2", "X-A": "1"}, method="post")
     await tx.commit()
 
     assert second == first
     assert third == first
     assert message_ids(observer) == [first]
     assert count(observer, "message_keys") == 1
+
+
+# what makes a request another one than {"version": 1} with X-Tenant: a, by POST
+ANOTHER_REQUEST: dict[str, dict[str, Any]] = {
+    "body": {"json": {"version": 2}},
+    "content type": {"json": None, "body": b'{"version":1}'},
+    "content type given": {"content_type": "application/problem+json"},
+    "method": {"method": "PUT"},
+    "header value": {"headers": {"X-Tenant": "b"}},
+    "header added": {"headers": {"X-Tenant": "a", "X-More": "1"}},
+    "header removed": {"headers": None},
+}
+
+
+async def test_same_key_for_another_request_raises_naming_the_message_and_writes_nothing(
+    tx: Tx, observer: Observer
+) -> None:
+    box = Outbox()
+    request: dict[str, Any] = {
+        "url": URL,
+        "idempotency_key": "k1",
+        "json": {"version": 1},
+        "headers": {"X-Tenant": "a"},
+    }
+    first = await enqueue(tx, box, **request)
+    await tx.commit()
+
+    for what, changed in ANOTHER_REQUEST.items():
+        with pytest.raises(IdempotencyKeyReused) as raised:
+            await enqueue(tx, box, **{**request, **changed})
+        assert (raised.value.key, raised.value.message_id) == ("k1", first), what
+        assert str(raised.value) == (
+            f"idempotency_key: 'k1' already holds message {first}, made for another request"
+            " (method, URL, headers, content type or body); a new request needs a new key"
+        )
+    # the transaction is still usable, and nothing was written to it
+    other = await enqueue(tx, box, **{**request, "idempotency_key": "k2"})
+    await tx.commit()
+
+    assert message_ids(observer) == [first, other]
+    assert key_rows(observer) == [(URL, "k1", first), (URL, "k2", other)]
 
 
 async def test_psycopg_connections_with_a_dict_row_factory_work(database_url: str) -> None:
@@ -314,9 +367,10 @@ def _wait_until_blocked_on_a_lock(observer: Observer, pid: int) -> None:
     raise AssertionError(f"backend {pid} never waited on a lock")
 
 
+@pytest.mark.parametrize("second_by", ["first", "second"])  # the same request, or another
 @pytest.mark.parametrize("first_outcome", ["commit", "rollback"])
 def test_concurrent_enqueue_of_one_key_waits_for_the_first_transaction(
-    database_url: str, observer: Observer, first_outcome: str
+    database_url: str, observer: Observer, first_outcome: str, second_by: str
 ) -> None:
     box = Outbox()
     # Exit order matters if the test fails: first releases its key, then the racing
@@ -328,7 +382,7 @@ def test_concurrent_enqueue_of_one_key_waits_for_the_first_transaction(
     ):
         first_id = box.enqueue(first, url=URL, idempotency_key="race", json={"by": "first"})
         racing = pool.submit(
-            box.enqueue, second, url=URL, idempotency_key="race", json={"by": "second"}
+            box.enqueue, second, url=URL, idempotency_key="race", json={"by": second_by}
         )
         _wait_until_blocked_on_a_lock(observer, second.info.backend_pid)
         assert not racing.done()
@@ -337,7 +391,13 @@ def test_concurrent_enqueue_of_one_key_waits_for_the_first_transaction(
             first.commit()
         else:
             first.rollback()
-        second_id = racing.result(timeout=10)
+        if first_outcome == "commit" and second_by == "second":
+            with pytest.raises(IdempotencyKeyReused) as raised:
+                racing.result(timeout=10)
+            assert raised.value.message_id == first_id
+            second_id = first_id
+        else:
+            second_id = racing.result(timeout=10)
         second.commit()
 
     rows = observer.execute("SELECT id, body FROM outbox.messages").fetchall()
@@ -346,7 +406,7 @@ def test_concurrent_enqueue_of_one_key_waits_for_the_first_transaction(
         assert rows == [(first_id, b'{"by":"first"}')]
     else:
         assert second_id != first_id
-        assert rows == [(second_id, b'{"by":"second"}')]
+        assert rows == [(second_id, b'{"by":"%s"}' % second_by.encode())]
     assert key_rows(observer) == [(URL, "race", rows[0][0])]
 
 

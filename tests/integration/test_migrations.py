@@ -34,6 +34,7 @@ TABLES = {
     "endpoints",
     "endpoint_slots",
     "endpoint_secrets",
+    "events",
     "schema_migrations",
 }
 MIGRATIONS = load_migrations()
@@ -61,6 +62,23 @@ def recorded(url: str, schema: str = "outbox") -> list[tuple[int, str, str]]:
             )
         ).fetchall()
     return [(r[0], r[1], r[2]) for r in rows]
+
+
+def enqueue_as_before_digests(conn: psycopg.Connection[Any], url: str, key: str) -> int:
+    """Write a message and its key as ``enqueue`` did before migration 0007 gave
+    keys their request's digest: for databases migrated only that far."""
+    row = conn.execute(
+        "WITH new_key AS ("
+        " INSERT INTO outbox.message_keys (target, idempotency_key, message_id)"
+        " VALUES (%(url)s, %(key)s, nextval('outbox.messages_id_seq')) RETURNING message_id)"
+        " INSERT INTO outbox.messages (id, idempotency_key, target, url, method, headers,"
+        " body, content_type, state, max_attempts)"
+        " SELECT message_id, %(key)s, %(url)s, %(url)s, 'POST', '{}', '{}',"
+        " 'application/json', 'ready', 5 FROM new_key RETURNING id",
+        {"url": url, "key": key},
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def outbox_command() -> list[str]:
@@ -184,8 +202,8 @@ def test_dropping_the_key_index_keeps_existing_keys_deduping(empty_database_url:
     migrate(empty_database_url, migrations=MIGRATIONS[:3])
     box = Outbox()
     with psycopg.connect(empty_database_url) as conn:
-        pending = box.enqueue(conn, url="https://example.com/a", idempotency_key="p", json={})
-        done = box.enqueue(conn, url="https://example.com/a", idempotency_key="d", json={})
+        pending = enqueue_as_before_digests(conn, "https://example.com/a", "p")
+        done = enqueue_as_before_digests(conn, "https://example.com/a", "d")
         conn.execute(
             "WITH moved AS (DELETE FROM outbox.messages WHERE id = %s RETURNING *)"
             " INSERT INTO outbox.delivered (id, idempotency_key, target, url, method, headers,"
@@ -399,7 +417,6 @@ def test_upgrading_rows_to_domains_keeps_them_and_equals_a_fresh_schema(
     # a database at 0004 with a row in every table that 0005 changes
     before = MIGRATIONS[:4]
     migrate(empty_database_url, migrations=before)
-    box = Outbox()
     with psycopg.connect(empty_database_url) as conn:
         endpoint = conn.execute(
             "INSERT INTO outbox.endpoints (url, max_concurrency, rate_limit_per_s)"
@@ -410,7 +427,7 @@ def test_upgrading_rows_to_domains_keeps_them_and_equals_a_fresh_schema(
             "INSERT INTO outbox.endpoint_slots (endpoint_id, slot) VALUES (%s, 1), (%s, 2)",
             (endpoint[0], endpoint[0]),
         )
-        message = box.enqueue(conn, url="https://example.com/a", idempotency_key="p", json={})
+        message = enqueue_as_before_digests(conn, "https://example.com/a", "p")
         conn.execute(
             "UPDATE outbox.messages SET state = 'dead', attempts = 3, retry_base = 1 WHERE id = %s",
             (message,),
@@ -453,7 +470,7 @@ def test_upgraded_schema_still_refuses_a_value_outside_each_rule(
         conn.execute(
             "INSERT INTO outbox.endpoint_slots (endpoint_id, slot) VALUES (%s, 1)", endpoint
         )
-        message = Outbox().enqueue(conn, url="https://example.com/a", idempotency_key="p", json={})
+        message = enqueue_as_before_digests(conn, "https://example.com/a", "p")
         conn.execute(
             "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
             " VALUES (%s, 1, 'o', now(), 'failed')",
@@ -507,6 +524,54 @@ def test_moving_secrets_to_their_own_table_keeps_endpoints_signing_as_before(
     assert "secrets" not in {
         column for table, _, column, *_ in upgraded["columns"] if table == "endpoints"
     }
+    for part in CATALOG:
+        assert upgraded[part] == fresh[part], part
+
+
+def test_keys_written_before_digests_still_dedupe_any_request_and_event(
+    empty_database_url: str,
+) -> None:
+    # a database at 0006: a pending message, and an event published to one endpoint
+    migrate(empty_database_url, migrations=MIGRATIONS[:6])
+    with psycopg.connect(empty_database_url) as conn:
+        pending = enqueue_as_before_digests(conn, "https://example.com/a", "p")
+        first = Endpoints().add(conn, url="https://example.com/hooks")
+        webhook = conn.execute(
+            "WITH new_key AS ("
+            " INSERT INTO outbox.message_keys (target, idempotency_key, message_id)"
+            " VALUES (%(target)s, %(key)s, nextval('outbox.messages_id_seq'))"
+            " RETURNING message_id)"
+            " INSERT INTO outbox.messages (id, idempotency_key, target, endpoint_id, method,"
+            " headers, body, content_type, event_type, state, max_attempts)"
+            " SELECT message_id, %(key)s, %(target)s, %(endpoint)s, 'POST', '{}', '{}',"
+            " 'application/json', 'order.paid', 'ready', 8 FROM new_key RETURNING id",
+            {"target": f"endpoint:{first.id}", "key": f"evt:{first.id}", "endpoint": first.id},
+        ).fetchone()
+        assert webhook is not None
+
+    applied = migrate(empty_database_url)
+    migrate(empty_database_url, schema="fresh")
+
+    assert [m.version for m in applied] == [7]
+    box = Outbox()
+    with psycopg.connect(empty_database_url) as conn:
+        # no digest was kept: the key accepts any request, as it did
+        assert (
+            box.enqueue(conn, url="https://example.com/a", idempotency_key="p", body="new")
+            == pending
+        )
+        # the event's first message is found by its key; an endpoint added since
+        # gets its own (there was no record of the event to stop it)
+        second = Endpoints().add(conn, url="https://example.com/other")
+        ids = box.publish(conn, "order.paid", {"n": 1}, idempotency_key="evt")
+        assert ids[0] == webhook[0] and len(ids) == 2
+        # and from now on the event is recorded: published once
+        third = Endpoints().add(conn, url="https://example.com/third")
+        assert box.publish(conn, "order.paid", {"n": 1}, idempotency_key="evt") == ids
+        messages = conn.execute("SELECT endpoint_id FROM outbox.messages ORDER BY id").fetchall()
+        upgraded, fresh = catalog(conn, "outbox"), catalog(conn, "fresh")
+    assert messages == [(None,), (first.id,), (second.id,)]
+    assert third.id not in {m[0] for m in messages}
     for part in CATALOG:
         assert upgraded[part] == fresh[part], part
 

@@ -134,3 +134,29 @@ async def test_retention_removes_old_history_in_bounded_batches(database_url: st
     with psycopg.connect(database_url) as conn:
         row = conn.execute("SELECT min(id), count(*) FROM outbox.delivered").fetchone()
     assert row == (2_000_001, 10)
+
+
+async def test_retention_removes_events_published_before_the_period(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO outbox.events (event_key, event_type, digest, message_ids, created_at)"
+            " SELECT 'evt-' || g, 'order.paid', '\\x00', '{}',"
+            " now() - CASE WHEN g <= 250 THEN interval '8 days' ELSE interval '6 days' END"
+            " FROM generate_series(1, 260) AS g"
+        )
+    store = Store(database_url, fast_config(retention=7 * 86400.0))
+    await store.open()
+    try:
+        retention = Retention(
+            store, Reporter(NullLog()), interval=60.0, batch=100, batches=2, pause=0.0
+        )
+        await retention.run_once()  # two full batches of events: the round is over
+        assert await store.remove_history(100) == (0, 50)
+    finally:
+        await store.close()
+
+    with psycopg.connect(database_url) as conn:
+        kept = conn.execute("SELECT min(event_key), count(*) FROM outbox.events").fetchone()
+        # an event key past the period is new again
+        assert Outbox().publish(conn, "order.created", {}, idempotency_key="evt-1") == []
+    assert kept == ("evt-251", 10)

@@ -216,6 +216,7 @@ def test_producer_enqueues_and_publishes_and_reads_no_secret_nor_changes_a_messa
     refused(as_producer, "SELECT secret FROM outbox.endpoint_secrets")
     refused(as_producer, "UPDATE outbox.messages SET state = 'dead'")
     refused(as_producer, "DELETE FROM outbox.messages")
+    refused(as_producer, "DELETE FROM outbox.events")
     refused(as_producer, "SELECT body FROM outbox.messages")
     refused(as_producer, "UPDATE outbox.endpoints SET url = 'https://attacker.example/'")
 
@@ -256,7 +257,8 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
 
         with psycopg.connect(database_url) as conn:
             conn.execute("UPDATE outbox.delivered SET completed_at = now() - interval '30 days'")
-        assert await store.remove_history(100) == 3
+            conn.execute("UPDATE outbox.events SET created_at = now() - interval '30 days'")
+        assert await store.remove_history(100) == (3, 1)
     finally:
         await store.close()
 
@@ -277,6 +279,7 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
     )
     refused(as_dispatcher, "DELETE FROM outbox.endpoint_secrets")
     refused(as_dispatcher, "INSERT INTO outbox.messages (idempotency_key) VALUES ('x')")
+    refused(as_dispatcher, "UPDATE outbox.events SET message_ids = '{}'")
 
 
 def test_operator_runs_the_admin_commands_and_cannot_change_the_schema(

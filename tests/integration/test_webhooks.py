@@ -29,7 +29,7 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
-from outbox import InvalidMessage, Outbox
+from outbox import IdempotencyKeyReused, InvalidMessage, Outbox
 from outbox.dsn import sqlalchemy_url
 from outbox.endpoints import Endpoint, Endpoints
 from outbox.receiver import verify
@@ -391,15 +391,19 @@ async def test_publishing_the_same_key_again_writes_nothing(db: Db, receiver: Re
     two = db.add(receiver.url + "/2")
     ids = db.publish("order.created", {"n": 1}, idempotency_key="evt-1")
     assert len(ids) == 2
-    assert db.publish("order.created", {"n": 2}, idempotency_key="evt-1") == ids
+    assert db.publish("order.created", {"n": 1}, idempotency_key="evt-1") == ids
     with db.connect() as conn:  # twice in one transaction, too
-        assert db.box.publish(conn, "order.created", {}, idempotency_key="evt-1") == ids
-        assert db.box.publish(conn, "order.created", {}, idempotency_key="evt-1") == ids
+        assert db.box.publish(conn, "order.created", {"n": 1}, idempotency_key="evt-1") == ids
+        assert db.box.publish(conn, "order.created", {"n": 1}, idempotency_key="evt-1") == ids
     assert db.count("messages") == 2
     assert db.count("message_keys") == 2
 
     await drain(db)  # delivered: the messages leave the hot table, their keys stay
-    assert db.publish("order.created", {"n": 3}, idempotency_key="evt-1") == ids
+    # an endpoint subscribed since gets nothing: the event was published once
+    db.add(receiver.url + "/3")
+    assert db.publish("order.created", {"n": 1}, idempotency_key="evt-1") == ids
+    assert db.count("messages") == 0
+    assert db.count("message_keys") == 2
     await drain(db)
     assert sorted(r.path for r in receiver.requests) == ["/1", "/2"]
     assert [data_of(r) for r in receiver.requests] == [{"n": 1}, {"n": 1}]
@@ -409,32 +413,65 @@ async def test_publishing_the_same_key_again_writes_nothing(db: Db, receiver: Re
     }
 
 
+def test_publishing_a_key_again_with_another_event_raises_and_writes_nothing(db: Db) -> None:
+    db.add("https://example.com/1")
+    ids = db.publish("order.created", {"n": 1, "items": ["a"]}, idempotency_key="evt-1")
+    with db.connect() as conn:
+        for event_type, payload in [
+            ("order.created", {"n": 2, "items": ["a"]}),
+            ("order.created", {"items": ["a"], "n": 1}),  # another body is sent
+            ("order.updated", {"n": 1, "items": ["a"]}),
+        ]:
+            with pytest.raises(IdempotencyKeyReused) as raised:
+                db.box.publish(conn, event_type, payload, idempotency_key="evt-1")
+            assert (raised.value.key, raised.value.message_id) == ("evt-1", None)
+            assert str(raised.value) == (
+                "idempotency_key: event 'evt-1' was published before with another event type"
+                " or payload; a new event needs a new key"
+            )
+        # nothing was written, and the transaction goes on
+        assert db.box.publish(conn, "order.created", {"n": 1}, idempotency_key="evt-2")
+        conn.commit()
+    assert db.count("messages") == 2
+    assert db.query("SELECT event_key, message_ids FROM outbox.events ORDER BY 1")[0] == (
+        "evt-1",
+        ids,
+    )
+
+
+@pytest.mark.parametrize("payload", [{}, {"n": 2}])  # the same event, or another
 @pytest.mark.parametrize("second", ["psycopg", "sqlalchemy"])
-def test_concurrent_publishes_of_one_key_return_the_same_ids(db: Db, second: str) -> None:
+def test_concurrent_publishes_of_one_key_return_the_same_ids(
+    db: Db, second: str, payload: dict[str, int]
+) -> None:
     db.add("https://example.com/1")
     db.add("https://example.com/2")
 
     def publish_again() -> list[int]:
         if second == "psycopg":
-            return db.publish("order.created", {}, idempotency_key="evt-race")
+            return db.publish("order.created", payload, idempotency_key="evt-race")
         engine = create_engine(sqlalchemy_url(db.url))
         try:
             with Session(engine) as session, session.begin():
-                return db.box.publish(session, "order.created", {}, idempotency_key="evt-race")
+                return db.box.publish(session, "order.created", payload, idempotency_key="evt-race")
         finally:
             engine.dispose()
 
     with db.connect() as first, ThreadPoolExecutor(1) as pool:
         ids = db.box.publish(first, "order.created", {}, idempotency_key="evt-race")
-        # the second transaction waits on the first one's keys...
+        # the second transaction waits on the first one's event...
         racing = pool.submit(publish_again)
         deadline = time.monotonic() + 5
         while not _waiting_on_a_lock(db) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not racing.done()
         first.commit()
-        # ...and then finds them, although its statement began before they committed
-        assert racing.result(timeout=5) == ids
+        # ...and then finds it, although its statement began before it committed
+        if payload:
+            with pytest.raises(IdempotencyKeyReused, match="'evt-race'"):
+                racing.result(timeout=5)
+        else:
+            assert racing.result(timeout=5) == ids
     assert db.count("messages") == 2
 
 
@@ -514,7 +551,10 @@ async def test_publish_async(db: Db, kind: str) -> None:
             stack.push_async_callback(tx.close)
         ids = await db.box.publish_async(tx, "order.created", {"n": 1}, idempotency_key="evt-a")
         assert len(ids) == 1
-        assert await db.box.publish_async(tx, "order.created", {}, idempotency_key="evt-a") == ids
+        again = await db.box.publish_async(tx, "order.created", {"n": 1}, idempotency_key="evt-a")
+        assert again == ids
+        with pytest.raises(IdempotencyKeyReused, match="'evt-a'"):
+            await db.box.publish_async(tx, "order.created", {"n": 2}, idempotency_key="evt-a")
         assert await db.box.publish_async(tx, "invoice.paid", {}) == []
         assert db.count("messages") == 0  # not committed yet
         with pytest.raises(InvalidMessage, match=r"^event_type:"):

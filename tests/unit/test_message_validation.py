@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from outbox import InvalidMessage, Outbox, OutboxError
+from outbox._digest import request_digest
 from outbox._message import (
     EARLIEST_AVAILABLE_AT,
     MAX_SCHEDULE_AHEAD,
@@ -615,4 +616,11 @@ def test_a_valid_message_has_the_parameters_of_the_enqueue_statement() -> None:
         "state": "ready",
         "max_attempts": 4,
         "available_at": when,
+        "digest": request_digest(
+            method="PUT",
+            url="https://example.com/pay",
+            headers={"X-Tenant": "t1"},
+            content_type="application/json",
+            body=b'{"amount":5}',
+        ),
     }

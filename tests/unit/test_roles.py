@@ -39,6 +39,16 @@ def test_the_dispatcher_updates_only_the_health_columns_of_endpoints() -> None:
     assert on_secrets == ['GRANT SELECT ON TABLE "outbox"."endpoint_secrets" TO "d"']
 
 
+def test_the_producer_records_events_and_the_dispatcher_only_prunes_them() -> None:
+    statements = grants("outbox", producer="p", dispatcher="d")
+    assert [s for s in statements if '"events"' in s] == [
+        'GRANT SELECT, INSERT ON TABLE "outbox"."events" TO "p"',
+        'GRANT SELECT, DELETE ON TABLE "outbox"."events" TO "d"',
+        # retention locks the rows it removes: FOR UPDATE needs UPDATE on a column
+        'GRANT UPDATE ("created_at") ON TABLE "outbox"."events" TO "d"',
+    ]
+
+
 def test_role_names_are_quoted_as_identifiers() -> None:
     statements = grants("outbox", operator='ops"; DROP TABLE x; --')
     assert statements[0] == (
