@@ -26,6 +26,7 @@ from psycopg.rows import BaseRowFactory, RowMaker, TupleRow, scalar_row
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.rows import Completed, Recorded, Remaining, Renewed, Rescued, columns, named_row
+from dispatchers.unsealing import OpenedSecrets
 from outbox._queries import Statement, queries_for
 
 R = TypeVar("R")
@@ -118,30 +119,46 @@ class Job:
     created_at: datetime
     retry_base: int = 0
     secrets: tuple[str, ...] = ()
+    """The signing secrets in force, opened (see :mod:`dispatchers.unsealing`)."""
     ordering_key: str | None = None
+    secrets_unavailable: str | None = None
+    """Why the endpoint's secrets could not be opened (naming the key): the
+    message must not be sent unsigned."""
 
     def __repr__(self) -> str:  # never show secrets or payloads
         return f"Job(id={self.id}, attempts={self.attempts}, endpoint_id={self.endpoint_id})"
 
 
-_JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
-_SECRETS = _JOB_FIELDS.index("secrets")
+_CLAIMED = tuple(field.name for field in dataclasses.fields(Job))[:-1]
+"""The columns of a claim that are :class:`Job` fields, in their order (every
+field but the last, ``secrets_unavailable``, which opening the secrets decides)."""
+_COLUMNS = (*_CLAIMED, "secret_keys")
+_ENDPOINT_ID = _CLAIMED.index("endpoint_id")
+_SECRETS = _CLAIMED.index("secrets")
 
 
-def _job_row(cursor: Any) -> RowMaker[Job | None]:
+def job_rows(secrets: OpenedSecrets) -> BaseRowFactory[Job | None]:
     """The row factory of the claim statements: a :class:`Job` per claimed message
-    (its columns found by name once per result, see :mod:`dispatchers.rows`), and
-    None for the row without an id that says capped endpoints hold more."""
-    take = columns(cursor, _JOB_FIELDS)
+    (its columns found by name once per result, see :mod:`dispatchers.rows`), its
+    secrets opened by ``secrets``, and None for the row without an id that says
+    capped endpoints hold more."""
 
-    def make(values: Sequence[Any]) -> Job | None:
-        fields = list(take(values))
-        if fields[0] is None:
-            return None
-        fields[_SECRETS] = tuple(fields[_SECRETS] or ())
-        return Job(*fields)
+    def factory(cursor: Any) -> RowMaker[Job | None]:
+        take = columns(cursor, _COLUMNS)
 
-    return make
+        def make(values: Sequence[Any]) -> Job | None:
+            fields = list(take(values))
+            if fields[0] is None:
+                return None
+            # the key ids' column becomes the last field: why the secrets are unavailable
+            fields[_SECRETS], fields[-1] = secrets.open(
+                fields[_ENDPOINT_ID], fields[_SECRETS], fields[-1]
+            )
+            return Job(*fields)
+
+        return make
+
+    return factory
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +194,8 @@ class Store:
         self._timeouts = timeout_values(config, config.statement_timeout)
         self._claim_timeouts = timeout_values(config, config.claim_timeout)
         self._capped_until = 0.0  # claim with the slots until then (see claim)
+        self.secrets = OpenedSecrets(config.keyring)
+        self._job_row = job_rows(self.secrets)
         # the prepared statements of each connection (see _run)
         self._prepared: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], set[str]] = (
             weakref.WeakKeyDictionary()
@@ -319,7 +338,7 @@ class Store:
         if time.monotonic() >= self._capped_until:
             rows = await self._run(
                 *self.claim_statement(owner, limit, capped=False),
-                _job_row,
+                self._job_row,
                 timeouts=self._claim_timeouts,
             )
             jobs = [job for job in rows if job is not None]
@@ -330,7 +349,7 @@ class Store:
             try:
                 rows = await self._run(
                     *self.claim_statement(owner, limit - len(jobs), capped=True),
-                    _job_row,
+                    self._job_row,
                     timeouts=self._claim_timeouts,
                 )
             except Exception:

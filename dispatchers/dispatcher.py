@@ -359,6 +359,12 @@ class Dispatcher:
             self._lose(job.id, stale.job.attempts, "claimed again")
         flight = _Flight(job)
         self._inflight[job.id] = flight
+        if job.secrets_unavailable is not None:
+            # Never sent unsigned: given back unsent until the key is here.
+            withheld = completions.withheld(job)
+            self._report.secrets_unavailable(job, withheld.delay)
+            self._outcomes.add(job.id, withheld)
+            return
         self._sending += 1
         self.stats.claimed += 1
         if self.log.enabled("claimed"):

