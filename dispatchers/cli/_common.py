@@ -145,9 +145,9 @@ def add_secrets_key_option(parser: argparse.ArgumentParser) -> None:
 
 def keyring(args: argparse.Namespace) -> Keyring | None:
     """The keyring of ``--secrets-key-file``, else of ``OUTBOX_SECRETS_KEY``, else
-    None. A file that cannot be read or holds anything but keys is a
-    :class:`UsageError` naming the option (or the variable); so is a key without
-    the ``encryption`` extra (:class:`MissingExtra`)."""
+    None. A file that cannot be read, or anything but keys in it (or in the
+    variable), is refused naming the option (or the variable); a key without the
+    ``encryption`` extra is :class:`MissingExtra`. Both exit 2."""
     path = getattr(args, "secrets_key_file", None)
     if path is not None:
         field = "--secrets-key-file"
