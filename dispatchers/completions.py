@@ -1,4 +1,4 @@
-"""What a claim ends with: the :class:`~dispatchers.db.Completion` the flusher writes.
+"""What a claim ends with: the :class:`~dispatchers.jobs.Completion` the flusher writes.
 
 Pure functions from a claimed message and what became of it (an attempt, a retry
 policy that failed, a release) to the row update and attempt row that record it.
@@ -11,15 +11,27 @@ from __future__ import annotations
 from datetime import datetime
 
 from dispatchers.config import DispatcherConfig
-from dispatchers.db import Completion, Job
 from dispatchers.http import Attempt
+from dispatchers.jobs import Completion, Job
 from dispatchers.outcome import decide
 
-__all__ = ["POLICY_FAILED_DELAY", "from_attempt", "policy_failed", "released"]
+__all__ = [
+    "POLICY_FAILED_DELAY",
+    "WITHHELD_DELAY",
+    "from_attempt",
+    "policy_failed",
+    "released",
+    "withheld",
+]
 
 POLICY_FAILED_DELAY = 60.0
 """Seconds until the next attempt when the retry policy raised: soon, rather than
 never (the message is not stuck) or at once (the policy may fail again)."""
+
+WITHHELD_DELAY = 60.0
+"""Seconds a webhook whose secrets could not be opened waits before it is claimed
+again: time for an operator to give the dispatchers the key, without a claim of
+it in every loop meanwhile."""
 
 
 def from_attempt(job: Job, attempt: Attempt, config: DispatcherConfig) -> Completion:
@@ -95,4 +107,18 @@ def released(
         error="released at shutdown before the response arrived",
         started_at=started_at,
         duration_ms=duration_ms,
+    )
+
+
+def withheld(job: Job) -> Completion:
+    """Hold back a webhook whose signing secrets could not be opened
+    (``job.secrets_unavailable``): never sent unsigned, it is given back unsent,
+    its attempt refunded, and due again after :data:`WITHHELD_DELAY`."""
+    return Completion(
+        id=job.id,
+        attempt=job.attempts,
+        state="ready",
+        outcome="released",
+        sent=False,
+        delay=WITHHELD_DELAY,
     )

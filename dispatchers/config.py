@@ -5,7 +5,7 @@ A setting is defined once, here: its default, and for the settings that
 field's metadata), from which :mod:`dispatchers.cli.dispatch` builds the option
 and its "(default: ...)".
 
-Every number has a bound (:data:`MAX_SECONDS`, :data:`MAX_SPAN`,
+Every number has a bound (:data:`MAX_SECONDS`, :data:`~outbox.defaults.MAX_SPAN`,
 :data:`MAX_COUNT`), checked here and by the command line's argument types alike,
 so that no setting can make a time the dispatcher derives from it (``now()`` plus
 a lease, minus a retention) overflow PostgreSQL's timestamps or Python's datetimes.
@@ -20,8 +20,9 @@ from typing import Literal
 from dispatchers.loop import EVENT_LOOPS
 from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
 from outbox._queries import check_schema_name
-from outbox.defaults import DEFAULT_SCHEMA
+from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import ConfigurationError
+from outbox.sealing import Keyring
 
 LEASE_BUDGET_FACTOR = 1.5
 """The lease must be this many times the longest a delivery can take to finish and
@@ -33,10 +34,6 @@ MAX_SECONDS = 7 * 24 * 3600.0
 """The longest time a setting in seconds may be (a week): a lease, a timeout, an
 interval, the grace period. PostgreSQL's own timeouts stop at 24.8 days (whole
 milliseconds in a 32-bit integer); a week past now fits every datetime."""
-
-MAX_SPAN = 100 * 365 * 24 * 3600.0
-"""The longest span (100 years): the retention, how long an endpoint may fail before
-it is disabled, and how far back a ``--since`` reaches."""
 
 MAX_COUNT = 1_000_000_000
 """The largest count or size in bytes a setting may be (a billion): fits a 32-bit
@@ -55,7 +52,7 @@ Values = Literal["count", "seconds", "seconds_or_zero", "span", "port", "text"]
 """What an option's argument is: ``count`` an integer from 1 to :data:`MAX_COUNT`;
 ``seconds`` a finite number above 0, at most :data:`MAX_SECONDS`;
 ``seconds_or_zero`` the same or 0; ``span`` a whole number of units such as ``7d``,
-at most :data:`MAX_SPAN`; ``port`` an integer from 0 to 65535; ``text`` a string
+at most :data:`~outbox.defaults.MAX_SPAN`; ``port`` an integer from 0 to 65535; ``text`` a string
 (with ``choices``, one of them)."""
 
 _COUNTS = ("concurrency", "batch_size", "flush_batch", "max_response_bytes", "retention_batch")
@@ -132,6 +129,9 @@ class DispatcherConfig:
     ``batch_size`` bounds one claim statement; a dispatcher claims at most its free
     capacity (``concurrency`` minus deliveries in flight or awaiting their outcome
     write).
+    ``keyring`` opens signing secrets sealed at rest (see :mod:`outbox.sealing`);
+    it must hold every key that seals a secret in force (checked at start-up by
+    :mod:`dispatchers.preflight`).
     """
 
     schema: str = DEFAULT_SCHEMA
@@ -292,6 +292,7 @@ class DispatcherConfig:
         metadata=option("address for --metrics-port; 0.0.0.0 in a container"),
     )
     webhook_retry_policy: RetryPolicy = field(default_factory=lambda: STANDARD_WEBHOOKS_SCHEDULE)
+    keyring: Keyring | None = None
 
     def __post_init__(self) -> None:
         self.validate()

@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import socket
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
-from psycopg.rows import BaseRowFactory, RowMaker, TupleRow
+from psycopg.rows import BaseRowFactory, TupleRow
 
 from dispatchers.config import DispatcherConfig
+from dispatchers.jobs import Completion, Job, job_rows
 from dispatchers.rows import (
     Completed,
     Recorded,
@@ -32,9 +30,9 @@ from dispatchers.rows import (
     Removed,
     Renewed,
     Rescued,
-    columns,
     named_row,
 )
+from dispatchers.unsealing import OpenedSecrets
 from outbox._queries import Statement, queries_for
 
 R = TypeVar("R")
@@ -109,69 +107,6 @@ class _Deadline:
         self._timer.cancel()
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A claimed message: what to send, and the attempt number that fences it."""
-
-    id: int
-    idempotency_key: str
-    url: str
-    method: str
-    headers: dict[str, str]
-    body: bytes
-    content_type: str
-    attempts: int
-    max_attempts: int
-    endpoint_id: int | None
-    event_type: str | None
-    created_at: datetime
-    retry_base: int = 0
-    secrets: tuple[str, ...] = ()
-    ordering_key: str | None = None
-
-    def __repr__(self) -> str:  # never show secrets or payloads
-        return f"Job(id={self.id}, attempts={self.attempts}, endpoint_id={self.endpoint_id})"
-
-
-_JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
-_SECRETS = _JOB_FIELDS.index("secrets")
-
-
-def _job_row(cursor: Any) -> RowMaker[Job | None]:
-    """The row factory of the claim statements: a :class:`Job` per claimed message
-    (its columns found by name once per result, see :mod:`dispatchers.rows`), and
-    None for the row without an id that says capped endpoints hold more."""
-    take = columns(cursor, _JOB_FIELDS)
-
-    def make(values: Sequence[Any]) -> Job | None:
-        fields = list(take(values))
-        if fields[0] is None:
-            return None
-        fields[_SECRETS] = tuple(fields[_SECRETS] or ())
-        return Job(*fields)
-
-    return make
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """The outcome of one claim, as the completion batch writes it."""
-
-    id: int
-    attempt: int
-    state: str  # delivered | ready | dead
-    outcome: str  # delivered | retry | failed | gone | released
-    sent: bool
-    delay: float = 0.0
-    status: int | None = None
-    error_class: str | None = None
-    error: str | None = None
-    started_at: datetime | None = None
-    duration_ms: int | None = None
-    excerpt: str | None = None
-    endpoint_id: int | None = None
-
-
 class Store:
     """The statements one dispatcher runs, on a pool of a few connections."""
 
@@ -186,6 +121,8 @@ class Store:
         self._timeouts = timeout_values(config, config.statement_timeout)
         self._claim_timeouts = timeout_values(config, config.claim_timeout)
         self._capped_until = 0.0  # claim with the slots until then (see claim)
+        self.secrets = OpenedSecrets(config.keyring)
+        self._job_row = job_rows(self.secrets)
         # the prepared statements of each connection (see _run)
         self._prepared: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], set[str]] = (
             weakref.WeakKeyDictionary()
@@ -328,7 +265,7 @@ class Store:
         if time.monotonic() >= self._capped_until:
             rows = await self._run(
                 *self.claim_statement(owner, limit, capped=False),
-                _job_row,
+                self._job_row,
                 timeouts=self._claim_timeouts,
             )
             jobs = [job for job in rows if job is not None]
@@ -339,7 +276,7 @@ class Store:
             try:
                 rows = await self._run(
                     *self.claim_statement(owner, limit - len(jobs), capped=True),
-                    _job_row,
+                    self._job_row,
                     timeouts=self._claim_timeouts,
                 )
             except Exception:

@@ -46,9 +46,10 @@ from dispatchers import loop as loops
 from dispatchers.backoff import Backoff
 from dispatchers.cadence import Cadence
 from dispatchers.config import DispatcherConfig
-from dispatchers.db import Completion, Job, Store
+from dispatchers.db import Store
 from dispatchers.flusher import Flusher, OutcomeWriter
 from dispatchers.http import HttpClient, Sender
+from dispatchers.jobs import Completion, Job
 from dispatchers.log import EventLog
 from dispatchers.maintenance import Heartbeat, Rescuer, Retention
 from dispatchers.metrics import serve, urls
@@ -370,6 +371,12 @@ class Dispatcher:
             self._lose(job.id, stale.job.attempts, "claimed again")
         flight = _Flight(job)
         self._inflight[job.id] = flight
+        if job.secrets_unavailable is not None:
+            # Never sent unsigned: given back unsent until the key is here.
+            withheld = completions.withheld(job)
+            self._report.secrets_unavailable(job, withheld.delay)
+            self._outcomes.add(job.id, withheld)
+            return
         self._sending += 1
         self.stats.claimed += 1
         if self.log.enabled("claimed"):

@@ -25,7 +25,8 @@ from itertools import islice
 from typing import Generic, TypeVar
 
 from dispatchers.backoff import Backoff
-from dispatchers.db import Completion, Job, Store
+from dispatchers.db import Store
+from dispatchers.jobs import Completion, Job
 from dispatchers.reporting import Reporter
 from dispatchers.sqlstates import is_transient
 

@@ -42,8 +42,8 @@ import httpx
 from yarl import URL
 
 from dispatchers.config import DispatcherConfig
-from dispatchers.db import Job
 from dispatchers.deadline import Deadlines
+from dispatchers.jobs import Job
 from dispatchers.outcome import Outcome, Verdict, classify_exception, classify_response
 from dispatchers.signing import webhook_headers
 from dispatchers.ssrf import AddressPolicy, guarded_connector, guarded_transport

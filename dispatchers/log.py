@@ -34,6 +34,7 @@ EVENT_LEVELS = {
     "outcome_dropped": "error",
     "endpoint_disabled": "warning",
     "listen_error": "warning",
+    "secrets_unavailable": "error",
 }
 
 

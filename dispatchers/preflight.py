@@ -2,8 +2,10 @@
 
 Before ``outbox dispatch`` claims anything, :func:`check_database` makes sure that
 it can connect (within ``db_connect_timeout``), that the schema is migrated to
-the version this code needs, and that its role holds every privilege the
-dispatcher's statements need. What is wrong is raised as one
+the version this code needs, that its role holds every privilege the
+dispatcher's statements need, and that it holds every key that seals a signing
+secret in force (:class:`SecretKeysMissing` otherwise: it would have to hold
+those webhooks back). What is wrong is raised as one
 :class:`~dispatchers.watchdog.DatabaseUnusable` whose message says, on one line,
 what it is and what to do: a misconfigured service fails at once and visibly,
 instead of retrying what waiting will not heal.
@@ -30,13 +32,18 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.db import TIMEOUT_PARAMS, timeout_values
 from dispatchers.rows import MissingPrivilege, SchemaAccess, named_row
 from dispatchers.sqlstates import describe
-from dispatchers.watchdog import DatabaseUnusable
+from dispatchers.watchdog import DatabaseUnusable, DispatcherFailed
 from outbox._queries import Queries, queries_for
 from outbox.migrations import load_migrations
 
-__all__ = ["check_database"]
+__all__ = ["SecretKeysMissing", "check_database"]
 
 R = TypeVar("R")
+
+
+class SecretKeysMissing(DispatcherFailed):
+    """Signing secrets in force are sealed under keys the dispatcher lacks."""
+
 
 LIBPQ_SHORTEST_CONNECT_TIMEOUT = 2
 """libpq reads a ``connect_timeout`` below 2 seconds as 2 (and 0 as no bound)."""
@@ -97,6 +104,14 @@ def _check(conn: psycopg.Connection[Any], queries: Queries, config: DispatcherCo
         lacking = "; ".join(f"{', '.join(p)} on {t}" for t, p in by_table.items())
         raise DatabaseUnusable(
             f'role "{role}" lacks privileges in schema "{schema}": {lacking}; grant them to it'
+        )
+    in_use = _rows(conn, queries, "preflight_secret_keys", {}, scalar_row)
+    missing_keys = config.keyring.missing(in_use) if config.keyring is not None else in_use
+    if missing_keys:
+        raise SecretKeysMissing(
+            f"signing secrets are sealed under key(s) {', '.join(missing_keys)}, which this "
+            "dispatcher does not hold: configure every key in use (OUTBOX_SECRETS_KEY or "
+            "--secrets-key-file)"
         )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from dispatchers.db import Completion, Job
+from dispatchers.jobs import Completion, Job
 from dispatchers.log import EventLog
 from dispatchers.metrics import Metrics
 from dispatchers.sqlstates import is_transient
@@ -212,6 +212,17 @@ class Reporter:
             error="outcomes not recorded before exit; their leases will expire and "
             "the messages will be delivered again",
             count=count,
+        )
+
+    def secrets_unavailable(self, job: Job, delay: float) -> None:
+        """``job`` is held back unsent for ``delay`` seconds: its endpoint's secrets
+        could not be opened."""
+        self.log.event(
+            "secrets_unavailable",
+            message_id=job.id,
+            endpoint_id=job.endpoint_id,
+            error=job.secrets_unavailable,
+            retry_in_s=delay,
         )
 
     def internal_error(self, operation: str, exc: BaseException) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from outbox._endpoint_fields import check_event_type
 from outbox._message import MAX_ATTEMPTS_LIMIT
-from outbox.endpoints import check_event_type
 from outbox.errors import InvalidArgument, InvalidMessage
 
 MAX_ID = 2**63 - 1

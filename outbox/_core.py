@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from outbox._digest import event_digest
+from outbox._endpoint_fields import check_event_type
 from outbox._message import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_ATTEMPTS_LIMIT,
@@ -19,7 +20,6 @@ from outbox._message import (
 from outbox._queries import Queries, queries_for
 from outbox._transaction import Plan, run_async, run_sync, scalar, schema_required
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
-from outbox.endpoints import check_event_type
 from outbox.errors import ConfigurationError, IdempotencyKeyReused, InvalidMessage, OutboxError
 
 MAX_EVENT_KEY = 200  # the endpoint id is appended to make each message's key

@@ -148,6 +148,9 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
     - ``endpoints``: per endpoint ``id``, ``url``, ``enabled``,
       ``disabled_reason``, ``failure_streak``, ``pending`` (ready, running or
       paused messages), ``dead``, ``last_success_at``;
+    - ``secrets``: signing secrets ``plain_text`` (stored unsealed: whoever reads
+      the table can forge deliveries) and ``sealed`` (a count per key id, see
+      :mod:`outbox.sealing`);
     - ``now``: the database's clock.
     """
     return run_sync(tx, _status_plan(schema))
@@ -158,6 +161,8 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
     counts = yield from rows_plan(queries["status_counts"], {}, _StatusCounts)
     c = counts[0]
     endpoints = yield from rows_plan(queries["status_endpoints"], {}, _EndpointStatus)
+    secrets = yield from rows_plan(queries["status_secrets"], {}, _SecretsByKey)
+    sealed = {s.key_id: s.secrets for s in secrets if s.key_id is not None}
     return {
         "messages": {
             "ready": c.ready,
@@ -172,6 +177,10 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
         ),
         "last_5_minutes": {"delivered": c.delivered, "failed": c.failed},
         "endpoints": [e._asdict() for e in endpoints],
+        "secrets": {
+            "plain_text": sum(s.secrets for s in secrets) - sum(sealed.values()),
+            "sealed": sealed,
+        },
         "now": c.now,
     }
 
@@ -189,6 +198,14 @@ class _StatusCounts(NamedTuple):
     delivered: int
     failed: int
     now: datetime
+
+
+class _SecretsByKey(NamedTuple):
+    """A row of ``status_secrets``: how many signing secrets a key seals (None:
+    plain text)."""
+
+    key_id: str | None
+    secrets: int
 
 
 class _EndpointStatus(NamedTuple):

@@ -11,3 +11,8 @@ DEFAULT_MAX_ATTEMPTS = 12
 DEFAULT_WEBHOOK_MAX_ATTEMPTS = 8
 """An immediate attempt plus the seven retries of the Standard Webhooks schedule
 (5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h): about a day."""
+
+MAX_SPAN = 100 * 365 * 24 * 3600.0
+"""The longest span, in seconds (100 years): the retention, how long an endpoint may
+fail before it is disabled, how far back a ``--since`` reaches, how long a rotated
+secret keeps signing."""

@@ -1,62 +1,51 @@
 """Webhook endpoints: where published events go, and the secrets that sign them.
 
 All functions run in the caller's transaction (a SQLAlchemy ``Session`` or
-``Connection``, or a psycopg ``Connection``) and never commit.
+``Connection``, or a psycopg ``Connection``) and never commit. Given a
+:class:`~outbox.sealing.Keyring`, :class:`Endpoints` stores new secrets sealed
+under its current key and opens sealed ones as it reads them.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from outbox._endpoint_fields import (
+    MAX_DESCRIPTION,
+    check_description,
+    check_max_concurrency,
+    check_metadata,
+    check_subscriptions,
+)
 from outbox._message import check_url
 from outbox._queries import Queries, queries_for
-from outbox._transaction import Plan, run_sync, scalar
-from outbox.defaults import DEFAULT_SCHEMA
+from outbox._transaction import Plan, rows_plan, run_sync, scalar
+from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import InvalidArgument, InvalidMessage
+from outbox.sealing import Keyring, Sealed, open_secret, seal_secret
 from outbox.secrets import check_secret, fingerprint, generate_secret
 
 DEFAULT_ROTATION_OVERLAP = timedelta(hours=24)
-MAX_DESCRIPTION = 1000
-_EVENT_TYPE = re.compile(r"^[\x21-\x7e]{1,255}\Z")
-
-
-def check_event_type(value: object, field: str = "event_type") -> str:
-    """An event type: 1-255 printable characters, no whitespace."""
-    if not isinstance(value, str) or not _EVENT_TYPE.match(value):
-        raise InvalidMessage(field, "must be 1-255 printable characters without whitespace")
-    if "*" in value:
-        raise InvalidMessage(field, "must not contain '*'")
-    return value
-
-
-def check_subscriptions(values: object) -> list[str]:
-    """Event type subscriptions: exact types or ``prefix.*`` patterns; empty = all."""
-    if values is None:
-        return []
-    if isinstance(values, str) or not isinstance(values, Iterable):
-        raise InvalidMessage("event_types", "must be a list of event types")
-    out: list[str] = []
-    for value in values:
-        if isinstance(value, str) and value.endswith(".*") and len(value) > 2:
-            check_event_type(value[:-2], "event_types")
-        else:
-            check_event_type(value, "event_types")
-        if value not in out:
-            out.append(value)
-    return out
+RESEAL_BATCH = 500
+"""Signing secrets :meth:`Endpoints.reseal` seals per call (per transaction), by default."""
+MAX_RESEAL_BATCH = 10_000
+"""The most it seals per call."""
+MAX_ROTATION_OVERLAP = timedelta(seconds=MAX_SPAN)
+"""The longest a rotated secret keeps signing: the bound of every span."""
 
 
 @dataclass(frozen=True)
 class Secret:
-    """A signing secret; ``expires_at`` is set on the old one during rotation."""
+    """A signing secret; ``expires_at`` is set on the old one during rotation;
+    ``key_id`` names the key it is sealed under at rest (None: plain text)."""
 
     secret: str = field(repr=False)
     expires_at: datetime | None = None
+    key_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +83,7 @@ class Endpoint:
                 {
                     "secret": s.secret if show_secrets else fingerprint(s.secret),
                     "expires_at": s.expires_at,
+                    "key_id": s.key_id,
                 }
                 for s in self.secrets
             ],
@@ -133,23 +123,31 @@ class _EndpointRow(NamedTuple):
     created_at: datetime
     updated_at: datetime
     now: datetime
-    #: jsonb, likewise: [{"id", "secret", "expires_at"}], newest first
+    #: jsonb, likewise: [{"id", "secret", "key_id", "expires_at"}], newest first
     secrets: Any
 
-    def stored_secrets(self) -> list[tuple[int, Secret]]:
-        """The endpoint's secrets with the ids of their rows, newest first."""
+    def stored_secrets(self, keyring: Keyring | None) -> list[tuple[int, Secret]]:
+        """The endpoint's secrets, opened by ``keyring``, with the ids of their
+        rows, newest first."""
         return [
-            (s["id"], Secret(s["secret"], _parse_time(s["expires_at"])))
+            (
+                s["id"],
+                Secret(
+                    open_secret(keyring, Sealed(s["secret"], s["key_id"]), endpoint_id=self.id),
+                    _parse_time(s["expires_at"]),
+                    s["key_id"],
+                ),
+            )
             for s in _json(self.secrets)
         ]
 
-    def endpoint(self) -> Endpoint:
+    def endpoint(self, keyring: Keyring | None) -> Endpoint:
         return Endpoint(
             id=self.id,
             url=self.url,
             description=self.description,
             event_types=list(self.event_types),
-            secrets=[secret for _, secret in self.stored_secrets()],
+            secrets=[secret for _, secret in self.stored_secrets(keyring)],
             metadata=_json(self.metadata),
             enabled=self.enabled,
             disabled_reason=self.disabled_reason,
@@ -161,6 +159,15 @@ class _EndpointRow(NamedTuple):
             created_at=self.created_at,
             updated_at=self.updated_at,
         )
+
+
+class _StoredSecret(NamedTuple):
+    """A row of ``secrets_to_reseal``: a signing secret as stored."""
+
+    id: int
+    endpoint_id: int
+    secret: str
+    key_id: str | None
 
 
 class _Toggled(NamedTuple):
@@ -176,37 +183,19 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _check_metadata(metadata: object) -> dict[str, Any]:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, Mapping):
-        raise InvalidMessage("metadata", "must be a mapping")
-    try:
-        json.dumps(metadata, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessage("metadata", f"is not JSON serialisable ({exc})") from None
-    return dict(metadata)
-
-
-def _check_max_concurrency(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
-        raise InvalidMessage("max_concurrency", "must be an integer between 1 and 10000")
-    return value
-
-
-def _check_description(value: object) -> str:
-    if not isinstance(value, str) or len(value) > MAX_DESCRIPTION:
-        raise InvalidMessage("description", f"must be a string of at most {MAX_DESCRIPTION}")
-    return value
-
-
 class Endpoints:
-    """Manage webhook endpoints in ``schema``."""
+    """Manage webhook endpoints in ``schema``.
 
-    def __init__(self, *, schema: str = DEFAULT_SCHEMA) -> None:
+    :param keyring: the keys that seal signing secrets at rest (see
+        :mod:`outbox.sealing`): new secrets are sealed under its current key, and
+        sealed ones are opened as they are read. Without one, secrets are stored
+        in plain text, and reading a sealed one raises
+        :class:`~outbox.sealing.SecretKeyMissing` naming its key.
+    """
+
+    def __init__(self, *, schema: str = DEFAULT_SCHEMA, keyring: Keyring | None = None) -> None:
         self.queries: Queries = queries_for(schema)
+        self.keyring = keyring
 
     def add(
         self,
@@ -223,23 +212,34 @@ class Endpoints:
         params = {
             "url": check_url(url),
             "event_types": check_subscriptions(event_types),
-            "secret": check_secret(secret) if secret is not None else generate_secret(),
-            "description": _check_description(description),
-            "metadata": json.dumps(_check_metadata(metadata)),
-            "max_concurrency": _check_max_concurrency(max_concurrency),
+            "description": check_description(description),
+            "metadata": json.dumps(check_metadata(metadata)),
+            "max_concurrency": check_max_concurrency(max_concurrency),
         }
-        return run_sync(tx, self._insert_plan(params))
+        new = check_secret(secret) if secret is not None else generate_secret()
+        return run_sync(tx, self._insert_plan(params, new))
 
-    def _insert_plan(self, params: dict[str, Any]) -> Plan[Endpoint]:
+    def _insert_plan(self, params: dict[str, Any], secret: str) -> Plan[Endpoint]:
         ids: list[int] = yield self.queries["endpoint_insert"], params, scalar
         endpoint_id = ids[0]
+        yield (
+            self.queries["endpoint_secret_insert"],
+            self._stored(secret, endpoint_id),
+            None,
+        )
         yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None
         rows: list[_EndpointRow] = yield (
             self.queries["endpoint_get"],
             {"id": endpoint_id},
             _EndpointRow,
         )
-        return rows[0].endpoint()
+        return rows[0].endpoint(self.keyring)
+
+    def _stored(self, secret: str, endpoint_id: int) -> dict[str, Any]:
+        """The parameters that store ``secret`` for ``endpoint_id``: sealed when
+        there is a keyring."""
+        text, key_id = seal_secret(self.keyring, secret, endpoint_id=endpoint_id)
+        return {"id": endpoint_id, "secret": text, "key_id": key_id}
 
     def get(self, tx: Any, endpoint_id: int) -> Endpoint | None:
         """The endpoint, or None if there is no such id."""
@@ -251,7 +251,7 @@ class Endpoints:
             {"id": endpoint_id},
             _EndpointRow,
         )
-        return rows[0].endpoint() if rows else None
+        return rows[0].endpoint(self.keyring) if rows else None
 
     def require(self, tx: Any, endpoint_id: int) -> Endpoint:
         """The endpoint; raises InvalidArgument naming ``endpoint_id`` if absent."""
@@ -266,7 +266,7 @@ class Endpoints:
 
     def _list_plan(self) -> Plan[list[Endpoint]]:
         rows: list[_EndpointRow] = yield self.queries["endpoint_list"], {}, _EndpointRow
-        return [r.endpoint() for r in rows]
+        return [r.endpoint(self.keyring) for r in rows]
 
     def update(
         self,
@@ -287,11 +287,11 @@ class Endpoints:
         if event_types is not None:
             changes["event_types"] = check_subscriptions(event_types)
         if description is not None:
-            changes["description"] = _check_description(description)
+            changes["description"] = check_description(description)
         if metadata is not None:
-            changes["metadata"] = _check_metadata(metadata)
+            changes["metadata"] = check_metadata(metadata)
         if max_concurrency is not None:
-            changes["max_concurrency"] = _check_max_concurrency(max_concurrency)
+            changes["max_concurrency"] = check_max_concurrency(max_concurrency)
         elif clear_max_concurrency:
             changes["max_concurrency"] = None
         return run_sync(tx, self._update_plan(endpoint_id, changes, rotate=None))
@@ -305,10 +305,13 @@ class Endpoints:
         overlap: timedelta = DEFAULT_ROTATION_OVERLAP,
     ) -> Endpoint:
         """Sign with a new secret from now on; the previous ones keep signing for
-        ``overlap`` (so receivers can switch), then are dropped."""
+        ``overlap`` (so receivers can switch; at most :data:`MAX_ROTATION_OVERLAP`),
+        then are dropped."""
         new = check_secret(secret) if secret is not None else generate_secret()
-        if overlap < timedelta(0):
-            raise InvalidArgument("overlap", "must not be negative")
+        if not isinstance(overlap, timedelta):
+            raise InvalidArgument("overlap", f"must be a timedelta, not {type(overlap).__name__}")
+        if not timedelta(0) <= overlap <= MAX_ROTATION_OVERLAP:
+            raise InvalidArgument("overlap", f"must be from 0 to {MAX_ROTATION_OVERLAP.days} days")
         return run_sync(tx, self._update_plan(endpoint_id, {}, rotate=(new, overlap)))
 
     def _update_plan(
@@ -322,7 +325,7 @@ class Endpoints:
             {"id": endpoint_id},
             _EndpointRow,
         )
-        current = rows[0].endpoint()
+        current = rows[0].endpoint(self.keyring)
         params = {
             "id": endpoint_id,
             "url": changes.get("url", current.url),
@@ -337,17 +340,62 @@ class Endpoints:
             now = rows[0].now
             retired = [
                 row_id
-                for row_id, s in rows[0].stored_secrets()
+                for row_id, s in rows[0].stored_secrets(self.keyring)
                 if (s.expires_at is not None and s.expires_at <= now) or s.secret == new
             ]
-            yield (
-                self.queries["endpoint_secret_rotate"],
-                {"id": endpoint_id, "secret": new, "retired": retired, "until": now + overlap},
-                None,
-            )
+            params = {**self._stored(new, endpoint_id), "retired": retired, "until": now + overlap}
+            yield self.queries["endpoint_secret_rotate"], params, None
         yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None
         rows = yield self.queries["endpoint_get"], {"id": endpoint_id}, _EndpointRow
-        return rows[0].endpoint()
+        return rows[0].endpoint(self.keyring)
+
+    def reseal(self, tx: Any, *, limit: int = RESEAL_BATCH) -> int:
+        """Seal under the keyring's current key up to ``limit`` signing secrets that
+        are not (plain text, or sealed under an older key); return how many.
+
+        Run it in transactions of their own until it returns 0: each batch's rows
+        are locked until its transaction ends, so several may run at once, and
+        dispatchers holding both keys sign with either form meanwhile. Raises
+        :class:`~outbox.sealing.SecretKeyMissing` for a secret sealed under a key
+        the keyring lacks (before writing anything of that batch).
+        """
+        if self.keyring is None:
+            raise InvalidArgument("keyring", "resealing needs a keyring to seal with")
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise InvalidArgument("limit", f"must be an integer, not {type(limit).__name__}")
+        if not 1 <= limit <= MAX_RESEAL_BATCH:
+            raise InvalidArgument("limit", f"must be from 1 to {MAX_RESEAL_BATCH}")
+        return run_sync(tx, self._reseal_plan(self.keyring, limit))
+
+    def _reseal_plan(self, keyring: Keyring, limit: int) -> Plan[int]:
+        rows: list[_StoredSecret] = yield (
+            self.queries["secrets_to_reseal"],
+            {"key_id": keyring.current, "limit": limit},
+            _StoredSecret,
+        )
+        secrets = [
+            keyring.seal(
+                keyring.open(Sealed(r.secret, r.key_id), endpoint_id=r.endpoint_id),
+                endpoint_id=r.endpoint_id,
+            ).text
+            for r in rows
+        ]
+        if rows:
+            yield (
+                self.queries["secrets_reseal"],
+                {"key_id": keyring.current, "ids": [r.id for r in rows], "secrets": secrets},
+                None,
+            )
+        return len(rows)
+
+    def unsealed(self, tx: Any) -> int:
+        """How many signing secrets are not sealed under the keyring's current key
+        (every plain-text one, and without a keyring every secret)."""
+        current = self.keyring.current if self.keyring is not None else None
+        counts: list[int] = run_sync(
+            tx, rows_plan(self.queries["secrets_unsealed_count"], {"key_id": current}, scalar)
+        )
+        return counts[0]
 
     def disable(self, tx: Any, endpoint_id: int, *, reason: str = "disabled by an operator") -> int:
         """Disable the endpoint and pause its waiting messages; return how many."""

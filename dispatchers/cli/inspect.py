@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from dispatchers.cli._common import (
     Commands,
     add_database_options,
+    add_secrets_key_option,
     database_id,
+    keyring,
     parse_time,
     resolve_database,
     seconds,
@@ -24,6 +27,7 @@ from dispatchers.cli._common import (
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import UNPRINTABLE_TEXT, cell, emit, fields, table
 from outbox.errors import InvalidArgument
+from outbox.sealing import Keyring
 
 
 def cmd_replay(args: argparse.Namespace) -> ExitCode:
@@ -131,8 +135,10 @@ def cmd_status(args: argparse.Namespace) -> ExitCode:
 def _status_once(args: argparse.Namespace) -> ExitCode:
     from outbox.admin import status
 
+    ring = keyring(args)
     with transaction(args) as conn:
         snapshot = status(conn, schema=args.schema)
+    warnings = snapshot["warnings"] = _secrets_warnings(snapshot["secrets"], ring)
     age: float | None = snapshot["oldest_ready_age_s"]
     lagging = args.max_lag is not None and age is not None and age > args.max_lag
     if args.max_lag is not None:
@@ -172,6 +178,8 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
             ],
         )
     emit(args, snapshot, text)
+    for warning in warnings:
+        print(f"outbox status: warning: {warning}", file=sys.stderr)
     if lagging:
         print(
             f"outbox status: the oldest ready message has waited {age:.1f} s, "
@@ -180,6 +188,32 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
         )
         return ExitCode.FAILURE
     return ExitCode.OK
+
+
+def _secrets_warnings(secrets: dict[str, Any], ring: Keyring | None) -> list[str]:
+    """What an operator should know of how signing secrets are stored: some in plain
+    text; and, given the keys, some sealed under keys not given or not the first."""
+    warnings = []
+    if secrets["plain_text"]:
+        warnings.append(
+            f"{secrets['plain_text']} signing secret(s) are stored in plain text: "
+            "configure a key and run `outbox endpoints rekey` (see the README, "
+            '"Secrets at rest")'
+        )
+    if ring is not None:
+        missing = ring.missing(secrets["sealed"])
+        if missing:
+            warnings.append(
+                f"signing secrets are sealed under key(s) {', '.join(missing)}, "
+                "which are not configured here"
+            )
+        older = sum(n for key, n in secrets["sealed"].items() if key != ring.current)
+        if older:
+            warnings.append(
+                f"{older} signing secret(s) are sealed under keys other than the first "
+                f"({ring.current}): run `outbox endpoints rekey`"
+            )
+    return warnings
 
 
 def add_parser(commands: Commands) -> None:
@@ -247,4 +281,5 @@ def add_parser(commands: Commands) -> None:
         metavar="SECONDS",
         help="refresh every SECONDS until interrupted (one JSON object per refresh with --json)",
     )
+    add_secrets_key_option(p)
     p.set_defaults(handler=cmd_status, name="status")

@@ -217,3 +217,10 @@ FROM {schema}.endpoints AS e
 LEFT JOIN {schema}.messages AS m ON m.endpoint_id = e.id
 GROUP BY e.id
 ORDER BY e.id
+
+-- name: status_secrets
+-- Signing secrets by the key that seals them (NULL: plain text).
+SELECT key_id, count(*) AS secrets
+FROM {schema}.endpoint_secrets
+GROUP BY key_id
+ORDER BY key_id NULLS FIRST

@@ -84,15 +84,18 @@ WITH candidates AS (
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-       -- the signing secrets still in force (several during a rotation), newest first
-       ARRAY(SELECT s.secret
-             FROM {schema}.endpoint_secrets AS s
-             WHERE s.endpoint_id = c.endpoint_id
-               AND (s.expires_at IS NULL OR s.expires_at > now())
-             ORDER BY s.id DESC) AS secrets,
-       c.ordering_key
+       s.secrets, s.secret_keys, c.ordering_key
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
+-- the signing secrets still in force (several during a rotation), newest first,
+-- as stored, with the ids of the keys that sealed them (NULL: plain text)
+LEFT JOIN LATERAL (
+    SELECT array_agg(s.secret ORDER BY s.id DESC) AS secrets,
+           array_agg(s.key_id ORDER BY s.id DESC) AS secret_keys
+    FROM {schema}.endpoint_secrets AS s
+    WHERE s.endpoint_id = c.endpoint_id
+      AND (s.expires_at IS NULL OR s.expires_at > now())
+) AS s ON true
 ORDER BY c.available_at, c.id
 
 -- name: claim_uncapped
@@ -138,17 +141,20 @@ WITH candidates AS (
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        ARRAY(SELECT s.secret
-              FROM {schema}.endpoint_secrets AS s
-              WHERE s.endpoint_id = c.endpoint_id
-                AND (s.expires_at IS NULL OR s.expires_at > now())
-              ORDER BY s.id DESC) AS secrets,
-        c.ordering_key
+        s.secrets, s.secret_keys, c.ordering_key
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
+ LEFT JOIN LATERAL (
+     SELECT array_agg(s.secret ORDER BY s.id DESC) AS secrets,
+            array_agg(s.key_id ORDER BY s.id DESC) AS secret_keys
+     FROM {schema}.endpoint_secrets AS s
+     WHERE s.endpoint_id = c.endpoint_id
+       AND (s.expires_at IS NULL OR s.expires_at > now())
+ ) AS s ON true
  ORDER BY c.available_at, c.id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL
 FROM capped
 
 -- name: renew
@@ -591,3 +597,10 @@ WHERE NOT COALESCE(
         ELSE has_any_column_privilege(tbl.oid, needed.privilege)
     END, false)
 ORDER BY needed.n
+
+-- name: preflight_secret_keys
+-- The keys that seal signing secrets still in force: a dispatcher must hold each.
+SELECT DISTINCT key_id
+FROM {schema}.endpoint_secrets
+WHERE key_id IS NOT NULL AND (expires_at IS NULL OR expires_at > now())
+ORDER BY key_id

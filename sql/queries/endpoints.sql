@@ -2,17 +2,17 @@
 -- (outbox.endpoints). Placeholders as in enqueue.sql.
 
 -- name: endpoint_insert
--- An endpoint and its first signing secret.
-WITH endpoint AS (
-    INSERT INTO {schema}.endpoints (url, description, event_types, metadata, max_concurrency)
-    VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]),
-            CAST(%(metadata)s AS jsonb), %(max_concurrency)s)
-    RETURNING id
-), secret AS (
-    INSERT INTO {schema}.endpoint_secrets (endpoint_id, secret)
-    SELECT id, %(secret)s FROM endpoint
-)
-SELECT id FROM endpoint
+-- An endpoint; its first signing secret follows (endpoint_secret_insert), sealed
+-- for the id this returns.
+INSERT INTO {schema}.endpoints (url, description, event_types, metadata, max_concurrency)
+VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]),
+        CAST(%(metadata)s AS jsonb), %(max_concurrency)s)
+RETURNING id
+
+-- name: endpoint_secret_insert
+-- An endpoint's first signing secret, as stored (key_id NULL: plain text).
+INSERT INTO {schema}.endpoint_secrets (endpoint_id, secret, key_id)
+VALUES (%(id)s, %(secret)s, %(key_id)s)
 
 -- name: endpoint_slots_sync
 -- Make an endpoint's slot rows match its max_concurrency: add the missing ones,
@@ -40,7 +40,8 @@ SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disab
        e.created_at, e.updated_at, now(),
        -- its signing secrets, newest first (the ids name them to a rotation)
        COALESCE((SELECT jsonb_agg(jsonb_build_object(
-                            'id', s.id, 'secret', s.secret, 'expires_at', s.expires_at)
+                            'id', s.id, 'secret', s.secret, 'key_id', s.key_id,
+                            'expires_at', s.expires_at)
                         ORDER BY s.id DESC)
                  FROM {schema}.endpoint_secrets AS s
                  WHERE s.endpoint_id = e.id), '[]') AS secrets
@@ -58,7 +59,8 @@ SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disab
        e.created_at, e.updated_at, now(),
        -- its signing secrets, newest first (the ids name them to a rotation)
        COALESCE((SELECT jsonb_agg(jsonb_build_object(
-                            'id', s.id, 'secret', s.secret, 'expires_at', s.expires_at)
+                            'id', s.id, 'secret', s.secret, 'key_id', s.key_id,
+                            'expires_at', s.expires_at)
                         ORDER BY s.id DESC)
                  FROM {schema}.endpoint_secrets AS s
                  WHERE s.endpoint_id = e.id), '[]') AS secrets
@@ -90,8 +92,32 @@ WITH retired AS (
     WHERE endpoint_id = %(id)s AND expires_at IS NULL
       AND id <> ALL (CAST(%(retired)s AS bigint[]))
 )
-INSERT INTO {schema}.endpoint_secrets (endpoint_id, secret)
-VALUES (%(id)s, %(secret)s)
+INSERT INTO {schema}.endpoint_secrets (endpoint_id, secret, key_id)
+VALUES (%(id)s, %(secret)s, %(key_id)s)
+
+-- name: secrets_unsealed_count
+-- How many signing secrets are not sealed under the key with id key_id (plain
+-- text ones included).
+SELECT count(*) FROM {schema}.endpoint_secrets
+WHERE key_id IS DISTINCT FROM %(key_id)s
+
+-- name: secrets_to_reseal
+-- A batch of signing secrets not sealed under the key with id key_id, locked
+-- until the caller writes them sealed (secrets_reseal) in the same transaction.
+-- Concurrent rekeys skip each other's batches.
+SELECT id, endpoint_id, secret, key_id
+FROM {schema}.endpoint_secrets
+WHERE key_id IS DISTINCT FROM %(key_id)s
+ORDER BY id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: secrets_reseal
+-- Write a batch of signing secrets sealed again, all under key_id.
+UPDATE {schema}.endpoint_secrets AS s
+SET secret = r.secret, key_id = %(key_id)s
+FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(secrets)s AS text[])) AS r(id, secret)
+WHERE s.id = r.id
 
 -- name: endpoint_disable
 -- Disable an endpoint and pause its waiting messages: they are neither attempted

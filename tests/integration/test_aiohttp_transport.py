@@ -26,9 +26,9 @@ from standardwebhooks.webhooks import Webhook
 
 from dispatchers.cli import main
 from dispatchers.config import DispatcherConfig
-from dispatchers.db import Job
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.http import AiohttpClient, Attempt, Sender
+from dispatchers.jobs import Job
 from dispatchers.log import NullLog
 from dispatchers.outcome import Verdict
 from dispatchers.ssrf import AddressPolicy, BlockedDestination

@@ -11,8 +11,9 @@ import httpx
 import psycopg
 import pytest
 
-from dispatchers.db import Completion, Job, Store
+from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
+from dispatchers.jobs import Completion, Job
 from dispatchers.log import NullLog
 from dispatchers.retry import ExponentialBackoff
 from dispatchers.waker import Waker

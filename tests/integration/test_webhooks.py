@@ -286,7 +286,7 @@ def test_as_dict_masks_secrets_unless_asked(db: Db) -> None:
     assert masked["secrets"][0]["secret"] != secret
     assert masked["url"] == "https://example.com/x"
     shown = endpoint.as_dict(show_secrets=True)
-    assert shown["secrets"] == [{"secret": secret, "expires_at": None}]
+    assert shown["secrets"] == [{"secret": secret, "expires_at": None, "key_id": None}]
     assert secret not in repr(endpoint)
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from dispatchers.config import MAX_COUNT, MAX_SECONDS, MAX_SPAN, DispatcherConfig
+from dispatchers.config import MAX_COUNT, MAX_SECONDS, DispatcherConfig
+from outbox.defaults import MAX_SPAN
 from outbox.errors import ConfigurationError
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from outbox import InvalidMessage, Outbox
-from outbox.endpoints import Endpoint, Endpoints, Secret, check_event_type, check_subscriptions
+from outbox._endpoint_fields import check_event_type, check_subscriptions
+from outbox.endpoints import Endpoint, Endpoints, Secret
 from outbox.secrets import (
     GENERATED_KEY_BYTES,
     MAX_KEY_BYTES,
@@ -287,6 +288,8 @@ def test_as_dict_masks_secrets_unless_asked_and_repr_never_shows_them() -> None:
     assert secret not in text
     assert secret[len(SECRET_PREFIX) :] not in text
     assert masked["secrets"][0]["secret"].startswith(SECRET_PREFIX)
-    assert value.as_dict(show_secrets=True)["secrets"] == [{"secret": secret, "expires_at": None}]
+    assert value.as_dict(show_secrets=True)["secrets"] == [
+        {"secret": secret, "expires_at": None, "key_id": None}
+    ]
     assert secret not in repr(value)
     assert secret not in repr(Secret(secret))

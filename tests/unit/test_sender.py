@@ -6,8 +6,8 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from dispatchers.config import DispatcherConfig
-from dispatchers.db import Job
 from dispatchers.http import Attempt, Sender, idempotency_header
+from dispatchers.jobs import Job
 from dispatchers.outcome import Verdict
 from outbox.secrets import generate_secret
 from tests.jobs import job as make_job

@@ -1,0 +1,95 @@
+"""What a claim hands the dispatcher: a :class:`Job` per claimed message, made
+by the claim statements' row factory, and the :class:`Completion` that records
+its outcome."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import BaseRowFactory, RowMaker
+
+from dispatchers.rows import columns
+from dispatchers.unsealing import OpenedSecrets
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A claimed message: what to send, and the attempt number that fences it."""
+
+    id: int
+    idempotency_key: str
+    url: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+    content_type: str
+    attempts: int
+    max_attempts: int
+    endpoint_id: int | None
+    event_type: str | None
+    created_at: datetime
+    retry_base: int = 0
+    secrets: tuple[str, ...] = ()
+    """The signing secrets in force, opened (see :mod:`dispatchers.unsealing`)."""
+    ordering_key: str | None = None
+    secrets_unavailable: str | None = None
+    """Why the endpoint's secrets could not be opened (naming the key): the
+    message must not be sent unsigned."""
+
+    def __repr__(self) -> str:  # never show secrets or payloads
+        return f"Job(id={self.id}, attempts={self.attempts}, endpoint_id={self.endpoint_id})"
+
+
+_CLAIMED = tuple(field.name for field in dataclasses.fields(Job))[:-1]
+"""The columns of a claim that are :class:`Job` fields, in their order (every
+field but the last, ``secrets_unavailable``, which opening the secrets decides)."""
+_COLUMNS = (*_CLAIMED, "secret_keys")
+_ENDPOINT_ID = _CLAIMED.index("endpoint_id")
+_SECRETS = _CLAIMED.index("secrets")
+
+
+def job_rows(secrets: OpenedSecrets) -> BaseRowFactory[Job | None]:
+    """The row factory of the claim statements: a :class:`Job` per claimed message
+    (its columns found by name once per result, see :mod:`dispatchers.rows`), its
+    secrets opened by ``secrets``, and None for the row without an id that says
+    capped endpoints hold more."""
+
+    def factory(cursor: Any) -> RowMaker[Job | None]:
+        take = columns(cursor, _COLUMNS)
+
+        def make(values: Sequence[Any]) -> Job | None:
+            fields = list(take(values))
+            if fields[0] is None:
+                return None
+            # the key ids' column becomes the last field: why the secrets are unavailable
+            fields[_SECRETS], fields[-1] = secrets.open(
+                fields[_ENDPOINT_ID], fields[_SECRETS], fields[-1]
+            )
+            return Job(*fields)
+
+        return make
+
+    return factory
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The outcome of one claim, as the completion batch writes it."""
+
+    id: int
+    attempt: int
+    state: str  # delivered | ready | dead
+    outcome: str  # delivered | retry | failed | gone | released
+    sent: bool
+    delay: float = 0.0
+    status: int | None = None
+    error_class: str | None = None
+    error: str | None = None
+    started_at: datetime | None = None
+    duration_ms: int | None = None
+    excerpt: str | None = None
+    endpoint_id: int | None = None
