@@ -130,19 +130,21 @@ async def _execute_async(
 
 
 _MISSING = frozenset({"42P01", "3F000"})  # undefined_table, invalid_schema_name
+_BEHIND = "42703"  # undefined_column: our statements name only columns we created
 
 
 @contextlib.contextmanager
 def schema_required(schema: str) -> Iterator[None]:
     """Raise :class:`SchemaNotMigrated` for an error of the block that says the
-    schema or its tables do not exist (by SQLSTATE, from psycopg or through
-    SQLAlchemy, which keeps the driver's error as ``orig``)."""
+    schema or its tables do not exist, or lack a column that a later migration
+    adds (by SQLSTATE, from psycopg or through SQLAlchemy, which keeps the
+    driver's error as ``orig``)."""
     try:
         yield
     except Exception as exc:
-        error = getattr(exc, "orig", exc)
-        if getattr(error, "sqlstate", None) in _MISSING:
-            raise SchemaNotMigrated(schema) from exc
+        sqlstate = getattr(getattr(exc, "orig", exc), "sqlstate", None)
+        if sqlstate in _MISSING or sqlstate == _BEHIND:
+            raise SchemaNotMigrated(schema, behind=sqlstate == _BEHIND) from exc
         raise
 
 

@@ -102,12 +102,15 @@ class MigrationError(OutboxError):
 
 class SchemaNotMigrated(OutboxError):
     """The outbox's tables are not in ``schema``: it was never migrated (or it is
-    the wrong schema name)."""
+    the wrong schema name); or (``behind``) it was migrated by an older version
+    of this package, and lacks a column this one writes."""
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, *, behind: bool = False) -> None:
         self.schema = schema
+        self.behind = behind
+        state = "is behind this version of outbox" if behind else "has no outbox tables"
         super().__init__(
-            f"schema {schema!r} has no outbox tables: run `outbox migrate --schema {schema}` "
+            f"schema {schema!r} {state}: run `outbox migrate --schema {schema}` "
             "(or outbox.migrate(url, schema=...)) first"
         )
 
