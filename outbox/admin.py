@@ -33,6 +33,7 @@ __all__ = [
     "AttemptInfo",
     "DeadMessage",
     "MessageInfo",
+    "ReplayedEvent",
     "dead_count",
     "dead_list",
     "dead_missing",
@@ -40,6 +41,7 @@ __all__ = [
     "dead_retry",
     "message_show",
     "replay",
+    "replay_event",
     "status",
 ]
 
@@ -298,9 +300,15 @@ def replay(
 
 def _replay_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[int]:
     queries = queries_for(schema)
-    endpoint_id = params["endpoint_id"]
+    yield from _enabled_endpoint_plan(schema, params["endpoint_id"])
+    return (yield from scalar_plan(queries["replay_notify" if notify else "replay"], params))
+
+
+def _enabled_endpoint_plan(schema: str, endpoint_id: int) -> Plan[None]:
+    """Raise :class:`InvalidArgument` unless the endpoint exists and is enabled
+    (a replay to a disabled endpoint would only pause); lock it against deletion."""
     endpoints = yield from rows_plan(
-        queries["replay_endpoint"], {"endpoint_id": endpoint_id}, _ReplayEndpoint
+        queries_for(schema)["replay_endpoint"], {"endpoint_id": endpoint_id}, _ReplayEndpoint
     )
     if not endpoints:
         raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
@@ -311,7 +319,73 @@ def _replay_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[int]
             f"endpoint {endpoint_id} is disabled{f' ({reason})' if reason else ''}; "
             "enable it first",
         )
-    return (yield from scalar_plan(queries["replay_notify" if notify else "replay"], params))
+
+
+class ReplayedEvent(NamedTuple):
+    """What :func:`replay_event` did: the endpoint's message of the event, and
+    whether this call wrote it (False: the endpoint had it already)."""
+
+    id: int
+    created: bool
+
+
+def replay_event(
+    tx: Any,
+    *,
+    schema: str = DEFAULT_SCHEMA,
+    event_key: str,
+    endpoint_id: int,
+    budget: int = DEFAULT_WEBHOOK_MAX_ATTEMPTS,
+    notify: bool = True,
+) -> ReplayedEvent:
+    """Send the event published under ``event_key`` to one endpoint.
+
+    Publishing is once per event key, whatever endpoints subscribed since: this
+    is how an old event reaches an endpoint added later (or one whose message
+    was purged), without going out again to the others. The endpoint gets the
+    event's payload as the other endpoints did, with the ``webhook-id``
+    ``<event key>:<endpoint id>``, and ``budget`` attempts; the event records the
+    new message. An endpoint that has the event's message already keeps it (its
+    id comes back, ``created`` False). The endpoint's subscriptions are not
+    consulted: the operator chose it. Raises :class:`InvalidArgument` for a
+    missing or disabled endpoint, an event key with no record (never published,
+    or published longer ago than the retention period), or an event whose
+    messages were all purged. ``notify`` wakes listening dispatchers when ``tx``
+    commits.
+    """
+    if not isinstance(event_key, str) or not event_key:
+        raise InvalidArgument("event_key", "must be a non-empty string")
+    params = {
+        "event_key": event_key,
+        "endpoint_id": check_id(endpoint_id, "endpoint_id"),
+        "budget": check_budget(budget),
+    }
+    return run_sync(tx, _replay_event_plan(schema, params, notify))
+
+
+def _replay_event_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[ReplayedEvent]:
+    yield from _enabled_endpoint_plan(schema, params["endpoint_id"])
+    statement = queries_for(schema)["replay_event_notify" if notify else "replay_event"]
+    (row,) = yield from rows_plan(statement, params, _ReplayEventRow)
+    if not row.recorded:
+        raise InvalidArgument(
+            "event_key",
+            "no event is recorded under this key (never published, or published "
+            "before the retention period)",
+        )
+    if not row.payload or row.id is None:
+        raise InvalidArgument("event_key", "the event's messages were all purged: nothing to send")
+    return ReplayedEvent(row.id, row.created)
+
+
+class _ReplayEventRow(NamedTuple):
+    """The row of ``replay_event``."""
+
+    recorded: bool
+    payload: bool
+    id: int | None
+    created: bool
+    notified: None = None
 
 
 class _ReplayEndpoint(NamedTuple):

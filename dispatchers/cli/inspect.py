@@ -14,6 +14,7 @@ from typing import Any
 
 from dispatchers.cli._common import (
     Commands,
+    UsageError,
     add_database_options,
     add_secrets_key_option,
     database_id,
@@ -31,8 +32,26 @@ from outbox.sealing import Keyring
 
 
 def cmd_replay(args: argparse.Namespace) -> ExitCode:
-    from outbox.admin import replay
+    from outbox.admin import replay, replay_event
 
+    if args.event is not None:
+        if args.since is not None or args.until is not None:
+            raise UsageError("--event sends one event: it takes no --since or --until")
+        with transaction(args) as conn:
+            sent = replay_event(
+                conn, schema=args.schema, event_key=args.event, endpoint_id=args.endpoint
+            )
+        emit(
+            args,
+            {"message_id": sent.id, "created": sent.created, "endpoint_id": args.endpoint},
+            f"sent the event to endpoint {args.endpoint} as message {sent.id}"
+            if sent.created
+            else f"endpoint {args.endpoint} has the event already (message {sent.id}); "
+            "nothing written",
+        )
+        return ExitCode.OK
+    if args.since is None:
+        raise UsageError("give --since (a window of delivered messages) or --event KEY")
     with transaction(args) as conn:
         count = replay(
             conn, schema=args.schema, endpoint_id=args.endpoint, since=args.since, until=args.until
@@ -219,9 +238,11 @@ def _secrets_warnings(secrets: dict[str, Any], ring: Keyring | None) -> list[str
 def add_parser(commands: Commands) -> None:
     p = commands.add_parser(
         "replay",
-        help="send an endpoint's delivered messages again",
+        help="send an endpoint's delivered messages again, or an old event to a new endpoint",
         description="Send the messages delivered to one endpoint in a time window again, "
-        "with their original webhook-id (receivers that dedupe ignore them). TIME is "
+        "with their original webhook-id (receivers that dedupe ignore them); or, with "
+        "--event, send one recorded event to an endpoint that did not get it (one "
+        "subscribed since: publishing a key again writes nothing). TIME is "
         "ISO 8601 with an offset or Z, or a span ago such as 30m, 2h, 7d.",
     )
     add_database_options(p)
@@ -230,10 +251,13 @@ def add_parser(commands: Commands) -> None:
         type=database_id,
         required=True,
         metavar="ID",
-        help="the endpoint whose delivered messages to send again",
+        help="the endpoint whose delivered messages to send again, or to send --event to",
     )
+    p.add_argument("--since", type=parse_time, metavar="TIME", help="delivered at or after TIME")
     p.add_argument(
-        "--since", type=parse_time, required=True, metavar="TIME", help="delivered at or after TIME"
+        "--event",
+        metavar="KEY",
+        help="send the event published under KEY to the endpoint (no --since, --until)",
     )
     p.add_argument("--until", type=parse_time, metavar="TIME", help="delivered before TIME")
     p.add_argument("--json", action="store_true", help="print the count as JSON")

@@ -151,6 +151,70 @@ WITH chosen AS (
 )
 SELECT count(*){notify} FROM replayed
 
+-- name: replay_event
+-- Send a recorded event to one endpoint (one subscribed after the event was
+-- published, or one whose message was purged): publish is once per event key,
+-- so this is how an old event reaches a new endpoint without going out again to
+-- the others. The payload is the body of a message the event wrote, in the hot
+-- table or the history (every endpoint's body is the same envelope); the new
+-- message is keyed "<event key>:<endpoint id>", its webhook-id, as publish keys
+-- it, and the event records its id. An endpoint that has the event's message
+-- already keeps it: its id comes back, with created false. The event row is
+-- locked, so two of these for one event and endpoint write one message.
+WITH event AS (
+    SELECT message_ids
+    FROM {schema}.events
+    WHERE event_key = %(event_key)s
+    FOR UPDATE
+), source AS (
+    SELECT s.body, s.event_type, s.ordering_key
+    FROM event
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.body, m.event_type, m.ordering_key
+        FROM {schema}.messages AS m
+        WHERE m.id = ANY (event.message_ids)
+        UNION ALL
+        SELECT d.id, d.body, d.event_type, d.ordering_key
+        FROM {schema}.delivered AS d
+        WHERE d.id = ANY (event.message_ids)
+        ORDER BY 1
+        LIMIT 1
+    ) AS s
+), existing AS (
+    SELECT k.message_id
+    FROM {schema}.message_keys AS k
+    WHERE k.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint)
+      AND k.idempotency_key = %(event_key)s || ':' || CAST(%(endpoint_id)s AS bigint)
+), new_key AS (
+    INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
+    SELECT 'endpoint:' || CAST(%(endpoint_id)s AS bigint),
+           %(event_key)s || ':' || CAST(%(endpoint_id)s AS bigint),
+           nextval('{schema}.messages_id_seq')
+    FROM source
+    WHERE NOT EXISTS (SELECT FROM existing)
+    ON CONFLICT (target, idempotency_key) DO NOTHING
+    RETURNING target, idempotency_key, message_id
+), new_message AS (
+    INSERT INTO {schema}.messages (
+        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        content_type, event_type, ordering_key, state, max_attempts
+    )
+    SELECT k.message_id, k.idempotency_key, k.target, CAST(%(endpoint_id)s AS bigint), NULL,
+           'POST', CAST('{{}}' AS jsonb), s.body, 'application/json', s.event_type,
+           s.ordering_key, 'ready', CAST(%(budget)s AS integer)
+    FROM new_key AS k
+    CROSS JOIN source AS s
+    RETURNING id
+), recorded AS (
+    UPDATE {schema}.events AS e
+    SET message_ids = e.message_ids || ARRAY(SELECT id FROM new_message)
+    WHERE e.event_key = %(event_key)s AND EXISTS (SELECT FROM new_message)
+)
+SELECT EXISTS (SELECT FROM event) AS recorded,
+       EXISTS (SELECT FROM source) AS payload,
+       COALESCE((SELECT id FROM new_message), (SELECT message_id FROM existing)) AS id,
+       EXISTS (SELECT FROM new_message) AS created{notify}
+
 -- name: message_get
 -- One message, from the hot table or (state 'delivered') from the history.
 SELECT m.id, m.idempotency_key, m.target,

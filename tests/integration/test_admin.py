@@ -20,6 +20,7 @@ from outbox.admin import (
     dead_retry,
     message_show,
     replay,
+    replay_event,
     status,
 )
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_MAX_ATTEMPTS
@@ -354,6 +355,47 @@ def test_replay_takes_only_the_window_and_refuses_bad_endpoints(db: Db) -> None:
         with invalid_argument("endpoint_id", match="disabled"):
             replay(conn, endpoint_id=ep, since=now - timedelta(days=7))
     assert db.query("SELECT count(*) FROM outbox.delivered") == [(2,)]
+
+
+async def test_an_old_event_reaches_an_endpoint_added_since_and_no_other(
+    db: Db, receiver: Receiver
+) -> None:
+    first = db.endpoint(url=receiver.url + "/first", event_types=["order.paid"])
+    (sent,) = db.publish("order.paid", "evt-9")
+    await drain(db.url)
+    later = db.endpoint(url=receiver.url + "/later", event_types=["order.*"])
+    # publishing the key again writes nothing, whatever subscribed since
+    assert db.publish("order.paid", "evt-9") == [sent]
+
+    with db.tx() as conn:
+        new = replay_event(conn, event_key="evt-9", endpoint_id=later)
+        assert new.created
+        # a second call finds the endpoint's message: one per endpoint and event
+        assert replay_event(conn, event_key="evt-9", endpoint_id=later) == (new.id, False)
+        # the endpoint that had it keeps its delivered message
+        assert replay_event(conn, event_key="evt-9", endpoint_id=first) == (sent, False)
+    # the event now records the new message: publishing the key again returns both
+    assert sorted(db.publish("order.paid", "evt-9")) == sorted([sent, new.id])
+
+    await drain(db.url)
+    by_path = {r.path: r for r in receiver.requests}
+    assert sorted(by_path) == ["/first", "/later"] and len(receiver.requests) == 2
+    assert by_path["/later"].headers["webhook-id"] == f"evt-9:{later}"
+    assert by_path["/later"].body == by_path["/first"].body  # the same envelope
+
+    with db.tx() as conn:
+        with invalid_argument("event_key", match="no event is recorded"):
+            replay_event(conn, event_key="evt-never", endpoint_id=later)
+        with invalid_argument("endpoint_id"):
+            replay_event(conn, event_key="evt-9", endpoint_id=later + 100)
+        Endpoints().disable(conn, later)
+        with invalid_argument("endpoint_id", match="disabled"):
+            replay_event(conn, event_key="evt-9", endpoint_id=later)
+    # an event whose messages were all purged has nothing to send
+    third = db.endpoint(url=receiver.url + "/third")
+    db.query("DELETE FROM outbox.delivered")
+    with db.tx() as conn, invalid_argument("event_key", match="purged"):
+        replay_event(conn, event_key="evt-9", endpoint_id=third)
 
 
 # -- message_show and status ---------------------------------------------------

@@ -306,6 +306,21 @@ def test_replay_messages_show_and_status(cli: Cli) -> None:
     code, _, _ = cli("status", "--max-lag", "3600")
     assert code == 0
 
+    # an old event to an endpoint subscribed since, once
+    with psycopg.connect(cli.url) as conn:
+        Outbox().publish(conn, "a.b", {"n": 1}, idempotency_key="evt-cli")
+        later = Endpoints().add(conn, url="https://example.com/later").id
+    code, _, err = cli("replay", "--endpoint", str(later))
+    assert code == 2 and "--since" in err and "--event" in err
+    code, _, err = cli("replay", "--endpoint", str(later), "--event", "evt-cli", "--since", "1h")
+    assert code == 2 and "--event" in err
+    sent = cli.json("replay", "--endpoint", str(later), "--event", "evt-cli")
+    assert sent["created"] and sent["endpoint_id"] == later
+    code, out, _ = cli("replay", "--endpoint", str(later), "--event", "evt-cli")
+    assert code == 0 and f"has the event already (message {sent['message_id']})" in out
+    code, _, err = cli("replay", "--endpoint", str(later), "--event", "evt-none")
+    assert code == 2 and "event_key" in err and "no event is recorded" in err
+
 
 def test_a_missing_schema_is_one_line_naming_outbox_migrate(cli: Cli) -> None:
     for command in (["status"], ["dead", "list"], ["endpoints", "list"], ["messages", "show", "1"]):
