@@ -116,7 +116,10 @@ class Outbox:
         ``tx`` is a SQLAlchemy ``Session`` or ``Connection`` or a psycopg
         ``Connection``; the row is written in its open transaction, which this
         method never commits. Enqueuing the same ``idempotency_key`` for the
-        same ``url`` again returns the first message's id and writes nothing.
+        same ``url`` again returns the first message's id and writes nothing if
+        it asks for the same request (method, headers, content type, body: see
+        ``outbox._digest``), and raises :class:`outbox.IdempotencyKeyReused`,
+        naming that message, if it does not.
         Give exactly one of ``json`` (serialised compactly, ``application/json``)
         or ``body`` (bytes, or str sent as UTF-8). Raises
         :class:`outbox.InvalidMessage`, naming the field, for bad input.
