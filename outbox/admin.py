@@ -16,9 +16,11 @@ retried, a delivered one replayed) keeps its ``attempts`` and gets a higher
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from outbox._arguments import check_budget, check_event_type_filter, check_id, check_since
@@ -42,8 +44,12 @@ __all__ = [
     "message_show",
     "replay",
     "replay_event",
+    "send_test_event",
     "status",
 ]
+
+TEST_EVENT_TYPE = "outbox.test"
+"""The event type of :func:`send_test_event`'s messages."""
 
 MAX_DEAD_LIST = 10_000
 """The most rows one :func:`dead_list` call returns."""
@@ -376,6 +382,40 @@ def _replay_event_plan(schema: str, params: dict[str, Any], notify: bool) -> Pla
     if not row.payload or row.id is None:
         raise InvalidArgument("event_key", "the event's messages were all purged: nothing to send")
     return ReplayedEvent(row.id, row.created)
+
+
+def send_test_event(
+    tx: Any, *, schema: str = DEFAULT_SCHEMA, endpoint_id: int, notify: bool = True
+) -> int:
+    """Send one test event to an endpoint; return its message id.
+
+    The message is a webhook like a published event's: the Standard Webhooks
+    envelope of type :data:`TEST_EVENT_TYPE` (its ``data`` names the endpoint),
+    a fresh ``webhook-id``, signed with the endpoint's secrets, whatever event
+    types the endpoint subscribes to. It has one attempt, so its outcome (the
+    receiver's status and reply, in ``messages show``) is known at once; a
+    failed test is a dead message like any other. Raises
+    :class:`InvalidArgument` for a missing or disabled endpoint.
+    """
+    endpoint_id = check_id(endpoint_id, "endpoint_id")
+    envelope = {
+        "type": TEST_EVENT_TYPE,
+        "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "data": {"endpoint_id": endpoint_id, "message": "a test event sent by an operator"},
+    }
+    params = {
+        "endpoint_id": endpoint_id,
+        "event_key": "evt_test_" + uuid.uuid4().hex,
+        "event_type": TEST_EVENT_TYPE,
+        "body": json.dumps(envelope, separators=(",", ":")).encode(),
+    }
+    return run_sync(tx, _test_event_plan(schema, params, notify))
+
+
+def _test_event_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[int]:
+    yield from _enabled_endpoint_plan(schema, params["endpoint_id"])
+    statement = queries_for(schema)["test_event_notify" if notify else "test_event"]
+    return (yield from scalar_plan(statement, params))
 
 
 class _ReplayEventRow(NamedTuple):

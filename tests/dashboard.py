@@ -52,6 +52,11 @@ class Ui:
         async with self.http.post(self.url + path, data=data, allow_redirects=False) as response:
             return response.status, await response.text()
 
+    async def post_location(self, path: str, data: dict[str, str]) -> tuple[int, str]:
+        """POST without following a redirect: the status and where it points."""
+        async with self.http.post(self.url + path, data=data, allow_redirects=False) as response:
+            return response.status, response.headers.get("Location", "")
+
     async def csrf(self, path: str) -> str:
         """The CSRF token of this session, from the page at ``path`` (one with a form)."""
         status, html = await self.get(path)

@@ -218,6 +218,20 @@ def cmd_endpoints_enable(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+def cmd_endpoints_test(args: argparse.Namespace) -> ExitCode:
+    from outbox.admin import send_test_event
+
+    with transaction(args) as conn:
+        message_id = send_test_event(conn, schema=args.schema, endpoint_id=args.id)
+    emit(
+        args,
+        {"id": args.id, "message_id": message_id},
+        f"sent a test event to endpoint {args.id} as message {message_id} (one attempt; "
+        f"`outbox messages show {message_id}` shows its outcome)",
+    )
+    return ExitCode.OK
+
+
 def cmd_endpoints_rotate_secret(args: argparse.Namespace) -> ExitCode:
     overlap = timedelta(hours=args.overlap)
     endpoints = _endpoints(args)
@@ -349,6 +363,13 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("--reason", default="disabled by an operator", help="why (shown in status)")
 
     p = action("enable", cmd_endpoints_enable, "resume delivering to an endpoint")
+    p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
+
+    p = action(
+        "test",
+        cmd_endpoints_test,
+        "send an endpoint a signed test event (type outbox.test), with one attempt",
+    )
     p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
 
     p = action(

@@ -95,6 +95,7 @@ def build_app(dashboard: Dashboard) -> web.Application:
         app.router.add_post("/endpoints/{id}/edit", endpoint_pages.endpoint_edit)
         app.router.add_post("/endpoints/{id}/rotate-secret", endpoint_pages.endpoint_rotate)
         app.router.add_post("/endpoints/{id}/replay", endpoint_pages.endpoint_replay)
+        app.router.add_post("/endpoints/{id}/test", endpoint_pages.endpoint_test)
     return app
 
 

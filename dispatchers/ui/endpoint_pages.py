@@ -1,6 +1,7 @@
 """The endpoint pages and actions of the dashboard: the list with each one's
 health, one endpoint's last hour, and the changes an operator makes to it
-(enable, disable, edit, rotate its secret, replay its history). They follow the
+(enable, disable, edit, rotate its secret, replay its history, send it a test
+event). They follow the
 rules of :mod:`dispatchers.ui.views`.
 """
 
@@ -14,7 +15,7 @@ from aiohttp import web
 
 from dispatchers.ui.dashboard import bad, dashboard_of, log_action, render
 from dispatchers.ui.fields import SPANS, BadInput, read_cap, read_since, read_text, route_id
-from outbox.admin import replay, status
+from outbox.admin import replay, send_test_event, status
 from outbox.endpoints import DEFAULT_ROTATION_OVERLAP, Endpoints
 from outbox.errors import InvalidArgument
 from outbox.secrets import fingerprint, generate_secret
@@ -185,3 +186,22 @@ async def endpoint_replay(request: web.Request) -> web.StreamResponse:
         dashboard, "endpoint_replay", count, endpoint_id=endpoint_id, since=since.isoformat()
     )
     raise web.HTTPSeeOther(f"/endpoints/{endpoint_id}?done=replay&count={count}")
+
+
+async def endpoint_test(request: web.Request) -> web.StreamResponse:
+    """Send the endpoint a test event (:func:`outbox.admin.send_test_event`) and
+    show its message, where its one attempt appears once a dispatcher made it."""
+    dashboard = dashboard_of(request)
+    store = dashboard.store
+    try:
+        endpoint_id = route_id(request)
+    except BadInput as exc:
+        return bad(request, exc)
+    try:
+        message_id = await store.write(
+            lambda conn: send_test_event(conn, schema=store.schema, endpoint_id=endpoint_id)
+        )
+    except InvalidArgument as exc:
+        return bad(request, exc)
+    log_action(dashboard, "endpoint_test_event", 1, endpoint_id=endpoint_id, message_id=message_id)
+    raise web.HTTPSeeOther(f"/messages/{message_id}")

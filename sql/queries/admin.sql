@@ -215,6 +215,30 @@ SELECT EXISTS (SELECT FROM event) AS recorded,
        COALESCE((SELECT id FROM new_message), (SELECT message_id FROM existing)) AS id,
        EXISTS (SELECT FROM new_message) AS created{notify}
 
+-- name: test_event
+-- One test event for one endpoint, as an operator's "send a test event": a
+-- message keyed "<key>:<endpoint id>" like a published event's (that is its
+-- webhook-id), signed and sent as every webhook is, with one attempt so that
+-- its outcome shows at once. No event is recorded: nothing publishes it again.
+WITH new_key AS (
+    INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
+    VALUES ('endpoint:' || CAST(%(endpoint_id)s AS bigint),
+            %(event_key)s || ':' || CAST(%(endpoint_id)s AS bigint),
+            nextval('{schema}.messages_id_seq'))
+    RETURNING target, idempotency_key, message_id
+), new_message AS (
+    INSERT INTO {schema}.messages (
+        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        content_type, event_type, state, max_attempts
+    )
+    SELECT message_id, idempotency_key, target, CAST(%(endpoint_id)s AS bigint), NULL,
+           'POST', CAST('{{}}' AS jsonb), CAST(%(body)s AS bytea), 'application/json',
+           CAST(%(event_type)s AS text), 'ready', 1
+    FROM new_key
+    RETURNING id
+)
+SELECT id{notify} FROM new_message
+
 -- name: message_get
 -- One message, from the hot table or (state 'delivered') from the history.
 SELECT m.id, m.idempotency_key, m.target,

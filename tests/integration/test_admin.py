@@ -8,11 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from standardwebhooks.webhooks import Webhook
 
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
 from outbox._queries import queries_for
 from outbox.admin import (
+    TEST_EVENT_TYPE,
     dead_count,
     dead_list,
     dead_missing,
@@ -21,14 +23,16 @@ from outbox.admin import (
     message_show,
     replay,
     replay_event,
+    send_test_event,
     status,
 )
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import Endpoints
+from outbox.secrets import generate_secret
 from tests.dispatching import fast_config
 from tests.errors import invalid_argument
 from tests.operating import Db
-from tests.receiver import Receiver
+from tests.receiver import Receiver, Reply
 
 
 async def drain(url: str) -> Dispatcher:
@@ -396,6 +400,35 @@ async def test_an_old_event_reaches_an_endpoint_added_since_and_no_other(
     db.query("DELETE FROM outbox.delivered")
     with db.tx() as conn, invalid_argument("event_key", match="purged"):
         replay_event(conn, event_key="evt-9", endpoint_id=third)
+
+
+async def test_a_test_event_is_signed_sent_once_and_refused_for_a_disabled_endpoint(
+    db: Db, receiver: Receiver
+) -> None:
+    receiver.responder = lambda request: Reply(503)  # a failed test: one attempt, then dead
+    secret = generate_secret()
+    ep = db.endpoint(url=receiver.url + "/hook", event_types=["order.paid"], secret=secret)
+    with db.tx() as conn:
+        first = send_test_event(conn, endpoint_id=ep)
+        second = send_test_event(conn, endpoint_id=ep)
+    await drain(db.url)
+
+    assert len(receiver.requests) == 2
+    for request in receiver.requests:
+        envelope = Webhook(secret).verify(request.body, request.headers)
+        assert envelope["type"] == TEST_EVENT_TYPE and envelope["data"]["endpoint_id"] == ep
+    webhook_ids = {r.headers["webhook-id"] for r in receiver.requests}
+    assert len(webhook_ids) == 2 and all(i.endswith(f":{ep}") for i in webhook_ids)
+    assert db.query("SELECT id, state, attempts FROM outbox.messages ORDER BY id") == [
+        (first, "dead", 1),
+        (second, "dead", 1),
+    ]
+    with db.tx() as conn:
+        Endpoints().disable(conn, ep)
+        with invalid_argument("endpoint_id", match="disabled"):
+            send_test_event(conn, endpoint_id=ep)
+        with invalid_argument("endpoint_id"):
+            send_test_event(conn, endpoint_id=ep + 1)
 
 
 # -- message_show and status ---------------------------------------------------

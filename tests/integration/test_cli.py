@@ -321,6 +321,14 @@ def test_replay_messages_show_and_status(cli: Cli) -> None:
     code, _, err = cli("replay", "--endpoint", str(later), "--event", "evt-none")
     assert code == 2 and "event_key" in err and "no event is recorded" in err
 
+    tested = cli.json("endpoints", "test", str(later))
+    assert cli.query(
+        "SELECT endpoint_id, event_type, max_attempts FROM outbox.messages WHERE id = %s",
+        tested["message_id"],
+    ) == [(later, "outbox.test", 1)]
+    code, _, err = cli("endpoints", "test", str(later + 100))
+    assert code == 2 and f"no endpoint with id {later + 100}" in err
+
 
 def test_a_missing_schema_is_one_line_naming_outbox_migrate(cli: Cli) -> None:
     for command in (["status"], ["dead", "list"], ["endpoints", "list"], ["messages", "show", "1"]):

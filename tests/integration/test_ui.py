@@ -230,6 +230,7 @@ async def test_read_only_offers_and_accepts_no_action(db: Db) -> None:
             f"/endpoints/{endpoint}/edit",
             f"/endpoints/{endpoint}/rotate-secret",
             f"/endpoints/{endpoint}/replay",
+            f"/endpoints/{endpoint}/test",
         ):
             status, _ = await ui.post(path, {})
             assert status in (403, 405), path
@@ -456,6 +457,28 @@ async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed
     actions = [(e["action"], e["rows"]) for e in events]
     assert actions == [("endpoint_edit", 1), ("endpoint_rotate_secret", 1), ("endpoint_replay", 1)]
     assert events[1]["new"] == fingerprint(secret)
+
+
+async def test_a_test_event_is_sent_to_the_endpoint_and_its_message_shown(db: Db) -> None:
+    endpoint = db.endpoint(event_types=["order.created"])
+    async with running(db.url) as ui:
+        csrf = await ui.csrf(f"/endpoints/{endpoint}")
+        assert 'id="test-event"' in (await ui.get(f"/endpoints/{endpoint}"))[1]
+        status, _ = await ui.post(f"/endpoints/{endpoint}/test", {})
+        assert status == 403  # no CSRF token: nothing written
+        assert db.query("SELECT count(*) FROM outbox.messages") == [(0,)]
+        status, location = await ui.post_location(f"/endpoints/{endpoint}/test", {"csrf": csrf})
+        status_missing, refusal = await ui.post("/endpoints/999999/test", {"csrf": csrf})
+        events = ui.events("ui_action")
+    ((message, event_type, kept_endpoint),) = db.query(
+        "SELECT id, event_type, endpoint_id FROM outbox.messages"
+    )
+    assert status == 303 and location == f"/messages/{message}"
+    assert (event_type, kept_endpoint) == ("outbox.test", endpoint)  # whatever it subscribes to
+    assert status_missing == 400 and "no endpoint with id 999999" in refusal
+    assert [(e["action"], e["rows"], e["message_id"]) for e in events] == [
+        ("endpoint_test_event", 1, message)
+    ]
 
 
 async def test_sign_in_refuses_an_address_after_a_few_wrong_tokens(db: Db) -> None:
