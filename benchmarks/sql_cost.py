@@ -118,7 +118,7 @@ def _schema(url: str, messages: int, version: int | None = None) -> Iterator[str
                     )
                 )
         keys = [f"k-{i}" for i in range(messages)]
-        seed_backlog(url, schema, target="http://127.0.0.1:9/hook", keys=keys)
+        seed_backlog(url, schema, targets=["http://127.0.0.1:9/hook"], keys=keys)
         with connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("VACUUM ANALYZE {}.messages").format(sql.Identifier(schema)))
         yield schema
