@@ -139,11 +139,12 @@ WITH chosen AS (
     RETURNING d.*
 ), replayed AS (
     INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,
         content_type, event_type, ordering_key, state, attempts, max_attempts,
         retry_base, available_at, last_status, created_at
     )
-    SELECT id, idempotency_key, target, endpoint_id, url, method, headers, body,
+    -- an endpoint's messages: their destination is their target, "endpoint:<id>"
+    SELECT id, idempotency_key, target, target, endpoint_id, url, method, headers, body,
            content_type, event_type, ordering_key, 'ready', attempts,
            attempts + CAST(%(budget)s AS integer), attempts, now(), last_status, created_at
     FROM moved

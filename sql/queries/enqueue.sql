@@ -19,11 +19,12 @@ WITH new_key AS (
     RETURNING message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,
         content_type, event_type, ordering_key, state, max_attempts, available_at
     )
     SELECT new_key.message_id,
            CAST(%(idempotency_key)s AS text), CAST(%(target)s AS text),
+           CAST(%(destination)s AS text),
            CAST(%(endpoint_id)s AS bigint), CAST(%(url)s AS text),
            CAST(%(method)s AS text), CAST(%(headers)s AS jsonb), CAST(%(body)s AS bytea),
            CAST(%(content_type)s AS text), CAST(%(event_type)s AS text),
@@ -45,7 +46,8 @@ WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
 -- name: publish
 -- Fan one event out to every enabled endpoint subscribed to its type, in the
 -- caller's transaction: one message per endpoint, keyed "<event key>:<endpoint>"
--- so that publishing the same event again writes nothing. A subscription is an
+-- so that publishing the same event again writes nothing. The endpoint is the
+-- message's destination ("endpoint:<id>", its target). A subscription is an
 -- exact type or a "prefix.*" pattern; an endpoint with none gets every type.
 -- Returns the new message ids, then (created = false) the ids that existed. A key
 -- that a concurrent transaction committed while this statement waited for it is
@@ -72,10 +74,10 @@ WITH subscribed AS (
     RETURNING target, idempotency_key, message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,
         content_type, event_type, ordering_key, state, max_attempts
     )
-    SELECT k.message_id, k.idempotency_key, k.target, s.id, NULL, 'POST',
+    SELECT k.message_id, k.idempotency_key, k.target, k.target, s.id, NULL, 'POST',
            CAST('{{}}' AS jsonb), CAST(%(body)s AS bytea), 'application/json',
            CAST(%(event_type)s AS text), CAST(%(ordering_key)s AS text), 'ready',
            CAST(%(max_attempts)s AS integer)

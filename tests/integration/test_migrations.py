@@ -21,6 +21,7 @@ from psycopg import sql
 
 from dispatchers.embedded import EmbeddedPostgres
 from outbox import ConfigurationError, MigrationError, Outbox, migrate
+from outbox._message import url_origin
 from outbox._queries import queries_for
 from outbox.endpoints import Endpoints, Secret
 from outbox.migrations import Migration, _lock_key, applied_versions, load_migrations
@@ -71,6 +72,23 @@ def outbox_command() -> list[str]:
     return [sys.executable, "-m", "dispatchers.cli"]
 
 
+def enqueue_before_0009(conn: psycopg.Connection[Any], url: str, key: str) -> int:
+    """Write a plain message as ``enqueue`` wrote it before migration 0009 added
+    its destination (the library of today writes that column)."""
+    row = conn.execute(
+        "WITH new_key AS ("
+        " INSERT INTO outbox.message_keys (target, idempotency_key, message_id)"
+        " VALUES (%(url)s, %(key)s, nextval('outbox.messages_id_seq')) RETURNING message_id)"
+        " INSERT INTO outbox.messages (id, idempotency_key, target, url, body, content_type,"
+        " max_attempts)"
+        " SELECT message_id, %(key)s, %(url)s, %(url)s, '{}', 'application/json', 5"
+        " FROM new_key RETURNING id",
+        {"url": url, "key": key},
+    ).fetchone()
+    assert row
+    return int(row[0])
+
+
 # -- the runner ----------------------------------------------------------------------
 
 
@@ -94,7 +112,7 @@ def test_migrate_creates_the_schema_on_an_empty_database(empty_database_url: str
             ).fetchall()
         )
     assert "WHERE ((state)::text = 'ready'::text)" in indexes["messages_claimable_idx"]
-    assert "(available_at, id)" in indexes["messages_claimable_idx"]
+    assert "(destination, available_at, id)" in indexes["messages_claimable_idx"]
     assert "WHERE ((state)::text = 'running'::text)" in indexes["messages_lease_idx"]
     assert "(lease_until)" in indexes["messages_lease_idx"]
 
@@ -184,8 +202,8 @@ def test_dropping_the_key_index_keeps_existing_keys_deduping(empty_database_url:
     migrate(empty_database_url, migrations=MIGRATIONS[:3])
     box = Outbox()
     with psycopg.connect(empty_database_url) as conn:
-        pending = box.enqueue(conn, url="https://example.com/a", idempotency_key="p", json={})
-        done = box.enqueue(conn, url="https://example.com/a", idempotency_key="d", json={})
+        pending = enqueue_before_0009(conn, "https://example.com/a", "p")
+        done = enqueue_before_0009(conn, "https://example.com/a", "d")
         conn.execute(
             "WITH moved AS (DELETE FROM outbox.messages WHERE id = %s RETURNING *)"
             " INSERT INTO outbox.delivered (id, idempotency_key, target, url, method, headers,"
@@ -399,7 +417,6 @@ def test_upgrading_rows_to_domains_keeps_them_and_equals_a_fresh_schema(
     # a database at 0004 with a row in every table that 0005 changes
     before = MIGRATIONS[:4]
     migrate(empty_database_url, migrations=before)
-    box = Outbox()
     with psycopg.connect(empty_database_url) as conn:
         endpoint = conn.execute(
             "INSERT INTO outbox.endpoints (url, max_concurrency, rate_limit_per_s)"
@@ -410,7 +427,7 @@ def test_upgrading_rows_to_domains_keeps_them_and_equals_a_fresh_schema(
             "INSERT INTO outbox.endpoint_slots (endpoint_id, slot) VALUES (%s, 1), (%s, 2)",
             (endpoint[0], endpoint[0]),
         )
-        message = box.enqueue(conn, url="https://example.com/a", idempotency_key="p", json={})
+        message = enqueue_before_0009(conn, "https://example.com/a", "p")
         conn.execute(
             "UPDATE outbox.messages SET state = 'dead', attempts = 3, retry_base = 1 WHERE id = %s",
             (message,),
@@ -453,7 +470,7 @@ def test_upgraded_schema_still_refuses_a_value_outside_each_rule(
         conn.execute(
             "INSERT INTO outbox.endpoint_slots (endpoint_id, slot) VALUES (%s, 1)", endpoint
         )
-        message = Outbox().enqueue(conn, url="https://example.com/a", idempotency_key="p", json={})
+        message = enqueue_before_0009(conn, "https://example.com/a", "p")
         conn.execute(
             "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
             " VALUES (%s, 1, 'o', now(), 'failed')",
@@ -506,6 +523,46 @@ def test_moving_secrets_to_their_own_table_keeps_endpoints_signing_as_before(
     ]
     assert "secrets" not in {
         column for table, _, column, *_ in upgraded["columns"] if table == "endpoints"
+    }
+    for part in CATALOG:
+        assert upgraded[part] == fresh[part], part
+
+
+def test_destinations_of_existing_messages_are_the_ones_enqueue_computes(
+    empty_database_url: str,
+) -> None:
+    # a database at 0008 with plain messages in several spellings and a webhook
+    migrate(empty_database_url, migrations=MIGRATIONS[:8])
+    urls = [
+        "https://example.com/a",
+        "HTTPS://Example.COM:443/b?x=1",
+        "http://example.com:/c",
+        "http://example.com:08080/d",
+        "http://[2001:DB8::1]/e",
+        "https://[::1]:8443/f",
+    ]
+    with psycopg.connect(empty_database_url) as conn:
+        plain = [enqueue_before_0009(conn, url, f"k{i}") for i, url in enumerate(urls)]
+        endpoint = conn.execute(
+            "INSERT INTO outbox.endpoints (url) VALUES ('https://example.com/') RETURNING id"
+        ).fetchone()
+        assert endpoint
+        conn.execute(
+            "INSERT INTO outbox.messages (idempotency_key, target, endpoint_id, body,"
+            " content_type, max_attempts) VALUES ('w', %s, %s, '{}', 'application/json', 8)",
+            (f"endpoint:{endpoint[0]}", endpoint[0]),
+        )
+
+    migrate(empty_database_url)
+    migrate(empty_database_url, schema="fresh")
+
+    with connect(empty_database_url) as conn:
+        found = dict(conn.execute("SELECT idempotency_key, destination FROM outbox.messages"))
+        upgraded, fresh = catalog(conn, "outbox"), catalog(conn, "fresh")
+    assert len(plain) == len(urls)
+    assert found == {
+        **{f"k{i}": url_origin(url) for i, url in enumerate(urls)},
+        "w": f"endpoint:{endpoint[0]}",
     }
     for part in CATALOG:
         assert upgraded[part] == fresh[part], part
