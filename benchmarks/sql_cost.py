@@ -40,7 +40,7 @@ import psycopg
 from psycopg import sql
 
 from dispatchers.bench.env import connect, database, fresh_schema, postgres_clock, seed_backlog
-from dispatchers.config import DispatcherConfig
+from dispatchers.config import MAX_COUNT, DispatcherConfig
 from dispatchers.db import Completion, Store
 from outbox._queries import Statement
 
@@ -132,9 +132,10 @@ async def drain(
     statement; µs per message, by version."""
     with ExitStack() as stack:
         schemas = {v: stack.enter_context(_schema(url, messages + HELD, v)) for v in versions}
-        stores = {
-            v: Store(url, DispatcherConfig(schema=s, lease=600.0)) for v, s in schemas.items()
-        }
+        # every message to one destination: no bound there, so that each claim
+        # takes all it asks for
+        config = DispatcherConfig(lease=600.0, destination_concurrency=MAX_COUNT)
+        stores = {v: Store(url, replace(config, schema=s)) for v, s in schemas.items()}
         try:
             for store in stores.values():
                 await store.open()
@@ -233,10 +234,9 @@ def plans(url: str, batches: list[int]) -> list[tuple[str, float, float]]:
         now = datetime.now(UTC)
         fake = [_success(i, 1, now) for i in range(size)]
         retry = [replace(c, state="ready", outcome="retry", status=500, delay=5.0) for c in fake]
-        claim = {"owner": OWNER, "limit": size, "lease_s": 30.0}
         cases = [
-            ("claim", (store.queries["claim"], claim)),
-            ("claim_uncapped", (store.queries["claim_uncapped"], claim)),
+            ("claim", store.claim_statement(OWNER, size, capped=True)),
+            ("claim_uncapped", store.claim_statement(OWNER, size, capped=False)),
             ("complete (retry)", store.complete_statement(OWNER, retry)),
             ("complete (success)", store.complete_statement(OWNER, fake)),
             (

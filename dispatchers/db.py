@@ -9,13 +9,14 @@ themselves live in ``sql/queries/dispatch.sql``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import os
 import socket
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -116,6 +117,7 @@ class Job:
     endpoint_id: int | None
     event_type: str | None
     created_at: datetime
+    destination: str  # what the dispatcher bounds requests in flight by
     retry_base: int = 0
     secrets: tuple[str, ...] = ()
     ordering_key: str | None = None
@@ -298,17 +300,31 @@ class Store:
         return rows
 
     def claim_statement(
-        self, owner: str, limit: int, *, capped: bool
+        self, owner: str, limit: int, *, capped: bool, busy: Mapping[str, int] | None = None
     ) -> tuple[Statement, dict[str, Any]]:
         """The claim statement and its parameters: ``claim`` if some endpoint may
-        have a concurrency cap, else the cheaper ``claim_uncapped``."""
+        have a concurrency cap, else the cheaper ``claim_uncapped``. ``busy`` counts
+        the requests in flight per destination, which leave that much less room
+        there under the bound per destination."""
+        busy = busy or {}
         return (
             self.queries["claim" if capped else "claim_uncapped"],
-            {"owner": owner, "limit": limit, "lease_s": self.config.lease},
+            {
+                "owner": owner,
+                "limit": limit,
+                "lease_s": self.config.lease,
+                "per_destination": self.config.per_destination,
+                "busy": list(busy),
+                "busy_counts": list(busy.values()),
+            },
         )
 
-    async def claim(self, owner: str, limit: int) -> list[Job]:
-        """Claim up to ``limit`` due messages.
+    async def claim(
+        self, owner: str, limit: int, busy: Mapping[str, int] | None = None
+    ) -> list[Job]:
+        """Claim up to ``limit`` due messages, shared across their destinations, at
+        most ``config.per_destination`` in flight to each, ``busy`` (requests in
+        flight per destination) included.
 
         ``claim_uncapped`` first, which passes over the messages of endpoints
         with a concurrency cap and says whether there are such endpoints; if so,
@@ -318,7 +334,7 @@ class Store:
         jobs: list[Job] = []
         if time.monotonic() >= self._capped_until:
             rows = await self._run(
-                *self.claim_statement(owner, limit, capped=False),
+                *self.claim_statement(owner, limit, capped=False, busy=busy),
                 _job_row,
                 timeouts=self._claim_timeouts,
             )
@@ -327,9 +343,11 @@ class Store:
                 return jobs
             self._capped_until = time.monotonic() + CAPPED_RECHECK
         if len(jobs) < limit:
+            busy = collections.Counter(busy or {})
+            busy.update(job.destination for job in jobs)
             try:
                 rows = await self._run(
-                    *self.claim_statement(owner, limit - len(jobs), capped=True),
+                    *self.claim_statement(owner, limit - len(jobs), capped=True, busy=busy),
                     _job_row,
                     timeouts=self._claim_timeouts,
                 )

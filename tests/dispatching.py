@@ -42,6 +42,9 @@ FAST: Mapping[str, Any] = MappingProxyType(
         "retry_policy": FAST_RETRY,
         "webhook_retry_policy": FAST_WEBHOOK_RETRY,
         "concurrency": 8,
+        # most tests send to one receiver, with every request slot: the bound per
+        # destination has tests of its own
+        "destination_concurrency": 8,
     }
 )
 """The settings of :func:`fast_config` before presets and overrides."""

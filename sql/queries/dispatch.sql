@@ -5,38 +5,82 @@
 -- quoted name of the schema's notification channel.
 
 -- name: claim
--- Claim up to %(limit)s due messages for one dispatcher, in one statement that
--- commits before any HTTP work starts. The candidates come from the partial
--- claimable index in (available_at, id) order; SKIP LOCKED lets several
--- dispatchers claim side by side without waiting on each other.
+-- Claim up to %(limit)s due messages for one dispatcher, shared fairly across
+-- their destinations (an endpoint, or the origin of a plain message's URL), in
+-- one statement that commits before any HTTP work starts.
+--
+-- A loose scan of the claimable index lists the destinations with ready
+-- messages (one index probe each, whatever their backlogs); each contributes its
+-- first due messages in (available_at, id) order, at most as many as it has room
+-- for under the dispatcher's bound per destination (%(per_destination)s, less the
+-- %(busy_counts)s it has in flight at the %(busy)s destinations). They are taken
+-- in turns, every destination's first, then every second, ..., so that a deep or
+-- slow backlog cannot hold another destination's messages back. SKIP LOCKED lets
+-- several dispatchers claim side by side without waiting on each other.
 -- A message with an ordering key waits while an earlier message of the same key
 -- is ready, running or paused; a dead one no longer holds its successors back.
 -- attempts + 1 is the fencing token every later write of this claim must match.
 -- A webhook message whose endpoint was disabled after it was written waits (the
 -- disable pauses the rows it can see; this catches the ones committed later).
-WITH candidates AS (
+WITH RECURSIVE destinations AS (
+    (SELECT m.destination
+     FROM {schema}.messages AS m
+     WHERE m.state = 'ready'
+     ORDER BY m.destination
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.destination
+            FROM {schema}.messages AS m
+            WHERE m.state = 'ready' AND m.destination > d.destination
+            ORDER BY m.destination
+            LIMIT 1)
+    FROM destinations AS d
+    WHERE d.destination IS NOT NULL
+), heads AS (
+    SELECT h.id, h.available_at,
+           row_number() OVER (PARTITION BY d.destination ORDER BY h.available_at, h.id) AS turn
+    FROM destinations AS d
+    LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
+        AS busy(destination, n) ON busy.destination = d.destination
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.available_at
+        FROM {schema}.messages AS m
+        WHERE m.destination = d.destination
+          AND m.state = 'ready'
+          AND m.available_at <= now()
+          AND (m.endpoint_id IS NULL OR EXISTS (
+                SELECT 1 FROM {schema}.endpoints AS e
+                WHERE e.id = m.endpoint_id
+                  AND e.enabled
+                  -- a capped endpoint with every slot taken is skipped, so its
+                  -- backlog cannot crowd other messages out of the batch
+                  AND (e.max_concurrency IS NULL OR EXISTS (
+                        SELECT 1 FROM {schema}.endpoint_slots AS s
+                        WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
+          AND (m.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1
+                FROM {schema}.messages AS earlier
+                WHERE earlier.ordering_key = m.ordering_key
+                  AND earlier.id < m.id
+                  AND earlier.state IN ('ready', 'running', 'paused')))
+        ORDER BY m.available_at, m.id
+        LIMIT GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
+    ) AS h
+    WHERE d.destination IS NOT NULL  -- the row that ends the list
+), candidates AS (
+    -- locked in turn order until the batch is full: the heads another claimer
+    -- holds are skipped, and ones it claimed since our snapshot drop out on the
+    -- re-check of their newest version. By primary key, from an array: the
+    -- planner cannot tell how few heads there are, and joined to them instead
+    -- it may hash the whole table.
     SELECT m.id, m.endpoint_id, m.available_at
-    FROM {schema}.messages AS m
-    WHERE m.state = 'ready'
-      AND m.available_at <= now()
-      AND (m.endpoint_id IS NULL OR EXISTS (
-            SELECT 1 FROM {schema}.endpoints AS e
-            WHERE e.id = m.endpoint_id
-              AND e.enabled
-              -- a capped endpoint with every slot taken is skipped, so its
-              -- backlog cannot crowd other messages out of the batch
-              AND (e.max_concurrency IS NULL OR EXISTS (
-                    SELECT 1 FROM {schema}.endpoint_slots AS s
-                    WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
-      AND (m.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1
-            FROM {schema}.messages AS earlier
-            WHERE earlier.ordering_key = m.ordering_key
-              AND earlier.id < m.id
-              AND earlier.state IN ('ready', 'running', 'paused')))
-    ORDER BY m.available_at, m.id
+    FROM unnest(ARRAY(SELECT id FROM heads ORDER BY turn, available_at, id))
+        WITH ORDINALITY AS h(id, n)
+    JOIN {schema}.messages AS m ON m.id = h.id
+    WHERE m.state = 'ready' AND m.available_at <= now()
+    ORDER BY h.n
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF m SKIP LOCKED
 ), capped AS (
     -- candidates of capped endpoints, numbered per endpoint in claim order
     SELECT c.id, c.endpoint_id,
@@ -79,7 +123,7 @@ WITH candidates AS (
     WHERE m.id = ANY (ARRAY(SELECT id FROM claimable))
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at, m.ordering_key
+              m.retry_base, m.available_at, m.ordering_key, m.destination
 )
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
@@ -90,7 +134,7 @@ SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
              WHERE s.endpoint_id = c.endpoint_id
                AND (s.expires_at IS NULL OR s.expires_at > now())
              ORDER BY s.id DESC) AS secrets,
-       c.ordering_key
+       c.ordering_key, c.destination
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
 ORDER BY c.available_at, c.id
@@ -98,28 +142,61 @@ ORDER BY c.available_at, c.id
 -- name: claim_uncapped
 -- "claim" for every message that needs no slot: no endpoint, or an endpoint
 -- without a concurrency cap (without caps, the common case, that is every
--- message "claim" would take), in the same order, with the same result rows.
--- Without the slot machinery it costs half as much to plan, and less to run
--- (the dispatcher prepares both, once per server connection). When some
+-- message "claim" would take), as fair, in the same order, with the same result
+-- rows. Without the slot machinery it costs half as much to plan, and less to
+-- run (the dispatcher prepares both, once per server connection). When some
 -- endpoint has a cap, its messages are passed over and one more row, all NULL,
 -- says so: the caller then claims the rest with "claim".
-WITH candidates AS (
+WITH RECURSIVE destinations AS (
+    -- as in "claim"
+    (SELECT m.destination
+     FROM {schema}.messages AS m
+     WHERE m.state = 'ready'
+     ORDER BY m.destination
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.destination
+            FROM {schema}.messages AS m
+            WHERE m.state = 'ready' AND m.destination > d.destination
+            ORDER BY m.destination
+            LIMIT 1)
+    FROM destinations AS d
+    WHERE d.destination IS NOT NULL
+), heads AS (
+    SELECT h.id, h.available_at,
+           row_number() OVER (PARTITION BY d.destination ORDER BY h.available_at, h.id) AS turn
+    FROM destinations AS d
+    LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
+        AS busy(destination, n) ON busy.destination = d.destination
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.available_at
+        FROM {schema}.messages AS m
+        WHERE m.destination = d.destination
+          AND m.state = 'ready'
+          AND m.available_at <= now()
+          AND (m.endpoint_id IS NULL OR EXISTS (
+                SELECT 1 FROM {schema}.endpoints AS e
+                WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
+          AND (m.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1
+                FROM {schema}.messages AS earlier
+                WHERE earlier.ordering_key = m.ordering_key
+                  AND earlier.id < m.id
+                  AND earlier.state IN ('ready', 'running', 'paused')))
+        ORDER BY m.available_at, m.id
+        LIMIT GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
+    ) AS h
+    WHERE d.destination IS NOT NULL  -- the row that ends the list
+), candidates AS (
+    -- as in "claim"
     SELECT m.id
-    FROM {schema}.messages AS m
-    WHERE m.state = 'ready'
-      AND m.available_at <= now()
-      AND (m.endpoint_id IS NULL OR EXISTS (
-            SELECT 1 FROM {schema}.endpoints AS e
-            WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
-      AND (m.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1
-            FROM {schema}.messages AS earlier
-            WHERE earlier.ordering_key = m.ordering_key
-              AND earlier.id < m.id
-              AND earlier.state IN ('ready', 'running', 'paused')))
-    ORDER BY m.available_at, m.id
+    FROM unnest(ARRAY(SELECT id FROM heads ORDER BY turn, available_at, id))
+        WITH ORDINALITY AS h(id, n)
+    JOIN {schema}.messages AS m ON m.id = h.id
+    WHERE m.state = 'ready' AND m.available_at <= now()
+    ORDER BY h.n
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF m SKIP LOCKED
 ), capped AS (
     -- one row if some endpoint has a cap (its messages were passed over)
     SELECT 1 FROM {schema}.endpoints WHERE max_concurrency IS NOT NULL LIMIT 1
@@ -133,7 +210,7 @@ WITH candidates AS (
     WHERE m.id = ANY (ARRAY(SELECT id FROM candidates))
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at, m.ordering_key
+              m.retry_base, m.available_at, m.ordering_key, m.destination
 )
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
@@ -143,12 +220,13 @@ WITH candidates AS (
               WHERE s.endpoint_id = c.endpoint_id
                 AND (s.expires_at IS NULL OR s.expires_at > now())
               ORDER BY s.id DESC) AS secrets,
-        c.ordering_key
+        c.ordering_key, c.destination
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
  ORDER BY c.available_at, c.id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL
 FROM capped
 
 -- name: renew
