@@ -13,9 +13,11 @@
 -- messages (one index probe each, whatever their backlogs); each contributes its
 -- first due messages in (available_at, id) order, at most as many as it has room
 -- for under the dispatcher's bound per destination (%(per_destination)s, less the
--- %(busy_counts)s it has in flight at the %(busy)s destinations). They are taken
--- in turns, every destination's first, then every second, ..., so that a deep or
--- slow backlog cannot hold another destination's messages back. SKIP LOCKED lets
+-- %(busy_counts)s it has in flight at the %(busy)s destinations), and first no
+-- more than an even share of the batch, so that a claim reads about as many rows
+-- as it takes however many destinations there are. They are taken in turns,
+-- every destination's first, then every second, ..., so that a deep or slow
+-- backlog cannot hold another destination's messages back. SKIP LOCKED lets
 -- several dispatchers claim side by side without waiting on each other.
 -- A message with an ordering key waits while an earlier message of the same key
 -- is ready, running or paused; a dead one no longer holds its successors back.
@@ -36,16 +38,26 @@ WITH RECURSIVE destinations AS (
             LIMIT 1)
     FROM destinations AS d
     WHERE d.destination IS NOT NULL
-), heads AS (
-    SELECT h.id, h.available_at,
-           row_number() OVER (PARTITION BY d.destination ORDER BY h.available_at, h.id) AS turn
+), listed AS (
+    -- each destination with its room under the bound, and the share of the batch
+    -- a destination gets in the first pass: as many turns as fill the batch
+    -- when every destination has that many due
+    SELECT d.destination,
+           GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0))) AS room,
+           CAST(ceil(%(limit)s / CAST(count(*) OVER () AS numeric)) AS integer) AS share
     FROM destinations AS d
     LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
         AS busy(destination, n) ON busy.destination = d.destination
+    WHERE d.destination IS NOT NULL  -- the row that ends the list
+), heads AS (
+    -- the first pass: the first due messages of each destination, up to its share
+    SELECT l.destination, l.room, l.share, h.id, h.available_at,
+           row_number() OVER (PARTITION BY l.destination ORDER BY h.available_at, h.id) AS turn
+    FROM listed AS l
     CROSS JOIN LATERAL (
         SELECT m.id, m.available_at
         FROM {schema}.messages AS m
-        WHERE m.destination = d.destination
+        WHERE m.destination = l.destination
           AND m.state = 'ready'
           AND m.available_at <= now()
           AND (m.endpoint_id IS NULL OR EXISTS (
@@ -64,9 +76,45 @@ WITH RECURSIVE destinations AS (
                   AND earlier.id < m.id
                   AND earlier.state IN ('ready', 'running', 'paused')))
         ORDER BY m.available_at, m.id
-        LIMIT GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
+        LIMIT LEAST(l.room, l.share)
     ) AS h
-    WHERE d.destination IS NOT NULL  -- the row that ends the list
+), more AS (
+    -- the second pass, only when the first fell short of the batch (destinations
+    -- with fewer due than their share, or none): the next messages of the
+    -- destinations that filled their share, up to their room
+    SELECT h.id, h.available_at,
+           f.share + row_number() OVER (PARTITION BY f.destination
+                                        ORDER BY h.available_at, h.id) AS turn
+    FROM (SELECT destination, room, share
+          FROM heads
+          GROUP BY destination, room, share
+          HAVING count(*) = share AND room > share) AS f
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.available_at
+        FROM {schema}.messages AS m
+        WHERE m.destination = f.destination
+          AND m.state = 'ready'
+          AND m.available_at <= now()
+          AND (m.endpoint_id IS NULL OR EXISTS (
+                SELECT 1 FROM {schema}.endpoints AS e
+                WHERE e.id = m.endpoint_id
+                  AND e.enabled
+                  -- a capped endpoint with every slot taken is skipped, so its
+                  -- backlog cannot crowd other messages out of the batch
+                  AND (e.max_concurrency IS NULL OR EXISTS (
+                        SELECT 1 FROM {schema}.endpoint_slots AS s
+                        WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
+          AND (m.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1
+                FROM {schema}.messages AS earlier
+                WHERE earlier.ordering_key = m.ordering_key
+                  AND earlier.id < m.id
+                  AND earlier.state IN ('ready', 'running', 'paused')))
+        ORDER BY m.available_at, m.id
+        OFFSET f.share
+        LIMIT f.room - f.share
+    ) AS h
+    WHERE (SELECT count(*) FROM heads) < %(limit)s
 ), candidates AS (
     -- locked in turn order until the batch is full: the heads another claimer
     -- holds are skipped, and ones it claimed since our snapshot drop out on the
@@ -74,7 +122,11 @@ WITH RECURSIVE destinations AS (
     -- planner cannot tell how few heads there are, and joined to them instead
     -- it may hash the whole table.
     SELECT m.id, m.endpoint_id, m.available_at
-    FROM unnest(ARRAY(SELECT id FROM heads ORDER BY turn, available_at, id))
+    FROM unnest(ARRAY(SELECT id
+                      FROM (SELECT id, turn, available_at FROM heads
+                            UNION ALL
+                            SELECT id, turn, available_at FROM more) AS turns
+                      ORDER BY turn, available_at, id))
         WITH ORDINALITY AS h(id, n)
     JOIN {schema}.messages AS m ON m.id = h.id
     WHERE m.state = 'ready' AND m.available_at <= now()
@@ -162,16 +214,26 @@ WITH RECURSIVE destinations AS (
             LIMIT 1)
     FROM destinations AS d
     WHERE d.destination IS NOT NULL
-), heads AS (
-    SELECT h.id, h.available_at,
-           row_number() OVER (PARTITION BY d.destination ORDER BY h.available_at, h.id) AS turn
+), listed AS (
+    -- each destination with its room under the bound, and the share of the batch
+    -- a destination gets in the first pass: as many turns as fill the batch
+    -- when every destination has that many due
+    SELECT d.destination,
+           GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0))) AS room,
+           CAST(ceil(%(limit)s / CAST(count(*) OVER () AS numeric)) AS integer) AS share
     FROM destinations AS d
     LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
         AS busy(destination, n) ON busy.destination = d.destination
+    WHERE d.destination IS NOT NULL  -- the row that ends the list
+), heads AS (
+    -- the first pass: the first due messages of each destination, up to its share
+    SELECT l.destination, l.room, l.share, h.id, h.available_at,
+           row_number() OVER (PARTITION BY l.destination ORDER BY h.available_at, h.id) AS turn
+    FROM listed AS l
     CROSS JOIN LATERAL (
         SELECT m.id, m.available_at
         FROM {schema}.messages AS m
-        WHERE m.destination = d.destination
+        WHERE m.destination = l.destination
           AND m.state = 'ready'
           AND m.available_at <= now()
           AND (m.endpoint_id IS NULL OR EXISTS (
@@ -184,13 +246,47 @@ WITH RECURSIVE destinations AS (
                   AND earlier.id < m.id
                   AND earlier.state IN ('ready', 'running', 'paused')))
         ORDER BY m.available_at, m.id
-        LIMIT GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
+        LIMIT LEAST(l.room, l.share)
     ) AS h
-    WHERE d.destination IS NOT NULL  -- the row that ends the list
+), more AS (
+    -- the second pass, only when the first fell short of the batch (destinations
+    -- with fewer due than their share, or none): the next messages of the
+    -- destinations that filled their share, up to their room
+    SELECT h.id, h.available_at,
+           f.share + row_number() OVER (PARTITION BY f.destination
+                                        ORDER BY h.available_at, h.id) AS turn
+    FROM (SELECT destination, room, share
+          FROM heads
+          GROUP BY destination, room, share
+          HAVING count(*) = share AND room > share) AS f
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.available_at
+        FROM {schema}.messages AS m
+        WHERE m.destination = f.destination
+          AND m.state = 'ready'
+          AND m.available_at <= now()
+          AND (m.endpoint_id IS NULL OR EXISTS (
+                SELECT 1 FROM {schema}.endpoints AS e
+                WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
+          AND (m.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1
+                FROM {schema}.messages AS earlier
+                WHERE earlier.ordering_key = m.ordering_key
+                  AND earlier.id < m.id
+                  AND earlier.state IN ('ready', 'running', 'paused')))
+        ORDER BY m.available_at, m.id
+        OFFSET f.share
+        LIMIT f.room - f.share
+    ) AS h
+    WHERE (SELECT count(*) FROM heads) < %(limit)s
 ), candidates AS (
     -- as in "claim"
     SELECT m.id
-    FROM unnest(ARRAY(SELECT id FROM heads ORDER BY turn, available_at, id))
+    FROM unnest(ARRAY(SELECT id
+                      FROM (SELECT id, turn, available_at FROM heads
+                            UNION ALL
+                            SELECT id, turn, available_at FROM more) AS turns
+                      ORDER BY turn, available_at, id))
         WITH ORDINALITY AS h(id, n)
     JOIN {schema}.messages AS m ON m.id = h.id
     WHERE m.state = 'ready' AND m.available_at <= now()

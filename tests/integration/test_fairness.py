@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from dispatchers.config import DispatcherConfig
+from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
 from tests.dispatching import Db, drain, fast_config, wait_until
@@ -123,3 +124,19 @@ async def test_an_ordering_key_keeps_its_order_across_destinations(db: Db) -> No
         r.headers["idempotency-key"] for r in arrived if "ordered" in r.headers["idempotency-key"]
     ]
     assert ordered == [f'"ordered-{i}"' for i in range(8)]
+
+
+async def test_a_claim_takes_every_destinations_first_and_fills_up_from_the_deep_one(
+    db: Db,
+) -> None:
+    # four destinations share a batch of 20: five each at first, then the one
+    # with more due fills the rest of the batch
+    deep = [db.enqueue("https://deep.example/x", f"deep-{i}") for i in range(30)]
+    shallow = [db.enqueue(f"https://shallow-{i}.example/x", f"shallow-{i}") for i in range(3)]
+    store = Store(db.url, fast_config(destination_concurrency=100))
+    await store.open()
+    try:
+        claimed = {job.id for job in await store.claim("owner", 20)}
+    finally:
+        await store.close()
+    assert claimed == set(shallow) | set(deep[:17])
