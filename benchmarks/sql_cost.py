@@ -40,7 +40,7 @@ import psycopg
 from psycopg import sql
 
 from dispatchers.bench.env import connect, database, fresh_schema, postgres_clock, seed_backlog
-from dispatchers.config import MAX_COUNT, DispatcherConfig
+from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Store
 from outbox._queries import Statement
 
@@ -132,10 +132,9 @@ async def drain(
     statement; µs per message, by version."""
     with ExitStack() as stack:
         schemas = {v: stack.enter_context(_schema(url, messages + HELD, v)) for v in versions}
-        # every message to one destination: no bound there, so that each claim
-        # takes all it asks for
-        config = DispatcherConfig(lease=600.0, destination_concurrency=MAX_COUNT)
-        stores = {v: Store(url, replace(config, schema=s)) for v, s in schemas.items()}
+        stores = {
+            v: Store(url, DispatcherConfig(schema=s, lease=600.0)) for v, s in schemas.items()
+        }
         try:
             for store in stores.values():
                 await store.open()

@@ -316,12 +316,14 @@ class DispatcherConfig:
 
     @property
     def per_destination(self) -> int:
-        """Requests in flight to one destination at most: ``destination_concurrency``,
-        or ``concurrency`` less a quarter (at least one slot), which is left for the
-        other destinations when one of them hangs until the request timeout. One
-        destination alone keeps most of the slots: claims of a few messages at a
-        time would cost it more than the quarter (each claim costs the database
-        about the same whatever it takes)."""
+        """Requests in flight to one destination at most while others have messages
+        ready: ``destination_concurrency``, or ``concurrency`` less a quarter (at
+        least one slot), which is left for the other destinations when one of them
+        hangs until the request timeout. A destination alone with ready messages
+        is not held to it: claims give it the whole batch, as no other needs the
+        room, and claims of the few messages its bound frees at a time would cost
+        it a round trip each (a claim costs the database about the same whatever
+        it takes)."""
         if self.destination_concurrency is not None:
             return self.destination_concurrency
         return max(1, self.concurrency - max(1, self.concurrency // 4))

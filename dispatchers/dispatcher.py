@@ -119,6 +119,10 @@ class Dispatcher:
         # and how many destinations are at it
         self._sending_to: collections.Counter[str] = collections.Counter()
         self._at_bound = 0
+        # whether the last claim that took messages met more than one destination
+        # (among its messages and those at their bound): the bound is what leaves
+        # room for the others then; alone, a destination may take every slot
+        self._crowded = False
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._capacity = asyncio.Event()
@@ -273,7 +277,7 @@ class Dispatcher:
             # (sending, or waiting for their outcome write) by twice that.
             free = min(config.concurrency - self._sending, held_limit - len(self._inflight))
             enough = low_water
-            if self._at_bound:
+            if self._at_bound and self._crowded:
                 # The slots of destinations at their bound may not free up for a
                 # long while (one that hangs holds them until the request timeout):
                 # wait for a share of the others only.
@@ -317,6 +321,8 @@ class Dispatcher:
                 # The claim committed after the stop signal: release, never start.
                 self._release_unstarted(jobs)
                 return False
+            if jobs:
+                self._crowded = self._crowded_by(jobs)
             for job in jobs:
                 self._start(job)
             if len(jobs) < want:
@@ -363,6 +369,16 @@ class Dispatcher:
             await self._wait(self._stop, seconds=period)
             if not self._stop.is_set():
                 self._watchdog.check_stall()
+
+    def _crowded_by(self, jobs: list[Job]) -> bool:
+        """Whether ``jobs`` and the destinations at their bound are more than one
+        destination: a claim gives a destination alone with ready messages the
+        whole batch, past its bound, and leaves that to the others otherwise."""
+        destinations = {job.destination for job in jobs}
+        if self._at_bound:
+            bound = self.config.per_destination
+            destinations.update(d for d, n in self._sending_to.items() if n >= bound)
+        return len(destinations) > 1
 
     def _start(self, job: Job) -> None:
         stale = self._inflight.get(job.id)

@@ -13,8 +13,9 @@
 -- messages (one index probe each, whatever their backlogs); each contributes its
 -- first due messages in (available_at, id) order, at most as many as it has room
 -- for under the dispatcher's bound per destination (%(per_destination)s, less the
--- %(busy_counts)s it has in flight at the %(busy)s destinations), and first no
--- more than an even share of the batch, so that a claim reads about as many rows
+-- %(busy_counts)s it has in flight at the %(busy)s destinations; alone with
+-- ready messages, a destination has room for the whole batch, as no other needs
+-- any), and first no more than an even share of the batch, so that a claim reads about as many rows
 -- as it takes however many destinations there are. They are taken in turns,
 -- every destination's first, then every second, ..., so that a deep or slow
 -- backlog cannot hold another destination's messages back. SKIP LOCKED lets
@@ -39,11 +40,14 @@ WITH RECURSIVE destinations AS (
     FROM destinations AS d
     WHERE d.destination IS NOT NULL
 ), listed AS (
-    -- each destination with its room under the bound, and the share of the batch
-    -- a destination gets in the first pass: as many turns as fill the batch
-    -- when every destination has that many due
+    -- each destination with its room: under the bound, or the whole batch for
+    -- a destination alone with ready messages (no other needs room then); and
+    -- the share of the batch a destination gets in the first pass: as many turns
+    -- as fill the batch when every destination has that many due
     SELECT d.destination,
-           GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0))) AS room,
+           CASE WHEN count(*) OVER () = 1 THEN %(limit)s
+                ELSE GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
+           END AS room,
            CAST(ceil(%(limit)s / CAST(count(*) OVER () AS numeric)) AS integer) AS share
     FROM destinations AS d
     LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
@@ -215,11 +219,11 @@ WITH RECURSIVE destinations AS (
     FROM destinations AS d
     WHERE d.destination IS NOT NULL
 ), listed AS (
-    -- each destination with its room under the bound, and the share of the batch
-    -- a destination gets in the first pass: as many turns as fill the batch
-    -- when every destination has that many due
+    -- as in "claim"
     SELECT d.destination,
-           GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0))) AS room,
+           CASE WHEN count(*) OVER () = 1 THEN %(limit)s
+                ELSE GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
+           END AS room,
            CAST(ceil(%(limit)s / CAST(count(*) OVER () AS numeric)) AS integer) AS share
     FROM destinations AS d
     LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
