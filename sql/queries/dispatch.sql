@@ -55,11 +55,11 @@ WITH RECURSIVE destinations AS (
     WHERE d.destination IS NOT NULL  -- the row that ends the list
 ), heads AS (
     -- the first pass: the first due messages of each destination, up to its share
-    SELECT l.destination, l.room, l.share, h.id, h.available_at,
+    SELECT l.destination, l.room, l.share, h.id, h.endpoint_id, h.available_at,
            row_number() OVER (PARTITION BY l.destination ORDER BY h.available_at, h.id) AS turn
     FROM listed AS l
     CROSS JOIN LATERAL (
-        SELECT m.id, m.available_at
+        SELECT m.id, m.endpoint_id, m.available_at
         FROM {schema}.messages AS m
         WHERE m.destination = l.destination
           AND m.state = 'ready'
@@ -81,12 +81,13 @@ WITH RECURSIVE destinations AS (
                   AND earlier.state IN ('ready', 'running', 'paused')))
         ORDER BY m.available_at, m.id
         LIMIT LEAST(l.room, l.share)
+        FOR UPDATE OF m SKIP LOCKED
     ) AS h
 ), more AS (
     -- the second pass, only when the first fell short of the batch (destinations
     -- with fewer due than their share, or none): the next messages of the
     -- destinations that filled their share, up to their room
-    SELECT h.id, h.available_at,
+    SELECT h.id, h.endpoint_id, h.available_at,
            f.share + row_number() OVER (PARTITION BY f.destination
                                         ORDER BY h.available_at, h.id) AS turn
     FROM (SELECT destination, room, share
@@ -94,7 +95,7 @@ WITH RECURSIVE destinations AS (
           GROUP BY destination, room, share
           HAVING count(*) = share AND room > share) AS f
     CROSS JOIN LATERAL (
-        SELECT m.id, m.available_at
+        SELECT m.id, m.endpoint_id, m.available_at
         FROM {schema}.messages AS m
         WHERE m.destination = f.destination
           AND m.state = 'ready'
@@ -117,26 +118,21 @@ WITH RECURSIVE destinations AS (
         ORDER BY m.available_at, m.id
         OFFSET f.share
         LIMIT f.room - f.share
+        FOR UPDATE OF m SKIP LOCKED
     ) AS h
     WHERE (SELECT count(*) FROM heads) < %(limit)s
 ), candidates AS (
-    -- locked in turn order until the batch is full: the heads another claimer
-    -- holds are skipped, and ones it claimed since our snapshot drop out on the
-    -- re-check of their newest version. By primary key, from an array: the
-    -- planner cannot tell how few heads there are, and joined to them instead
-    -- it may hash the whole table.
-    SELECT m.id, m.endpoint_id, m.available_at
-    FROM unnest(ARRAY(SELECT id
-                      FROM (SELECT id, turn, available_at FROM heads
-                            UNION ALL
-                            SELECT id, turn, available_at FROM more) AS turns
-                      ORDER BY turn, available_at, id))
-        WITH ORDINALITY AS h(id, n)
-    JOIN {schema}.messages AS m ON m.id = h.id
-    WHERE m.state = 'ready' AND m.available_at <= now()
-    ORDER BY h.n
+    -- the batch, in turns. Both passes lock what they read (the messages
+    -- another claimer holds are skipped, and ones it claimed since our snapshot
+    -- drop out on the re-check of their newest version), so a message is read
+    -- once; with several destinations a few more than the batch may be locked,
+    -- and are left for the next claim when this one commits.
+    SELECT id, endpoint_id, available_at
+    FROM (SELECT id, endpoint_id, turn, available_at FROM heads
+          UNION ALL
+          SELECT id, endpoint_id, turn, available_at FROM more) AS turns
+    ORDER BY turn, available_at, id
     LIMIT %(limit)s
-    FOR UPDATE OF m SKIP LOCKED
 ), capped AS (
     -- candidates of capped endpoints, numbered per endpoint in claim order
     SELECT c.id, c.endpoint_id,
@@ -251,6 +247,7 @@ WITH RECURSIVE destinations AS (
                   AND earlier.state IN ('ready', 'running', 'paused')))
         ORDER BY m.available_at, m.id
         LIMIT LEAST(l.room, l.share)
+        FOR UPDATE OF m SKIP LOCKED
     ) AS h
 ), more AS (
     -- the second pass, only when the first fell short of the batch (destinations
@@ -281,22 +278,17 @@ WITH RECURSIVE destinations AS (
         ORDER BY m.available_at, m.id
         OFFSET f.share
         LIMIT f.room - f.share
+        FOR UPDATE OF m SKIP LOCKED
     ) AS h
     WHERE (SELECT count(*) FROM heads) < %(limit)s
 ), candidates AS (
     -- as in "claim"
-    SELECT m.id
-    FROM unnest(ARRAY(SELECT id
-                      FROM (SELECT id, turn, available_at FROM heads
-                            UNION ALL
-                            SELECT id, turn, available_at FROM more) AS turns
-                      ORDER BY turn, available_at, id))
-        WITH ORDINALITY AS h(id, n)
-    JOIN {schema}.messages AS m ON m.id = h.id
-    WHERE m.state = 'ready' AND m.available_at <= now()
-    ORDER BY h.n
+    SELECT id
+    FROM (SELECT id, turn, available_at FROM heads
+          UNION ALL
+          SELECT id, turn, available_at FROM more) AS turns
+    ORDER BY turn, available_at, id
     LIMIT %(limit)s
-    FOR UPDATE OF m SKIP LOCKED
 ), capped AS (
     -- one row if some endpoint has a cap (its messages were passed over)
     SELECT 1 FROM {schema}.endpoints WHERE max_concurrency IS NOT NULL LIMIT 1
