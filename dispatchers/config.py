@@ -320,10 +320,10 @@ class DispatcherConfig:
         ready: ``destination_concurrency``, or ``concurrency`` less a quarter (at
         least one slot), which is left for the other destinations when one of them
         hangs until the request timeout. A destination alone with ready messages
-        is not held to it: claims give it the whole batch, as no other needs the
-        room, and claims of the few messages its bound frees at a time would cost
-        it a round trip each (a claim costs the database about the same whatever
-        it takes)."""
+        is held to it only once it is at it: below it, claims give it the whole
+        batch, as no other needs the room, and claims of the few messages its
+        bound frees at a time would cost it a round trip each (a claim costs the
+        database about the same whatever it takes)."""
         if self.destination_concurrency is not None:
             return self.destination_concurrency
         return max(1, self.concurrency - max(1, self.concurrency // 4))

@@ -372,8 +372,8 @@ class Dispatcher:
 
     def _crowded_by(self, jobs: list[Job]) -> bool:
         """Whether ``jobs`` and the destinations at their bound are more than one
-        destination: a claim gives a destination alone with ready messages the
-        whole batch, past its bound, and leaves that to the others otherwise."""
+        destination: a claim gives a destination alone with ready messages, and
+        below its bound, the whole batch, and leaves room to the others otherwise."""
         destinations = {job.destination for job in jobs}
         if self._at_bound:
             bound = self.config.per_destination

@@ -14,8 +14,9 @@
 -- first due messages in (available_at, id) order, at most as many as it has room
 -- for under the dispatcher's bound per destination (%(per_destination)s, less the
 -- %(busy_counts)s it has in flight at the %(busy)s destinations; alone with
--- ready messages, a destination has room for the whole batch, as no other needs
--- any), and first no more than an even share of the batch, so that a claim reads about as many rows
+-- ready messages and below its bound, a destination has room for the whole
+-- batch, as no other needs any), and first no more than an even share of the
+-- batch, so that a claim reads about as many rows
 -- as it takes however many destinations there are. They are taken in turns,
 -- every destination's first, then every second, ..., so that a deep or slow
 -- backlog cannot hold another destination's messages back. SKIP LOCKED lets
@@ -41,11 +42,13 @@ WITH RECURSIVE destinations AS (
     WHERE d.destination IS NOT NULL
 ), listed AS (
     -- each destination with its room: under the bound, or the whole batch for
-    -- a destination alone with ready messages (no other needs room then); and
+    -- a destination below it and alone with ready messages (no other needs
+    -- room then; at its bound, it gets no more even alone); and
     -- the share of the batch a destination gets in the first pass: as many turns
     -- as fill the batch when every destination has that many due
     SELECT d.destination,
-           CASE WHEN count(*) OVER () = 1 THEN %(limit)s
+           CASE WHEN count(*) OVER () = 1 AND COALESCE(busy.n, 0) < %(per_destination)s
+                THEN %(limit)s
                 ELSE GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
            END AS room,
            CAST(ceil(%(limit)s / CAST(count(*) OVER () AS numeric)) AS integer) AS share
@@ -86,7 +89,7 @@ WITH RECURSIVE destinations AS (
 ), more AS (
     -- the second pass, only when the first fell short of the batch (destinations
     -- with fewer due than their share, or none): the next messages of the
-    -- destinations that filled their share, up to their room
+    -- destinations that filled their share, up to their room and the shortfall
     SELECT h.id, h.endpoint_id, h.available_at,
            f.share + row_number() OVER (PARTITION BY f.destination
                                         ORDER BY h.available_at, h.id) AS turn
@@ -117,7 +120,7 @@ WITH RECURSIVE destinations AS (
                   AND earlier.state IN ('ready', 'running', 'paused')))
         ORDER BY m.available_at, m.id
         OFFSET f.share
-        LIMIT f.room - f.share
+        LIMIT LEAST(f.room - f.share, %(limit)s - (SELECT count(*) FROM heads))
         FOR UPDATE OF m SKIP LOCKED
     ) AS h
     WHERE (SELECT count(*) FROM heads) < %(limit)s
@@ -217,7 +220,8 @@ WITH RECURSIVE destinations AS (
 ), listed AS (
     -- as in "claim"
     SELECT d.destination,
-           CASE WHEN count(*) OVER () = 1 THEN %(limit)s
+           CASE WHEN count(*) OVER () = 1 AND COALESCE(busy.n, 0) < %(per_destination)s
+                THEN %(limit)s
                 ELSE GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
            END AS room,
            CAST(ceil(%(limit)s / CAST(count(*) OVER () AS numeric)) AS integer) AS share
@@ -252,7 +256,7 @@ WITH RECURSIVE destinations AS (
 ), more AS (
     -- the second pass, only when the first fell short of the batch (destinations
     -- with fewer due than their share, or none): the next messages of the
-    -- destinations that filled their share, up to their room
+    -- destinations that filled their share, up to their room and the shortfall
     SELECT h.id, h.available_at,
            f.share + row_number() OVER (PARTITION BY f.destination
                                         ORDER BY h.available_at, h.id) AS turn
@@ -277,7 +281,7 @@ WITH RECURSIVE destinations AS (
                   AND earlier.state IN ('ready', 'running', 'paused')))
         ORDER BY m.available_at, m.id
         OFFSET f.share
-        LIMIT f.room - f.share
+        LIMIT LEAST(f.room - f.share, %(limit)s - (SELECT count(*) FROM heads))
         FOR UPDATE OF m SKIP LOCKED
     ) AS h
     WHERE (SELECT count(*) FROM heads) < %(limit)s

@@ -142,16 +142,20 @@ async def test_a_claim_takes_every_destinations_first_and_fills_up_from_the_deep
     assert claimed == set(shallow) | set(deep[:17])
 
 
-async def test_a_destination_alone_takes_the_whole_batch_past_its_bound(db: Db) -> None:
-    # alone with ready messages, a destination at its bound still gets the batch:
-    # no other destination needs the room; beside another, it gets none
+async def test_a_destination_alone_below_its_bound_takes_the_whole_batch(db: Db) -> None:
+    # alone with ready messages, a destination below its bound gets the batch,
+    # past the bound (no other destination needs the room); at its bound, or
+    # beside another, it gets no more than its room
     alone = [db.enqueue("https://alone.example/x", f"alone-{i}") for i in range(10)]
+    destination = "https://alone.example:443"
     store = Store(db.url, fast_config(destination_concurrency=3))
     await store.open()
     try:
-        busy = {"https://alone.example:443": 3}
-        assert [job.id for job in await store.claim("owner", 8, busy)] == alone[:8]
+        assert [job.id for job in await store.claim("owner", 8, {destination: 2})] == alone[:8]
+        assert await store.claim("owner", 8, {destination: 3}) == []
         other = db.enqueue("https://other.example/x", "other")
-        assert [job.id for job in await store.claim("owner", 8, busy)] == [other]
+        claimed = [job.id for job in await store.claim("owner", 8, {destination: 2})]
+        assert claimed == [alone[8], other]
     finally:
         await store.close()
+
