@@ -146,6 +146,8 @@ async def drain(
                 v: dict.fromkeys(("claim", "complete", "renew", "vacuum"), 0) for v in versions
             }
             done = dict.fromkeys(versions, 0)
+            # the destination the last claim found alone, as a dispatcher passes it
+            alone: dict[int | None, str | None] = dict.fromkeys(versions)
             for v, store in stores.items():
                 # a heartbeat of HELD leases, renewed RENEWALS times
                 held = await store.claim(OWNER, HELD)
@@ -158,10 +160,12 @@ async def drain(
                 drained = True
                 for v, store in stores.items():
                     t0 = cpu.read()
-                    jobs = await store.claim(OWNER, batch)
+                    jobs = await store.claim(OWNER, batch, alone=alone[v])
                     t1 = cpu.read()
                     if not jobs:
                         continue
+                    destinations = {job.destination for job in jobs}
+                    alone[v] = destinations.pop() if len(destinations) == 1 else None
                     drained = False
                     applied, _ = await store.complete(OWNER, _successes(jobs, datetime.now(UTC)))
                     t2 = cpu.read()

@@ -30,6 +30,7 @@ from dispatchers.rows import Completed, Recorded, Remaining, Renewed, Rescued, c
 from outbox._queries import Statement, queries_for
 
 R = TypeVar("R")
+Busy = Mapping[str, int] | None  # requests in flight per destination, for a claim
 
 CAPPED_RECHECK = 60.0
 """Seconds a dispatcher that met a capped endpoint claims with the slots before it
@@ -300,12 +301,14 @@ class Store:
         return rows
 
     def claim_statement(
-        self, owner: str, limit: int, *, capped: bool, busy: Mapping[str, int] | None = None
+        self, owner: str, limit: int, *, capped: bool, busy: Busy = None, alone: str | None = None
     ) -> tuple[Statement, dict[str, Any]]:
         """The claim statement and its parameters: ``claim`` if some endpoint may
         have a concurrency cap, else the cheaper ``claim_uncapped``. ``busy`` counts
         the requests in flight per destination, which leave that much less room
-        there under the bound per destination."""
+        there under the bound per destination; ``alone`` names the destination
+        the last claim found alone with ready messages, which the statement takes
+        from by a plain scan while that still holds."""
         busy = busy or {}
         return (
             self.queries["claim" if capped else "claim_uncapped"],
@@ -316,15 +319,17 @@ class Store:
                 "per_destination": self.config.per_destination,
                 "busy": list(busy),
                 "busy_counts": list(busy.values()),
+                "alone": alone,
             },
         )
 
     async def claim(
-        self, owner: str, limit: int, busy: Mapping[str, int] | None = None
+        self, owner: str, limit: int, busy: Busy = None, alone: str | None = None
     ) -> list[Job]:
         """Claim up to ``limit`` due messages, shared across their destinations, at
         most ``config.per_destination`` in flight to each, ``busy`` (requests in
-        flight per destination) included.
+        flight per destination) included, unless one is alone with ready messages
+        (``alone``: the one the last claim found so, see :meth:`claim_statement`).
 
         ``claim_uncapped`` first, which passes over the messages of endpoints
         with a concurrency cap and says whether there are such endpoints; if so,
@@ -334,7 +339,7 @@ class Store:
         jobs: list[Job] = []
         if time.monotonic() >= self._capped_until:
             rows = await self._run(
-                *self.claim_statement(owner, limit, capped=False, busy=busy),
+                *self.claim_statement(owner, limit, capped=False, busy=busy, alone=alone),
                 _job_row,
                 timeouts=self._claim_timeouts,
             )
@@ -347,7 +352,9 @@ class Store:
             busy.update(job.destination for job in jobs)
             try:
                 rows = await self._run(
-                    *self.claim_statement(owner, limit - len(jobs), capped=True, busy=busy),
+                    *self.claim_statement(
+                        owner, limit - len(jobs), capped=True, busy=busy, alone=alone
+                    ),
                     _job_row,
                     timeouts=self._claim_timeouts,
                 )

@@ -121,8 +121,10 @@ class Dispatcher:
         self._at_bound = 0
         # whether the last claim that took messages met more than one destination
         # (among its messages and those at their bound): the bound is what leaves
-        # room for the others then; alone, a destination may take every slot
+        # room for the others then; alone, a destination may take every slot, and
+        # the next claim is told which one it was
         self._crowded = False
+        self._alone: str | None = None
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._capacity = asyncio.Event()
@@ -307,7 +309,7 @@ class Dispatcher:
             self._wake.clear()
             sent_at = time.monotonic()
             try:
-                jobs = await self._store.claim(self.owner, want, self._sending_to)
+                jobs = await self._store.claim(self.owner, want, self._sending_to, self._alone)
             except Exception as exc:
                 self._report.db_error("claim", exc)
                 await self._wait(self._stop, seconds=backoff.next())
@@ -322,7 +324,9 @@ class Dispatcher:
                 self._release_unstarted(jobs)
                 return False
             if jobs:
-                self._crowded = self._crowded_by(jobs)
+                met = self._destinations_met(jobs)
+                self._crowded = len(met) > 1
+                self._alone = None if self._crowded else met.pop()
             for job in jobs:
                 self._start(job)
             if len(jobs) < want:
@@ -370,15 +374,15 @@ class Dispatcher:
             if not self._stop.is_set():
                 self._watchdog.check_stall()
 
-    def _crowded_by(self, jobs: list[Job]) -> bool:
-        """Whether ``jobs`` and the destinations at their bound are more than one
-        destination: a claim gives a destination alone with ready messages, and
-        below its bound, the whole batch, and leaves room to the others otherwise."""
+    def _destinations_met(self, jobs: list[Job]) -> set[str]:
+        """The destinations of ``jobs`` and those at their bound: more than one,
+        and a claim leaves room under the bound to each; one alone with ready
+        messages and below its bound gets the whole batch."""
         destinations = {job.destination for job in jobs}
         if self._at_bound:
             bound = self.config.per_destination
             destinations.update(d for d, n in self._sending_to.items() if n >= bound)
-        return len(destinations) > 1
+        return destinations
 
     def _start(self, job: Job) -> None:
         stale = self._inflight.get(job.id)

@@ -16,20 +16,39 @@
 -- %(busy_counts)s it has in flight at the %(busy)s destinations; alone with
 -- ready messages and below its bound, a destination has room for the whole
 -- batch, as no other needs any), and first no more than an even share of the
--- batch, so that a claim reads about as many rows
--- as it takes however many destinations there are. They are taken in turns,
--- every destination's first, then every second, ..., so that a deep or slow
--- backlog cannot hold another destination's messages back. SKIP LOCKED lets
+-- batch, so that a claim reads about as many rows as it takes however many
+-- destinations there are. They are taken in turns, every destination's first,
+-- then every second, ..., so that a deep or slow backlog cannot hold another
+-- destination's messages back. Told which
+-- destination the dispatcher's last claim found alone (%(alone)s), and while
+-- that still holds, the claim skips the list and the turns. SKIP LOCKED lets
 -- several dispatchers claim side by side without waiting on each other.
 -- A message with an ordering key waits while an earlier message of the same key
 -- is ready, running or paused; a dead one no longer holds its successors back.
 -- attempts + 1 is the fencing token every later write of this claim must match.
 -- A webhook message whose endpoint was disabled after it was written waits (the
 -- disable pauses the rows it can see; this catches the ones committed later).
-WITH RECURSIVE destinations AS (
+WITH RECURSIVE alone AS (
+    -- %(alone)s, the destination this dispatcher's last claim found alone, if it
+    -- still is the only one with ready messages and is below its bound (two
+    -- index probes): the claim then takes its first due messages, the whole
+    -- batch, as they are read, without listing destinations and taking turns
+    SELECT CAST(%(alone)s AS text) AS destination
+    WHERE CAST(%(alone)s AS text) IS NOT NULL
+      -- max() and min(), not EXISTS: with its parameters unknown, a plan
+      -- could read the whole table for an EXISTS, never for these
+      AND (SELECT max(m.destination) FROM {schema}.messages AS m
+           WHERE m.state = 'ready' AND m.destination < %(alone)s) IS NULL
+      AND (SELECT min(m.destination) FROM {schema}.messages AS m
+           WHERE m.state = 'ready' AND m.destination > %(alone)s) IS NULL
+      AND COALESCE((CAST(%(busy_counts)s AS integer[]))[
+              array_position(CAST(%(busy)s AS text[]), CAST(%(alone)s AS text))], 0)
+          < %(per_destination)s
+), destinations AS (
+    -- otherwise, the destinations with ready messages
     (SELECT m.destination
      FROM {schema}.messages AS m
-     WHERE m.state = 'ready'
+     WHERE m.state = 'ready' AND NOT EXISTS (SELECT 1 FROM alone)
      ORDER BY m.destination
      LIMIT 1)
     UNION ALL
@@ -124,18 +143,46 @@ WITH RECURSIVE destinations AS (
         FOR UPDATE OF m SKIP LOCKED
     ) AS h
     WHERE (SELECT count(*) FROM heads) < %(limit)s
-), candidates AS (
-    -- the batch, in turns. Both passes lock what they read (the messages
-    -- another claimer holds are skipped, and ones it claimed since our snapshot
-    -- drop out on the re-check of their newest version), so a message is read
-    -- once; with several destinations a few more than the batch may be locked,
-    -- and are left for the next claim when this one commits.
-    SELECT id, endpoint_id, available_at
-    FROM (SELECT id, endpoint_id, turn, available_at FROM heads
-          UNION ALL
-          SELECT id, endpoint_id, turn, available_at FROM more) AS turns
-    ORDER BY turn, available_at, id
+), lone AS (
+    -- the alone destination's first due messages, locked as they are read
+    SELECT m.id, m.endpoint_id, m.available_at
+    FROM {schema}.messages AS m
+    WHERE m.destination = (SELECT destination FROM alone)
+      AND m.state = 'ready'
+      AND m.available_at <= now()
+      AND (m.endpoint_id IS NULL OR EXISTS (
+            SELECT 1 FROM {schema}.endpoints AS e
+            WHERE e.id = m.endpoint_id
+              AND e.enabled
+              -- a capped endpoint with every slot taken is skipped, so its
+              -- backlog cannot crowd other messages out of the batch
+              AND (e.max_concurrency IS NULL OR EXISTS (
+                    SELECT 1 FROM {schema}.endpoint_slots AS s
+                    WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
+      AND (m.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1
+            FROM {schema}.messages AS earlier
+            WHERE earlier.ordering_key = m.ordering_key
+              AND earlier.id < m.id
+              AND earlier.state IN ('ready', 'running', 'paused')))
+    ORDER BY m.available_at, m.id
     LIMIT %(limit)s
+    FOR UPDATE OF m SKIP LOCKED
+), candidates AS (
+    -- the batch: the alone destination's, or the others' in turns. Both passes
+    -- lock what they read (the messages another claimer holds are skipped, and
+    -- ones it claimed since our snapshot drop out on the re-check of their
+    -- newest version), so a message is read once; with several destinations a
+    -- few more than the batch may be locked, and are left for the next claim
+    -- when this one commits.
+    SELECT id, endpoint_id, available_at FROM lone
+    UNION ALL
+    (SELECT id, endpoint_id, available_at
+     FROM (SELECT id, endpoint_id, turn, available_at FROM heads
+           UNION ALL
+           SELECT id, endpoint_id, turn, available_at FROM more) AS turns
+     ORDER BY turn, available_at, id
+     LIMIT %(limit)s)
 ), capped AS (
     -- candidates of capped endpoints, numbered per endpoint in claim order
     SELECT c.id, c.endpoint_id,
@@ -202,11 +249,24 @@ ORDER BY c.available_at, c.id
 -- run (the dispatcher prepares both, once per server connection). When some
 -- endpoint has a cap, its messages are passed over and one more row, all NULL,
 -- says so: the caller then claims the rest with "claim".
-WITH RECURSIVE destinations AS (
+WITH RECURSIVE alone AS (
+    -- as in "claim"
+    SELECT CAST(%(alone)s AS text) AS destination
+    WHERE CAST(%(alone)s AS text) IS NOT NULL
+      -- max() and min(), not EXISTS: with its parameters unknown, a plan
+      -- could read the whole table for an EXISTS, never for these
+      AND (SELECT max(m.destination) FROM {schema}.messages AS m
+           WHERE m.state = 'ready' AND m.destination < %(alone)s) IS NULL
+      AND (SELECT min(m.destination) FROM {schema}.messages AS m
+           WHERE m.state = 'ready' AND m.destination > %(alone)s) IS NULL
+      AND COALESCE((CAST(%(busy_counts)s AS integer[]))[
+              array_position(CAST(%(busy)s AS text[]), CAST(%(alone)s AS text))], 0)
+          < %(per_destination)s
+), destinations AS (
     -- as in "claim"
     (SELECT m.destination
      FROM {schema}.messages AS m
-     WHERE m.state = 'ready'
+     WHERE m.state = 'ready' AND NOT EXISTS (SELECT 1 FROM alone)
      ORDER BY m.destination
      LIMIT 1)
     UNION ALL
@@ -285,14 +345,35 @@ WITH RECURSIVE destinations AS (
         FOR UPDATE OF m SKIP LOCKED
     ) AS h
     WHERE (SELECT count(*) FROM heads) < %(limit)s
+), lone AS (
+    -- as in "claim"
+    SELECT m.id, m.available_at
+    FROM {schema}.messages AS m
+    WHERE m.destination = (SELECT destination FROM alone)
+      AND m.state = 'ready'
+      AND m.available_at <= now()
+      AND (m.endpoint_id IS NULL OR EXISTS (
+            SELECT 1 FROM {schema}.endpoints AS e
+            WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
+      AND (m.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1
+            FROM {schema}.messages AS earlier
+            WHERE earlier.ordering_key = m.ordering_key
+              AND earlier.id < m.id
+              AND earlier.state IN ('ready', 'running', 'paused')))
+    ORDER BY m.available_at, m.id
+    LIMIT %(limit)s
+    FOR UPDATE OF m SKIP LOCKED
 ), candidates AS (
     -- as in "claim"
-    SELECT id
-    FROM (SELECT id, turn, available_at FROM heads
-          UNION ALL
-          SELECT id, turn, available_at FROM more) AS turns
-    ORDER BY turn, available_at, id
-    LIMIT %(limit)s
+    SELECT id FROM lone
+    UNION ALL
+    (SELECT id
+     FROM (SELECT id, turn, available_at FROM heads
+           UNION ALL
+           SELECT id, turn, available_at FROM more) AS turns
+     ORDER BY turn, available_at, id
+     LIMIT %(limit)s)
 ), capped AS (
     -- one row if some endpoint has a cap (its messages were passed over)
     SELECT 1 FROM {schema}.endpoints WHERE max_concurrency IS NOT NULL LIMIT 1

@@ -499,9 +499,13 @@ async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
         """The real store; the stop signal arrives while the claim commits."""
 
         async def claim(
-            self, owner: str, limit: int, busy: Mapping[str, int] | None = None
+            self,
+            owner: str,
+            limit: int,
+            busy: Mapping[str, int] | None = None,
+            alone: str | None = None,
         ) -> list[Job]:
-            jobs = await super().claim(owner, limit, busy)
+            jobs = await super().claim(owner, limit, busy, alone)
             dispatchers[0].stop()
             return jobs
 

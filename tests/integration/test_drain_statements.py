@@ -14,6 +14,7 @@ from dispatchers import db as dbmod
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Job, Store
 from outbox import Outbox
+from outbox._queries import Prepared
 from outbox.endpoints import Endpoints
 
 URL = "https://example.com/hook"
@@ -262,16 +263,24 @@ def test_the_fair_claim_walks_the_destination_index_and_the_primary_key(
     database_url: str, destinations: int, capped: bool
 ) -> None:
     # one destination with a backlog, or many: the claim lists the destinations
-    # and takes their first messages from the destination index, whatever the sizes
+    # and takes their first messages from the destination index, whatever the sizes;
+    # told of a destination alone, it checks that on the same index. So does the
+    # generic plan, which knows no parameter (a prepared statement's, after a few
+    # runs).
     _many_messages(database_url, running=False, destinations=destinations)
     statement, params = Store(database_url, DispatcherConfig()).claim_statement(
-        "o", 100, capped=capped, busy={"https://d0.example:443": 3}
+        "o", 100, capped=capped, busy={"https://d0.example:443": 3}, alone="https://d0.example:443"
     )
     text = plan(database_url, statement.text, params)
     assert "Recursive Union" in text, text
     assert "messages_claimable_idx" in text, text
     assert "messages_pkey" in text, text
     assert "Seq Scan on messages" not in text, text
+    body = Prepared.of(statement).prepare.split(" AS ", 1)[1]
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("EXPLAIN (GENERIC_PLAN) " + body).fetchall()
+    generic = "\n".join(str(r[0]) for r in rows)
+    assert "Seq Scan on messages" not in generic, generic
 
 
 @pytest.mark.parametrize("lean", [True, False])

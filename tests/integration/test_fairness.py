@@ -145,17 +145,21 @@ async def test_a_claim_takes_every_destinations_first_and_fills_up_from_the_deep
 async def test_a_destination_alone_below_its_bound_takes_the_whole_batch(db: Db) -> None:
     # alone with ready messages, a destination below its bound gets the batch,
     # past the bound (no other destination needs the room); at its bound, or
-    # beside another, it gets no more than its room
-    alone = [db.enqueue("https://alone.example/x", f"alone-{i}") for i in range(10)]
+    # beside another, it gets no more than its room. Whether the claim is told
+    # that it was alone last time or not.
+    alone = [db.enqueue("https://alone.example/x", f"alone-{i}") for i in range(12)]
     destination = "https://alone.example:443"
     store = Store(db.url, fast_config(destination_concurrency=3))
     await store.open()
     try:
-        assert [job.id for job in await store.claim("owner", 8, {destination: 2})] == alone[:8]
+        claimed = [job.id for job in await store.claim("owner", 4, {destination: 2})]
+        assert claimed == alone[:4]
+        claimed = [job.id for job in await store.claim("owner", 4, {destination: 2}, destination)]
+        assert claimed == alone[4:8]
         assert await store.claim("owner", 8, {destination: 3}) == []
+        assert await store.claim("owner", 8, {destination: 3}, destination) == []
         other = db.enqueue("https://other.example/x", "other")
-        claimed = [job.id for job in await store.claim("owner", 8, {destination: 2})]
+        claimed = [job.id for job in await store.claim("owner", 8, {destination: 2}, destination)]
         assert claimed == [alone[8], other]
     finally:
         await store.close()
-

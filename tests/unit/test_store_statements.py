@@ -66,6 +66,7 @@ def test_claim_takes_the_slots_only_when_told_that_caps_exist(store: Store) -> N
         "per_destination": store.config.per_destination,
         "busy": [],
         "busy_counts": [],
+        "alone": None,
     }
 
 
