@@ -19,10 +19,10 @@
 -- batch, so that a claim reads about as many rows as it takes however many
 -- destinations there are. They are taken in turns, every destination's first,
 -- then every second, ..., so that a deep or slow backlog cannot hold another
--- destination's messages back. Told which
--- destination the dispatcher's last claim found alone (%(alone)s), and while
--- that still holds, the claim skips the list and the turns. SKIP LOCKED lets
--- several dispatchers claim side by side without waiting on each other.
+-- destination's messages back. Told which destination the dispatcher's last
+-- claim found alone (%(alone)s), and while that still holds, the claim skips
+-- the list and the turns. SKIP LOCKED lets several dispatchers claim side by
+-- side without waiting on each other.
 -- A message with an ordering key waits while an earlier message of the same key
 -- is ready, running or paused; a dead one no longer holds its successors back.
 -- attempts + 1 is the fencing token every later write of this claim must match.
@@ -77,11 +77,11 @@ WITH RECURSIVE alone AS (
     WHERE d.destination IS NOT NULL  -- the row that ends the list
 ), heads AS (
     -- the first pass: the first due messages of each destination, up to its share
-    SELECT l.destination, l.room, l.share, h.id, h.endpoint_id, h.available_at,
+    SELECT l.destination, l.room, l.share, h.id, h.available_at,
            row_number() OVER (PARTITION BY l.destination ORDER BY h.available_at, h.id) AS turn
     FROM listed AS l
     CROSS JOIN LATERAL (
-        SELECT m.id, m.endpoint_id, m.available_at
+        SELECT m.id, m.available_at
         FROM {schema}.messages AS m
         WHERE m.destination = l.destination
           AND m.state = 'ready'
@@ -103,13 +103,12 @@ WITH RECURSIVE alone AS (
                   AND earlier.state IN ('ready', 'running', 'paused')))
         ORDER BY m.available_at, m.id
         LIMIT LEAST(l.room, l.share)
-        FOR UPDATE OF m SKIP LOCKED
     ) AS h
 ), more AS (
     -- the second pass, only when the first fell short of the batch (destinations
     -- with fewer due than their share, or none): the next messages of the
     -- destinations that filled their share, up to their room and the shortfall
-    SELECT h.id, h.endpoint_id, h.available_at,
+    SELECT h.id, h.available_at,
            f.share + row_number() OVER (PARTITION BY f.destination
                                         ORDER BY h.available_at, h.id) AS turn
     FROM (SELECT destination, room, share
@@ -117,7 +116,7 @@ WITH RECURSIVE alone AS (
           GROUP BY destination, room, share
           HAVING count(*) = share AND room > share) AS f
     CROSS JOIN LATERAL (
-        SELECT m.id, m.endpoint_id, m.available_at
+        SELECT m.id, m.available_at
         FROM {schema}.messages AS m
         WHERE m.destination = f.destination
           AND m.state = 'ready'
@@ -140,7 +139,6 @@ WITH RECURSIVE alone AS (
         ORDER BY m.available_at, m.id
         OFFSET f.share
         LIMIT LEAST(f.room - f.share, %(limit)s - (SELECT count(*) FROM heads))
-        FOR UPDATE OF m SKIP LOCKED
     ) AS h
     WHERE (SELECT count(*) FROM heads) < %(limit)s
 ), lone AS (
@@ -168,21 +166,29 @@ WITH RECURSIVE alone AS (
     ORDER BY m.available_at, m.id
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
+), turns AS (
+    -- the others' messages, locked in turn order until the batch is full: the
+    -- heads another claimer holds are skipped, and ones it claimed since our
+    -- snapshot drop out on the re-check of their newest version. Locked here,
+    -- not as the passes read them, so that no more than the batch is locked.
+    -- By primary key, from an array: the planner cannot tell how few heads
+    -- there are, and joined to them instead it may hash the whole table.
+    SELECT m.id, m.endpoint_id, m.available_at
+    FROM unnest(ARRAY(SELECT id
+                      FROM (SELECT id, turn, available_at FROM heads
+                            UNION ALL
+                            SELECT id, turn, available_at FROM more) AS taken
+                      ORDER BY turn, available_at, id))
+        WITH ORDINALITY AS h(id, n)
+    JOIN {schema}.messages AS m ON m.id = h.id
+    WHERE m.state = 'ready' AND m.available_at <= now()
+    ORDER BY h.n
+    LIMIT %(limit)s
+    FOR UPDATE OF m SKIP LOCKED
 ), candidates AS (
-    -- the batch: the alone destination's, or the others' in turns. Both passes
-    -- lock what they read (the messages another claimer holds are skipped, and
-    -- ones it claimed since our snapshot drop out on the re-check of their
-    -- newest version), so a message is read once; with several destinations a
-    -- few more than the batch may be locked, and are left for the next claim
-    -- when this one commits.
     SELECT id, endpoint_id, available_at FROM lone
     UNION ALL
-    (SELECT id, endpoint_id, available_at
-     FROM (SELECT id, endpoint_id, turn, available_at FROM heads
-           UNION ALL
-           SELECT id, endpoint_id, turn, available_at FROM more) AS turns
-     ORDER BY turn, available_at, id
-     LIMIT %(limit)s)
+    SELECT id, endpoint_id, available_at FROM turns
 ), capped AS (
     -- candidates of capped endpoints, numbered per endpoint in claim order
     SELECT c.id, c.endpoint_id,
@@ -311,7 +317,6 @@ WITH RECURSIVE alone AS (
                   AND earlier.state IN ('ready', 'running', 'paused')))
         ORDER BY m.available_at, m.id
         LIMIT LEAST(l.room, l.share)
-        FOR UPDATE OF m SKIP LOCKED
     ) AS h
 ), more AS (
     -- the second pass, only when the first fell short of the batch (destinations
@@ -342,7 +347,6 @@ WITH RECURSIVE alone AS (
         ORDER BY m.available_at, m.id
         OFFSET f.share
         LIMIT LEAST(f.room - f.share, %(limit)s - (SELECT count(*) FROM heads))
-        FOR UPDATE OF m SKIP LOCKED
     ) AS h
     WHERE (SELECT count(*) FROM heads) < %(limit)s
 ), lone AS (
@@ -364,16 +368,24 @@ WITH RECURSIVE alone AS (
     ORDER BY m.available_at, m.id
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
-), candidates AS (
+), turns AS (
     -- as in "claim"
+    SELECT m.id
+    FROM unnest(ARRAY(SELECT id
+                      FROM (SELECT id, turn, available_at FROM heads
+                            UNION ALL
+                            SELECT id, turn, available_at FROM more) AS taken
+                      ORDER BY turn, available_at, id))
+        WITH ORDINALITY AS h(id, n)
+    JOIN {schema}.messages AS m ON m.id = h.id
+    WHERE m.state = 'ready' AND m.available_at <= now()
+    ORDER BY h.n
+    LIMIT %(limit)s
+    FOR UPDATE OF m SKIP LOCKED
+), candidates AS (
     SELECT id FROM lone
     UNION ALL
-    (SELECT id
-     FROM (SELECT id, turn, available_at FROM heads
-           UNION ALL
-           SELECT id, turn, available_at FROM more) AS turns
-     ORDER BY turn, available_at, id
-     LIMIT %(limit)s)
+    SELECT id FROM turns
 ), capped AS (
     -- one row if some endpoint has a cap (its messages were passed over)
     SELECT 1 FROM {schema}.endpoints WHERE max_concurrency IS NOT NULL LIMIT 1
