@@ -20,8 +20,10 @@ time goes: ``key-only`` (the ``message_keys`` row alone), ``message-only`` (the
 ``messages`` row alone, its id from the sequence) and ``notify-only`` (the
 business insert plus ``pg_notify``). ``--against VERSION`` also runs the enqueue
 scripts on a second schema migrated only up to that migration (named
-``enqueue-vNNNN``; plus the ``digest`` column of migration 0007, which the
-statement writes), to measure a schema change against the schema before it.
+``enqueue-vNNNN``), to measure a schema change against the schema before it;
+the columns this tree's ``enqueue`` writes that the older ``messages`` table
+lacks are added to it bare (no index, no rule), so the statement runs there and
+what differs is the schema's indexes and rules.
 
 Works on a throwaway embedded server (default) or ``--database-url``; either way
 in fresh schemas dropped afterwards. Takes about ``rounds x scripts x seconds``.
@@ -172,6 +174,28 @@ def schema_at(url: str, version: int) -> Iterator[str]:
         yield schema
 
 
+def add_missing_columns(url: str, schema: str, baseline: str) -> None:
+    """Add to ``baseline``'s messages table, bare, the columns of ``schema``'s that
+    it lacks (``enqueue`` writes them)."""
+    with connect(url, autocommit=True) as conn:
+        missing = conn.execute(
+            "SELECT c.column_name, format_type(a.atttypid, a.atttypmod)"
+            " FROM information_schema.columns AS c"
+            " JOIN pg_attribute AS a ON a.attrelid = to_regclass(quote_ident(%(schema)s)"
+            "     || '.messages') AND a.attname = c.column_name"
+            " WHERE c.table_schema = %(schema)s AND c.table_name = 'messages'"
+            "   AND c.column_name NOT IN (SELECT column_name FROM information_schema.columns"
+            "       WHERE table_schema = %(baseline)s AND table_name = 'messages')",
+            {"schema": schema, "baseline": baseline},
+        ).fetchall()
+        for column, type_name in missing:
+            conn.execute(
+                sql.SQL("ALTER TABLE {}.messages ADD COLUMN {} {}").format(
+                    sql.Identifier(baseline), sql.Identifier(column), sql.SQL(type_name)
+                )
+            )
+
+
 def prepare_tables(url: str, schema: str) -> None:
     with connect(url, autocommit=True) as conn:
         conn.execute(bench_queries(schema)["business_table"])
@@ -219,6 +243,7 @@ def main() -> None:
         baseline = None
         if args.against is not None:
             baseline = stack.enter_context(schema_at(db.url, args.against))
+            add_missing_columns(db.url, schema, baseline)
             prepare_tables(db.url, baseline)
         clock = postgres_clock(db.url)
         texts, variables = scripts(schema, options, baseline, args.against or 0)

@@ -118,7 +118,7 @@ def _schema(url: str, messages: int, version: int | None = None) -> Iterator[str
                     )
                 )
         keys = [f"k-{i}" for i in range(messages)]
-        seed_backlog(url, schema, target="http://127.0.0.1:9/hook", keys=keys)
+        seed_backlog(url, schema, targets=["http://127.0.0.1:9/hook"], keys=keys)
         with connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("VACUUM ANALYZE {}.messages").format(sql.Identifier(schema)))
         yield schema
@@ -146,6 +146,8 @@ async def drain(
                 v: dict.fromkeys(("claim", "complete", "renew", "vacuum"), 0) for v in versions
             }
             done = dict.fromkeys(versions, 0)
+            # the destination the last claim found alone, as a dispatcher passes it
+            alone: dict[int | None, str | None] = dict.fromkeys(versions)
             for v, store in stores.items():
                 # a heartbeat of HELD leases, renewed RENEWALS times
                 held = await store.claim(OWNER, HELD)
@@ -158,10 +160,12 @@ async def drain(
                 drained = True
                 for v, store in stores.items():
                     t0 = cpu.read()
-                    jobs = await store.claim(OWNER, batch)
+                    jobs = await store.claim(OWNER, batch, alone=alone[v])
                     t1 = cpu.read()
                     if not jobs:
                         continue
+                    destinations = {job.destination for job in jobs}
+                    alone[v] = destinations.pop() if len(destinations) == 1 else None
                     drained = False
                     applied, _ = await store.complete(OWNER, _successes(jobs, datetime.now(UTC)))
                     t2 = cpu.read()
@@ -233,10 +237,9 @@ def plans(url: str, batches: list[int]) -> list[tuple[str, float, float]]:
         now = datetime.now(UTC)
         fake = [_success(i, 1, now) for i in range(size)]
         retry = [replace(c, state="ready", outcome="retry", status=500, delay=5.0) for c in fake]
-        claim = {"owner": OWNER, "limit": size, "lease_s": 30.0}
         cases = [
-            ("claim", (store.queries["claim"], claim)),
-            ("claim_uncapped", (store.queries["claim_uncapped"], claim)),
+            ("claim", store.claim_statement(OWNER, size, capped=True)),
+            ("claim_uncapped", store.claim_statement(OWNER, size, capped=False)),
             ("complete (retry)", store.complete_statement(OWNER, retry)),
             ("complete (success)", store.complete_statement(OWNER, fake)),
             (

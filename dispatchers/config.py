@@ -83,7 +83,8 @@ class Option:
     The flag is ``--`` and the field's name with dashes, unless ``flag`` names it.
     A boolean setting is a flag without an argument: ``--name`` when it defaults to
     False, ``--no-name`` when it defaults to True. A tuple setting is repeatable:
-    each use adds one item. ``help`` is completed by the field's default.
+    each use adds one item. ``help`` is completed by the field's default, or by
+    ``default`` where the field's is derived from other settings.
     """
 
     help: str
@@ -91,6 +92,7 @@ class Option:
     metavar: str | None
     choices: tuple[str, ...] | None
     flag: str | None
+    default: str | None
 
 
 def option(
@@ -100,9 +102,10 @@ def option(
     metavar: str | None = None,
     choices: tuple[str, ...] | None = None,
     flag: str | None = None,
+    default: str | None = None,
 ) -> dict[str, Option]:
     """Field metadata that offers a setting as an ``outbox dispatch`` option."""
-    return {"option": Option(help, values, metavar, choices, flag)}
+    return {"option": Option(help, values, metavar, choices, flag, default)}
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,10 @@ class DispatcherConfig:
     ``lease`` is renewed every ``lease / 3``; a permanent database error that
     persists for a lease stops the dispatcher, and a drain stops after
     ``drain_timeout`` without progress (see :mod:`dispatchers.watchdog`).
+    ``destination_concurrency`` bounds the requests in flight to one destination
+    (None: ``concurrency`` less a quarter, see :attr:`per_destination`); claims
+    share the free capacity across destinations in turns (``claim`` in
+    ``sql/queries/dispatch.sql``).
     ``batch_size`` bounds one claim statement; a dispatcher claims at most its free
     capacity (``concurrency`` minus deliveries in flight or awaiting their outcome
     write).
@@ -141,6 +148,16 @@ class DispatcherConfig:
             "HTTP requests in flight at once; messages awaiting their outcome write "
             "stay leased too, up to as many again",
             values="count",
+        ),
+    )
+    destination_concurrency: int | None = field(
+        default=None,
+        metadata=option(
+            "HTTP requests in flight at once to one destination (a webhook endpoint, "
+            "or the scheme, host and port of a URL), so that a slow or hanging "
+            "destination cannot take every request slot",
+            values="count",
+            default="--concurrency less a quarter, at least 1",
         ),
     )
     batch_size: int = field(
@@ -302,6 +319,20 @@ class DispatcherConfig:
         return self.lease / 3
 
     @property
+    def per_destination(self) -> int:
+        """Requests in flight to one destination at most while others have messages
+        ready: ``destination_concurrency``, or ``concurrency`` less a quarter (at
+        least one slot), which is left for the other destinations when one of them
+        hangs until the request timeout. A destination alone with ready messages
+        is held to it only once it is at it: below it, claims give it the whole
+        batch, as no other needs the room, and claims of the few messages its
+        bound frees at a time would cost it a round trip each (a claim costs the
+        database about the same whatever it takes)."""
+        if self.destination_concurrency is not None:
+            return self.destination_concurrency
+        return max(1, self.concurrency - max(1, self.concurrency // 4))
+
+    @property
     def completion_budget(self) -> float:
         """Longest time from claim to a recorded outcome when nothing renews."""
         return self.request_timeout + self.flush_interval + self.statement_timeout
@@ -315,6 +346,15 @@ class DispatcherConfig:
                 raise ConfigurationError(f"{name}: must be an integer, got {value!r}")
             if not 1 <= value <= MAX_COUNT:
                 raise ConfigurationError(f"{name}: must be from 1 to {MAX_COUNT}")
+        if self.destination_concurrency is not None and (
+            isinstance(self.destination_concurrency, bool)
+            or not isinstance(self.destination_concurrency, int)
+            or not 1 <= self.destination_concurrency <= MAX_COUNT
+        ):
+            raise ConfigurationError(
+                f"destination_concurrency: must be an integer from 1 to {MAX_COUNT}, or None "
+                "for concurrency less a quarter"
+            )
         if self.excerpt_bytes < 0 or self.excerpt_bytes > self.max_response_bytes:
             raise ConfigurationError("excerpt_bytes: must be between 0 and max_response_bytes")
         for names, zero, most in (

@@ -9,12 +9,13 @@ themselves live in ``sql/queries/dispatch.sql``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import socket
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -36,6 +37,7 @@ from dispatchers.unsealing import OpenedSecrets
 from outbox._queries import Statement, queries_for
 
 R = TypeVar("R")
+Busy = Mapping[str, int] | None  # requests in flight per destination, for a claim
 
 CAPPED_RECHECK = 60.0
 """Seconds a dispatcher that met a capped endpoint claims with the slots before it
@@ -244,17 +246,35 @@ class Store:
         return rows
 
     def claim_statement(
-        self, owner: str, limit: int, *, capped: bool
+        self, owner: str, limit: int, *, capped: bool, busy: Busy = None, alone: str | None = None
     ) -> tuple[Statement, dict[str, Any]]:
         """The claim statement and its parameters: ``claim`` if some endpoint may
-        have a concurrency cap, else the cheaper ``claim_uncapped``."""
+        have a concurrency cap, else the cheaper ``claim_uncapped``. ``busy`` counts
+        the requests in flight per destination, which leave that much less room
+        there under the bound per destination; ``alone`` names the destination
+        the last claim found alone with ready messages, which the statement takes
+        from by a plain scan while that still holds."""
+        busy = busy or {}
         return (
             self.queries["claim" if capped else "claim_uncapped"],
-            {"owner": owner, "limit": limit, "lease_s": self.config.lease},
+            {
+                "owner": owner,
+                "limit": limit,
+                "lease_s": self.config.lease,
+                "per_destination": self.config.per_destination,
+                "busy": list(busy),
+                "busy_counts": list(busy.values()),
+                "alone": alone,
+            },
         )
 
-    async def claim(self, owner: str, limit: int) -> list[Job]:
-        """Claim up to ``limit`` due messages.
+    async def claim(
+        self, owner: str, limit: int, busy: Busy = None, alone: str | None = None
+    ) -> list[Job]:
+        """Claim up to ``limit`` due messages, shared across their destinations, at
+        most ``config.per_destination`` in flight to each, ``busy`` (requests in
+        flight per destination) included, unless one is alone with ready messages
+        (``alone``: the one the last claim found so, see :meth:`claim_statement`).
 
         ``claim_uncapped`` first, which passes over the messages of endpoints
         with a concurrency cap and says whether there are such endpoints; if so,
@@ -264,7 +284,7 @@ class Store:
         jobs: list[Job] = []
         if time.monotonic() >= self._capped_until:
             rows = await self._run(
-                *self.claim_statement(owner, limit, capped=False),
+                *self.claim_statement(owner, limit, capped=False, busy=busy, alone=alone),
                 self._job_row,
                 timeouts=self._claim_timeouts,
             )
@@ -273,9 +293,13 @@ class Store:
                 return jobs
             self._capped_until = time.monotonic() + CAPPED_RECHECK
         if len(jobs) < limit:
+            busy = collections.Counter(busy or {})
+            busy.update(job.destination for job in jobs)
             try:
                 rows = await self._run(
-                    *self.claim_statement(owner, limit - len(jobs), capped=True),
+                    *self.claim_statement(
+                        owner, limit - len(jobs), capped=True, busy=busy, alone=alone
+                    ),
                     self._job_row,
                     timeouts=self._claim_timeouts,
                 )

@@ -30,7 +30,9 @@ check together.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import os
 import secrets
 import signal
@@ -114,6 +116,16 @@ class Dispatcher:
         self._sender = Sender(config, transport=transport, client=client)
         self._inflight: dict[int, _Flight] = {}
         self._sending = 0  # flights whose request is not finished
+        # the same per destination, for the bound on each (config.per_destination),
+        # and how many destinations are at it
+        self._sending_to: collections.Counter[str] = collections.Counter()
+        self._at_bound = 0
+        # whether the last claim that took messages met more than one destination
+        # (among its messages and those at their bound): the bound is what leaves
+        # room for the others then; alone, a destination may take every slot, and
+        # the next claim is told which one it was
+        self._crowded = False
+        self._alone: str | None = None
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._capacity = asyncio.Event()
@@ -278,7 +290,14 @@ class Dispatcher:
             # Requests in flight are bounded by the concurrency; the messages held
             # (sending, or waiting for their outcome write) by twice that.
             free = min(config.concurrency - self._sending, held_limit - len(self._inflight))
-            if free <= 0 or (free < low_water and self._inflight):
+            enough = low_water
+            if self._at_bound and self._crowded:
+                # The slots of destinations at their bound may not free up for a
+                # long while (one that hangs holds them until the request timeout):
+                # wait for a share of the others only.
+                others = config.concurrency - self._at_bound * config.per_destination
+                enough = max(1, min(config.batch_size, others) * 3 // 4)
+            if free <= 0 or (free < enough and self._inflight):
                 # Wait for capacity rather than claiming a handful at a time.
                 self._capacity.clear()
                 if len(self._inflight) >= held_limit:
@@ -302,7 +321,7 @@ class Dispatcher:
             self._wake.clear()
             sent_at = time.monotonic()
             try:
-                jobs = await self._store.claim(self.owner, want)
+                jobs = await self._store.claim(self.owner, want, self._sending_to, self._alone)
             except Exception as exc:
                 self._report.db_error("claim", exc)
                 await self._wait(self._stop, seconds=backoff.next())
@@ -316,6 +335,10 @@ class Dispatcher:
                 # The claim committed after the stop signal: release, never start.
                 self._release_unstarted(jobs)
                 return False
+            if jobs:
+                met = self._destinations_met(jobs)
+                self._crowded = len(met) > 1
+                self._alone = None if self._crowded else met.pop()
             for job in jobs:
                 self._start(job)
             if len(jobs) < want:
@@ -363,6 +386,16 @@ class Dispatcher:
             if not self._stop.is_set():
                 self._watchdog.check_stall()
 
+    def _destinations_met(self, jobs: list[Job]) -> set[str]:
+        """The destinations of ``jobs`` and those at their bound: more than one,
+        and a claim leaves room under the bound to each; one alone with ready
+        messages and below its bound gets the whole batch."""
+        destinations = {job.destination for job in jobs}
+        if self._at_bound:
+            bound = self.config.per_destination
+            destinations.update(d for d, n in self._sending_to.items() if n >= bound)
+        return destinations
+
     def _start(self, job: Job) -> None:
         stale = self._inflight.get(job.id)
         if stale is not None:
@@ -378,12 +411,15 @@ class Dispatcher:
             self._outcomes.add(job.id, withheld)
             return
         self._sending += 1
+        self._sending_to[job.destination] += 1
+        if self._sending_to[job.destination] == self.config.per_destination:
+            self._at_bound += 1
         self.stats.claimed += 1
         if self.log.enabled("claimed"):
             self.log.event("claimed", message_id=job.id, attempt=job.attempts)
         flight.task = asyncio.create_task(self._attempt(flight))
         # a callback, not a finally: it runs even for a task cancelled before it started
-        flight.task.add_done_callback(self._sent)
+        flight.task.add_done_callback(functools.partial(self._sent, job.destination))
 
     def _release_unstarted(self, jobs: list[Job]) -> None:
         for job in jobs:
@@ -392,8 +428,18 @@ class Dispatcher:
 
     # -- delivering ------------------------------------------------------------
 
-    def _sent(self, task: asyncio.Task[None]) -> None:
+    def _sent(self, destination: str, task: asyncio.Task[None]) -> None:
         self._sending -= 1
+        sending = self._sending_to[destination]
+        if sending > 1:
+            self._sending_to[destination] = sending - 1
+        else:  # only the destinations with requests in flight go with a claim
+            del self._sending_to[destination]
+        if sending == self.config.per_destination:
+            # The last claim may have passed this destination's due messages over
+            # for want of room there, and no notification announces room.
+            self._at_bound -= 1
+            self._wake.set()
         self._capacity.set()
 
     async def _attempt(self, flight: _Flight) -> None:

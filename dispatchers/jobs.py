@@ -32,6 +32,7 @@ class Job:
     endpoint_id: int | None
     event_type: str | None
     created_at: datetime
+    destination: str  # what the dispatcher bounds requests in flight by
     retry_base: int = 0
     secrets: tuple[str, ...] = ()
     """The signing secrets in force, opened (see :mod:`dispatchers.unsealing`)."""

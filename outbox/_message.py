@@ -78,6 +78,7 @@ class NewMessage(NamedTuple):
 
     idempotency_key: str
     target: str
+    destination: str
     url: str | None
     endpoint_id: int | None
     method: str
@@ -97,6 +98,7 @@ class NewMessage(NamedTuple):
         return {
             "idempotency_key": self.idempotency_key,
             "target": self.target,
+            "destination": self.destination,
             "endpoint_id": self.endpoint_id,
             "url": self.url,
             "method": self.method,
@@ -120,33 +122,62 @@ def check_url(url: object, field: str = "url") -> str:
         raise InvalidMessage(field, "must not be empty")
     if len(url) > MAX_URL_LENGTH:
         raise InvalidMessage(field, f"is longer than {MAX_URL_LENGTH} characters")
-    problem = _url_problem(url)
+    problem = _parse_url(url).problem
     if problem is not None:
         raise InvalidMessage(field, problem)
     return url
 
 
+def url_origin(url: str) -> str:
+    """The destination of a message sent to ``url`` (checked by :func:`check_url`):
+    its origin, ``scheme://host:port``, lower-cased and with the scheme's default
+    port written out, so that every spelling of one server is one destination.
+    The dispatcher shares its capacity fairly between destinations; migration
+    0009 computes the same value in SQL for the rows written before it."""
+    return _parse_url(url).origin
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class _ParsedUrl(NamedTuple):
+    problem: str | None
+    origin: str
+
+
 @functools.lru_cache(maxsize=1024)
-def _url_problem(url: str) -> str | None:
-    """What is wrong with ``url`` (at most MAX_URL_LENGTH characters), or None.
-    Cached: applications send to a few URLs over and over, and parsing one costs
-    more than all the other checks of a message."""
+def _parse_url(url: str) -> _ParsedUrl:
+    """What is wrong with ``url`` (at most MAX_URL_LENGTH characters), if anything,
+    and its origin. Cached: applications send to a few URLs over and over, and
+    parsing one costs more than all the other checks of a message."""
     if not _URL_CHARS.fullmatch(url):
-        return "must not contain spaces, control or non-ASCII characters"
+        return _ParsedUrl("must not contain spaces, control or non-ASCII characters", "")
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        return f"is not a valid URL ({exc})"
-    if parts.scheme.lower() not in ("http", "https"):
+        return _ParsedUrl(f"is not a valid URL ({exc})", "")
+    scheme = parts.scheme.lower()
+    problem = _parts_problem(url, parts.netloc, scheme, parts.hostname, port)
+    if problem is not None or parts.hostname is None:
+        return _ParsedUrl(problem, "")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return _ParsedUrl(None, f"{scheme}://{host}:{port or _DEFAULT_PORTS[scheme]}")
+
+
+def _parts_problem(
+    url: str, netloc: str, scheme: str, hostname: str | None, port: int | None
+) -> str | None:
+    """What is wrong with a URL that parsed into these parts, or None."""
+    if scheme not in _DEFAULT_PORTS:
         return "must use the http or https scheme"
-    if "@" in parts.netloc:
+    if "@" in netloc:
         return "must not contain credentials (user:password@); use headers"
-    if not parts.hostname:
+    if not hostname:
         return "must include a host"
-    if "%" in parts.hostname:
+    if "%" in hostname:
         return "must not percent-encode its host"
-    problem = ipv4_host_problem(parts.hostname)
+    problem = ipv4_host_problem(hostname)
     if problem is not None:
         return problem
     if port == 0:
@@ -351,6 +382,7 @@ def build_message(
     return NewMessage(
         idempotency_key=key,
         target=checked_url,
+        destination=url_origin(checked_url),
         url=checked_url,
         endpoint_id=None,
         method=checked_method,

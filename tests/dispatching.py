@@ -48,11 +48,14 @@ FAST: Mapping[str, Any] = MappingProxyType(
 
 
 def fast_config(*presets: Mapping[str, Any], **overrides: Any) -> DispatcherConfig:
-    """:data:`FAST`, updated with each of ``presets`` in turn, then ``overrides``."""
+    """:data:`FAST`, updated with each of ``presets`` in turn, then ``overrides``.
+    Unless they bound it, one destination may have every request slot: most tests
+    send to one receiver (the bound per destination has tests of its own)."""
     settings = dict(FAST)
     for preset in presets:
         settings.update(preset)
     settings.update(overrides)
+    settings.setdefault("destination_concurrency", settings["concurrency"])
     return DispatcherConfig(**settings)
 
 

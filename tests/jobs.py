@@ -24,6 +24,7 @@ def job(**overrides: Any) -> Job:
         "endpoint_id": None,
         "event_type": None,
         "created_at": datetime.now(UTC),
+        "destination": "https://example.com:443",
     }
     fields.update(overrides)
     return Job(**fields)

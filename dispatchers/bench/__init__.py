@@ -53,6 +53,9 @@ class Settings:
     messages: int = 20_000
     concurrency: int = 64
     batch_size: int = 100
+    destinations: int = 1
+    """Origins the drain-http backlog is spread over, in turn: the shared receiver
+    listens on a port for each."""
     repeat: int = 1
     rates: tuple[float, ...] = (50.0, 500.0, 2000.0)
     dispatchers: tuple[int, ...] = (1, 3)

@@ -13,7 +13,8 @@ from dispatchers.embedded import Database
 
 class Bench:
     """What the scenarios share: the database, PostgreSQL's CPU clock, one receiver
-    (started on first use; :meth:`close` always ends it) and the progress log."""
+    (started on first use, on a port per destination; :meth:`close` always ends
+    it) and the progress log."""
 
     def __init__(self, db: Database, settings: Settings, progress: Callable[[str], None]) -> None:
         self.db = db
@@ -25,7 +26,7 @@ class Bench:
     @property
     def receiver(self) -> ReceiverProcess:
         if self._receiver is None:
-            receiver = ReceiverProcess()
+            receiver = ReceiverProcess(ports=self.settings.destinations)
             try:
                 receiver.start()
             except BaseException:

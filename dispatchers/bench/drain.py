@@ -93,11 +93,11 @@ def drain_in(
         receiver = bench.receiver
     elif not http:
         receiver = None
-    target = receiver.url if receiver else NOOP_URL
+    targets = receiver.urls if receiver else [NOOP_URL]
     delivered_before = row_counts(url, schema).delivered
     keys = [f"{design}-{run_id()}-{i}" for i in range(messages)]
     t0 = time.perf_counter()
-    seed_backlog(url, schema, target=target, keys=keys)
+    seed_backlog(url, schema, targets=targets, keys=keys)
     seed_s = time.perf_counter() - t0
     with connect(url, autocommit=True) as conn:  # fresh planner statistics, as in production
         conn.execute(bench_queries(schema)["analyze_messages"])
@@ -258,6 +258,7 @@ def drain_scenario(bench: Bench, name: str, *, http: bool) -> DrainResult:
     return DrainResult(
         concurrency=s.concurrency,
         batch_size=s.batch_size,
+        destinations=s.destinations if http else 1,
         summary=_summary(ours),
         runs=ours,
         baselines=baselines,

@@ -21,7 +21,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,8 +136,9 @@ def message_params(target: str, key: str, i: int) -> dict[str, Any]:
     return message.params()
 
 
-def seed_backlog(url: str, schema: str, *, target: str, keys: list[str]) -> None:
-    """Write one ready message per key to ``target``, as ``Outbox.enqueue`` would.
+def seed_backlog(url: str, schema: str, *, targets: Sequence[str], keys: list[str]) -> None:
+    """Write one ready message per key, to each of ``targets`` in turn, as
+    ``Outbox.enqueue`` would.
 
     Each message is validated by the same builder and written by the same
     ``enqueue`` statement as ``Outbox.enqueue``; the statements are pipelined
@@ -147,7 +148,7 @@ def seed_backlog(url: str, schema: str, *, target: str, keys: list[str]) -> None
     with connect(url) as conn, conn.cursor() as cur:
         for start in range(0, len(keys), SEED_COMMIT_EVERY):
             params = [
-                message_params(target, key, i)
+                message_params(targets[i % len(targets)], key, i)
                 for i, key in enumerate(keys[start : start + SEED_COMMIT_EVERY], start)
             ]
             cur.executemany(statement.text, params)

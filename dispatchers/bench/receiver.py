@@ -30,8 +30,11 @@ Requests to ``/_bench/...`` are the benchmark's own and are not counted:
 with ``P`` (structured-form keys unquoted), with ``&since=T`` only those that
 arrived at ``T`` (``time.time()``) or later.
 
+With ``--ports N``, it listens on ``N`` ports (the first is ``--port``, the others
+any free ones), all counted together: to a dispatcher, ``N`` destinations.
+
 Run it in its own process (it imports the standard library only); it writes its
-port to ``--ready-file`` once it is listening, and on SIGTERM (or SIGINT) writes
+ports to ``--ready-file`` once it is listening, and on SIGTERM (or SIGINT) writes
 its counts as one JSON object to ``--stats-file`` (or stdout) and exits:
 
     python dispatchers/bench/receiver.py --port 0 --ready-file /tmp/port
@@ -382,24 +385,33 @@ async def serve(
     record_keys: bool,
     max_seconds: float,
     replies: Replies | None = None,
+    ports: int = 1,
 ) -> Counts:
-    """Serve until SIGTERM/SIGINT, ``max_seconds``, or the parent's exit."""
+    """Serve on ``ports`` ports (``port`` first) until SIGTERM/SIGINT,
+    ``max_seconds``, or the parent's exit."""
     loop = asyncio.get_running_loop()
     counts = Counts()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     parent = os.getppid()
-    server = await loop.create_server(
-        lambda: _Connection(counts, record_keys, replies or Replies()), HOST, port, backlog=1024
-    )
-    bound = server.sockets[0].getsockname()[1]
-    if ready_file is not None:
-        _write_atomically(ready_file, f"{bound}\n")
-    else:
-        print(bound, flush=True)
-    deadline = loop.time() + max_seconds
-    async with server:
+    async with contextlib.AsyncExitStack() as servers:
+        bound: list[int] = []
+        for n in range(ports):
+            server = await loop.create_server(
+                lambda: _Connection(counts, record_keys, replies or Replies()),
+                HOST,
+                port if n == 0 else 0,
+                backlog=1024,
+            )
+            await servers.enter_async_context(server)
+            bound.append(server.sockets[0].getsockname()[1])
+        listening = " ".join(map(str, bound))
+        if ready_file is not None:
+            _write_atomically(ready_file, f"{listening}\n")
+        else:
+            print(listening, flush=True)
+        deadline = loop.time() + max_seconds
         while not stop.is_set() and loop.time() < deadline and os.getppid() == parent:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=min(1.0, deadline - loop.time()))
@@ -416,7 +428,12 @@ def _share(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
-    parser.add_argument("--ready-file", type=Path, help="write the port here once listening")
+    parser.add_argument(
+        "--ports", type=int, default=1, help="listen on this many ports, --port first (default 1)"
+    )
+    parser.add_argument(
+        "--ready-file", type=Path, help="write the ports here once listening, space-separated"
+    )
     parser.add_argument("--stats-file", type=Path, help="write the counts here (default stdout)")
     parser.add_argument(
         "--record-keys",
@@ -465,11 +482,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.big_response_bytes < 0:
         parser.error("--big-response-bytes must be at least 0")
+    if not 1 <= args.ports <= 1000:
+        parser.error("--ports must be from 1 to 1000")
     if not 0 <= args.delay < 3600:
         parser.error("--delay must be at least 0 and below 3600")
     counts = asyncio.run(
         serve(
             port=args.port,
+            ports=args.ports,
             ready_file=args.ready_file,
             record_keys=args.record_keys,
             max_seconds=args.max_seconds,

@@ -27,8 +27,9 @@ from dispatchers.bench.receiver import HOST, Replies
 class ReceiverProcess:
     """Runs the bench receiver in a child process; a context manager.
 
-    ``port`` and ``url`` are known once entered; :meth:`counts` and
-    :meth:`arrivals` ask the running receiver; :meth:`stop` sends SIGTERM and
+    ``port`` and ``url`` are known once entered, and with ``ports`` above 1,
+    ``urls``: one per port, each its own destination to a dispatcher; :meth:`counts`
+    and :meth:`arrivals` ask the running receiver; :meth:`stop` sends SIGTERM and
     returns the final counts. Leaving the block always ends the process.
     ``replies`` delays answers or gives some a big body (see :class:`Replies`).
     """
@@ -39,11 +40,14 @@ class ReceiverProcess:
         record_keys: bool = True,
         start_timeout: float = 15.0,
         replies: Replies | None = None,
+        ports: int = 1,
     ) -> None:
         self.record_keys = record_keys
         self.replies = replies or Replies()
         self.start_timeout = start_timeout
+        self.ports = ports
         self.port = 0
+        self.listening: list[int] = []
         self.process: subprocess.Popen[bytes] | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="outbox-receiver-")
 
@@ -54,6 +58,11 @@ class ReceiverProcess:
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}/hook"
+
+    @property
+    def urls(self) -> list[str]:
+        """The URL of every port: as many destinations as ``ports``."""
+        return [f"http://{HOST}:{port}/hook" for port in self.listening]
 
     def __enter__(self) -> ReceiverProcess:
         try:
@@ -79,6 +88,8 @@ class ReceiverProcess:
             str(Path(receiver.__file__).resolve()),
             "--port",
             "0",
+            "--ports",
+            str(self.ports),
             "--ready-file",
             str(ready),
             "--stats-file",
@@ -104,7 +115,8 @@ class ReceiverProcess:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"receiver not ready within {self.start_timeout:g} s")
             time.sleep(0.01)
-        self.port = int(ready.read_text())
+        self.listening = [int(port) for port in ready.read_text().split()]
+        self.port = self.listening[0]
 
     def _get(self, path: str, timeout: float = 30.0) -> Any:
         self._started()

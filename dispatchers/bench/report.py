@@ -64,6 +64,8 @@ def _drain_rows(name: str, r: DrainResult, rate: Target) -> list[Row]:
     ]
     if m.cpu_receiver_us_per_msg is not None:
         rows.append(row(name, "CPU us/msg, receiver", m.cpu_receiver_us_per_msg, ",.0f"))
+    if r.destinations > 1:
+        rows.append(Row(name, "destinations, messages spread in turn", str(r.destinations)))
     rows.append(Row(name, _rss_measure(r.runs), _rss(m.peak_rss_mb, m.rss_growth_mb)))
     duplicates = "n/a" if m.duplicates is None else str(m.duplicates)
     rows.append(

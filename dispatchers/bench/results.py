@@ -167,6 +167,7 @@ class DrainResult:
 
     concurrency: int
     batch_size: int
+    destinations: int
     summary: DrainSummary = field(metadata=INLINE)
     runs: list[DrainRun]
     baselines: list[BaselineDrains]

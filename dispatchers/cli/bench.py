@@ -126,6 +126,14 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
         help=f"dispatcher claim batch (default: {d.batch_size})",
     )
     drains.add_argument(
+        "--destinations",
+        type=positive_int,
+        default=d.destinations,
+        metavar="N",
+        help="spread the drain-http messages over N destinations, in turn: the receiver "
+        f"listens on N ports of 127.0.0.1, at most 1000 (default: {d.destinations})",
+    )
+    drains.add_argument(
         "--repeat",
         type=positive_int,
         default=d.repeat,

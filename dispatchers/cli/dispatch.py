@@ -94,7 +94,7 @@ def add_config_options(parser: argparse._ActionsContainer) -> None:
                 default=f.default,
                 metavar=opt.metavar,
                 choices=opt.choices,
-                help=f"{text} (default: {_shown(f.default, opt.values)})",
+                help=f"{text} (default: {opt.default or _shown(f.default, opt.values)})",
             )
 
 

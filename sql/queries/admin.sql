@@ -139,11 +139,12 @@ WITH chosen AS (
     RETURNING d.*
 ), replayed AS (
     INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,
         content_type, event_type, ordering_key, state, attempts, max_attempts,
         retry_base, available_at, last_status, created_at
     )
-    SELECT id, idempotency_key, target, endpoint_id, url, method, headers, body,
+    -- an endpoint's messages: their destination is their target, "endpoint:<id>"
+    SELECT id, idempotency_key, target, target, endpoint_id, url, method, headers, body,
            content_type, event_type, ordering_key, 'ready', attempts,
            attempts + CAST(%(budget)s AS integer), attempts, now(), last_status, created_at
     FROM moved
@@ -196,11 +197,11 @@ WITH event AS (
     RETURNING target, idempotency_key, message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,
         content_type, event_type, ordering_key, state, max_attempts
     )
-    SELECT k.message_id, k.idempotency_key, k.target, CAST(%(endpoint_id)s AS bigint), NULL,
-           'POST', CAST('{{}}' AS jsonb), s.body, 'application/json', s.event_type,
+    SELECT k.message_id, k.idempotency_key, k.target, k.target, CAST(%(endpoint_id)s AS bigint),
+           NULL, 'POST', CAST('{{}}' AS jsonb), s.body, 'application/json', s.event_type,
            s.ordering_key, 'ready', CAST(%(budget)s AS integer)
     FROM new_key AS k
     CROSS JOIN source AS s
@@ -228,10 +229,10 @@ WITH new_key AS (
     RETURNING target, idempotency_key, message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,
         content_type, event_type, state, max_attempts
     )
-    SELECT message_id, idempotency_key, target, CAST(%(endpoint_id)s AS bigint), NULL,
+    SELECT message_id, idempotency_key, target, target, CAST(%(endpoint_id)s AS bigint), NULL,
            'POST', CAST('{{}}' AS jsonb), CAST(%(body)s AS bytea), 'application/json',
            CAST(%(event_type)s AS text), 'ready', 1
     FROM new_key

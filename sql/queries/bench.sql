@@ -57,7 +57,8 @@ CREATE TABLE {schema}.bench_floor (
 INSERT INTO {schema}.bench_floor (payload) VALUES (%(payload)s)
 
 -- name: naive_claim
--- NAIVE BASELINE (comparison only). Claim ONE due message, in its own transaction.
+-- NAIVE BASELINE (comparison only). Claim ONE due message, in its own transaction,
+-- the first in the claimable index (by destination, then due time).
 UPDATE {schema}.messages AS m
 SET state = 'running',
     lease_owner = %(owner)s,
@@ -67,7 +68,7 @@ WHERE m.id = (
     SELECT id
     FROM {schema}.messages
     WHERE state = 'ready' AND available_at <= now()
-    ORDER BY available_at, id
+    ORDER BY destination, available_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )

@@ -5,19 +5,148 @@
 -- quoted name of the schema's notification channel.
 
 -- name: claim
--- Claim up to %(limit)s due messages for one dispatcher, in one statement that
--- commits before any HTTP work starts. The candidates come from the partial
--- claimable index in (available_at, id) order; SKIP LOCKED lets several
--- dispatchers claim side by side without waiting on each other.
+-- Claim up to %(limit)s due messages for one dispatcher, shared fairly across
+-- their destinations (an endpoint, or the origin of a plain message's URL), in
+-- one statement that commits before any HTTP work starts.
+--
+-- A loose scan of the claimable index lists the destinations with ready
+-- messages (one index probe each, whatever their backlogs); each contributes its
+-- first due messages in (available_at, id) order, at most as many as it has room
+-- for under the dispatcher's bound per destination (%(per_destination)s, less the
+-- %(busy_counts)s it has in flight at the %(busy)s destinations; alone with
+-- ready messages and below its bound, a destination has room for the whole
+-- batch, as no other needs any), and first no more than an even share of the
+-- batch, so that a claim reads about as many rows as it takes however many
+-- destinations there are. They are taken in turns, every destination's first,
+-- then every second, ..., so that a deep or slow backlog cannot hold another
+-- destination's messages back. Told which destination the dispatcher's last
+-- claim found alone (%(alone)s), and while that still holds, the claim skips
+-- the list and the turns. SKIP LOCKED lets several dispatchers claim side by
+-- side without waiting on each other.
 -- A message with an ordering key waits while an earlier message of the same key
 -- is ready, running or paused; a dead one no longer holds its successors back.
 -- attempts + 1 is the fencing token every later write of this claim must match.
 -- A webhook message whose endpoint was disabled after it was written waits (the
 -- disable pauses the rows it can see; this catches the ones committed later).
-WITH candidates AS (
+WITH RECURSIVE alone AS (
+    -- %(alone)s, the destination this dispatcher's last claim found alone, if it
+    -- still is the only one with ready messages and is below its bound (two
+    -- index probes): the claim then takes its first due messages, the whole
+    -- batch, as they are read, without listing destinations and taking turns
+    SELECT CAST(%(alone)s AS text) AS destination
+    WHERE CAST(%(alone)s AS text) IS NOT NULL
+      -- max() and min(), not EXISTS: with its parameters unknown, a plan
+      -- could read the whole table for an EXISTS, never for these
+      AND (SELECT max(m.destination) FROM {schema}.messages AS m
+           WHERE m.state = 'ready' AND m.destination < %(alone)s) IS NULL
+      AND (SELECT min(m.destination) FROM {schema}.messages AS m
+           WHERE m.state = 'ready' AND m.destination > %(alone)s) IS NULL
+      AND COALESCE((CAST(%(busy_counts)s AS integer[]))[
+              array_position(CAST(%(busy)s AS text[]), CAST(%(alone)s AS text))], 0)
+          < %(per_destination)s
+), destinations AS (
+    -- otherwise, the destinations with ready messages
+    (SELECT m.destination
+     FROM {schema}.messages AS m
+     WHERE m.state = 'ready' AND NOT EXISTS (SELECT 1 FROM alone)
+     ORDER BY m.destination
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.destination
+            FROM {schema}.messages AS m
+            WHERE m.state = 'ready' AND m.destination > d.destination
+            ORDER BY m.destination
+            LIMIT 1)
+    FROM destinations AS d
+    WHERE d.destination IS NOT NULL
+), listed AS (
+    -- each destination with its room: under the bound, or the whole batch for
+    -- a destination below it and alone with ready messages (no other needs
+    -- room then; at its bound, it gets no more even alone); and
+    -- the share of the batch a destination gets in the first pass: as many turns
+    -- as fill the batch when every destination has that many due
+    SELECT d.destination,
+           CASE WHEN count(*) OVER () = 1 AND COALESCE(busy.n, 0) < %(per_destination)s
+                THEN %(limit)s
+                ELSE GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
+           END AS room,
+           CAST(ceil(%(limit)s / CAST(count(*) OVER () AS numeric)) AS integer) AS share
+    FROM destinations AS d
+    LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
+        AS busy(destination, n) ON busy.destination = d.destination
+    WHERE d.destination IS NOT NULL  -- the row that ends the list
+), heads AS (
+    -- the first pass: the first due messages of each destination, up to its share
+    SELECT l.destination, l.room, l.share, h.id, h.available_at,
+           row_number() OVER (PARTITION BY l.destination ORDER BY h.available_at, h.id) AS turn
+    FROM listed AS l
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.available_at
+        FROM {schema}.messages AS m
+        WHERE m.destination = l.destination
+          AND m.state = 'ready'
+          AND m.available_at <= now()
+          AND (m.endpoint_id IS NULL OR EXISTS (
+                SELECT 1 FROM {schema}.endpoints AS e
+                WHERE e.id = m.endpoint_id
+                  AND e.enabled
+                  -- a capped endpoint with every slot taken is skipped, so its
+                  -- backlog cannot crowd other messages out of the batch
+                  AND (e.max_concurrency IS NULL OR EXISTS (
+                        SELECT 1 FROM {schema}.endpoint_slots AS s
+                        WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
+          AND (m.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1
+                FROM {schema}.messages AS earlier
+                WHERE earlier.ordering_key = m.ordering_key
+                  AND earlier.id < m.id
+                  AND earlier.state IN ('ready', 'running', 'paused')))
+        ORDER BY m.available_at, m.id
+        LIMIT LEAST(l.room, l.share)
+    ) AS h
+), more AS (
+    -- the second pass, only when the first fell short of the batch (destinations
+    -- with fewer due than their share, or none): the next messages of the
+    -- destinations that filled their share, up to their room and the shortfall
+    SELECT h.id, h.available_at,
+           f.share + row_number() OVER (PARTITION BY f.destination
+                                        ORDER BY h.available_at, h.id) AS turn
+    FROM (SELECT destination, room, share
+          FROM heads
+          GROUP BY destination, room, share
+          HAVING count(*) = share AND room > share) AS f
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.available_at
+        FROM {schema}.messages AS m
+        WHERE m.destination = f.destination
+          AND m.state = 'ready'
+          AND m.available_at <= now()
+          AND (m.endpoint_id IS NULL OR EXISTS (
+                SELECT 1 FROM {schema}.endpoints AS e
+                WHERE e.id = m.endpoint_id
+                  AND e.enabled
+                  -- a capped endpoint with every slot taken is skipped, so its
+                  -- backlog cannot crowd other messages out of the batch
+                  AND (e.max_concurrency IS NULL OR EXISTS (
+                        SELECT 1 FROM {schema}.endpoint_slots AS s
+                        WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
+          AND (m.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1
+                FROM {schema}.messages AS earlier
+                WHERE earlier.ordering_key = m.ordering_key
+                  AND earlier.id < m.id
+                  AND earlier.state IN ('ready', 'running', 'paused')))
+        ORDER BY m.available_at, m.id
+        OFFSET f.share
+        LIMIT LEAST(f.room - f.share, %(limit)s - (SELECT count(*) FROM heads))
+    ) AS h
+    WHERE (SELECT count(*) FROM heads) < %(limit)s
+), lone AS (
+    -- the alone destination's first due messages, locked as they are read
     SELECT m.id, m.endpoint_id, m.available_at
     FROM {schema}.messages AS m
-    WHERE m.state = 'ready'
+    WHERE m.destination = (SELECT destination FROM alone)
+      AND m.state = 'ready'
       AND m.available_at <= now()
       AND (m.endpoint_id IS NULL OR EXISTS (
             SELECT 1 FROM {schema}.endpoints AS e
@@ -36,7 +165,30 @@ WITH candidates AS (
               AND earlier.state IN ('ready', 'running', 'paused')))
     ORDER BY m.available_at, m.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF m SKIP LOCKED
+), turns AS (
+    -- the others' messages, locked in turn order until the batch is full: the
+    -- heads another claimer holds are skipped, and ones it claimed since our
+    -- snapshot drop out on the re-check of their newest version. Locked here,
+    -- not as the passes read them, so that no more than the batch is locked.
+    -- By primary key, from an array: the planner cannot tell how few heads
+    -- there are, and joined to them instead it may hash the whole table.
+    SELECT m.id, m.endpoint_id, m.available_at
+    FROM unnest(ARRAY(SELECT id
+                      FROM (SELECT id, turn, available_at FROM heads
+                            UNION ALL
+                            SELECT id, turn, available_at FROM more) AS taken
+                      ORDER BY turn, available_at, id))
+        WITH ORDINALITY AS h(id, n)
+    JOIN {schema}.messages AS m ON m.id = h.id
+    WHERE m.state = 'ready' AND m.available_at <= now()
+    ORDER BY h.n
+    LIMIT %(limit)s
+    FOR UPDATE OF m SKIP LOCKED
+), candidates AS (
+    SELECT id, endpoint_id, available_at FROM lone
+    UNION ALL
+    SELECT id, endpoint_id, available_at FROM turns
 ), capped AS (
     -- candidates of capped endpoints, numbered per endpoint in claim order
     SELECT c.id, c.endpoint_id,
@@ -79,12 +231,12 @@ WITH candidates AS (
     WHERE m.id = ANY (ARRAY(SELECT id FROM claimable))
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at, m.ordering_key
+              m.retry_base, m.available_at, m.ordering_key, m.destination
 )
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-       s.secrets, s.secret_keys, c.ordering_key
+       s.secrets, s.secret_keys, c.ordering_key, c.destination
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
 -- the signing secrets still in force (several during a rotation), newest first,
@@ -101,15 +253,111 @@ ORDER BY c.available_at, c.id
 -- name: claim_uncapped
 -- "claim" for every message that needs no slot: no endpoint, or an endpoint
 -- without a concurrency cap (without caps, the common case, that is every
--- message "claim" would take), in the same order, with the same result rows.
--- Without the slot machinery it costs half as much to plan, and less to run
--- (the dispatcher prepares both, once per server connection). When some
+-- message "claim" would take), as fair, in the same order, with the same result
+-- rows. Without the slot machinery it costs half as much to plan, and less to
+-- run (the dispatcher prepares both, once per server connection). When some
 -- endpoint has a cap, its messages are passed over and one more row, all NULL,
 -- says so: the caller then claims the rest with "claim".
-WITH candidates AS (
-    SELECT m.id
+WITH RECURSIVE alone AS (
+    -- as in "claim"
+    SELECT CAST(%(alone)s AS text) AS destination
+    WHERE CAST(%(alone)s AS text) IS NOT NULL
+      -- max() and min(), not EXISTS: with its parameters unknown, a plan
+      -- could read the whole table for an EXISTS, never for these
+      AND (SELECT max(m.destination) FROM {schema}.messages AS m
+           WHERE m.state = 'ready' AND m.destination < %(alone)s) IS NULL
+      AND (SELECT min(m.destination) FROM {schema}.messages AS m
+           WHERE m.state = 'ready' AND m.destination > %(alone)s) IS NULL
+      AND COALESCE((CAST(%(busy_counts)s AS integer[]))[
+              array_position(CAST(%(busy)s AS text[]), CAST(%(alone)s AS text))], 0)
+          < %(per_destination)s
+), destinations AS (
+    -- as in "claim"
+    (SELECT m.destination
+     FROM {schema}.messages AS m
+     WHERE m.state = 'ready' AND NOT EXISTS (SELECT 1 FROM alone)
+     ORDER BY m.destination
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.destination
+            FROM {schema}.messages AS m
+            WHERE m.state = 'ready' AND m.destination > d.destination
+            ORDER BY m.destination
+            LIMIT 1)
+    FROM destinations AS d
+    WHERE d.destination IS NOT NULL
+), listed AS (
+    -- as in "claim"
+    SELECT d.destination,
+           CASE WHEN count(*) OVER () = 1 AND COALESCE(busy.n, 0) < %(per_destination)s
+                THEN %(limit)s
+                ELSE GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
+           END AS room,
+           CAST(ceil(%(limit)s / CAST(count(*) OVER () AS numeric)) AS integer) AS share
+    FROM destinations AS d
+    LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
+        AS busy(destination, n) ON busy.destination = d.destination
+    WHERE d.destination IS NOT NULL  -- the row that ends the list
+), heads AS (
+    -- the first pass: the first due messages of each destination, up to its share
+    SELECT l.destination, l.room, l.share, h.id, h.available_at,
+           row_number() OVER (PARTITION BY l.destination ORDER BY h.available_at, h.id) AS turn
+    FROM listed AS l
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.available_at
+        FROM {schema}.messages AS m
+        WHERE m.destination = l.destination
+          AND m.state = 'ready'
+          AND m.available_at <= now()
+          AND (m.endpoint_id IS NULL OR EXISTS (
+                SELECT 1 FROM {schema}.endpoints AS e
+                WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
+          AND (m.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1
+                FROM {schema}.messages AS earlier
+                WHERE earlier.ordering_key = m.ordering_key
+                  AND earlier.id < m.id
+                  AND earlier.state IN ('ready', 'running', 'paused')))
+        ORDER BY m.available_at, m.id
+        LIMIT LEAST(l.room, l.share)
+    ) AS h
+), more AS (
+    -- the second pass, only when the first fell short of the batch (destinations
+    -- with fewer due than their share, or none): the next messages of the
+    -- destinations that filled their share, up to their room and the shortfall
+    SELECT h.id, h.available_at,
+           f.share + row_number() OVER (PARTITION BY f.destination
+                                        ORDER BY h.available_at, h.id) AS turn
+    FROM (SELECT destination, room, share
+          FROM heads
+          GROUP BY destination, room, share
+          HAVING count(*) = share AND room > share) AS f
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.available_at
+        FROM {schema}.messages AS m
+        WHERE m.destination = f.destination
+          AND m.state = 'ready'
+          AND m.available_at <= now()
+          AND (m.endpoint_id IS NULL OR EXISTS (
+                SELECT 1 FROM {schema}.endpoints AS e
+                WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
+          AND (m.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1
+                FROM {schema}.messages AS earlier
+                WHERE earlier.ordering_key = m.ordering_key
+                  AND earlier.id < m.id
+                  AND earlier.state IN ('ready', 'running', 'paused')))
+        ORDER BY m.available_at, m.id
+        OFFSET f.share
+        LIMIT LEAST(f.room - f.share, %(limit)s - (SELECT count(*) FROM heads))
+    ) AS h
+    WHERE (SELECT count(*) FROM heads) < %(limit)s
+), lone AS (
+    -- as in "claim"
+    SELECT m.id, m.available_at
     FROM {schema}.messages AS m
-    WHERE m.state = 'ready'
+    WHERE m.destination = (SELECT destination FROM alone)
+      AND m.state = 'ready'
       AND m.available_at <= now()
       AND (m.endpoint_id IS NULL OR EXISTS (
             SELECT 1 FROM {schema}.endpoints AS e
@@ -122,7 +370,25 @@ WITH candidates AS (
               AND earlier.state IN ('ready', 'running', 'paused')))
     ORDER BY m.available_at, m.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF m SKIP LOCKED
+), turns AS (
+    -- as in "claim"
+    SELECT m.id
+    FROM unnest(ARRAY(SELECT id
+                      FROM (SELECT id, turn, available_at FROM heads
+                            UNION ALL
+                            SELECT id, turn, available_at FROM more) AS taken
+                      ORDER BY turn, available_at, id))
+        WITH ORDINALITY AS h(id, n)
+    JOIN {schema}.messages AS m ON m.id = h.id
+    WHERE m.state = 'ready' AND m.available_at <= now()
+    ORDER BY h.n
+    LIMIT %(limit)s
+    FOR UPDATE OF m SKIP LOCKED
+), candidates AS (
+    SELECT id FROM lone
+    UNION ALL
+    SELECT id FROM turns
 ), capped AS (
     -- one row if some endpoint has a cap (its messages were passed over)
     SELECT 1 FROM {schema}.endpoints WHERE max_concurrency IS NOT NULL LIMIT 1
@@ -136,12 +402,12 @@ WITH candidates AS (
     WHERE m.id = ANY (ARRAY(SELECT id FROM candidates))
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at, m.ordering_key
+              m.retry_base, m.available_at, m.ordering_key, m.destination
 )
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        s.secrets, s.secret_keys, c.ordering_key
+        s.secrets, s.secret_keys, c.ordering_key, c.destination
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
  LEFT JOIN LATERAL (
@@ -154,7 +420,7 @@ WITH candidates AS (
  ORDER BY c.available_at, c.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL
+       NULL, NULL
 FROM capped
 
 -- name: renew

@@ -23,11 +23,12 @@ WITH new_key AS (
     RETURNING message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,
         content_type, event_type, ordering_key, state, max_attempts, available_at
     )
     SELECT new_key.message_id,
            CAST(%(idempotency_key)s AS text), CAST(%(target)s AS text),
+           CAST(%(destination)s AS text),
            CAST(%(endpoint_id)s AS bigint), CAST(%(url)s AS text),
            CAST(%(method)s AS text), CAST(%(headers)s AS jsonb), CAST(%(body)s AS bytea),
            CAST(%(content_type)s AS text), CAST(%(event_type)s AS text),
@@ -63,7 +64,8 @@ WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
 -- existing_ids, and the caller reads the event with publish_existing (as
 -- enqueue does with enqueue_existing).
 --
--- Each endpoint's message is keyed "<event key>:<endpoint id>" (its webhook-id).
+-- Each endpoint's message is keyed "<event key>:<endpoint id>" (its webhook-id);
+-- its destination is the endpoint ("endpoint:<id>", its target).
 -- A key that exists without its event row (written before migration 0007, or
 -- kept past the retention of its event while its message waits) keeps its
 -- message: its id is recorded, and no second message is written for it.
@@ -101,10 +103,10 @@ WITH subscribed AS (
     RETURNING message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (
-        id, idempotency_key, target, endpoint_id, url, method, headers, body,
+        id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,
         content_type, event_type, ordering_key, state, max_attempts
     )
-    SELECT p.message_id, p.idempotency_key, p.target, p.id, NULL, 'POST',
+    SELECT p.message_id, p.idempotency_key, p.target, p.target, p.id, NULL, 'POST',
            CAST('{{}}' AS jsonb), CAST(%(body)s AS bytea), 'application/json',
            CAST(%(event_type)s AS text), CAST(%(ordering_key)s AS text), 'ready',
            CAST(%(max_attempts)s AS integer)

@@ -48,6 +48,8 @@ ARGS = (
     "1",
     "--concurrency",
     "4",
+    "--destination-concurrency",  # every message at the one receiver at once
+    "4",
 )
 RENEW_MARKER = b"AS held(id, attempt)"  # only the renew statement has this
 

@@ -7,9 +7,11 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
 from outbox._queries import queries_for
@@ -185,10 +187,10 @@ def test_retried_message_is_claimed_with_the_next_attempt_number_and_delivered(
     with db.tx() as conn:
         assert dead_retry(conn, ids=[mid]) == 1
 
+    claim, params = Store(db.url, fast_config()).claim_statement("test:2:y", 10, capped=True)
     with db.tx() as conn:
-        claimed = conn.execute(
-            queries_for("outbox")["claim"].text, {"owner": "test:2:y", "limit": 10, "lease_s": 30}
-        ).fetchall()
+        # bound client-side, as the store binds it
+        claimed = psycopg.ClientCursor(conn).execute(claim.text, params).fetchall()
     assert [(r[0], r[7], r[8]) for r in claimed] == [(mid, 3, 2 + DEFAULT_MAX_ATTEMPTS)]
     # give it back, as a dispatcher whose lease expired would
     db.query(

@@ -128,7 +128,11 @@ def test_sigkilled_dispatcher_messages_rescued_after_lease(database_url: str, fl
     with Receiver(hold_until_released) as receiver:
         try:
             ids = enqueue_many(database_url, f"{receiver.url}/hook", keys)
-            first = fleet.start(database_url, *FAST, "--concurrency", str(held_count))
+            first = fleet.start(
+                database_url,
+                *FAST,
+                *("--concurrency", str(held_count), "--destination-concurrency", str(held_count)),
+            )
             receiver.wait_for(held_count, timeout=30)
             first.signal(signal.SIGKILL)
             assert first.wait(timeout=10) == -signal.SIGKILL
@@ -220,7 +224,10 @@ def test_sigterm_releases_inflight_after_grace(database_url: str, fleet: Fleet) 
     with Receiver(lambda req: Reply(delay=5.0)) as receiver:
         ids = enqueue_many(database_url, f"{receiver.url}/hook", keys)
         proc = fleet.start(
-            database_url, *SHUTDOWN, "--concurrency", str(inflight), "--grace", "0.5"
+            database_url,
+            *SHUTDOWN,
+            *("--concurrency", str(inflight), "--destination-concurrency", str(inflight)),
+            *("--grace", "0.5"),
         )
         receiver.wait_for(inflight, timeout=30)
         signalled = terminate(proc)
@@ -267,7 +274,12 @@ def test_sigterm_lets_inflight_finish_within_grace(database_url: str, fleet: Fle
     keys = [f"grace-long-{i:02d}" for i in range(total)]
     with Receiver(lambda req: Reply(delay=1.0)) as receiver:
         ids = enqueue_many(database_url, f"{receiver.url}/hook", keys)
-        proc = fleet.start(database_url, *SHUTDOWN, "--concurrency", str(inflight), "--grace", "10")
+        proc = fleet.start(
+            database_url,
+            *SHUTDOWN,
+            *("--concurrency", str(inflight), "--destination-concurrency", str(inflight)),
+            *("--grace", "10"),
+        )
         receiver.wait_for(inflight, timeout=30)
         signalled = terminate(proc)
         rc = proc.wait(timeout=15)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -17,7 +18,6 @@ from dispatchers.jobs import Completion, Job
 from dispatchers.log import NullLog
 from dispatchers.retry import ExponentialBackoff
 from dispatchers.waker import Waker
-from outbox import Outbox
 from tests.dispatching import Db, drain, fast_config, wait_until
 from tests.receiver import Received, Receiver, Reply
 
@@ -448,21 +448,17 @@ async def test_heartbeat_cancels_a_delivery_whose_lease_was_lost(
 async def test_claim_uses_the_partial_index(db: Db) -> None:
     with psycopg.connect(db.url) as conn:
         conn.execute(
-            "INSERT INTO outbox.messages (idempotency_key, target, url, body, content_type,"
-            " state, max_attempts, completed_at)"
-            " SELECT 'k' || g, 'https://example.com', 'https://example.com', '', 'text/plain',"
+            "INSERT INTO outbox.messages (idempotency_key, target, destination, url, body,"
+            " content_type, state, max_attempts, completed_at)"
+            " SELECT 'k' || g, 'https://example.com', 'https://example.com:443',"
+            " 'https://example.com', '', 'text/plain',"
             " CASE WHEN g % 100 = 0 THEN 'ready' ELSE 'dead' END, 5,"
             " CASE WHEN g % 100 = 0 THEN NULL ELSE now() END"
             " FROM generate_series(1, 20000) AS g"
         )
         conn.execute("ANALYZE outbox.messages")
-        claim = Outbox().queries["claim"].text
-        plan = "\n".join(
-            row[0]
-            for row in conn.execute(
-                "EXPLAIN " + claim, {"owner": "o", "limit": 10, "lease_s": 30.0}
-            ).fetchall()
-        )
+        claim, params = Store(db.url, fast_config()).claim_statement("o", 10, capped=True)
+        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + claim.text, params))
     assert "messages_claimable_idx" in plan, plan
     assert "Seq Scan on messages" not in plan, plan
 
@@ -503,8 +499,14 @@ async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
     class StopDuringClaim(Store):
         """The real store; the stop signal arrives while the claim commits."""
 
-        async def claim(self, owner: str, limit: int) -> list[Job]:
-            jobs = await super().claim(owner, limit)
+        async def claim(
+            self,
+            owner: str,
+            limit: int,
+            busy: Mapping[str, int] | None = None,
+            alone: str | None = None,
+        ) -> list[Job]:
+            jobs = await super().claim(owner, limit, busy, alone)
             dispatchers[0].stop()
             return jobs
 

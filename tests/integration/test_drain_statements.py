@@ -15,7 +15,7 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
 from dispatchers.jobs import Completion, Job
 from outbox import Outbox
-from outbox._queries import queries_for
+from outbox._queries import Prepared
 from outbox.endpoints import Endpoints
 
 URL = "https://example.com/hook"
@@ -237,16 +237,18 @@ async def test_claim_with_a_capped_endpoint_takes_the_slots(
 # -- plans -----------------------------------------------------------------------
 
 
-def _many_messages(url: str, *, running: bool) -> None:
-    """20,000 ready messages, analyzed; then, if ``running``, all claimed by 50
-    owners without a new ANALYZE: the statistics say that nothing runs, as they
-    do after autovacuum analyzed an idle outbox."""
+def _many_messages(url: str, *, running: bool, destinations: int = 1) -> None:
+    """20,000 ready messages to ``destinations`` origins, analyzed; then, if
+    ``running``, all claimed by 50 owners without a new ANALYZE: the statistics
+    say that nothing runs, as they do after autovacuum analyzed an idle outbox."""
     with psycopg.connect(url) as conn:
         conn.execute(
-            "INSERT INTO outbox.messages (idempotency_key, target, url, body, content_type,"
-            " max_attempts)"
-            " SELECT 'k' || g, 'https://example.com', 'https://example.com', '', 'text/plain', 5"
-            " FROM generate_series(1, 20000) AS g"
+            "INSERT INTO outbox.messages (idempotency_key, target, destination, url, body,"
+            " content_type, max_attempts)"
+            " SELECT 'k' || g, 'https://example.com', 'https://d' || g %% %s || '.example:443',"
+            " 'https://example.com', '', 'text/plain', 5"
+            " FROM generate_series(1, 20000) AS g",
+            (destinations,),
         )
         conn.execute("ANALYZE outbox.messages")
         if running:
@@ -256,18 +258,30 @@ def _many_messages(url: str, *, running: bool) -> None:
             )
 
 
-def test_uncapped_claim_walks_the_claimable_index_and_the_primary_key(
-    database_url: str,
+@pytest.mark.parametrize("capped", [False, True])
+@pytest.mark.parametrize("destinations", [1, 100])
+def test_the_fair_claim_walks_the_destination_index_and_the_primary_key(
+    database_url: str, destinations: int, capped: bool
 ) -> None:
-    _many_messages(database_url, running=False)
-    text = plan(
-        database_url,
-        queries_for("outbox")["claim_uncapped"].text,
-        {"owner": "o", "limit": 100, "lease_s": 30.0},
+    # one destination with a backlog, or many: the claim lists the destinations
+    # and takes their first messages from the destination index, whatever the sizes;
+    # told of a destination alone, it checks that on the same index. So does the
+    # generic plan, which knows no parameter (a prepared statement's, after a few
+    # runs).
+    _many_messages(database_url, running=False, destinations=destinations)
+    statement, params = Store(database_url, DispatcherConfig()).claim_statement(
+        "o", 100, capped=capped, busy={"https://d0.example:443": 3}, alone="https://d0.example:443"
     )
+    text = plan(database_url, statement.text, params)
+    assert "Recursive Union" in text, text
     assert "messages_claimable_idx" in text, text
     assert "messages_pkey" in text, text
     assert "Seq Scan on messages" not in text, text
+    body = Prepared.of(statement).prepare.split(" AS ", 1)[1]
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("EXPLAIN (GENERIC_PLAN) " + body).fetchall()
+    generic = "\n".join(str(r[0]) for r in rows)
+    assert "Seq Scan on messages" not in generic, generic
 
 
 @pytest.mark.parametrize("lean", [True, False])

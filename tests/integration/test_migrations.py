@@ -21,6 +21,7 @@ from psycopg import sql
 
 from dispatchers.embedded import EmbeddedPostgres
 from outbox import ConfigurationError, MigrationError, Outbox, migrate
+from outbox._message import url_origin
 from outbox._queries import queries_for
 from outbox.endpoints import Endpoints, Secret
 from outbox.migrations import Migration, _lock_key, applied_versions, load_migrations
@@ -66,7 +67,8 @@ def recorded(url: str, schema: str = "outbox") -> list[tuple[int, str, str]]:
 
 def enqueue_as_before_digests(conn: psycopg.Connection[Any], url: str, key: str) -> int:
     """Write a message and its key as ``enqueue`` did before migration 0007 gave
-    keys their request's digest: for databases migrated only that far."""
+    keys their request's digest (and 0009 messages their destination): for
+    databases migrated only that far."""
     row = conn.execute(
         "WITH new_key AS ("
         " INSERT INTO outbox.message_keys (target, idempotency_key, message_id)"
@@ -112,7 +114,7 @@ def test_migrate_creates_the_schema_on_an_empty_database(empty_database_url: str
             ).fetchall()
         )
     assert "WHERE ((state)::text = 'ready'::text)" in indexes["messages_claimable_idx"]
-    assert "(available_at, id)" in indexes["messages_claimable_idx"]
+    assert "(destination, available_at, id)" in indexes["messages_claimable_idx"]
     assert "WHERE ((state)::text = 'running'::text)" in indexes["messages_lease_idx"]
     assert "(lease_until)" in indexes["messages_lease_idx"]
 
@@ -576,6 +578,46 @@ def test_keys_written_before_digests_still_dedupe_any_request_and_event(
         upgraded, fresh = catalog(conn, "outbox"), catalog(conn, "fresh")
     assert messages == [(None,), (first_id,), (second.id,)]
     assert third.id not in {m[0] for m in messages}
+    for part in CATALOG:
+        assert upgraded[part] == fresh[part], part
+
+
+def test_destinations_of_existing_messages_are_the_ones_enqueue_computes(
+    empty_database_url: str,
+) -> None:
+    # a database at 0008 with plain messages in several spellings and a webhook
+    migrate(empty_database_url, migrations=MIGRATIONS[:8])
+    urls = [
+        "https://example.com/a",
+        "HTTPS://Example.COM:443/b?x=1",
+        "http://example.com:/c",
+        "http://example.com:08080/d",
+        "http://[2001:DB8::1]/e",
+        "https://[::1]:8443/f",
+    ]
+    with psycopg.connect(empty_database_url) as conn:
+        plain = [enqueue_as_before_digests(conn, url, f"k{i}") for i, url in enumerate(urls)]
+        endpoint = conn.execute(
+            "INSERT INTO outbox.endpoints (url) VALUES ('https://example.com/') RETURNING id"
+        ).fetchone()
+        assert endpoint
+        conn.execute(
+            "INSERT INTO outbox.messages (idempotency_key, target, endpoint_id, body,"
+            " content_type, max_attempts) VALUES ('w', %s, %s, '{}', 'application/json', 8)",
+            (f"endpoint:{endpoint[0]}", endpoint[0]),
+        )
+
+    migrate(empty_database_url)
+    migrate(empty_database_url, schema="fresh")
+
+    with connect(empty_database_url) as conn:
+        found = dict(conn.execute("SELECT idempotency_key, destination FROM outbox.messages"))
+        upgraded, fresh = catalog(conn, "outbox"), catalog(conn, "fresh")
+    assert len(plain) == len(urls)
+    assert found == {
+        **{f"k{i}": url_origin(url) for i, url in enumerate(urls)},
+        "w": f"endpoint:{endpoint[0]}",
+    }
     for part in CATALOG:
         assert upgraded[part] == fresh[part], part
 

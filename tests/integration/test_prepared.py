@@ -104,10 +104,12 @@ async def test_a_plan_made_on_an_empty_outbox_still_finds_rows_by_index(
     # the backlog that arrives later must still be reached through the indexes.
     assert await store.claim("owner", 10) == []
     enqueue(database_url, *(f"k{i}" for i in range(300)))
-    prepared = queries_for("outbox")["claim_uncapped"].prepared
+    statement, params = store.claim_statement("owner", 10, capped=False)
     async with store.pool.connection() as conn, conn.transaction():
         await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cur = await conn.execute(f"EXPLAIN EXECUTE {prepared.name}(10, 'owner', 30)")
+        # bound client-side, as the store binds it
+        cur = psycopg.AsyncClientCursor(conn)
+        await cur.execute("EXPLAIN " + statement.prepared.execute, params)
         text = "\n".join(str(row[0]) for row in await cur.fetchall())
     assert "messages_pkey" in text, text
     assert "Seq Scan on messages" not in text, text

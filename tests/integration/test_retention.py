@@ -87,13 +87,8 @@ def test_claim_plan_ignores_a_large_history(database_url: str) -> None:
             Outbox().enqueue(conn, url="https://example.com/x", idempotency_key=f"k{i}", json={})
         conn.execute("ANALYZE outbox.delivered")
         conn.execute("ANALYZE outbox.messages")
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                "EXPLAIN " + Outbox().queries["claim"].text,
-                {"owner": "o", "limit": 10, "lease_s": 30.0},
-            ).fetchall()
-        )
+        claim, params = Store(database_url, fast_config()).claim_statement("o", 10, capped=True)
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + claim.text, params))
     assert "delivered" not in plan
     assert "messages_claimable_idx" in plan or "Seq Scan on messages" in plan, plan
 

@@ -62,11 +62,36 @@ def test_lease_exactly_at_the_budget_is_accepted() -> None:
         ({"concurrency": MAX_COUNT + 1}, "concurrency"),
         ({"concurrency": 10**400}, "concurrency"),
         ({"flush_interval": 10**400}, "flush_interval"),
+        ({"destination_concurrency": 0}, "destination_concurrency"),
+        ({"destination_concurrency": True}, "destination_concurrency"),
+        ({"destination_concurrency": 2.5}, "destination_concurrency"),
     ],
 )
 def test_each_bad_setting_is_named(overrides: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigurationError, match=f"^{field}: "):
         DispatcherConfig(**overrides)
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "destination_concurrency", "bound"),
+    [
+        (64, None, 48),
+        (16, None, 12),
+        (4, None, 3),
+        (3, None, 2),
+        (2, None, 1),
+        (1, None, 1),
+        (64, 64, 64),
+        (8, 2, 2),
+    ],
+)
+def test_the_bound_per_destination_leaves_a_quarter_of_the_slots_unless_set(
+    concurrency: int, destination_concurrency: int | None, bound: int
+) -> None:
+    config = DispatcherConfig(
+        concurrency=concurrency, destination_concurrency=destination_concurrency
+    )
+    assert config.per_destination == bound
 
 
 @pytest.mark.parametrize(

@@ -51,3 +51,10 @@ def test_a_webhook_gets_8_attempts_on_the_standard_webhooks_schedule() -> None:
     assert 1 + len(delays) == 8
     assert DEFAULT_WEBHOOK_MAX_ATTEMPTS == 8
     assert Outbox().webhook_max_attempts == 8
+
+
+def test_a_destination_may_hold_all_but_a_quarter_of_the_request_slots() -> None:
+    bound, slots = readme(r"requests in flight \((\d+) of the default (\d+)\)").groups()
+    assert (int(bound), int(slots)) == (48, 64)
+    config = DispatcherConfig()
+    assert (config.per_destination, config.concurrency) == (48, 64)

@@ -605,6 +605,7 @@ def test_a_valid_message_has_the_parameters_of_the_enqueue_statement() -> None:
     assert message.params() == {
         "idempotency_key": "pay-9",
         "target": "https://example.com/pay",
+        "destination": "https://example.com:443",
         "endpoint_id": None,
         "url": "https://example.com/pay",
         "method": "PUT",
@@ -624,3 +625,26 @@ def test_a_valid_message_has_the_parameters_of_the_enqueue_statement() -> None:
             body=b'{"amount":5}',
         ),
     }
+
+
+# -- destination -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "destination"),
+    [
+        ("https://example.com/pay", "https://example.com:443"),
+        ("HTTPS://Example.COM:443/pay?x=1", "https://example.com:443"),
+        ("http://example.com", "http://example.com:80"),
+        ("http://example.com:/a", "http://example.com:80"),
+        ("http://example.com:8080/a", "http://example.com:8080"),
+        ("https://example.com:0443/a", "https://example.com:443"),
+        ("http://[2001:DB8::1]:8080/a", "http://[2001:db8::1]:8080"),
+        ("https://[::1]/a", "https://[::1]:443"),
+        ("http://127.0.0.1:9/x", "http://127.0.0.1:9"),
+    ],
+)
+def test_the_destination_is_the_origin_of_the_url_in_one_spelling(
+    url: str, destination: str
+) -> None:
+    assert build(url=url).destination == destination

@@ -59,4 +59,18 @@ def test_claim_takes_the_slots_only_when_told_that_caps_exist(store: Store) -> N
     assert store.claim_statement("o", 5, capped=False)[0] is store.queries["claim_uncapped"]
     statement, params = store.claim_statement("o", 5, capped=True)
     assert statement is store.queries["claim"]
-    assert params == {"owner": "o", "limit": 5, "lease_s": store.config.lease}
+    assert params == {
+        "owner": "o",
+        "limit": 5,
+        "lease_s": store.config.lease,
+        "per_destination": store.config.per_destination,
+        "busy": [],
+        "busy_counts": [],
+        "alone": None,
+    }
+
+
+def test_claim_leaves_less_room_at_destinations_with_requests_in_flight(store: Store) -> None:
+    busy = {"https://a.example:443": 3, "endpoint:7": 1}
+    _, params = store.claim_statement("o", 5, capped=False, busy=busy)
+    assert dict(zip(params["busy"], params["busy_counts"], strict=True)) == busy
