@@ -622,6 +622,28 @@ def test_destinations_of_existing_messages_are_the_ones_enqueue_computes(
         assert upgraded[part] == fresh[part], part
 
 
+def test_attempts_recorded_as_succeeded_read_delivered_after_the_upgrade(
+    empty_database_url: str,
+) -> None:
+    # a database at 0009, where delivered attempts were recorded as 'succeeded'
+    migrate(empty_database_url, migrations=MIGRATIONS[:9])
+    with psycopg.connect(empty_database_url) as conn:
+        conn.execute(
+            "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
+            " VALUES (1, 1, 'd', now(), 'retry'), (1, 2, 'd', now(), 'succeeded'),"
+            " (2, 1, 'd', now(), 'failed')"
+        )
+
+    applied = migrate(empty_database_url)
+
+    assert [m.version for m in applied] == list(range(10, len(MIGRATIONS) + 1))
+    with psycopg.connect(empty_database_url) as conn:
+        outcomes = conn.execute(
+            "SELECT message_id, attempt, outcome FROM outbox.attempts ORDER BY 1, 2"
+        ).fetchall()
+    assert outcomes == [(1, 1, "retry"), (1, 2, "delivered"), (2, 1, "failed")]
+
+
 # -- the command ---------------------------------------------------------------------
 
 

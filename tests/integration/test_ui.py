@@ -310,6 +310,8 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
         ("key", "event_type", "endpoint_id", "state", "created_from", "created_until")
     )
     newest = _plan(db, "ui_messages", **search, limit=100)
+    by_key = _plan(db, "ui_messages", **(search | {"key": "order-42"}), limit=100)
+    assert "delivered_key_idx" in by_key
     assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
     assert "attempts_started_idx" in _plan(db, "ui_hours", until=datetime.now(UTC))
     for name in ("ui_endpoint_hour", "ui_endpoint_attempts"):
