@@ -41,6 +41,18 @@ def backlog(conn: psycopg.Connection[tuple[object, ...]]) -> int:
     return count
 
 
+def test_both_autoscalers_scale_the_deployment_whose_grace_is_checked() -> None:
+    # kubernetes.yaml's terminationGracePeriodSeconds is checked against --grace
+    # in test_examples; a scaled-away pod gets it
+    deployment = (DEPLOY / "kubernetes.yaml").read_text()
+    assert re.search(r"^kind: Deployment\nmetadata:\n  name: outbox-dispatch$", deployment, re.M)
+    assert re.search(r"scaleTargetRef:\n    name: outbox-dispatch$", KEDA, re.M)
+    hpa = (DEPLOY / "hpa-prometheus.yaml").read_text()
+    assert re.search(r"kind: Deployment\n    name: outbox-dispatch$", hpa, re.M)
+    assert int(keda_field("minReplicaCount")) >= 2
+    assert re.search(r"^  minReplicas: [2-9]$", hpa, re.M)
+
+
 def test_the_keda_query_counts_what_outbox_status_calls_ready(database_url: str) -> None:
     box = Outbox()
     with psycopg.connect(database_url, autocommit=True) as conn:

@@ -13,7 +13,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.db.transaction import TransactionManagementError
 from django.test import TestCase
 
-from outbox import Endpoints, Inbox, Outbox, SchemaNotMigrated
+from outbox import ConfigurationError, Endpoints, Inbox, Outbox, SchemaNotMigrated
 from tests.django_project import use_database
 from tests.transactions import Observer
 
@@ -87,9 +87,11 @@ def test_a_broken_atomic_block_refuses_to_enqueue(observer: Observer) -> None:
     assert keys(observer) == []
 
 
-def test_a_schema_not_migrated_is_named_through_djangos_errors() -> None:
+def test_a_missing_schema_is_named_through_djangos_errors() -> None:
     with pytest.raises(SchemaNotMigrated), transaction.atomic():
         Outbox(schema="nowhere").enqueue(connection, url=URL, idempotency_key="k", json={})
+    with pytest.raises(ConfigurationError, match="ensure_schema"), transaction.atomic():
+        Inbox(schema="nowhere").claim(connection, "k")
 
 
 def test_in_a_django_testcase_messages_are_seen_through_its_connection_only(
