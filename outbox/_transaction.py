@@ -144,7 +144,8 @@ def _execute_django(
     if tx.vendor != "postgresql":
         raise TypeError(f"tx is a Django connection to {tx.vendor}, not to PostgreSQL")
     with tx.cursor() as cur:
-        # a cursor of Django's psycopg 3 backend: the wrapped cursor is psycopg's
+        # Django's backend runs on psycopg 3 whenever it is installed, as it is
+        # here: the cursor it wraps is psycopg's, and takes our row factory
         cur.cursor.row_factory = _factory(row)
         cur.execute(statement.query, params)
         return cur.fetchall() if _rows(cur.pgresult) else []
