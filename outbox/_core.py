@@ -113,11 +113,12 @@ class Outbox:
     ) -> int:
         """Write one HTTP request to be made once ``tx`` commits; return its message id.
 
-        ``tx`` is a SQLAlchemy ``Session`` or ``Connection`` or a psycopg
-        ``Connection``; the row is written in its open transaction, which this
-        method never commits. Enqueuing the same ``idempotency_key`` for the
-        same ``url`` again returns the first message's id and writes nothing if
-        it asks for the same request (method, headers, content type, body: see
+        ``tx`` is a SQLAlchemy ``Session`` or ``Connection``, a psycopg
+        ``Connection``, or a Django connection (in ``transaction.atomic()``);
+        the row is written in its open transaction, which this method never
+        commits. Enqueuing the same ``idempotency_key`` for the same ``url``
+        again returns the first message's id and writes nothing if it asks for
+        the same request (method, headers, content type, body: see
         ``outbox._digest``), and raises :class:`outbox.IdempotencyKeyReused`,
         naming that message, if it does not.
         Give exactly one of ``json`` (serialised compactly, ``application/json``)

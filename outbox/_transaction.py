@@ -4,9 +4,16 @@ The library's write paths are written once as *plans*: generators that yield
 ``(statement, params, row)`` and receive the rows, each made by ``row`` from its
 columns by name (a row class, or :func:`scalar`), or plain tuples when ``row`` is
 None (for statements whose rows are only counted, or not read). :func:`run_sync` and
-:func:`run_async` drive a plan on one of the six supported transaction kinds, so
-sync and async share every query and every decision; only the I/O differs.
+:func:`run_async` drive a plan on one of the supported transaction kinds, so sync
+and async share every query and every decision; only the I/O differs.
 Nothing here commits, rolls back or opens a connection.
+
+A Django connection is driven through its own cursor rather than the psycopg
+connection under it: the cursor goes through Django's execute wrappers (query
+logging, instrumentation), refuses to run in a transaction that
+``transaction.atomic`` has marked broken, and refuses to run from an event loop
+(Django's connections are synchronous), so the outbox's statements are treated
+as any other query of the application.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ RowMaker = Callable[..., Any]
 Step = tuple[Statement, Mapping[str, Any], RowMaker | None]
 Plan = Generator[Step, list[Any], T]
 
-SYNC_KINDS = "a SQLAlchemy Session or Connection, or a psycopg Connection"
+SYNC_KINDS = "a SQLAlchemy Session or Connection, a psycopg Connection, or a Django connection"
 ASYNC_KINDS = "a SQLAlchemy AsyncSession or AsyncConnection, or a psycopg AsyncConnection"
 TUPLES_OK = ExecStatus.TUPLES_OK
 
@@ -51,6 +58,20 @@ def _sqlalchemy_kind(tx: object) -> str | None:
     if ext and isinstance(tx, ext.AsyncSession | ext.AsyncConnection):
         return "async"
     return None
+
+
+def _is_django(tx: object) -> bool:
+    """Whether ``tx`` is a Django connection: ``django.db.connection`` (a proxy
+    to the current thread's connection) or ``connections[alias]``.
+
+    As with SQLAlchemy, Django is only looked at if the application imported it.
+    """
+    base = sys.modules.get("django.db.backends.base.base")
+    proxy = sys.modules.get("django.utils.connection")
+    return bool(
+        (base and isinstance(tx, base.BaseDatabaseWrapper))
+        or (proxy and isinstance(tx, proxy.ConnectionProxy))
+    )
 
 
 def _rows(result: PGresult | None) -> bool:
@@ -104,6 +125,8 @@ def _execute_sync(
         with tx.cursor(row_factory=_factory(row)) as cur:
             cur.execute(statement.query, params)
             return cur.fetchall() if _rows(cur.pgresult) else []
+    if _is_django(tx):
+        return _execute_django(tx, statement, params, row)
     kind = _sqlalchemy_kind(tx)
     if kind == "sync":
         result = tx.execute(statement.sqlalchemy, params)  # type: ignore[attr-defined]
@@ -111,6 +134,21 @@ def _execute_sync(
     if kind == "async" or isinstance(tx, psycopg.AsyncConnection):
         raise TypeError(f"{type(tx).__name__} is asynchronous: use the *_async method")
     raise TypeError(f"tx must be {SYNC_KINDS}, not {type(tx).__name__}")
+
+
+def _execute_django(
+    tx: Any, statement: Statement, params: Mapping[str, Any], row: RowMaker | None
+) -> list[Any]:
+    """Run ``statement`` through a cursor of Django connection ``tx``, the rows
+    made as on a psycopg connection (Django's cursor wraps a psycopg one)."""
+    if tx.vendor != "postgresql":
+        raise TypeError(f"tx is a Django connection to {tx.vendor}, not to PostgreSQL")
+    with tx.cursor() as cur:
+        # Django's backend runs on psycopg 3 whenever it is installed, as it is
+        # here: the cursor it wraps is psycopg's, and takes our row factory
+        cur.cursor.row_factory = _factory(row)
+        cur.execute(statement.query, params)
+        return cur.fetchall() if _rows(cur.pgresult) else []
 
 
 async def _execute_async(
@@ -126,6 +164,11 @@ async def _execute_async(
         return _made(result, row)
     if kind == "sync" or isinstance(tx, psycopg.Connection):
         raise TypeError(f"{type(tx).__name__} is synchronous: use the method without _async")
+    if _is_django(tx):
+        raise TypeError(
+            "Django's connections are synchronous: run the transaction in a function "
+            "wrapped with asgiref's sync_to_async and use the method without _async"
+        )
     raise TypeError(f"tx must be {ASYNC_KINDS}, not {type(tx).__name__}")
 
 
@@ -133,18 +176,29 @@ _MISSING = frozenset({"42P01", "3F000"})  # undefined_table, invalid_schema_name
 _BEHIND = "42703"  # undefined_column: our statements name only columns we created
 
 
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a database error raised by psycopg, or through SQLAlchemy
+    (which keeps the driver's error as ``orig``) or Django (which raises its own
+    error from the driver's); None for any other error."""
+    driver: object = getattr(exc, "orig", exc)
+    django = sys.modules.get("django.db.utils")
+    if django and isinstance(exc, django.Error):
+        driver = exc.__cause__
+    code = getattr(driver, "sqlstate", None)
+    return code if isinstance(code, str) else None
+
+
 @contextlib.contextmanager
 def schema_required(schema: str) -> Iterator[None]:
     """Raise :class:`SchemaNotMigrated` for an error of the block that says the
     schema or its tables do not exist, or lack a column that a later migration
-    adds (by SQLSTATE, from psycopg or through SQLAlchemy, which keeps the
-    driver's error as ``orig``)."""
+    adds (by :func:`sqlstate`)."""
     try:
         yield
     except Exception as exc:
-        sqlstate = getattr(getattr(exc, "orig", exc), "sqlstate", None)
-        if sqlstate in _MISSING or sqlstate == _BEHIND:
-            raise SchemaNotMigrated(schema, behind=sqlstate == _BEHIND) from exc
+        code = sqlstate(exc)
+        if code in _MISSING or code == _BEHIND:
+            raise SchemaNotMigrated(schema, behind=code == _BEHIND) from exc
         raise
 
 

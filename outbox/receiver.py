@@ -27,7 +27,7 @@ from psycopg import sql
 
 from outbox._message import check_key
 from outbox._queries import check_schema_name, queries_for
-from outbox._transaction import Plan, run_async, run_sync, scalar
+from outbox._transaction import Plan, run_async, run_sync, scalar, sqlstate
 from outbox.errors import ConfigurationError, InvalidArgument, InvalidMessage, InvalidSignature
 from outbox.secrets import parse_secret, signature
 
@@ -198,8 +198,9 @@ class Inbox:
         :meth:`ensure_schema`, or by running :meth:`create_sql` yourself).
 
     Every method runs in the caller's transaction (a SQLAlchemy ``Session``,
-    ``Connection``, ``AsyncSession`` or ``AsyncConnection``, or a psycopg
-    ``Connection`` or ``AsyncConnection``) and never commits.
+    ``Connection``, ``AsyncSession`` or ``AsyncConnection``, a psycopg
+    ``Connection`` or ``AsyncConnection``, or a Django connection) and never
+    commits.
     """
 
     def __init__(self, schema: str = DEFAULT_INBOX_SCHEMA) -> None:
@@ -286,10 +287,7 @@ class Inbox:
 
     def _missing_table(self, exc: Exception) -> ConfigurationError | None:
         """A missing table (SQLSTATE 42P01) becomes a ConfigurationError saying what to do."""
-        sqlstate = getattr(exc, "sqlstate", None) or getattr(
-            getattr(exc, "orig", None), "sqlstate", None
-        )
-        if sqlstate == "42P01":
+        if sqlstate(exc) == "42P01":
             return ConfigurationError(
                 f"{self._table_name} does not exist: call Inbox.ensure_schema first"
             )

