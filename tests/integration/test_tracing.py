@@ -11,7 +11,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -160,3 +165,20 @@ async def test_without_a_span_or_an_sdk_nothing_is_stored_or_sent(
     assert stored_contexts(db) == [None, None]
     await drain(db, fast_config())
     assert [r.headers.get("traceparent") for r in receiver.wait_for(2)] == [None, None]
+
+
+def test_the_readme_snippet_stores_its_span_context(database_url: str) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Tracing\n") :]
+    snippet = re.search(r"^```python\n(.*?)^```$", section, flags=re.M | re.S)
+    assert snippet is not None
+    env = {**os.environ, "OUTBOX_DATABASE_URL": database_url}
+    done = subprocess.run(
+        [sys.executable, "-c", snippet.group(1)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"name": "place order"' in done.stdout  # the console exporter's span
