@@ -63,6 +63,7 @@ def from_attempt(job: Job, attempt: Attempt, config: DispatcherConfig) -> Comple
         duration_ms=attempt.duration_ms,
         excerpt=attempt.excerpt,
         endpoint_id=job.endpoint_id,
+        trace_id=attempt.trace_id,
     )
 
 
@@ -81,6 +82,7 @@ def policy_failed(job: Job, attempt: Attempt, exc: BaseException) -> Completion:
         error=f"retry policy failed: {type(exc).__name__}",
         started_at=attempt.started_at,
         duration_ms=attempt.duration_ms,
+        trace_id=attempt.trace_id,
     )
 
 

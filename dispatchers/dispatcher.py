@@ -40,6 +40,7 @@ import socket
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 
@@ -56,6 +57,7 @@ from dispatchers.log import EventLog
 from dispatchers.maintenance import Heartbeat, Rescuer, Retention
 from dispatchers.metrics import serve, urls
 from dispatchers.reporting import Reporter, Stats
+from dispatchers.tracing import attempt_spans
 from dispatchers.waker import Waker
 from dispatchers.watchdog import DispatcherFailed, Watchdog
 
@@ -87,6 +89,9 @@ class Dispatcher:
         (neither is closed by the dispatcher).
     :param log: where events go (default: JSON lines on stdout).
     :param owner: the lease owner id (default: :func:`make_owner`).
+    :param tracer_provider: the OpenTelemetry ``TracerProvider`` of the attempts'
+        spans (default: the global one, when ``opentelemetry-api`` is installed;
+        see :mod:`dispatchers.tracing`).
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class Dispatcher:
         client: HttpClient | None = None,
         log: EventLog | None = None,
         owner: str | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         self.conninfo = conninfo
         self.config = config = config or DispatcherConfig()
@@ -113,7 +119,9 @@ class Dispatcher:
         self.metrics_server: asyncio.Server | None = None
         # Built here, opened by run(): a Dispatcher runs once.
         self._store = store = Store(conninfo, config)
-        self._sender = Sender(config, transport=transport, client=client)
+        self._sender = Sender(
+            config, transport=transport, client=client, spans=attempt_spans(tracer_provider)
+        )
         self._inflight: dict[int, _Flight] = {}
         self._sending = 0  # flights whose request is not finished
         # the same per destination, for the bound on each (config.per_destination),

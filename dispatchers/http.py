@@ -47,6 +47,7 @@ from dispatchers.jobs import Job
 from dispatchers.outcome import Outcome, Verdict, classify_exception, classify_response
 from dispatchers.signing import webhook_headers
 from dispatchers.ssrf import AddressPolicy, guarded_connector, guarded_transport
+from dispatchers.tracing import NO_SPANS, AttemptSpans
 
 TASKS_PER_CLIENT = 4
 """httpcore's pool scans every connection (with a readability probe each) per
@@ -67,6 +68,8 @@ class Attempt:
     started_at: datetime
     duration_ms: int
     excerpt: str | None
+    trace_id: str | None = None
+    """The attempt's trace (:mod:`dispatchers.tracing`), for the log lines."""
 
 
 class HttpClient(Protocol):
@@ -107,6 +110,7 @@ class Sender:
         passed in is never closed here.
     :param client: any :class:`HttpClient` to send with instead (the same terms
         as ``transport``; never closed here).
+    :param spans: starts each attempt's span (default: none).
     """
 
     def __init__(
@@ -115,8 +119,10 @@ class Sender:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         client: HttpClient | None = None,
+        spans: AttemptSpans = NO_SPANS,
     ) -> None:
         self.config = config
+        self.spans = spans
         self._owns_client = client is None and transport is None
         self.deadlines = Deadlines(config.request_timeout)
         """Ends each attempt at ``request_timeout``, from connect to the last byte."""
@@ -200,14 +206,16 @@ class Sender:
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("Sender.send must be awaited in a task")
+        span = self.spans.start(job)
         deadlines = self.deadlines
         deadlines.add(task)
         try:
             status, headers, body = await self.client.request(
-                job.method, job.url, headers=self.request_headers(job), body=job.body
+                job.method, job.url, headers=span.inject(self.request_headers(job)), body=job.body
             )
         except asyncio.CancelledError:
             if not deadlines.expired(task):
+                span.end(None)
                 raise
             outcome = self._timed_out
         except TimeoutError:  # a client's own
@@ -221,7 +229,8 @@ class Sender:
         finally:
             deadlines.discard(task)
         duration_ms = int((time.monotonic() - start) * 1000)
-        return Attempt(outcome, started_at, duration_ms, excerpt)
+        span.end(outcome)
+        return Attempt(outcome, started_at, duration_ms, excerpt, span.trace_id)
 
 
 class HttpxClient:

@@ -37,6 +37,9 @@ class Job:
     secrets: tuple[str, ...] = ()
     """The signing secrets in force, opened (see :mod:`dispatchers.unsealing`)."""
     ordering_key: str | None = None
+    trace_context: dict[str, str] | None = None
+    """The W3C context (``traceparent``, ``tracestate``) of the span that wrote
+    the message: each attempt's span is its child (:mod:`dispatchers.tracing`)."""
     secrets_unavailable: str | None = None
     """Why the endpoint's secrets could not be opened (naming the key): the
     message must not be sent unsigned."""
@@ -94,3 +97,4 @@ class Completion:
     duration_ms: int | None = None
     excerpt: str | None = None
     endpoint_id: int | None = None
+    trace_id: str | None = None

@@ -131,6 +131,7 @@ class Reporter:
                     status=c.status,
                     ms=c.duration_ms,
                     host=_host(job),
+                    **_trace(c),
                 )
         elif c.state == "ready":
             self.stats.retried += 1
@@ -142,6 +143,7 @@ class Reporter:
                 error_class=c.error_class,
                 delay_s=round(c.delay, 3),
                 host=_host(job),
+                **_trace(c),
             )
         else:
             self.stats.dead += 1
@@ -153,6 +155,7 @@ class Reporter:
                 error_class=c.error_class,
                 error=c.error,
                 host=_host(job),
+                **_trace(c),
             )
 
     def lease_lost(self, message_id: int, attempt: int, reason: str) -> None:
@@ -232,3 +235,9 @@ class Reporter:
 def _host(job: Job | None) -> str | None:
     """The host a message went to, for logs (never the path or query)."""
     return urlsplit(job.url).hostname if job is not None else None
+
+
+def _trace(c: Completion) -> dict[str, str]:
+    """The ``trace_id`` field of an outcome's line: only when the attempt had one,
+    so untraced deployments' lines stay as they were."""
+    return {"trace_id": c.trace_id} if c.trace_id is not None else {}

@@ -5,6 +5,9 @@ event exactly once: the inbox claim and the effect commit in one transaction.
         --secret whsec_... --port 8000
 
 Duplicates (the same webhook-id again) are answered 200 without re-applying.
+Each request is handled in a server span whose parent is the dispatcher's
+attempt (``extract_context``), so the effect joins the sender's trace once an
+OpenTelemetry SDK is configured (needs ``pip install 'outbox[dispatcher,otel]'``).
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import psycopg
+from opentelemetry import trace
 
 from dispatchers.embedded import resolve
-from outbox.receiver import Inbox, InvalidSignature, verify
+from outbox.receiver import Inbox, InvalidSignature, extract_context, verify
 
 inbox = Inbox(schema="crm_inbox")
+tracer = trace.get_tracer("webhook_receiver")
 KEEP_KEYS = timedelta(days=30)  # longer than any sender retries or replays
 
 
@@ -37,6 +42,14 @@ def make_handler(database_url: str, secret: str) -> type[BaseHTTPRequestHandler]
         protocol_version = "HTTP/1.1"
 
         def do_POST(self) -> None:
+            with tracer.start_as_current_span(
+                "POST /hooks",
+                context=extract_context(dict(self.headers.items())),
+                kind=trace.SpanKind.SERVER,
+            ):
+                self.handle_event()
+
+        def handle_event(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             try:
                 verify(secret, dict(self.headers.items()), body)

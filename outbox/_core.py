@@ -18,6 +18,7 @@ from outbox._message import (
     encode_body,
 )
 from outbox._queries import Queries, queries_for
+from outbox._tracing import current_trace_context
 from outbox._transaction import Plan, run_async, run_sync, scalar, schema_required
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.errors import ConfigurationError, IdempotencyKeyReused, InvalidMessage, OutboxError
@@ -202,7 +203,7 @@ class Outbox:
             default_max_attempts=self.max_attempts,
             max_body_bytes=self.max_body_bytes,
         )
-        return self._insert_plan(message.params())
+        return self._insert_plan(message.params(current_trace_context()))
 
     def _insert_plan(self, params: dict[str, Any]) -> Plan[int]:
         insert = self.queries["enqueue_notify" if self.notify else "enqueue"]
@@ -290,6 +291,7 @@ class Outbox:
             "body": body,
             "ordering_key": check_optional_key(ordering_key, "ordering_key"),
             "max_attempts": self.webhook_max_attempts,
+            "trace_context": current_trace_context(),
         }
 
     def _publish_plan(self, params: dict[str, Any]) -> Plan[list[int]]:

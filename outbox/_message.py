@@ -93,8 +93,9 @@ class NewMessage(NamedTuple):
     """What the request is (:mod:`outbox._digest`), stored with its key."""
     state: str = "ready"
 
-    def params(self) -> dict[str, Any]:
-        """Parameters of the ``enqueue`` statement."""
+    def params(self, trace_context: str | None = None) -> dict[str, Any]:
+        """Parameters of the ``enqueue`` statement; ``trace_context`` is the
+        enqueuing span's (:mod:`outbox._tracing`), None when none is recording."""
         return {
             "idempotency_key": self.idempotency_key,
             "target": self.target,
@@ -111,6 +112,7 @@ class NewMessage(NamedTuple):
             "max_attempts": self.max_attempts,
             "available_at": self.available_at,
             "digest": self.digest,
+            "trace_context": trace_context,
         }
 
 

@@ -9,6 +9,10 @@ A receiver of outbox deliveries does two things before acting on a request::
 
 Delivery is at least once; because the claim commits or rolls back with the
 effect, each key's effect happens exactly once in the receiver's database.
+
+With OpenTelemetry (extra ``otel``), :func:`extract_context` turns the request's
+``traceparent`` into the parent of the receiver's server span, so its work joins
+the trace of the transaction that enqueued the message.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
@@ -31,11 +35,15 @@ from outbox._transaction import Plan, run_async, run_sync, scalar, sqlstate
 from outbox.errors import ConfigurationError, InvalidArgument, InvalidMessage, InvalidSignature
 from outbox.secrets import parse_secret, signature
 
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
 __all__ = [
     "DEFAULT_INBOX_SCHEMA",
     "DEFAULT_TOLERANCE",
     "Inbox",
     "InvalidSignature",
+    "extract_context",
     "idempotency_key",
     "verify",
 ]
@@ -189,6 +197,31 @@ def idempotency_key(headers: Mapping[str, str]) -> str | None:
     if not match:
         raise InvalidMessage("Idempotency-Key", "is not a valid RFC 8941 string")
     return _SF_UNESCAPE.sub(r"\1", match.group(1))
+
+
+def extract_context(headers: Mapping[str, str]) -> Context:
+    """The OpenTelemetry context of the dispatcher's attempt that sent this
+    request, from its W3C ``traceparent`` and ``tracestate`` headers (looked up
+    case-insensitively), to pass as ``context=`` to the receiver's server span::
+
+        with tracer.start_as_current_span(
+            "POST /hooks", context=extract_context(request.headers), kind=SpanKind.SERVER
+        ):
+            ...
+
+    A request without a valid ``traceparent`` (or with two different ones) gives
+    an empty context: the span is then the root of a new trace. Needs
+    ``opentelemetry-api`` (``pip install 'outbox[otel]'``).
+    """
+    from opentelemetry.context import Context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    for name in ("traceparent", "tracestate"):
+        values = {value for key, value in headers.items() if key.lower() == name}
+        if len(values) == 1:
+            carrier[name] = values.pop()
+    return TraceContextTextMapPropagator().extract(carrier, context=Context())
 
 
 class Inbox:

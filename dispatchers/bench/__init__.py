@@ -87,6 +87,9 @@ class Settings:
     drain_timeout: float = 300.0
     http_client: str | None = None
     """None: the dispatcher's default (``DispatcherConfig.http_client``)."""
+    trace: bool = False
+    """Our dispatcher's drains record a span per attempt (see
+    :func:`dispatchers.bench.measure.recording_tracer_provider`)."""
     event_loop: str = "auto"
     """The loop every drain and the latency scenario run on (see
     :mod:`dispatchers.loop`); the report names the one used."""

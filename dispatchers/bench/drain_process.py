@@ -25,7 +25,7 @@ from dispatchers import loop as loops
 from dispatchers.bench import Settings
 from dispatchers.bench.baselines.naive import NaiveStats, run_naive
 from dispatchers.bench.env import SPAWN
-from dispatchers.bench.measure import NoopClient, peak_rss, rss_now
+from dispatchers.bench.measure import NoopClient, peak_rss, recording_tracer_provider, rss_now
 from dispatchers.config import DispatcherConfig
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
@@ -62,13 +62,19 @@ async def _drain_ours(url: str, s: Settings, schema: str, http: bool) -> Drained
         http_client=s.http_client or DispatcherConfig.http_client,
     )
     client = None if http else NoopClient()
-    dispatcher = Dispatcher(url, config, client=client, log=NullLog())
+    tracer_provider = recording_tracer_provider() if s.trace else None
+    dispatcher = Dispatcher(
+        url, config, client=client, log=NullLog(), tracer_provider=tracer_provider
+    )
     timed_out = False
     try:
         async with asyncio.timeout(s.drain_timeout):
             await dispatcher.run(drain=True)
     except TimeoutError:
         timed_out = True
+    finally:
+        if tracer_provider is not None:
+            tracer_provider.shutdown()
     st = dispatcher.stats
     return Drained(
         delivered=st.delivered,

@@ -1,13 +1,15 @@
 """The arithmetic and probes the scenarios share: medians and percentiles, CPU per
-message, ratios, this process's memory, fresh planner statistics, and an HTTP
-client that answers without a network (so a drain times the queue alone)."""
+message, ratios, this process's memory, fresh planner statistics, an HTTP client that
+answers without a network (so a drain times the queue alone), and a tracer
+provider that records spans and drops them."""
 
 from __future__ import annotations
 
 import resource
 import statistics
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from dispatchers.bench.env import bench_queries, connect
 
@@ -90,3 +92,23 @@ class NoopClient:
 
     async def aclose(self) -> None:
         return None
+
+
+def recording_tracer_provider() -> Any:
+    """An OpenTelemetry SDK tracer provider whose spans are recorded and handed in
+    batches, as a production set-up does, to an exporter that drops them: the
+    dispatcher's cost of tracing, without a collector's. Needs opentelemetry-sdk."""
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    return provider

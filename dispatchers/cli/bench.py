@@ -161,6 +161,13 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
         "baseline's alike: auto is uvloop when installed (default: auto)",
     )
     drains.add_argument(
+        "--trace",
+        action="store_true",
+        help="our dispatcher records an OpenTelemetry span per attempt (spans are "
+        "batched and dropped, not exported; needs opentelemetry-sdk), to measure "
+        "what tracing costs",
+    )
+    drains.add_argument(
         "--naive-workers",
         type=positive_int,
         default=d.naive_workers,

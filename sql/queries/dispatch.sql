@@ -231,12 +231,12 @@ WITH RECURSIVE alone AS (
     WHERE m.id = ANY (ARRAY(SELECT id FROM claimable))
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at, m.ordering_key, m.destination
+              m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
 )
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-       s.secrets, s.secret_keys, c.ordering_key, c.destination
+       s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
 -- the signing secrets still in force (several during a rotation), newest first,
@@ -402,12 +402,12 @@ WITH RECURSIVE alone AS (
     WHERE m.id = ANY (ARRAY(SELECT id FROM candidates))
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at, m.ordering_key, m.destination
+              m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
 )
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        s.secrets, s.secret_keys, c.ordering_key, c.destination
+        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
  LEFT JOIN LATERAL (
@@ -420,7 +420,7 @@ WITH RECURSIVE alone AS (
  ORDER BY c.available_at, c.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL
+       NULL, NULL, NULL
 FROM capped
 
 -- name: renew

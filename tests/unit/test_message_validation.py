@@ -624,6 +624,7 @@ def test_a_valid_message_has_the_parameters_of_the_enqueue_statement() -> None:
             content_type="application/json",
             body=b'{"amount":5}',
         ),
+        "trace_context": None,
     }
 
 

@@ -1,0 +1,78 @@
+"""The trace context read at enqueue, and each attempt's span, without I/O."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from dispatchers.outcome import Outcome, Verdict
+from dispatchers.tracing import NO_SPANS, attempt_spans, stored_trace_id
+from outbox._tracing import current_trace_context
+from tests.jobs import job
+
+TIMEOUT = Outcome(Verdict.RETRY, None, "no complete response within 1 s", "timeout", None)
+STORED = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    yield exporter
+    exporter.shutdown()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider
+    provider.shutdown()
+
+
+def test_nothing_is_stored_without_a_recording_span(provider: TracerProvider) -> None:
+    assert current_trace_context() is None
+    with provider.get_tracer("t").start_as_current_span("order") as span:
+        stored = current_trace_context()
+    assert stored is not None
+    assert json.loads(stored)["traceparent"].split("-")[1] == f"{span.context.trace_id:032x}"
+
+
+def test_an_attempt_without_stored_context_is_a_root_span_and_sends_its_own(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    with provider.get_tracer("t").start_as_current_span("unrelated"):
+        span = attempt_spans(provider).start(job(url="https://example.com:8443/hook"))
+        headers = span.inject({})
+    span.end(TIMEOUT)
+    (finished,) = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CLIENT]
+    assert finished.parent is None
+    assert headers["traceparent"].split("-")[2] == f"{finished.context.span_id:016x}"
+    assert span.trace_id == f"{finished.context.trace_id:032x}"
+    assert finished.attributes is not None
+    assert finished.attributes["server.port"] == 8443
+    assert finished.attributes["error.type"] == "timeout"
+    assert finished.status.status_code is StatusCode.ERROR
+
+
+def test_a_cancelled_attempt_ends_its_span_in_error(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    attempt_spans(provider).start(job(trace_context=STORED)).end(None)
+    (finished,) = exporter.get_finished_spans()
+    assert f"{finished.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+    assert finished.attributes is not None
+    assert finished.attributes["error.type"] == "cancelled"
+
+
+def test_without_spans_the_trace_id_is_the_stored_one() -> None:
+    span = NO_SPANS.start(job(trace_context=STORED))
+    assert span.inject({"a": "b"}) == {"a": "b"}
+    assert span.trace_id == "0af7651916cd43dd8448eb211c80319c"
+    assert NO_SPANS.start(job()).trace_id is None
+    assert stored_trace_id({"traceparent": "garbage"}) is None
