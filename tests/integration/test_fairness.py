@@ -21,6 +21,7 @@ from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
 from tests.dispatching import Db, drain, fast_config, wait_until
 from tests.receiver import Received, Receiver, Reply
+from tests.timing import LATE
 
 
 @pytest.fixture
@@ -83,7 +84,9 @@ async def test_a_slow_destinations_backlog_does_not_hold_another_back(db: Db) ->
         async with dispatching(db, config):
             await wait_until(lambda: len(healthy.requests) >= 10, seconds=30.0)
             waited = time.monotonic() - started
-    assert waited < 5.0, f"the healthy destination's messages took {waited:.1f} s"
+    # about one slow request (1 s) after the dispatcher starts, with the suite's
+    # slack for a loaded machine; before fair claims it was about 12 s
+    assert waited < 1.0 + LATE, f"the healthy destination's messages took {waited:.1f} s"
     assert sorted(r.headers["idempotency-key"] for r in healthy.requests) == sorted(
         f'"healthy-{i}"' for i in range(10)
     )
