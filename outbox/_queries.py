@@ -20,7 +20,8 @@ from psycopg import sql
 
 from outbox.errors import ConfigurationError, OutboxError
 
-_HEADER = re.compile(r"^-- name:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- (name|fragment):[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_FRAGMENT = re.compile(r"\{(\w+)\}")
 _NAME = re.compile(r"^\w+\Z", re.ASCII)
 _PYFORMAT = re.compile(r"%\((\w+)\)s")
 _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
@@ -148,16 +149,22 @@ def parse(file: str, text: str) -> dict[str, str]:
 
     A header whose name is not a plain identifier is an error rather than a line of
     the statement above it (the name becomes part of a prepared statement's name).
+    A ``-- fragment: x`` header starts a piece of SQL that statements (and later
+    fragments) of the same file include as ``{x}``: text that several statements
+    must share word for word, written once.
     """
     parts = _HEADER.split(text)
-    # parts = [preamble, name1, body1, name2, body2, ...]
+    # parts = [preamble, kind1, name1, body1, kind2, name2, body2, ...]
     statements: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+    fragments: dict[str, str] = {}
+    for header, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        kind = "statement" if header == "name" else "fragment"
         if not _NAME.match(name):
-            raise OutboxError(f"{file}: {name!r} is not a statement name (letters, digits, _)")
-        if name in statements:
-            raise OutboxError(f"{file}: statement {name!r} is named twice")
-        statements[name] = body.strip()
+            raise OutboxError(f"{file}: {name!r} is not a {kind} name (letters, digits, _)")
+        if name in statements or name in fragments:
+            raise OutboxError(f"{file}: {kind} {name!r} is named twice")
+        body = _FRAGMENT.sub(lambda m: fragments.get(m[1], m[0]), body.strip())
+        (statements if kind == "statement" else fragments)[name] = body
     return statements
 
 

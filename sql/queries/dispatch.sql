@@ -4,31 +4,48 @@
 -- start-up. Placeholders as in enqueue.sql, plus "{channel}", the
 -- quoted name of the schema's notification channel.
 
--- name: claim
--- Claim up to %(limit)s due messages for one dispatcher, shared fairly across
--- their destinations (an endpoint, or the origin of a plain message's URL), in
--- one statement that commits before any HTTP work starts.
---
--- A loose scan of the claimable index lists the destinations with ready
--- messages (one index probe each, whatever their backlogs); each contributes its
--- first due messages in (available_at, id) order, at most as many as it has room
--- for under the dispatcher's bound per destination (%(per_destination)s, less the
--- %(busy_counts)s it has in flight at the %(busy)s destinations; alone with
--- ready messages and below its bound, a destination has room for the whole
--- batch, as no other needs any), and first no more than an even share of the
--- batch, so that a claim reads about as many rows as it takes however many
--- destinations there are. They are taken in turns, every destination's first,
--- then every second, ..., so that a deep or slow backlog cannot hold another
--- destination's messages back. Told which destination the dispatcher's last
--- claim found alone (%(alone)s), and while that still holds, the claim skips
--- the list and the turns. SKIP LOCKED lets several dispatchers claim side by
--- side without waiting on each other.
+-- fragment: ordering_key_free
 -- A message with an ordering key waits while an earlier message of the same key
 -- is ready, running or paused; a dead one no longer holds its successors back.
--- attempts + 1 is the fencing token every later write of this claim must match.
--- A webhook message whose endpoint was disabled after it was written waits (the
--- disable pauses the rows it can see; this catches the ones committed later).
-WITH RECURSIVE alone AS (
+(m.ordering_key IS NULL OR NOT EXISTS (
+    SELECT 1
+    FROM {schema}.messages AS earlier
+    WHERE earlier.ordering_key = m.ordering_key
+      AND earlier.id < m.id
+      AND earlier.state IN ('ready', 'running', 'paused')))
+
+-- fragment: claimable
+-- A message "claim" may take: due, its endpoint (if any) enabled, with a free
+-- slot if capped (a capped endpoint with every slot taken is skipped, so its
+-- backlog cannot crowd other messages out of the batch), and free of its
+-- ordering key. A webhook message whose endpoint was disabled after it was
+-- written waits (the disable pauses the rows it can see; this catches the ones
+-- committed later).
+m.state = 'ready'
+AND m.available_at <= now()
+AND (m.endpoint_id IS NULL OR EXISTS (
+        SELECT 1 FROM {schema}.endpoints AS e
+        WHERE e.id = m.endpoint_id
+          AND e.enabled
+          AND (e.max_concurrency IS NULL OR EXISTS (
+                SELECT 1 FROM {schema}.endpoint_slots AS s
+                WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
+AND {ordering_key_free}
+
+-- fragment: claimable_uncapped
+-- A message "claim_uncapped" may take: as "claimable", with no endpoint or an
+-- endpoint without a cap.
+m.state = 'ready'
+AND m.available_at <= now()
+AND (m.endpoint_id IS NULL OR EXISTS (
+        SELECT 1 FROM {schema}.endpoints AS e
+        WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
+AND {ordering_key_free}
+
+-- fragment: destinations_due
+-- The destinations a claim shares its batch across, with each one's room and
+-- share (see "claim"): "alone", "destinations" and "listed".
+alone AS (
     -- %(alone)s, the destination this dispatcher's last claim found alone, if it
     -- still is the only one with ready messages and is below its bound (two
     -- index probes): the claim then takes its first due messages, the whole
@@ -75,7 +92,30 @@ WITH RECURSIVE alone AS (
     LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
         AS busy(destination, n) ON busy.destination = d.destination
     WHERE d.destination IS NOT NULL  -- the row that ends the list
-), heads AS (
+)
+
+-- name: claim
+-- Claim up to %(limit)s due messages for one dispatcher, shared fairly across
+-- their destinations (an endpoint, or the origin of a plain message's URL), in
+-- one statement that commits before any HTTP work starts.
+--
+-- A loose scan of the claimable index lists the destinations with ready
+-- messages (one index probe each, whatever their backlogs); each contributes its
+-- first due messages in (available_at, id) order, at most as many as it has room
+-- for under the dispatcher's bound per destination (%(per_destination)s, less the
+-- %(busy_counts)s it has in flight at the %(busy)s destinations; alone with
+-- ready messages and below its bound, a destination has room for the whole
+-- batch, as no other needs any), and first no more than an even share of the
+-- batch, so that a claim reads about as many rows as it takes however many
+-- destinations there are. They are taken in turns, every destination's first,
+-- then every second, ..., so that a deep or slow backlog cannot hold another
+-- destination's messages back. Told which destination the dispatcher's last
+-- claim found alone (%(alone)s), and while that still holds, the claim skips
+-- the list and the turns. SKIP LOCKED lets several dispatchers claim side by
+-- side without waiting on each other. Which messages it may take is
+-- "claimable", above. attempts + 1 is the fencing token every later write of
+-- this claim must match.
+WITH RECURSIVE {destinations_due}, heads AS (
     -- the first pass: the first due messages of each destination, up to its share
     SELECT l.destination, l.room, l.share, h.id, h.available_at,
            row_number() OVER (PARTITION BY l.destination ORDER BY h.available_at, h.id) AS turn
@@ -84,23 +124,7 @@ WITH RECURSIVE alone AS (
         SELECT m.id, m.available_at
         FROM {schema}.messages AS m
         WHERE m.destination = l.destination
-          AND m.state = 'ready'
-          AND m.available_at <= now()
-          AND (m.endpoint_id IS NULL OR EXISTS (
-                SELECT 1 FROM {schema}.endpoints AS e
-                WHERE e.id = m.endpoint_id
-                  AND e.enabled
-                  -- a capped endpoint with every slot taken is skipped, so its
-                  -- backlog cannot crowd other messages out of the batch
-                  AND (e.max_concurrency IS NULL OR EXISTS (
-                        SELECT 1 FROM {schema}.endpoint_slots AS s
-                        WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
-          AND (m.ordering_key IS NULL OR NOT EXISTS (
-                SELECT 1
-                FROM {schema}.messages AS earlier
-                WHERE earlier.ordering_key = m.ordering_key
-                  AND earlier.id < m.id
-                  AND earlier.state IN ('ready', 'running', 'paused')))
+          AND {claimable}
         ORDER BY m.available_at, m.id
         LIMIT LEAST(l.room, l.share)
     ) AS h
@@ -119,23 +143,7 @@ WITH RECURSIVE alone AS (
         SELECT m.id, m.available_at
         FROM {schema}.messages AS m
         WHERE m.destination = f.destination
-          AND m.state = 'ready'
-          AND m.available_at <= now()
-          AND (m.endpoint_id IS NULL OR EXISTS (
-                SELECT 1 FROM {schema}.endpoints AS e
-                WHERE e.id = m.endpoint_id
-                  AND e.enabled
-                  -- a capped endpoint with every slot taken is skipped, so its
-                  -- backlog cannot crowd other messages out of the batch
-                  AND (e.max_concurrency IS NULL OR EXISTS (
-                        SELECT 1 FROM {schema}.endpoint_slots AS s
-                        WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
-          AND (m.ordering_key IS NULL OR NOT EXISTS (
-                SELECT 1
-                FROM {schema}.messages AS earlier
-                WHERE earlier.ordering_key = m.ordering_key
-                  AND earlier.id < m.id
-                  AND earlier.state IN ('ready', 'running', 'paused')))
+          AND {claimable}
         ORDER BY m.available_at, m.id
         OFFSET f.share
         LIMIT LEAST(f.room - f.share, %(limit)s - (SELECT count(*) FROM heads))
@@ -146,23 +154,7 @@ WITH RECURSIVE alone AS (
     SELECT m.id, m.endpoint_id, m.available_at
     FROM {schema}.messages AS m
     WHERE m.destination = (SELECT destination FROM alone)
-      AND m.state = 'ready'
-      AND m.available_at <= now()
-      AND (m.endpoint_id IS NULL OR EXISTS (
-            SELECT 1 FROM {schema}.endpoints AS e
-            WHERE e.id = m.endpoint_id
-              AND e.enabled
-              -- a capped endpoint with every slot taken is skipped, so its
-              -- backlog cannot crowd other messages out of the batch
-              AND (e.max_concurrency IS NULL OR EXISTS (
-                    SELECT 1 FROM {schema}.endpoint_slots AS s
-                    WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
-      AND (m.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1
-            FROM {schema}.messages AS earlier
-            WHERE earlier.ordering_key = m.ordering_key
-              AND earlier.id < m.id
-              AND earlier.state IN ('ready', 'running', 'paused')))
+      AND {claimable}
     ORDER BY m.available_at, m.id
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
@@ -258,47 +250,7 @@ ORDER BY c.available_at, c.id
 -- run (the dispatcher prepares both, once per server connection). When some
 -- endpoint has a cap, its messages are passed over and one more row, all NULL,
 -- says so: the caller then claims the rest with "claim".
-WITH RECURSIVE alone AS (
-    -- as in "claim"
-    SELECT CAST(%(alone)s AS text) AS destination
-    WHERE CAST(%(alone)s AS text) IS NOT NULL
-      -- max() and min(), not EXISTS: with its parameters unknown, a plan
-      -- could read the whole table for an EXISTS, never for these
-      AND (SELECT max(m.destination) FROM {schema}.messages AS m
-           WHERE m.state = 'ready' AND m.destination < %(alone)s) IS NULL
-      AND (SELECT min(m.destination) FROM {schema}.messages AS m
-           WHERE m.state = 'ready' AND m.destination > %(alone)s) IS NULL
-      AND COALESCE((CAST(%(busy_counts)s AS integer[]))[
-              array_position(CAST(%(busy)s AS text[]), CAST(%(alone)s AS text))], 0)
-          < %(per_destination)s
-), destinations AS (
-    -- as in "claim"
-    (SELECT m.destination
-     FROM {schema}.messages AS m
-     WHERE m.state = 'ready' AND NOT EXISTS (SELECT 1 FROM alone)
-     ORDER BY m.destination
-     LIMIT 1)
-    UNION ALL
-    SELECT (SELECT m.destination
-            FROM {schema}.messages AS m
-            WHERE m.state = 'ready' AND m.destination > d.destination
-            ORDER BY m.destination
-            LIMIT 1)
-    FROM destinations AS d
-    WHERE d.destination IS NOT NULL
-), listed AS (
-    -- as in "claim"
-    SELECT d.destination,
-           CASE WHEN count(*) OVER () = 1 AND COALESCE(busy.n, 0) < %(per_destination)s
-                THEN %(limit)s
-                ELSE GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
-           END AS room,
-           CAST(ceil(%(limit)s / CAST(count(*) OVER () AS numeric)) AS integer) AS share
-    FROM destinations AS d
-    LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
-        AS busy(destination, n) ON busy.destination = d.destination
-    WHERE d.destination IS NOT NULL  -- the row that ends the list
-), heads AS (
+WITH RECURSIVE {destinations_due}, heads AS (
     -- the first pass: the first due messages of each destination, up to its share
     SELECT l.destination, l.room, l.share, h.id, h.available_at,
            row_number() OVER (PARTITION BY l.destination ORDER BY h.available_at, h.id) AS turn
@@ -307,17 +259,7 @@ WITH RECURSIVE alone AS (
         SELECT m.id, m.available_at
         FROM {schema}.messages AS m
         WHERE m.destination = l.destination
-          AND m.state = 'ready'
-          AND m.available_at <= now()
-          AND (m.endpoint_id IS NULL OR EXISTS (
-                SELECT 1 FROM {schema}.endpoints AS e
-                WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
-          AND (m.ordering_key IS NULL OR NOT EXISTS (
-                SELECT 1
-                FROM {schema}.messages AS earlier
-                WHERE earlier.ordering_key = m.ordering_key
-                  AND earlier.id < m.id
-                  AND earlier.state IN ('ready', 'running', 'paused')))
+          AND {claimable_uncapped}
         ORDER BY m.available_at, m.id
         LIMIT LEAST(l.room, l.share)
     ) AS h
@@ -336,17 +278,7 @@ WITH RECURSIVE alone AS (
         SELECT m.id, m.available_at
         FROM {schema}.messages AS m
         WHERE m.destination = f.destination
-          AND m.state = 'ready'
-          AND m.available_at <= now()
-          AND (m.endpoint_id IS NULL OR EXISTS (
-                SELECT 1 FROM {schema}.endpoints AS e
-                WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
-          AND (m.ordering_key IS NULL OR NOT EXISTS (
-                SELECT 1
-                FROM {schema}.messages AS earlier
-                WHERE earlier.ordering_key = m.ordering_key
-                  AND earlier.id < m.id
-                  AND earlier.state IN ('ready', 'running', 'paused')))
+          AND {claimable_uncapped}
         ORDER BY m.available_at, m.id
         OFFSET f.share
         LIMIT LEAST(f.room - f.share, %(limit)s - (SELECT count(*) FROM heads))
@@ -357,17 +289,7 @@ WITH RECURSIVE alone AS (
     SELECT m.id, m.available_at
     FROM {schema}.messages AS m
     WHERE m.destination = (SELECT destination FROM alone)
-      AND m.state = 'ready'
-      AND m.available_at <= now()
-      AND (m.endpoint_id IS NULL OR EXISTS (
-            SELECT 1 FROM {schema}.endpoints AS e
-            WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
-      AND (m.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1
-            FROM {schema}.messages AS earlier
-            WHERE earlier.ordering_key = m.ordering_key
-              AND earlier.id < m.id
-              AND earlier.state IN ('ready', 'running', 'paused')))
+      AND {claimable_uncapped}
     ORDER BY m.available_at, m.id
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED

@@ -13,6 +13,21 @@ def test_statements_are_split_at_their_name_headers() -> None:
     assert parse("f", text) == {"one": "SELECT 1", "two": "-- why\nSELECT 2"}
 
 
+def test_a_fragment_is_written_into_the_statements_after_it_word_for_word() -> None:
+    text = (
+        "-- fragment: due\nm.state = 'ready' AND m.at <= now()\n"
+        "-- fragment: due_now\n{due} AND m.x\n"
+        "-- name: one\nSELECT 1 FROM {schema}.m WHERE {due_now}\n"
+        "-- name: two\nSELECT 2 WHERE {due} AND {unknown}\n"
+    )
+    assert parse("f", text) == {
+        "one": "SELECT 1 FROM {schema}.m WHERE m.state = 'ready' AND m.at <= now() AND m.x",
+        "two": "SELECT 2 WHERE m.state = 'ready' AND m.at <= now() AND {unknown}",
+    }
+    with pytest.raises(OutboxError, match=r"f: fragment 'due' is named twice"):
+        parse("f", "-- fragment: due\nTRUE\n-- fragment: due\nFALSE\n")
+
+
 def test_a_header_that_is_not_a_plain_name_is_an_error() -> None:
     with pytest.raises(OutboxError, match=r"f: 'bad-name' is not a statement name"):
         parse("f", "-- name: bad-name\nSELECT 1\n")
