@@ -106,7 +106,8 @@ async def serve(
     port: int,
     started: Callable[[str], Any] | None = None,
 ) -> None:
-    """Serve until cancelled; ``started`` gets the URL once the socket listens."""
+    """Serve until cancelled; ``started`` gets the URL once the socket listens and
+    the day chart is read."""
     await asyncio.to_thread(dashboard.store.open)
     runner = web.AppRunner(build_app(dashboard), access_log=None)
     try:
@@ -116,9 +117,19 @@ async def serve(
         bound = runner.addresses[0]
         url = f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}/"
         dashboard.log.event("ui_listening", url=url, read_only=dashboard.read_only)
+        await _warm(dashboard)
         if started is not None:
             started(url)
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
         await asyncio.to_thread(dashboard.store.close)
+
+
+async def _warm(dashboard: Dashboard) -> None:
+    """Read the day chart once while no page waits for it; if that fails, the
+    first overview reads it instead (and says why, if it fails again)."""
+    try:
+        await dashboard.store.read(dashboard.store.warm)
+    except Exception as exc:  # the pages still serve; the overview retries the read
+        dashboard.log.event("ui_day_chart_unread", error=type(exc).__name__)

@@ -11,9 +11,8 @@ opens a transaction that can, and the dashboard never calls it in read-only mode
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
@@ -34,8 +33,8 @@ SETTLED = timedelta(minutes=5)
 """How long after an hour ends its attempts are taken as all recorded: an attempt
 is written when it ends, and none runs this long."""
 
-UNSETTLED_KEEP = 30.0
-"""Seconds the day chart's hours are kept while the last one may still change."""
+_DAY = timedelta(hours=23)
+"""The day chart's whole hours (the hour in progress comes from the minutes)."""
 
 _BOUNDED = "SET LOCAL statement_timeout = 5000"
 """Each statement of a page or an action runs at most 5 s: a page that cannot
@@ -91,15 +90,6 @@ class RecentAttempt(NamedTuple):
     error_class: str | None
 
 
-class _KeptHours(NamedTuple):
-    """The day chart's whole hours as last read (see :meth:`Store.hours`)."""
-
-    until: datetime
-    rows: list[Minute]
-    settled: bool
-    read_at: float
-
-
 class Found(NamedTuple):
     """A row of ``ui_messages``: one message matching a search."""
 
@@ -119,7 +109,8 @@ class Store:
 
     def __init__(self, url: str, *, schema: str, max_size: int = 4) -> None:
         self.schema = schema
-        self._hours: _KeptHours | None = None
+        self._kept: dict[datetime, Minute] = {}  # settled hours of the day chart
+        self._read_until: datetime | None = None  # every hour before it is kept
         self._pool = ConnectionPool(
             url,
             min_size=1,
@@ -155,24 +146,36 @@ class Store:
     def hours(self, conn: psycopg.Connection[Any], *, until: datetime) -> list[Minute]:
         """Attempts per hour in the 23 whole hours before ``until`` (an hour's
         start). A day of attempts is the overview's heaviest read and the page
-        refreshes every few seconds, but whole hours barely change: the rows are
-        kept until the next hour once the attempts that were running at
-        ``until`` have been recorded (:data:`SETTLED`), and for
-        :data:`UNSETTLED_KEEP` before that."""
-        kept = self._hours
-        if (
-            kept is not None
-            and kept.until == until
-            and (kept.settled or time.monotonic() - kept.read_at < UNSETTLED_KEEP)
-        ):
-            return kept.rows
-        rows = run_sync(
-            conn, rows_plan(queries_for(self.schema)["ui_hours"], {"until": until}, Minute)
+        refreshes every few seconds, but an hour no longer changes once the
+        attempts running when it ended are recorded (:data:`SETTLED`): each
+        settled hour is read once and kept while it is in the window, so a
+        refresh reads only the hours after the last settled one (one or two,
+        never the day)."""
+        start = until - _DAY
+        kept, read_until = self._kept, self._read_until
+        since = max(start, read_until) if read_until is not None else start
+        rows: list[Minute] = []
+        if since < until:
+            params = {"since": since, "until": until}
+            rows = run_sync(conn, rows_plan(queries_for(self.schema)["ui_hours"], params, Minute))
+        row = conn.execute("SELECT now()").fetchone()
+        now: datetime = row[0] if row else datetime.now(UTC)
+        settled = min(
+            until, (now - SETTLED).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
         )
-        now = conn.execute("SELECT now()").fetchone()
-        settled = now is not None and now[0] - until >= SETTLED
-        self._hours = _KeptHours(until, rows, settled, time.monotonic())
-        return rows
+        kept = {hour: m for hour, m in kept.items() if hour >= start}
+        kept.update((m.minute, m) for m in rows if m.minute < settled)
+        self._kept = kept
+        self._read_until = max(settled, since) if read_until is None else max(settled, read_until)
+        fresh = [m for m in rows if m.minute >= settled]
+        return sorted([*kept.values(), *fresh], key=lambda m: m.minute)
+
+    def warm(self, conn: psycopg.Connection[Any]) -> None:
+        """Read the day chart's hours before the first overview asks for them
+        (the day's first read is the dashboard's heaviest)."""
+        row = conn.execute("SELECT now()").fetchone()
+        now: datetime = row[0] if row else datetime.now(UTC)
+        self.hours(conn, until=now.astimezone(UTC).replace(minute=0, second=0, microsecond=0))
 
     def endpoint_hour(self, conn: psycopg.Connection[Any], endpoint_id: int) -> EndpointHour:
         plan = rows_plan(

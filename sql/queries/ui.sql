@@ -79,15 +79,17 @@ ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: ui_hours
--- Attempts per hour in the 23 whole hours before %(until)s (an hour's start),
--- for the overview's day chart: a range scan of attempts_started_idx over them.
--- The hour in progress comes from ui_minutes, which covers it. Hours are UTC
--- hours, whatever the session's time zone (some are offset by half an hour).
+-- Attempts per hour in the whole hours from %(since)s to %(until)s (hours'
+-- starts), for the overview's day chart: a range scan of attempts_started_idx
+-- over them. The chart keeps the hours that no longer change, so this reads the
+-- day once and then only its last hour or two. The hour in progress comes from
+-- ui_minutes, which covers it. Hours are UTC hours, whatever the session's time
+-- zone (some are offset by half an hour).
 SELECT date_trunc('hour', started_at, 'UTC') AS minute,
        count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
        count(*) FILTER (WHERE outcome <> 'delivered') AS failed
 FROM {schema}.attempts
-WHERE started_at >= CAST(%(until)s AS timestamptz) - interval '23 hours'
+WHERE started_at >= CAST(%(since)s AS timestamptz)
   AND started_at < CAST(%(until)s AS timestamptz)
 GROUP BY 1
 ORDER BY 1

@@ -13,7 +13,6 @@ import pytest
 from markupsafe import escape
 
 from dispatchers.cli import main
-from dispatchers.ui import store as store_module
 from dispatchers.ui.auth import token_id
 from dispatchers.ui.store import Minute
 from outbox._queries import queries_for
@@ -313,7 +312,8 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     by_key = _plan(db, "ui_messages", **(search | {"key": "order-42"}), limit=100)
     assert "delivered_key_idx" in by_key
     assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
-    assert "attempts_started_idx" in _plan(db, "ui_hours", until=datetime.now(UTC))
+    day = {"since": datetime.now(UTC) - timedelta(hours=23), "until": datetime.now(UTC)}
+    assert "attempts_started_idx" in _plan(db, "ui_hours", **day)
     for name in ("ui_endpoint_hour", "ui_endpoint_attempts"):
         plan = _plan(db, name, endpoint_id=1, limit=20)
         assert "attempts_started_idx" in plan, name
@@ -491,29 +491,37 @@ async def test_sign_in_refuses_an_address_after_a_few_wrong_tokens(db: Db) -> No
     assert status == 429 and "Too many wrong tokens" in page  # even the right one, for now
 
 
-async def test_the_day_charts_whole_hours_are_kept_once_settled_and_briefly_before(
-    db: Db, monkeypatch: pytest.MonkeyPatch
+async def test_the_day_chart_reads_a_settled_hour_once_and_the_others_every_time(
+    db: Db,
 ) -> None:
-    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-    settled, unsettled = hour - timedelta(hours=1), hour + timedelta(hours=1)
+    now = datetime.now(UTC)
+    hour = now.replace(minute=0, second=0, microsecond=0)
     message = db.enqueue("k")
-    ago = f"{(datetime.now(UTC) - settled).total_seconds() + 1800} seconds"  # in both windows
+    # two hours ago: settled whenever the test runs; and in the hour in progress
+    settled_ago = f"{(now - hour).total_seconds() + 5400} seconds"
+    current_ago = f"{(now - hour).total_seconds() / 2} seconds"
+    until = hour + timedelta(hours=1)  # the hour in progress is the window's last
 
     def delivered(rows: list[Minute]) -> int:
         return sum(m.delivered for m in rows)
 
-    async with running(db.url) as ui:
+    _attempt(db, message, status=200, duration_ms=5, ago=settled_ago)
+    _attempt(db, message, status=200, duration_ms=5, ago=current_ago)
+    async with running(db.url) as ui:  # it has read the day before it answers
         store = ui.dashboard.store
 
-        async def hours(until: datetime) -> int:
+        async def hours() -> int:
             return delivered(await store.read(lambda conn: store.hours(conn, until=until)))
 
-        _attempt(db, message, status=200, duration_ms=5, ago=ago)
-        assert await hours(settled) == 1
-        _attempt(db, message, status=200, duration_ms=5, ago=ago)
-        assert await hours(settled) == 1  # kept until the next hour
-        assert await hours(unsettled) == 2
-        _attempt(db, message, status=200, duration_ms=5, ago=ago)
-        assert await hours(unsettled) == 2  # kept a few seconds
-        monkeypatch.setattr(store_module, "UNSETTLED_KEEP", 0.0)
-        assert await hours(unsettled) == 3
+        assert await hours() == 2
+        # an hour that is settled is read once: a row written into it later (which
+        # no dispatcher does, an attempt is recorded within minutes) is not seen
+        _attempt(db, message, status=200, duration_ms=5, ago=settled_ago)
+        assert await hours() == 2
+        # the hour in progress is read on every call
+        _attempt(db, message, status=200, duration_ms=5, ago=current_ago)
+        assert await hours() == 3
+    # a new dashboard reads the whole day again
+    async with running(db.url) as ui:
+        store = ui.dashboard.store
+        assert delivered(await store.read(lambda conn: store.hours(conn, until=until))) == 4
