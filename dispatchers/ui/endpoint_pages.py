@@ -28,16 +28,17 @@ async def endpoints(request: web.Request) -> web.StreamResponse:
     """Every endpoint with its health and backlog; secrets as fingerprints only."""
     store = dashboard_of(request).store
 
-    def read(conn: Any) -> tuple[Any, dict[int, dict[str, Any]]]:
+    def read(conn: Any) -> tuple[Any, dict[int, dict[str, Any]], dict[int, Any]]:
         counts = {e["id"]: e for e in status(conn, schema=store.schema)["endpoints"]}
-        return Endpoints(schema=store.schema).all(conn), counts
+        return Endpoints(schema=store.schema).all(conn), counts, store.endpoints_hour(conn)
 
-    rows, counts = await store.read(read)
+    rows, counts, hours = await store.read(read)
     return render(
         request,
         "endpoints.html",
         rows=rows,
         counts=counts,
+        hours=hours,
         fingerprints={e.id: [fingerprint(s.secret) for s in e.secrets] for e in rows},
     )
 

@@ -77,6 +77,21 @@ class EndpointHour(NamedTuple):
         return self.delivered / self.attempts if self.attempts else None
 
 
+class EndpointsHour(NamedTuple):
+    """A row of ``ui_endpoints_hour``: one endpoint's last hour, for the list."""
+
+    endpoint_id: int
+    attempts: int
+    delivered: int
+    p50_ms: int | None
+    p99_ms: int | None
+    in_flight: int
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.delivered / self.attempts if self.attempts else None
+
+
 class RecentAttempt(NamedTuple):
     """A row of ``ui_endpoint_attempts``."""
 
@@ -182,6 +197,10 @@ class Store:
             queries_for(self.schema)["ui_endpoint_hour"], {"endpoint_id": endpoint_id}, EndpointHour
         )
         return run_sync(conn, plan)[0]
+
+    def endpoints_hour(self, conn: psycopg.Connection[Any]) -> dict[int, EndpointsHour]:
+        plan = rows_plan(queries_for(self.schema)["ui_endpoints_hour"], {}, EndpointsHour)
+        return {row.endpoint_id: row for row in run_sync(conn, plan)}
 
     def endpoint_attempts(
         self, conn: psycopg.Connection[Any], endpoint_id: int

@@ -122,6 +122,40 @@ SELECT count(*) AS attempts,
         WHERE m.state = 'running' AND m.endpoint_id = %(endpoint_id)s) AS in_flight
 FROM recent
 
+-- name: ui_endpoints_hour
+-- Every endpoint's last hour, for the endpoints list, as ui_endpoint_hour gives
+-- it for one: the hour's attempts (a range scan of attempts_started_idx), each
+-- matched by primary key to its message in the hot table or, completed in the
+-- hour, in the history; then per endpoint how many, how many delivered, the
+-- median and 99th percentile durations; and the deliveries in flight now.
+WITH recent AS MATERIALIZED (
+    SELECT COALESCE(m.endpoint_id, d.endpoint_id) AS endpoint_id, a.outcome, a.duration_ms
+    FROM {schema}.attempts AS a
+    LEFT JOIN {schema}.messages AS m ON m.id = a.message_id
+    LEFT JOIN {schema}.delivered AS d
+        ON m.id IS NULL AND d.id = a.message_id
+       AND d.completed_at >= now() - interval '1 hour'
+    WHERE a.started_at >= now() - interval '1 hour'
+), hour AS (
+    SELECT endpoint_id, count(*) AS attempts,
+           count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
+           percentile_disc(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50_ms,
+           percentile_disc(0.99) WITHIN GROUP (ORDER BY duration_ms) AS p99_ms
+    FROM recent
+    WHERE endpoint_id IS NOT NULL
+    GROUP BY endpoint_id
+), running AS (
+    SELECT endpoint_id, count(*) AS in_flight
+    FROM {schema}.messages
+    WHERE state = 'running' AND endpoint_id IS NOT NULL
+    GROUP BY endpoint_id
+)
+SELECT COALESCE(h.endpoint_id, r.endpoint_id) AS endpoint_id,
+       COALESCE(h.attempts, 0) AS attempts, COALESCE(h.delivered, 0) AS delivered,
+       h.p50_ms, h.p99_ms, COALESCE(r.in_flight, 0) AS in_flight
+FROM hour AS h
+FULL JOIN running AS r USING (endpoint_id)
+
 -- name: ui_endpoint_attempts
 -- One endpoint's latest attempts of the last hour, newest first, matched to their
 -- messages as in ui_endpoint_hour.

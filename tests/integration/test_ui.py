@@ -314,6 +314,7 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
     day = {"since": datetime.now(UTC) - timedelta(hours=23), "until": datetime.now(UTC)}
     assert "attempts_started_idx" in _plan(db, "ui_hours", **day)
+    assert "attempts_started_idx" in _plan(db, "ui_endpoints_hour")
     for name in ("ui_endpoint_hour", "ui_endpoint_attempts"):
         plan = _plan(db, name, endpoint_id=1, limit=20)
         assert "attempts_started_idx" in plan, name
@@ -415,6 +416,16 @@ async def test_an_endpoints_page_sums_up_its_last_hour_of_attempts(db: Db) -> No
     assert page.count('href="/messages/9001"') == 1  # the recent attempts
     assert page.count(f'href="/messages/{failing}"') == 2
     assert f'href="/endpoints/{endpoint}"' in overview and f'href="/endpoints/{other}"' in overview
+    # the list sums up each endpoint's hour as its page does
+    row = overview[overview.index(f'id="endpoint-{endpoint}"') :]
+    row = row[: row.index("</tr>")]
+    assert re.search(r'data-field="success">33.3 %<div class="muted">of 3<', row)
+    assert re.search(r'data-field="durations">5 / 40 ms<', row)
+    assert re.search(r'data-field="in-flight">0 / 3<', row)
+    row = overview[overview.index(f'id="endpoint-{other}"') :]
+    row = row[: row.index("</tr>")]
+    assert re.search(r'data-field="success">0.0 %<div class="muted">of 1<', row)
+    assert re.search(r'data-field="in-flight">0 / -<', row)
 
 
 async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed(
