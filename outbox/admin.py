@@ -1,7 +1,8 @@
 """Operator functions: inspect and redrive the outbox.
 
-Dead letters and replay are here; inspection (:func:`message_show`,
-:func:`status`) lives in ``outbox._inspect`` and is exported here too.
+Dead letters are here; sending delivered messages and events again (and test
+events) lives in ``outbox._replay``, inspection (:func:`message_show`,
+:func:`status`) in ``outbox._inspect``, and both are exported here too.
 
 Everything here runs in the caller's transaction (a SQLAlchemy ``Session`` or
 ``Connection``, or a psycopg ``Connection``) and never commits; ``outbox`` CLI
@@ -16,22 +17,29 @@ retried, a delivered one replayed) keeps its ``attempts`` and gets a higher
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from outbox._arguments import check_budget, check_event_type_filter, check_id, check_since
 from outbox._inspect import AttemptInfo, MessageInfo, message_show, status
 from outbox._queries import Statement, queries_for
+from outbox._replay import (
+    TEST_EVENT_TYPE,
+    ReplayedEvent,
+    replay,
+    replay_event,
+    replay_message,
+    send_test_event,
+)
 from outbox._transaction import Plan, rows_plan, run_sync, scalar_plan
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.errors import InvalidArgument
 
 __all__ = [
     "MAX_DEAD_LIST",
+    "TEST_EVENT_TYPE",
     "AttemptInfo",
     "DeadMessage",
     "MessageInfo",
@@ -44,12 +52,10 @@ __all__ = [
     "message_show",
     "replay",
     "replay_event",
+    "replay_message",
     "send_test_event",
     "status",
 ]
-
-TEST_EVENT_TYPE = "outbox.test"
-"""The event type of :func:`send_test_event`'s messages."""
 
 MAX_DEAD_LIST = 10_000
 """The most rows one :func:`dead_list` call returns."""
@@ -265,172 +271,3 @@ def dead_purge(
 
 
 # -- replay ------------------------------------------------------------------
-
-
-def replay(
-    tx: Any,
-    *,
-    schema: str = DEFAULT_SCHEMA,
-    endpoint_id: int,
-    since: datetime,
-    until: datetime | None = None,
-    budget: int = DEFAULT_WEBHOOK_MAX_ATTEMPTS,
-    notify: bool = True,
-) -> int:
-    """Send the endpoint's delivered messages again; return how many.
-
-    Every message of ``endpoint_id`` delivered at or after ``since`` (and before
-    ``until``, if given) moves from the history back to the hot table with its
-    id, idempotency key and body, ready now: the same ``webhook-id`` goes out,
-    so a receiver that dedupes ignores what it already processed and one that
-    lost its data gets it again. ``attempts`` is kept and ``max_attempts`` is
-    ``attempts + budget``. Raises :class:`InvalidArgument` for a missing or
-    disabled endpoint (enable it first: a replay to a disabled endpoint would
-    only pause). ``notify`` wakes listening dispatchers when ``tx`` commits.
-    """
-    endpoint_id = check_id(endpoint_id, "endpoint_id")
-    checked_since = check_since(since)
-    if checked_since is None:
-        raise InvalidArgument("since", "is required")
-    checked_until = check_since(until, "until")
-    if checked_until is not None and checked_until <= checked_since:
-        raise InvalidArgument("until", "must be later than since")
-    params = {
-        "endpoint_id": endpoint_id,
-        "since": checked_since,
-        "until": checked_until,
-        "budget": check_budget(budget),
-    }
-    return run_sync(tx, _replay_plan(schema, params, notify))
-
-
-def _replay_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[int]:
-    queries = queries_for(schema)
-    yield from _enabled_endpoint_plan(schema, params["endpoint_id"])
-    return (yield from scalar_plan(queries["replay_notify" if notify else "replay"], params))
-
-
-def _enabled_endpoint_plan(schema: str, endpoint_id: int) -> Plan[None]:
-    """Raise :class:`InvalidArgument` unless the endpoint exists and is enabled
-    (a replay to a disabled endpoint would only pause); lock it against deletion."""
-    endpoints = yield from rows_plan(
-        queries_for(schema)["replay_endpoint"], {"endpoint_id": endpoint_id}, _ReplayEndpoint
-    )
-    if not endpoints:
-        raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
-    if not endpoints[0].enabled:
-        reason = endpoints[0].disabled_reason
-        raise InvalidArgument(
-            "endpoint_id",
-            f"endpoint {endpoint_id} is disabled{f' ({reason})' if reason else ''}; "
-            "enable it first",
-        )
-
-
-class ReplayedEvent(NamedTuple):
-    """What :func:`replay_event` did: the endpoint's message of the event, and
-    whether this call wrote it (False: the endpoint had it already)."""
-
-    id: int
-    created: bool
-
-
-def replay_event(
-    tx: Any,
-    *,
-    schema: str = DEFAULT_SCHEMA,
-    event_key: str,
-    endpoint_id: int,
-    budget: int = DEFAULT_WEBHOOK_MAX_ATTEMPTS,
-    notify: bool = True,
-) -> ReplayedEvent:
-    """Send the event published under ``event_key`` to one endpoint.
-
-    Publishing is once per event key, whatever endpoints subscribed since: this
-    is how an old event reaches an endpoint added later (or one whose message
-    was purged), without going out again to the others. The endpoint gets the
-    event's payload as the other endpoints did, with the ``webhook-id``
-    ``<event key>:<endpoint id>``, and ``budget`` attempts; the event records the
-    new message. An endpoint that has the event's message already keeps it (its
-    id comes back, ``created`` False). The endpoint's subscriptions are not
-    consulted: the operator chose it. Raises :class:`InvalidArgument` for a
-    missing or disabled endpoint, an event key with no record (never published,
-    or published longer ago than the retention period), or an event whose
-    messages were all purged. ``notify`` wakes listening dispatchers when ``tx``
-    commits.
-    """
-    if not isinstance(event_key, str) or not event_key:
-        raise InvalidArgument("event_key", "must be a non-empty string")
-    params = {
-        "event_key": event_key,
-        "endpoint_id": check_id(endpoint_id, "endpoint_id"),
-        "budget": check_budget(budget),
-    }
-    return run_sync(tx, _replay_event_plan(schema, params, notify))
-
-
-def _replay_event_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[ReplayedEvent]:
-    yield from _enabled_endpoint_plan(schema, params["endpoint_id"])
-    statement = queries_for(schema)["replay_event_notify" if notify else "replay_event"]
-    (row,) = yield from rows_plan(statement, params, _ReplayEventRow)
-    if not row.recorded:
-        raise InvalidArgument(
-            "event_key",
-            "no event is recorded under this key (never published, or published "
-            "before the retention period)",
-        )
-    if not row.payload or row.id is None:
-        raise InvalidArgument("event_key", "the event's messages were all purged: nothing to send")
-    return ReplayedEvent(row.id, row.created)
-
-
-def send_test_event(
-    tx: Any, *, schema: str = DEFAULT_SCHEMA, endpoint_id: int, notify: bool = True
-) -> int:
-    """Send one test event to an endpoint; return its message id.
-
-    The message is a webhook like a published event's: the Standard Webhooks
-    envelope of type :data:`TEST_EVENT_TYPE` (its ``data`` names the endpoint),
-    a fresh ``webhook-id``, signed with the endpoint's secrets, whatever event
-    types the endpoint subscribes to. It has one attempt, so its outcome (the
-    receiver's status and reply, in ``messages show``) is known at once; a
-    failed test is a dead message like any other. Raises
-    :class:`InvalidArgument` for a missing or disabled endpoint.
-    """
-    endpoint_id = check_id(endpoint_id, "endpoint_id")
-    envelope = {
-        "type": TEST_EVENT_TYPE,
-        "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
-        "data": {"endpoint_id": endpoint_id, "message": "a test event sent by an operator"},
-    }
-    params = {
-        "endpoint_id": endpoint_id,
-        "event_key": "evt_test_" + uuid.uuid4().hex,
-        "event_type": TEST_EVENT_TYPE,
-        "body": json.dumps(envelope, separators=(",", ":")).encode(),
-    }
-    return run_sync(tx, _test_event_plan(schema, params, notify))
-
-
-def _test_event_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[int]:
-    yield from _enabled_endpoint_plan(schema, params["endpoint_id"])
-    statement = queries_for(schema)["test_event_notify" if notify else "test_event"]
-    return (yield from scalar_plan(statement, params))
-
-
-class _ReplayEventRow(NamedTuple):
-    """The row of ``replay_event``."""
-
-    recorded: bool
-    payload: bool
-    id: int | None
-    created: bool
-    notified: None = None
-
-
-class _ReplayEndpoint(NamedTuple):
-    """The row of ``replay_endpoint``."""
-
-    id: int
-    enabled: bool
-    disabled_reason: str | None

@@ -34,7 +34,16 @@ from dispatchers.ui.fields import (
     read_webhook_id,
     route_id,
 )
-from outbox.admin import dead_count, dead_list, dead_purge, dead_retry, message_show, status
+from outbox.admin import (
+    dead_count,
+    dead_list,
+    dead_purge,
+    dead_retry,
+    message_show,
+    replay_message,
+    status,
+)
+from outbox.errors import InvalidArgument
 
 STATIC = Path(__file__).parent / "static"
 """The style sheet and the refresh script, served from ``/static/``."""
@@ -244,6 +253,25 @@ async def message_retry(request: web.Request) -> web.StreamResponse:
         return bad(request, exc)
     count = await store.write(lambda conn: dead_retry(conn, schema=store.schema, ids=[message_id]))
     log_action(dashboard, "retry", count, message_id=message_id)
+    raise web.HTTPSeeOther(f"/messages/{message_id}")
+
+
+async def message_replay(request: web.Request) -> web.StreamResponse:
+    """Send one delivered webhook message again (:func:`outbox.admin.replay_message`:
+    same id, same ``webhook-id``)."""
+    dashboard = dashboard_of(request)
+    store = dashboard.store
+    try:
+        message_id = route_id(request)
+    except BadInput as exc:
+        return bad(request, exc)
+    try:
+        replayed = await store.write(
+            lambda conn: replay_message(conn, schema=store.schema, message_id=message_id)
+        )
+    except InvalidArgument as exc:
+        return bad(request, exc)
+    log_action(dashboard, "replay_message", int(replayed), message_id=message_id)
     raise web.HTTPSeeOther(f"/messages/{message_id}")
 
 

@@ -118,21 +118,13 @@ FROM {schema}.endpoints
 WHERE id = %(endpoint_id)s
 FOR KEY SHARE
 
--- name: replay
--- Send delivered webhook messages again: move each history row back into the
--- hot table with its id, key and body (state ready), so the same webhook-id
--- goes out and receivers dedupe. attempts is kept (attempt numbers never
--- repeat); the budget is raised on top of it. Walks delivered_endpoint_idx.
-WITH chosen AS (
-    SELECT d.id
-    FROM {schema}.delivered AS d
-    WHERE d.endpoint_id = %(endpoint_id)s
-      AND d.completed_at >= CAST(%(since)s AS timestamptz)
-      AND (CAST(%(until)s AS timestamptz) IS NULL
-           OR d.completed_at < CAST(%(until)s AS timestamptz))
-    ORDER BY d.id
-    FOR UPDATE
-), moved AS (
+-- fragment: replayed_from_history
+-- Move the history rows "chosen" holds back into the hot table with their id,
+-- key and body (state ready), so the same webhook-id goes out and receivers
+-- dedupe. attempts is kept (attempt numbers never repeat); the budget is raised
+-- on top of it. Webhook messages only: their destination is their target,
+-- "endpoint:<id>".
+moved AS (
     DELETE FROM {schema}.delivered AS d
     USING chosen
     WHERE d.id = chosen.id
@@ -143,13 +135,40 @@ WITH chosen AS (
         content_type, event_type, ordering_key, state, attempts, max_attempts,
         retry_base, available_at, last_status, created_at
     )
-    -- an endpoint's messages: their destination is their target, "endpoint:<id>"
     SELECT id, idempotency_key, target, target, endpoint_id, url, method, headers, body,
            content_type, event_type, ordering_key, 'ready', attempts,
            attempts + CAST(%(budget)s AS integer), attempts, now(), last_status, created_at
     FROM moved
     RETURNING id
 )
+
+-- name: replay
+-- Send an endpoint's delivered messages of a time window again
+-- ("replayed_from_history"). Walks delivered_endpoint_idx.
+WITH chosen AS (
+    SELECT d.id
+    FROM {schema}.delivered AS d
+    WHERE d.endpoint_id = %(endpoint_id)s
+      AND d.completed_at >= CAST(%(since)s AS timestamptz)
+      AND (CAST(%(until)s AS timestamptz) IS NULL
+           OR d.completed_at < CAST(%(until)s AS timestamptz))
+    ORDER BY d.id
+    FOR UPDATE
+), {replayed_from_history}
+SELECT count(*){notify} FROM replayed
+
+-- name: replay_message_endpoint
+-- The endpoint of a delivered message, for replay_message to check first.
+SELECT endpoint_id FROM {schema}.delivered WHERE id = %(id)s
+
+-- name: replay_message
+-- Send one delivered webhook message again ("replayed_from_history").
+WITH chosen AS (
+    SELECT d.id
+    FROM {schema}.delivered AS d
+    WHERE d.id = %(id)s AND d.endpoint_id IS NOT NULL
+    FOR UPDATE
+), {replayed_from_history}
 SELECT count(*){notify} FROM replayed
 
 -- name: replay_event

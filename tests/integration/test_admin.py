@@ -25,6 +25,7 @@ from outbox.admin import (
     message_show,
     replay,
     replay_event,
+    replay_message,
     send_test_event,
     status,
 )
@@ -361,6 +362,44 @@ def test_replay_takes_only_the_window_and_refuses_bad_endpoints(db: Db) -> None:
         with invalid_argument("endpoint_id", match="disabled"):
             replay(conn, endpoint_id=ep, since=now - timedelta(days=7))
     assert db.query("SELECT count(*) FROM outbox.delivered") == [(2,)]
+
+
+def test_one_delivered_webhook_is_replayed_by_id(db: Db) -> None:
+    ep = db.endpoint()
+    now = datetime.now(UTC)
+    for message_id, endpoint in ((500, ep), (501, None)):
+        db.query(
+            "INSERT INTO outbox.delivered (id, idempotency_key, target, endpoint_id, url, method,"
+            " headers, body, content_type, event_type, attempts, max_attempts, last_status,"
+            " created_at, completed_at) VALUES (%s, %s, %s, %s, %s, 'POST', '{}', '{}',"
+            " 'application/json', 't.x', 2, 8, 200, %s, %s)",
+            message_id,
+            f"evt-{message_id}",
+            f"endpoint:{ep}" if endpoint else "https://example.com/plain",
+            endpoint,
+            None if endpoint else "https://example.com/plain",
+            now,
+            now,
+        )
+    with db.tx() as conn:
+        assert replay_message(conn, message_id=500, budget=3)
+        assert not replay_message(conn, message_id=500)  # no longer in the history
+        assert not replay_message(conn, message_id=999)
+        with invalid_argument("message_id", match="not a webhook"):
+            replay_message(conn, message_id=501)
+        with invalid_argument("message_id"):
+            replay_message(conn, message_id=0)
+    assert db.query(
+        "SELECT id, idempotency_key, destination, state, attempts, max_attempts"
+        " FROM outbox.messages"
+    ) == [(500, "evt-500", f"endpoint:{ep}", "ready", 2, 5)]
+    assert db.query("SELECT id FROM outbox.delivered") == [(501,)]
+    with db.tx() as conn:
+        Endpoints().disable(conn, ep)
+    # the plain message, made a webhook of the now disabled endpoint
+    db.query("UPDATE outbox.delivered SET target = %s, endpoint_id = %s", f"endpoint:{ep}", ep)
+    with db.tx() as conn, invalid_argument("endpoint_id", match="disabled"):
+        replay_message(conn, message_id=501)
 
 
 async def test_an_old_event_reaches_an_endpoint_added_since_and_no_other(

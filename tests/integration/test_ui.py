@@ -230,6 +230,7 @@ async def test_read_only_offers_and_accepts_no_action(db: Db) -> None:
             f"/endpoints/{endpoint}/rotate-secret",
             f"/endpoints/{endpoint}/replay",
             f"/endpoints/{endpoint}/test",
+            f"/messages/{message}/replay",
         ):
             status, _ = await ui.post(path, {})
             assert status in (403, 405), path
@@ -470,6 +471,26 @@ async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed
     actions = [(e["action"], e["rows"]) for e in events]
     assert actions == [("endpoint_edit", 1), ("endpoint_rotate_secret", 1), ("endpoint_replay", 1)]
     assert events[1]["new"] == fingerprint(secret)
+
+
+async def test_a_delivered_webhook_is_replayed_from_its_page(db: Db) -> None:
+    endpoint = db.endpoint()
+    _delivered(db, endpoint, 9003)
+    plain = db.enqueue("plain-k")
+    async with running(db.url) as ui:
+        _, page = await ui.get("/messages/9003")
+        _, waiting = await ui.get(f"/messages/{plain}")
+        csrf = await ui.csrf("/messages/9003")
+        status, _ = await ui.post("/messages/9003/replay", {})
+        assert status == 403  # no CSRF token: still in the history
+        assert db.query("SELECT count(*) FROM outbox.delivered WHERE id = 9003") == [(1,)]
+        status, location = await ui.post_location("/messages/9003/replay", {"csrf": csrf})
+        _, after = await ui.get("/messages/9003")
+        events = ui.events("ui_action")
+    assert 'id="replay"' in page and 'id="replay"' not in waiting
+    assert status == 303 and location == "/messages/9003"
+    assert _state(db, 9003) == "ready" and 'id="replay"' not in after
+    assert [(e["action"], e["rows"]) for e in events] == [("replay_message", 1)]
 
 
 async def test_a_test_event_is_sent_to_the_endpoint_and_its_message_shown(db: Db) -> None:
