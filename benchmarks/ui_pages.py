@@ -34,10 +34,11 @@ INSERT INTO outbox.endpoints (url, event_types)
 SELECT 'https://example.com/hook/' || i, ARRAY['order.created']
 FROM generate_series(1, 20) AS i;
 
-INSERT INTO outbox.messages (id, idempotency_key, target, endpoint_id, body, content_type,
-                             event_type, state, attempts, max_attempts, lease_owner,
-                             lease_until, completed_at, last_error)
-SELECT i, 'hot-' || i, 'endpoint:' || (1 + i % 20), 1 + i % 20, '{}', 'application/json',
+INSERT INTO outbox.messages (id, idempotency_key, target, destination, endpoint_id, body,
+                             content_type, event_type, state, attempts, max_attempts,
+                             lease_owner, lease_until, completed_at, last_error)
+SELECT i, 'hot-' || i, 'endpoint:' || (1 + i % 20), 'endpoint:' || (1 + i % 20), 1 + i % 20,
+       '{}', 'application/json',
        'order.created',
        CASE WHEN i % 20 = 0 THEN 'dead' WHEN i % 50 = 1 THEN 'running' ELSE 'ready' END,
        CASE WHEN i % 20 = 0 THEN 8 ELSE 0 END, 8,
