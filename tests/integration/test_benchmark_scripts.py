@@ -99,3 +99,14 @@ def test_enqueue_floor_prints_the_floor_and_the_schema_it_is_measured_against(
     }, out
     # two rows per transaction: each script writes more WAL than the business row alone
     assert wal["plain"] < wal["floor"] < wal["enqueue"], out
+
+
+def test_ui_pages_fills_the_schema_and_times_every_page(database_url: str) -> None:
+    out = run(
+        "ui_pages.py",
+        "--database-url",
+        database_url,
+        *("--hot", "5000", "--history", "5000", "--repeat", "1"),  # page /messages/4242 exists
+    )
+    timed = re.findall(r"^(/\S*)\s+median\s+[\d.]+ ms\s+max\s+[\d.]+ ms$", out, re.MULTILINE)
+    assert "/" in timed and "/endpoints" in timed and len(timed) >= 10, out
