@@ -34,7 +34,8 @@ WITH endpoint AS (
 )
 SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM removed)
 
--- name: endpoint_get
+-- fragment: endpoint_rows
+-- An endpoint as outbox.endpoints reads it, with its signing secrets.
 SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disabled_reason,
        e.disabled_at, e.failure_streak, e.failing_since, e.last_success_at, e.max_concurrency,
        e.created_at, e.updated_at, now(),
@@ -46,6 +47,9 @@ SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disab
                  FROM {schema}.endpoint_secrets AS s
                  WHERE s.endpoint_id = e.id), '[]') AS secrets
 FROM {schema}.endpoints AS e
+
+-- name: endpoint_get
+{endpoint_rows}
 WHERE e.id = %(id)s
 
 -- name: endpoint_lock
@@ -54,17 +58,7 @@ WHERE e.id = %(id)s
 SELECT id FROM {schema}.endpoints WHERE id = %(id)s FOR UPDATE
 
 -- name: endpoint_list
-SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disabled_reason,
-       e.disabled_at, e.failure_streak, e.failing_since, e.last_success_at, e.max_concurrency,
-       e.created_at, e.updated_at, now(),
-       -- its signing secrets, newest first (the ids name them to a rotation)
-       COALESCE((SELECT jsonb_agg(jsonb_build_object(
-                            'id', s.id, 'secret', s.secret, 'key_id', s.key_id,
-                            'expires_at', s.expires_at)
-                        ORDER BY s.id DESC)
-                 FROM {schema}.endpoint_secrets AS s
-                 WHERE s.endpoint_id = e.id), '[]') AS secrets
-FROM {schema}.endpoints AS e
+{endpoint_rows}
 ORDER BY e.id
 
 -- name: endpoint_update
