@@ -18,6 +18,7 @@ import asyncio
 import io
 import statistics
 import time
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 import psycopg
@@ -85,6 +86,20 @@ PAGES = [
 ]
 
 
+def time_ranges(now: datetime) -> list[str]:
+    """Searches by creation time over the filled day: an hour in its middle, an
+    hour at its start, and everything but the last hour."""
+
+    def moment(hours: float) -> str:
+        return (now - timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M")
+
+    return [
+        f"/messages?from={moment(12)}&until={moment(11)}",
+        f"/messages?from={moment(24)}&until={moment(23)}",
+        f"/messages?from={moment(24 * 7)}&until={moment(1)}",
+    ]
+
+
 def fill(url: str, hot: int, history: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP SCHEMA IF EXISTS outbox CASCADE")
@@ -108,7 +123,7 @@ async def measure(url: str, repeat: int) -> None:
     )
     base = (await listening).rstrip("/")
     async with aiohttp.ClientSession() as http:
-        for path in PAGES:
+        for path in PAGES + time_ranges(datetime.now(UTC)):
             times = []
             for _ in range(repeat):
                 start = time.perf_counter()

@@ -313,6 +313,9 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     by_key = _plan(db, "ui_messages", **(search | {"key": "order-42"}), limit=100)
     assert "delivered_key_idx" in by_key
     assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
+    long_ago = datetime(2020, 1, 1, tzinfo=UTC)
+    window = {"created_from": long_ago, "created_until": long_ago + timedelta(days=1)}
+    assert "delivered_created_idx" in _plan(db, "ui_messages", **(search | window), limit=100)
     day = {"since": datetime.now(UTC) - timedelta(hours=23), "until": datetime.now(UTC)}
     assert "attempts_started_idx" in _plan(db, "ui_hours", **day)
     assert "attempts_started_idx" in _plan(db, "ui_endpoints_hour")
