@@ -7,7 +7,8 @@ command and program uses the embedded server in ``./.outbox/pg`` there. Shell
 blocks run in one shell session (what a block exports, the next one sees), with
 the virtual environment on ``PATH`` as the README asks; Python snippets run as
 files. Each step must exit 0 and do what the README says it does, and each is
-timed: ``pytest -m newcomer -s`` prints the times.
+timed: ``pytest -m newcomer -s -n 0`` prints the times (in one process, so that the
+output reaches the terminal).
 
 The set-up commands (``pip install``, ``pytest``) are what CI runs already. The
 only departures from the text: the receiver example's placeholder secret
