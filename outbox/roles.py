@@ -70,6 +70,9 @@ _DATA_TABLES = (
     "endpoint_slots",
     "endpoint_secrets",
     "events",
+    "destination_policies",
+    "destination_slots",
+    "rate_slots",
 )
 
 _NEEDS: dict[str, tuple[_Grant, ...]] = {
@@ -100,6 +103,13 @@ _NEEDS: dict[str, tuple[_Grant, ...]] = {
         _Grant(("SELECT", "DELETE"), "endpoint_slots"),
         _Grant(("UPDATE",), "endpoint_slots", ("message_id",)),
         _Grant(("SELECT",), "endpoint_secrets"),
+        # the policies of plain destinations are read; the claim takes (and
+        # completion frees) their slots, locking them first
+        _Grant(("SELECT",), "destination_policies"),
+        _Grant(("SELECT",), "destination_slots"),
+        _Grant(("UPDATE",), "destination_slots", ("message_id",)),
+        _Grant(("SELECT",), "rate_slots"),
+        _Grant(("UPDATE",), "rate_slots", ("next_at",)),
         # the schema's version, which a dispatcher checks before it starts
         _Grant(("SELECT",), "schema_migrations"),
     ),

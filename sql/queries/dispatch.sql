@@ -32,15 +32,110 @@ AND (m.endpoint_id IS NULL OR EXISTS (
                 WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
 AND {ordering_key_free}
 
+-- fragment: unpoliced
+-- A message of a destination without a policy: an endpoint without a cap or a
+-- rate limit, or an origin without a row in destination_policies (one probe of
+-- its primary key; none there, none to find).
+(m.endpoint_id IS NULL OR EXISTS (
+    SELECT 1 FROM {schema}.endpoints AS e
+    WHERE e.id = m.endpoint_id AND e.enabled
+      AND e.max_concurrency IS NULL AND e.rate_limit_per_s IS NULL))
+AND (m.endpoint_id IS NOT NULL OR NOT EXISTS (
+    SELECT 1 FROM {schema}.destination_policies AS p WHERE p.destination = m.destination))
+
 -- fragment: claimable_uncapped
--- A message "claim_uncapped" may take: as "claimable", with no endpoint or an
--- endpoint without a cap.
+-- A message "claim_uncapped" may take: as "claimable", of a destination without
+-- a policy.
 m.state = 'ready'
 AND m.available_at <= now()
-AND (m.endpoint_id IS NULL OR EXISTS (
-        SELECT 1 FROM {schema}.endpoints AS e
-        WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
+AND {unpoliced}
 AND {ordering_key_free}
+
+-- fragment: policed_exists
+-- One row if some destination has a policy: an endpoint with a cap or a rate
+-- limit, or a row in destination_policies ("claim_uncapped" passed over their
+-- messages, which "claim" takes with their slots).
+SELECT 1 FROM {schema}.endpoints
+WHERE max_concurrency IS NOT NULL OR rate_limit_per_s IS NOT NULL
+UNION ALL
+SELECT 1 FROM {schema}.destination_policies
+LIMIT 1
+
+-- fragment: policy_room
+-- "policed": the destinations in line for a claim ("listed" and "alone") that
+-- have a rate limit or a cap in destination_slots, each with how many requests
+-- it may start now (its allowance): its free rate slots, its free concurrency
+-- slots, the fewer. A count of rows read, never trusted to grant anything: the
+-- slots are taken in "policy_slots", locked and re-checked there.
+policed AS (
+    SELECT d.destination, LEAST(r.free, c.free) AS allowance,
+           r.free IS NOT NULL AS rated, c.free IS NOT NULL AS capped
+    FROM (SELECT destination FROM listed UNION ALL SELECT destination FROM alone) AS d
+    LEFT JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE s.next_at <= now()) AS free
+        FROM {schema}.rate_slots AS s
+        WHERE s.destination = d.destination
+        HAVING count(*) > 0
+    ) AS r ON true
+    LEFT JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE s.message_id IS NULL) AS free
+        FROM {schema}.destination_slots AS s
+        WHERE s.destination = d.destination
+        HAVING count(*) > 0
+    ) AS c ON true
+    WHERE r.free IS NOT NULL OR c.free IS NOT NULL
+)
+
+-- fragment: policy_slots
+-- The slots of the candidates of "policed" destinations: "admitted" is every
+-- candidate that may go, those without a policy and those granted a slot of
+-- each kind their destination has. Free slots are locked with SKIP LOCKED and
+-- re-checked on their newest version (a rate slot another claimer took since
+-- our snapshot has moved its next_at, a concurrency slot has its holder), then
+-- handed out in claim order; a candidate left without one stays ready.
+policy_candidates AS (
+    SELECT c.id, c.destination, p.rated, p.capped,
+           row_number() OVER (PARTITION BY c.destination ORDER BY c.available_at, c.id) AS n
+    FROM candidates AS c
+    JOIN policed AS p USING (destination)
+), rate_free AS (
+    SELECT s.destination, s.slot
+    FROM {schema}.rate_slots AS s
+    WHERE s.destination IN (SELECT destination FROM policy_candidates WHERE rated)
+      AND s.next_at <= now()
+    FOR UPDATE SKIP LOCKED
+), cap_free AS (
+    SELECT s.destination, s.slot
+    FROM {schema}.destination_slots AS s
+    WHERE s.destination IN (SELECT destination FROM policy_candidates WHERE capped)
+      AND s.message_id IS NULL
+    FOR UPDATE SKIP LOCKED
+), permitted AS (
+    SELECT pc.id, pc.destination, r.slot AS rate_slot, k.slot AS cap_slot
+    FROM policy_candidates AS pc
+    LEFT JOIN (SELECT destination, slot,
+                      row_number() OVER (PARTITION BY destination ORDER BY slot) AS n
+               FROM rate_free) AS r USING (destination, n)
+    LEFT JOIN (SELECT destination, slot,
+                      row_number() OVER (PARTITION BY destination ORDER BY slot) AS n
+               FROM cap_free) AS k USING (destination, n)
+    WHERE (r.slot IS NOT NULL OR NOT pc.rated) AND (k.slot IS NOT NULL OR NOT pc.capped)
+), rate_taken AS (
+    UPDATE {schema}.rate_slots AS s
+    SET next_at = now() + s.period
+    FROM permitted AS p
+    WHERE s.destination = p.destination AND s.slot = p.rate_slot
+), cap_taken AS (
+    UPDATE {schema}.destination_slots AS s
+    SET message_id = p.id
+    FROM permitted AS p
+    WHERE s.destination = p.destination AND s.slot = p.cap_slot
+), admitted AS (
+    SELECT c.id, c.endpoint_id, c.available_at
+    FROM candidates AS c
+    WHERE c.id NOT IN (SELECT id FROM policy_candidates)
+       OR c.id IN (SELECT id FROM permitted)
+)
 
 -- fragment: destinations_due
 -- The destinations a claim shares its batch across, with each one's room and
@@ -115,18 +210,20 @@ alone AS (
 -- side without waiting on each other. Which messages it may take is
 -- "claimable", above. attempts + 1 is the fencing token every later write of
 -- this claim must match.
-WITH RECURSIVE {destinations_due}, heads AS (
+WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
     -- the first pass: the first due messages of each destination, up to its share
-    SELECT l.destination, l.room, l.share, h.id, h.available_at,
+    -- (and the allowance of a destination with a policy)
+    SELECT l.destination, LEAST(l.room, p.allowance) AS room, l.share, h.id, h.available_at,
            row_number() OVER (PARTITION BY l.destination ORDER BY h.available_at, h.id) AS turn
     FROM listed AS l
+    LEFT JOIN policed AS p USING (destination)
     CROSS JOIN LATERAL (
         SELECT m.id, m.available_at
         FROM {schema}.messages AS m
         WHERE m.destination = l.destination
           AND {claimable}
         ORDER BY m.available_at, m.id
-        LIMIT LEAST(l.room, l.share)
+        LIMIT LEAST(l.room, l.share, p.allowance)
     ) AS h
 ), more AS (
     -- the second pass, only when the first fell short of the batch (destinations
@@ -151,12 +248,13 @@ WITH RECURSIVE {destinations_due}, heads AS (
     WHERE (SELECT count(*) FROM heads) < %(limit)s
 ), lone AS (
     -- the alone destination's first due messages, locked as they are read
-    SELECT m.id, m.endpoint_id, m.available_at
+    SELECT m.id, m.endpoint_id, m.available_at, m.destination
     FROM {schema}.messages AS m
     WHERE m.destination = (SELECT destination FROM alone)
       AND {claimable}
     ORDER BY m.available_at, m.id
-    LIMIT %(limit)s
+    LIMIT LEAST(%(limit)s, (SELECT allowance FROM policed
+                            WHERE destination = (SELECT destination FROM alone)))
     FOR UPDATE OF m SKIP LOCKED
 ), turns AS (
     -- the others' messages, locked in turn order until the batch is full: the
@@ -165,7 +263,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
     -- not as the passes read them, so that no more than the batch is locked.
     -- By primary key, from an array: the planner cannot tell how few heads
     -- there are, and joined to them instead it may hash the whole table.
-    SELECT m.id, m.endpoint_id, m.available_at
+    SELECT m.id, m.endpoint_id, m.available_at, m.destination
     FROM unnest(ARRAY(SELECT id
                       FROM (SELECT id, turn, available_at FROM heads
                             UNION ALL
@@ -178,14 +276,14 @@ WITH RECURSIVE {destinations_due}, heads AS (
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
 ), candidates AS (
-    SELECT id, endpoint_id, available_at FROM lone
+    SELECT id, endpoint_id, available_at, destination FROM lone
     UNION ALL
-    SELECT id, endpoint_id, available_at FROM turns
-), capped AS (
+    SELECT id, endpoint_id, available_at, destination FROM turns
+), {policy_slots}, capped AS (
     -- candidates of capped endpoints, numbered per endpoint in claim order
     SELECT c.id, c.endpoint_id,
            row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.available_at, c.id) AS n
-    FROM candidates AS c
+    FROM admitted AS c
     JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
     WHERE e.max_concurrency IS NOT NULL
 ), free_slots AS (
@@ -209,7 +307,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
     WHERE s.endpoint_id = numbered_slots.endpoint_id AND s.slot = numbered_slots.slot
     RETURNING s.message_id
 ), claimable AS (
-    SELECT id FROM candidates WHERE id NOT IN (SELECT id FROM capped)
+    SELECT id FROM admitted WHERE id NOT IN (SELECT id FROM capped)
     UNION ALL
     SELECT message_id FROM granted
 ), claimed AS (
@@ -312,8 +410,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
     UNION ALL
     SELECT id FROM turns
 ), capped AS (
-    -- one row if some endpoint has a cap (its messages were passed over)
-    SELECT 1 FROM {schema}.endpoints WHERE max_concurrency IS NOT NULL LIMIT 1
+    {policed_exists}
 ), claimed AS (
     -- by primary key, as in "claim"
     UPDATE {schema}.messages AS m
@@ -485,6 +582,11 @@ WITH outcome AS (
     UPDATE {schema}.endpoint_slots
     SET message_id = NULL
     WHERE message_id IN (SELECT id FROM applied)
+), destination_freed AS (
+    -- likewise the slots of capped plain destinations (see "policy_slots")
+    UPDATE {schema}.destination_slots
+    SET message_id = NULL
+    WHERE message_id IN (SELECT id FROM applied)
 ), recorded AS (
     INSERT INTO {schema}.attempts (
         message_id, attempt, owner, started_at, duration_ms, status, outcome,
@@ -565,6 +667,10 @@ WITH done AS (
     UPDATE {schema}.endpoint_slots
     SET message_id = NULL
     WHERE message_id = ANY (ARRAY(SELECT id FROM done WHERE endpoint_id IS NOT NULL))
+), destination_freed AS (
+    UPDATE {schema}.destination_slots
+    SET message_id = NULL
+    WHERE message_id = ANY (ARRAY(SELECT id FROM done WHERE endpoint_id IS NULL))
 )
 SELECT id, NULL AS disabled_endpoint, NULL AS reason FROM done
 
@@ -622,6 +728,15 @@ WITH expired AS (
 ), freed AS (
     -- slots of rescued messages, and any slot whose holder is no longer running
     UPDATE {schema}.endpoint_slots AS s
+    SET message_id = NULL
+    WHERE s.message_id IN (SELECT id FROM rescued)
+       OR (s.message_id IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM {schema}.messages AS m
+            WHERE m.id = s.message_id AND m.state = 'running'))
+), destination_freed AS (
+    -- likewise the slots of capped plain destinations; a lowered cap deleted the
+    -- slots above it, held or not (destination_policy_sync), so none to trim
+    UPDATE {schema}.destination_slots AS s
     SET message_id = NULL
     WHERE s.message_id IN (SELECT id FROM rescued)
        OR (s.message_id IS NOT NULL AND NOT EXISTS (
@@ -773,7 +888,10 @@ FROM (VALUES
     (15, 'endpoint_secrets', 'SELECT'),
     (16, 'endpoint_slots', 'SELECT'), (17, 'endpoint_slots', 'UPDATE'),
     (18, 'endpoint_slots', 'DELETE'),
-    (19, 'events', 'SELECT'), (20, 'events', 'UPDATE'), (21, 'events', 'DELETE')
+    (19, 'events', 'SELECT'), (20, 'events', 'UPDATE'), (21, 'events', 'DELETE'),
+    (22, 'destination_policies', 'SELECT'),
+    (23, 'destination_slots', 'SELECT'), (24, 'destination_slots', 'UPDATE'),
+    (25, 'rate_slots', 'SELECT'), (26, 'rate_slots', 'UPDATE')
 ) AS needed(n, table_name, privilege)
 CROSS JOIN LATERAL (
     SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))

@@ -36,6 +36,9 @@ TABLES = {
     "endpoint_slots",
     "endpoint_secrets",
     "events",
+    "destination_policies",
+    "destination_slots",
+    "rate_slots",
     "schema_migrations",
 }
 MIGRATIONS = load_migrations()
