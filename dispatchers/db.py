@@ -123,6 +123,9 @@ class Store:
         self._timeouts = timeout_values(config, config.statement_timeout)
         self._claim_timeouts = timeout_values(config, config.claim_timeout)
         self._capped_until = 0.0  # claim with the slots until then (see claim)
+        #: seconds from the last claim until a rate slot of a destination in
+        #: line frees (None: no rate limit held a claim back), see ``claim``
+        self.rate_wait: float | None = None
         self.secrets = OpenedSecrets(config.keyring)
         self._job_row = job_rows(self.secrets)
         # the prepared statements of each connection (see _run)
@@ -279,16 +282,18 @@ class Store:
         ``claim_uncapped`` first, which passes over the messages of endpoints
         with a concurrency cap and says whether there are such endpoints; if so,
         the rest is claimed with ``claim`` (which takes their slots), and so is
-        every claim for :data:`CAPPED_RECHECK` seconds.
+        every claim for :data:`CAPPED_RECHECK` seconds. ``claim`` also says when
+        the next rate slot of a rate-limited destination frees: :attr:`rate_wait`.
         """
         jobs: list[Job] = []
+        self.rate_wait = None
         if time.monotonic() >= self._capped_until:
             rows = await self._run(
                 *self.claim_statement(owner, limit, capped=False, busy=busy, alone=alone),
                 self._job_row,
                 timeouts=self._claim_timeouts,
             )
-            jobs = [job for job in rows if job is not None]
+            jobs = [job for job in rows if isinstance(job, Job)]
             if len(jobs) == len(rows):
                 return jobs
             self._capped_until = time.monotonic() + CAPPED_RECHECK
@@ -309,7 +314,8 @@ class Store:
                 # The messages claimed already are held: hand them out now; the
                 # next claim meets the error again if it persists.
             else:
-                jobs += [job for job in rows if job is not None]
+                jobs += [job for job in rows if isinstance(job, Job)]
+                self.rate_wait = next((r for r in rows if isinstance(r, float)), None)
         return jobs
 
     async def renew(self, owner: str, held: Sequence[tuple[int, int]]) -> set[int]:

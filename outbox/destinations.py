@@ -74,6 +74,18 @@ class _PolicyRow(NamedTuple):
         )
 
 
+class DestinationStatus(NamedTuple):
+    """A row of ``status_destinations``: a destination with a policy (an origin,
+    or ``endpoint:<id>``), its bounds, and its messages due now and running."""
+
+    destination: str
+    max_concurrency: int | None
+    rate_limit_per_s: float | None
+    burst: int | None
+    ready: int
+    running: int
+
+
 def check_destination(value: object) -> str:
     """The origin of ``value``, an http(s) URL (any path is dropped), as messages
     name their destination; raises InvalidMessage naming ``destination``."""

@@ -40,3 +40,21 @@ WITH removed AS (
     WHERE destination IN (SELECT destination FROM removed)
 )
 SELECT destination FROM removed
+
+-- name: status_destinations
+-- For outbox status: every destination with a policy (an origin with a row
+-- above, an endpoint with a cap or a rate limit), its bounds, and its messages
+-- due now and running.
+SELECT d.destination, d.max_concurrency, d.rate_limit_per_s, d.rate_burst AS burst,
+       (SELECT count(*) FROM {schema}.messages AS m
+        WHERE m.destination = d.destination AND m.state = 'ready'
+          AND m.available_at <= now()) AS ready,
+       (SELECT count(*) FROM {schema}.messages AS m
+        WHERE m.destination = d.destination AND m.state = 'running') AS running
+FROM (SELECT destination, max_concurrency, rate_limit_per_s, rate_burst
+      FROM {schema}.destination_policies
+      UNION ALL
+      SELECT 'endpoint:' || id, max_concurrency, rate_limit_per_s, rate_burst
+      FROM {schema}.endpoints
+      WHERE max_concurrency IS NOT NULL OR rate_limit_per_s IS NOT NULL) AS d
+ORDER BY d.destination

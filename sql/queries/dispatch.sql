@@ -86,6 +86,20 @@ policed AS (
     WHERE r.free IS NOT NULL OR c.free IS NOT NULL
 )
 
+-- fragment: rate_wait
+-- A row without an id when a rate-limited destination was in line: in how many
+-- seconds its next rate slot frees (one taken by this claim, or free and left,
+-- a period from now), so that the dispatcher claims again then rather than at
+-- its next poll (nothing notifies it when a slot frees).
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL,
+       CAST(EXTRACT(epoch FROM min(CASE WHEN s.next_at > now() THEN s.next_at
+                                        ELSE now() + s.period END) - now())
+            AS double precision)
+FROM {schema}.rate_slots AS s
+WHERE s.destination IN (SELECT destination FROM policed WHERE rated)
+HAVING count(*) > 0
+
 -- fragment: policy_slots
 -- The slots of the candidates of "policed" destinations: "admitted" is every
 -- candidate that may go, those without a policy and those granted a slot of
@@ -323,22 +337,25 @@ WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
 )
-SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
-       c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
-       c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-       s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context
-FROM claimed AS c
-LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
--- the signing secrets still in force (several during a rotation), newest first,
--- as stored, with the ids of the keys that sealed them (NULL: plain text)
-LEFT JOIN LATERAL (
-    SELECT array_agg(s.secret ORDER BY s.id DESC) AS secrets,
-           array_agg(s.key_id ORDER BY s.id DESC) AS secret_keys
-    FROM {schema}.endpoint_secrets AS s
-    WHERE s.endpoint_id = c.endpoint_id
-      AND (s.expires_at IS NULL OR s.expires_at > now())
-) AS s ON true
-ORDER BY c.available_at, c.id
+(SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
+        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
+        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
+        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+        CAST(NULL AS double precision) AS rate_wait_s
+ FROM claimed AS c
+ LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
+ -- the signing secrets still in force (several during a rotation), newest first,
+ -- as stored, with the ids of the keys that sealed them (NULL: plain text)
+ LEFT JOIN LATERAL (
+     SELECT array_agg(s.secret ORDER BY s.id DESC) AS secrets,
+            array_agg(s.key_id ORDER BY s.id DESC) AS secret_keys
+     FROM {schema}.endpoint_secrets AS s
+     WHERE s.endpoint_id = c.endpoint_id
+       AND (s.expires_at IS NULL OR s.expires_at > now())
+ ) AS s ON true
+ ORDER BY c.available_at, c.id)
+UNION ALL
+{rate_wait}
 
 -- name: claim_uncapped
 -- "claim" for every message that needs no slot: no endpoint, or an endpoint

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import psycopg
@@ -12,28 +10,9 @@ import pytest
 from outbox import Outbox
 from outbox.endpoints import Endpoints
 from tests.processes import Fleet, scalar
-from tests.receiver import Received, Receiver, Reply
+from tests.receiver import ConcurrencyMeter, Receiver
 
 RELAXED = ("--request-timeout", "10", "--connect-timeout", "5", "--lease", "30")
-
-
-class ConcurrencyMeter:
-    """Counts requests in progress per path; remembers the peak."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self.lock = threading.Lock()
-        self.active: dict[str, int] = {}
-        self.peak: dict[str, int] = {}
-
-    def __call__(self, req: Received) -> Reply:
-        with self.lock:
-            self.active[req.path] = self.active.get(req.path, 0) + 1
-            self.peak[req.path] = max(self.peak.get(req.path, 0), self.active[req.path])
-        time.sleep(self.delay)
-        with self.lock:
-            self.active[req.path] -= 1
-        return Reply()
 
 
 @pytest.mark.timeout(90)
