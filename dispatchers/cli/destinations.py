@@ -72,10 +72,10 @@ def policies_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def cmd_destinations_set(args: argparse.Namespace) -> ExitCode:
-    if args.rate_limit is None and args.max_concurrency is None:
-        raise UsageError("give --rate-limit, --max-concurrency or both")
     if args.burst is not None and args.rate_limit is None:
         raise UsageError("--burst: needs --rate-limit")
+    if args.rate_limit is None and args.max_concurrency is None:
+        raise UsageError("give --rate-limit, --max-concurrency or both")
     destinations = Destinations(schema=args.schema)
     with transaction(args) as conn:
         policy = destinations.set(
