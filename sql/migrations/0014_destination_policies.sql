@@ -27,9 +27,10 @@
 -- repeated in every statement that reads the bucket. With slots, claimers take
 -- different rows side by side, a slot is free or not by one comparison, and the
 -- claim reads how many requests a destination may start now as a count of rows.
--- Measured: drain-http with one destination limited to more than it can deliver
--- runs at the speed of the unlimited claim within noise (see the README section
--- "Rate limits and concurrency per destination").
+-- Measured, a claim of 100 messages of one destination (5,000 ready), rolled
+-- back each time: 2.7 ms without a policy; 5.5 ms with a rate limit (burst 100)
+-- and a cap, which take 100 rows of each kind; 4.0 ms for the claim with slots
+-- with no policy to apply. Slots are locked one per candidate, no more.
 --
 -- The periods are stored with the slots (written when a policy is set), so the
 -- claim need not read the policy to move next_at. An outbox with no policy pays
@@ -61,6 +62,9 @@ CREATE TABLE destination_slots (
 
 CREATE UNIQUE INDEX destination_slots_holder_idx ON destination_slots (message_id)
     WHERE message_id IS NOT NULL;
+
+CREATE INDEX destination_slots_free_idx ON destination_slots (destination, slot)
+    WHERE message_id IS NULL;
 
 CREATE TABLE rate_slots (
     -- a plain destination's origin, or "endpoint:<id>"

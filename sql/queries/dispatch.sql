@@ -63,25 +63,30 @@ LIMIT 1
 
 -- fragment: policy_room
 -- "policed": the destinations in line for a claim ("listed" and "alone") that
--- have a rate limit or a cap in destination_slots, each with how many requests
--- it may start now (its allowance): its free rate slots, its free concurrency
--- slots, the fewer. A count of rows read, never trusted to grant anything: the
--- slots are taken in "policy_slots", locked and re-checked there.
+-- have rate slots or concurrency slots (destination_slots), each with how many
+-- requests it may start now (its allowance): its free rate slots, its free
+-- concurrency slots, the fewer, counted up to the batch. A count of rows read,
+-- never trusted to grant anything: the slots are taken in "policy_slots",
+-- locked and re-checked there.
 policed AS (
     SELECT d.destination, LEAST(r.free, c.free) AS allowance,
            r.free IS NOT NULL AS rated, c.free IS NOT NULL AS capped
     FROM (SELECT destination FROM listed UNION ALL SELECT destination FROM alone) AS d
     LEFT JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE s.next_at <= now()) AS free
-        FROM {schema}.rate_slots AS s
-        WHERE s.destination = d.destination
-        HAVING count(*) > 0
+        SELECT (SELECT count(*)
+                FROM (SELECT 1 FROM {schema}.rate_slots AS s
+                      WHERE s.destination = d.destination AND s.next_at <= now()
+                      LIMIT %(limit)s) AS f) AS free
+        WHERE EXISTS (SELECT 1 FROM {schema}.rate_slots AS s
+                      WHERE s.destination = d.destination)
     ) AS r ON true
     LEFT JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE s.message_id IS NULL) AS free
-        FROM {schema}.destination_slots AS s
-        WHERE s.destination = d.destination
-        HAVING count(*) > 0
+        SELECT (SELECT count(*)
+                FROM (SELECT 1 FROM {schema}.destination_slots AS s
+                      WHERE s.destination = d.destination AND s.message_id IS NULL
+                      LIMIT %(limit)s) AS f) AS free
+        WHERE EXISTS (SELECT 1 FROM {schema}.destination_slots AS s
+                      WHERE s.destination = d.destination)
     ) AS c ON true
     WHERE r.free IS NOT NULL OR c.free IS NOT NULL
 )
@@ -112,18 +117,35 @@ policy_candidates AS (
            row_number() OVER (PARTITION BY c.destination ORDER BY c.available_at, c.id) AS n
     FROM candidates AS c
     JOIN policed AS p USING (destination)
+), wanted AS (
+    -- slots wanted per destination: one per candidate, so that no more are locked
+    SELECT destination, bool_or(rated) AS rated, bool_or(capped) AS capped, count(*) AS n
+    FROM policy_candidates
+    GROUP BY destination
 ), rate_free AS (
-    SELECT s.destination, s.slot
-    FROM {schema}.rate_slots AS s
-    WHERE s.destination IN (SELECT destination FROM policy_candidates WHERE rated)
-      AND s.next_at <= now()
-    FOR UPDATE SKIP LOCKED
+    SELECT f.destination, f.slot
+    FROM wanted AS w
+    CROSS JOIN LATERAL (
+        SELECT s.destination, s.slot
+        FROM {schema}.rate_slots AS s
+        WHERE s.destination = w.destination AND s.next_at <= now()
+        ORDER BY s.slot
+        LIMIT w.n
+        FOR UPDATE SKIP LOCKED
+    ) AS f
+    WHERE w.rated
 ), cap_free AS (
-    SELECT s.destination, s.slot
-    FROM {schema}.destination_slots AS s
-    WHERE s.destination IN (SELECT destination FROM policy_candidates WHERE capped)
-      AND s.message_id IS NULL
-    FOR UPDATE SKIP LOCKED
+    SELECT f.destination, f.slot
+    FROM wanted AS w
+    CROSS JOIN LATERAL (
+        SELECT s.destination, s.slot
+        FROM {schema}.destination_slots AS s
+        WHERE s.destination = w.destination AND s.message_id IS NULL
+        ORDER BY s.slot
+        LIMIT w.n
+        FOR UPDATE SKIP LOCKED
+    ) AS f
+    WHERE w.capped
 ), permitted AS (
     SELECT pc.id, pc.destination, r.slot AS rate_slot, k.slot AS cap_slot
     FROM policy_candidates AS pc
