@@ -10,7 +10,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from dispatchers.db import Store
+from dispatchers.jobs import Completion
 from outbox import Destinations, Outbox
+from outbox.endpoints import Endpoints
+from tests.dispatching import fast_config
 from tests.processes import Fleet, scalar
 from tests.receiver import ConcurrencyMeter, Receiver
 
@@ -45,7 +49,7 @@ def test_a_rate_limit_holds_within_10_percent_across_two_dispatcher_processes(
             policy = Destinations().set(
                 conn, receiver.url + "/any/path", rate_limit=rate, burst=burst
             )
-        assert policy.destination == receiver.url.replace("localhost", "127.0.0.1")
+        assert policy.destination == receiver.url  # the origin of the URL given
         enqueue(database_url, receiver.url + "/limited", count)
         drain_with_two_processes(database_url, fleet)
         arrivals = sorted(r.at for r in receiver.requests)
@@ -73,3 +77,37 @@ def test_a_plain_destinations_cap_holds_across_two_dispatcher_processes(
     assert scalar(database_url, held) == 0  # every slot is free again
     assert meter.peak["/capped"] == 3  # reached, never exceeded
     assert meter.peak["/free"] > 3  # the other destination was not held back
+
+
+async def test_a_claim_takes_a_slot_of_each_kind_and_says_when_a_rate_slot_frees(
+    database_url: str,
+) -> None:
+    box = Outbox()
+    with psycopg.connect(database_url) as conn:
+        # an endpoint limited to 1/s with a burst of 2; an origin capped at 2
+        Endpoints().add(conn, url="https://hooks.example/in", rate_limit=1, burst=2)
+        Destinations().set(conn, "https://capped.example", max_concurrency=2)
+        webhooks = [box.publish(conn, "tick", {"i": i})[0] for i in range(4)]
+        capped = [
+            box.enqueue(conn, url="https://capped.example/x", idempotency_key=f"c{i}", json={})
+            for i in range(4)
+        ]
+        free = [
+            box.enqueue(conn, url="https://free.example/x", idempotency_key=f"f{i}", json={})
+            for i in range(3)
+        ]
+    store = Store(database_url, fast_config(destination_concurrency=100))
+    await store.open()
+    try:
+        jobs = {job.id: job for job in await store.claim("owner", 20)}
+        assert set(jobs) == {*webhooks[:2], *capped[:2], *free}
+        # both rate slots were just taken: the next frees burst / rate = 2 s on
+        assert store.rate_wait is not None and 1.5 < store.rate_wait <= 2.0
+        assert await store.claim("owner", 20) == []  # the limit and the cap hold
+        done = jobs[capped[0]]
+        released = Completion(done.id, done.attempts, "ready", "released", sent=False)
+        assert (await store.complete("owner", [released]))[0] == {done.id}
+        # its slot is free again: the next due message of that origin takes it
+        assert [job.id for job in await store.claim("owner", 20)] == [capped[2]]
+    finally:
+        await store.close()
