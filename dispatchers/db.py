@@ -40,8 +40,9 @@ R = TypeVar("R")
 Busy = Mapping[str, int] | None  # requests in flight per destination, for a claim
 
 CAPPED_RECHECK = 60.0
-"""Seconds a dispatcher that met a capped endpoint claims with the slots before it
-tries the cheaper claim of an outbox without caps again."""
+"""Seconds a dispatcher that met a destination with a policy (a capped endpoint, a
+rate limit, a capped origin) claims with the slots before it tries the cheaper
+claim of an outbox without policies again."""
 
 TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idle_timeout")
 """The parameters of ``set_timeouts`` (and ``set_timeouts_prepared``), sent ahead of
@@ -251,8 +252,8 @@ class Store:
     def claim_statement(
         self, owner: str, limit: int, *, capped: bool, busy: Busy = None, alone: str | None = None
     ) -> tuple[Statement, dict[str, Any]]:
-        """The claim statement and its parameters: ``claim`` if some endpoint may
-        have a concurrency cap, else the cheaper ``claim_uncapped``. ``busy`` counts
+        """The claim statement and its parameters: ``claim`` if some destination may
+        have a policy, else the cheaper ``claim_uncapped``. ``busy`` counts
         the requests in flight per destination, which leave that much less room
         there under the bound per destination; ``alone`` names the destination
         the last claim found alone with ready messages, which the statement takes
@@ -279,8 +280,8 @@ class Store:
         flight per destination) included, unless one is alone with ready messages
         (``alone``: the one the last claim found so, see :meth:`claim_statement`).
 
-        ``claim_uncapped`` first, which passes over the messages of endpoints
-        with a concurrency cap and says whether there are such endpoints; if so,
+        ``claim_uncapped`` first, which passes over the messages of destinations
+        with a policy (a cap or a rate limit) and says whether there are any; if so,
         the rest is claimed with ``claim`` (which takes their slots), and so is
         every claim for :data:`CAPPED_RECHECK` seconds. ``claim`` also says when
         the next rate slot of a rate-limited destination frees: :attr:`rate_wait`.

@@ -245,7 +245,10 @@ alone AS (
 -- the list and the turns. SKIP LOCKED lets several dispatchers claim side by
 -- side without waiting on each other. Which messages it may take is
 -- "claimable", above. attempts + 1 is the fencing token every later write of
--- this claim must match.
+-- this claim must match. A destination with a policy (a rate limit, a cap) gets
+-- no more than its allowance ("policy_room") and each of its messages takes a
+-- slot of each kind it has ("policy_slots"); a last row without an id says when
+-- the next rate slot frees ("rate_wait").
 WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
     -- the first pass: the first due messages of each destination, up to its share
     -- (and the allowance of a destination with a policy)
@@ -380,13 +383,13 @@ UNION ALL
 {rate_wait}
 
 -- name: claim_uncapped
--- "claim" for every message that needs no slot: no endpoint, or an endpoint
--- without a concurrency cap (without caps, the common case, that is every
--- message "claim" would take), as fair, in the same order, with the same result
--- rows. Without the slot machinery it costs half as much to plan, and less to
--- run (the dispatcher prepares both, once per server connection). When some
--- endpoint has a cap, its messages are passed over and one more row, all NULL,
--- says so: the caller then claims the rest with "claim".
+-- "claim" for every message that needs no slot: a destination without a policy
+-- ("unpoliced": without policies, the common case, that is every message "claim"
+-- would take), as fair, in the same order, with the same result rows. Without
+-- the slot machinery it costs half as much to plan, and less to run (the
+-- dispatcher prepares both, once per server connection). When some destination
+-- has a policy, its messages are passed over and one more row, all NULL, says
+-- so: the caller then claims the rest with "claim".
 WITH RECURSIVE {destinations_due}, heads AS (
     -- the first pass: the first due messages of each destination, up to its share
     SELECT l.destination, l.room, l.share, h.id, h.available_at,
