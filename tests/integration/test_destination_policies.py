@@ -79,7 +79,7 @@ def test_a_plain_destinations_cap_holds_across_two_dispatcher_processes(
     assert meter.peak["/free"] > 3  # the other destination was not held back
 
 
-async def test_a_claim_takes_a_slot_of_each_kind_and_says_when_a_rate_slot_frees(
+async def test_a_claim_takes_a_slot_of_each_kind_which_release_and_rescue_free(
     database_url: str,
 ) -> None:
     box = Outbox()
@@ -109,5 +109,14 @@ async def test_a_claim_takes_a_slot_of_each_kind_and_says_when_a_rate_slot_frees
         assert (await store.complete("owner", [released]))[0] == {done.id}
         # its slot is free again: the next due message of that origin takes it
         assert [job.id for job in await store.claim("owner", 20)] == [capped[2]]
+        # so is the slot of a message whose lease expired, once it is rescued
+        with psycopg.connect(database_url) as conn:
+            conn.execute(
+                "UPDATE outbox.messages SET lease_until = now() - interval '1 second'"
+                " WHERE id = %s",
+                (capped[1],),
+            )
+        assert await store.rescue() == [(capped[1], "ready")]
+        assert [job.id for job in await store.claim("owner", 20)] == [capped[3]]
     finally:
         await store.close()
