@@ -30,14 +30,15 @@ from outbox.destinations import Destinations
 if TYPE_CHECKING:
     from outbox.destinations import DestinationPolicy
 
-rate_limit = number(MIN_RATE_LIMIT, MAX_RATE_LIMIT)
+per_second = number(MIN_RATE_LIMIT, MAX_RATE_LIMIT)
 """An argument type: requests per second, as :mod:`outbox._policy_fields` bounds them."""
 
-burst = integer(1, MAX_BURST)
+burst_size = integer(1, MAX_BURST)
 """An argument type: a rate limit's burst."""
 
 
-def _limit(rate: float | None, burst: int | None) -> str | None:
+def rate_text(rate: float | None, burst: int | None) -> str | None:
+    """A rate limit as the commands show it (None: none)."""
     return None if rate is None else f"{rate:g}/s, burst {burst}"
 
 
@@ -46,7 +47,7 @@ def _policy_fields(policy: DestinationPolicy) -> str:
         [
             ("destination", policy.destination),
             ("max concurrency", policy.max_concurrency),
-            ("rate limit", _limit(policy.rate_limit_per_s, policy.burst)),
+            ("rate limit", rate_text(policy.rate_limit_per_s, policy.burst)),
             ("created", policy.created_at),
             ("updated", policy.updated_at),
         ]
@@ -62,7 +63,7 @@ def policies_table(rows: Sequence[dict[str, Any]]) -> str:
             (
                 d["destination"],
                 d["max_concurrency"],
-                _limit(d["rate_limit_per_s"], d["burst"]),
+                rate_text(d["rate_limit_per_s"], d["burst"]),
                 d["ready"],
                 d["running"],
             )
@@ -102,7 +103,7 @@ def cmd_destinations_list(args: argparse.Namespace) -> ExitCode:
                 (
                     p.destination,
                     p.max_concurrency,
-                    _limit(p.rate_limit_per_s, p.burst),
+                    rate_text(p.rate_limit_per_s, p.burst),
                     p.updated_at,
                 )
                 for p in listed
@@ -187,13 +188,13 @@ def rate_options(p: argparse.ArgumentParser) -> None:
     add/update``."""
     p.add_argument(
         "--rate-limit",
-        type=rate_limit,
+        type=per_second,
         metavar="N",
         help="most requests per second, across all dispatchers",
     )
     p.add_argument(
         "--burst",
-        type=burst,
+        type=burst_size,
         metavar="N",
         help="requests that may start at once after a quiet spell (default: about a "
         "second's worth of the rate limit, from 1 to 10)",

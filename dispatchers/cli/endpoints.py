@@ -34,7 +34,7 @@ from dispatchers.cli._common import (
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
-from dispatchers.cli.destinations import rate_options
+from dispatchers.cli.destinations import rate_options, rate_text
 from outbox.endpoints import (
     DEFAULT_ROTATION_OVERLAP,
     MAX_RESEAL_BATCH,
@@ -77,7 +77,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
         ("failing since", ep.failing_since),
         ("last success", ep.last_success_at),
         ("max concurrency", ep.max_concurrency),
-        ("rate limit", ep.rate_limit_per_s and f"{ep.rate_limit_per_s:g}/s, burst {ep.burst}"),
+        ("rate limit", rate_text(ep.rate_limit_per_s, ep.burst)),
         ("metadata", json.dumps(ep.metadata) if ep.metadata else None),
     ]
     for i, secret in enumerate(ep.secrets):
