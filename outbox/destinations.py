@@ -149,11 +149,12 @@ class Destinations:
     def delete(self, tx: Any, destination: str) -> str:
         """Remove the policy of ``destination`` (its messages go unbounded from the
         next claim); return the origin. Raises InvalidArgument if it had none."""
-        origin = check_destination(destination)
-        removed = run_sync(
-            tx,
-            rows_plan(self.queries["destination_policy_delete"], {"destination": origin}, scalar),
-        )
+        return run_sync(tx, self._delete_plan(check_destination(destination)))
+
+    def _delete_plan(self, origin: str) -> Plan[str]:
+        params = {"destination": origin}
+        removed = yield self.queries["destination_policy_delete"], params, scalar
         if not removed:
             raise InvalidArgument("destination", f"no policy for {origin}")
+        yield self.queries["destination_slots_sync"], params, None
         return origin

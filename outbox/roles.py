@@ -67,7 +67,6 @@ _DATA_TABLES = (
     "message_keys",
     "attempts",
     "endpoints",
-    "endpoint_slots",
     "endpoint_secrets",
     "events",
     "destination_policies",
@@ -100,11 +99,9 @@ _NEEDS: dict[str, tuple[_Grant, ...]] = {
         _Grant(("SELECT", "INSERT", "DELETE"), "attempts"),
         _Grant(("SELECT",), "endpoints"),
         _Grant(("UPDATE",), "endpoints", _ENDPOINT_HEALTH),
-        _Grant(("SELECT", "DELETE"), "endpoint_slots"),
-        _Grant(("UPDATE",), "endpoint_slots", ("message_id",)),
         _Grant(("SELECT",), "endpoint_secrets"),
         # the policies of plain destinations are read; the claim takes (and
-        # completion frees) their slots, locking them first
+        # completion frees) every destination's slots, locking them first
         _Grant(("SELECT",), "destination_policies"),
         _Grant(("SELECT",), "destination_slots"),
         _Grant(("UPDATE",), "destination_slots", ("message_id",)),

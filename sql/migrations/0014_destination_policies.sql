@@ -1,15 +1,17 @@
--- 0014: rate limits per destination, and concurrency caps for plain destinations,
+-- 0014: a cap and a rate limit per destination, endpoints' and origins' alike,
 -- enforced across every dispatcher process.
 --
 -- A policy names a plain destination (the origin "scheme://host:port" of a plain
 -- message's URL, as messages.destination holds it) with a cap on its requests in
--- flight, a rate limit, or both. An endpoint keeps its own: max_concurrency (its
--- endpoint_slots, 0002) and rate_limit_per_s, with rate_burst, here.
+-- flight, a rate limit, or both. An endpoint keeps its own in its row:
+-- max_concurrency, and rate_limit_per_s (unused before) with rate_burst, here.
 --
--- Caps work as the endpoints' do: a capped destination has max_concurrency rows
--- in destination_slots; the claim takes a free one per message (FOR UPDATE SKIP
--- LOCKED, re-checked on its newest version), completion, release and rescue free
--- it. No count of running rows is trusted.
+-- Both are enforced by slot rows keyed by destination ("endpoint:<id>" for an
+-- endpoint), one mechanism for both kinds of destination. Caps: endpoint_slots
+-- (0002) becomes destination_slots, its rows moved over; a capped destination
+-- has max_concurrency rows, and the claim takes a free one per message (FOR
+-- UPDATE SKIP LOCKED, re-checked on its newest version), completion, release and
+-- rescue free it. No count of running rows is trusted.
 --
 -- Rate limits are slots too. A destination limited to R requests per second with
 -- a burst of B has B rows in rate_slots, each usable once every B / R seconds
@@ -34,9 +36,8 @@
 --
 -- The periods are stored with the slots (written when a policy is set), so the
 -- claim need not read the policy to move next_at. An outbox with no policy pays
--- nothing for any of this: the claim of messages without a policy (claim_uncapped)
--- checks each candidate against the policies table by its primary key, and the
--- claim with slots runs only when a policy exists.
+-- one probe of the policies table's primary key per plain message its claim
+-- (claim_uncapped) considers; the claim with slots runs only once a policy exists.
 CREATE TABLE destination_policies (
     destination       text PRIMARY KEY,
     max_concurrency   concurrency_cap,
@@ -52,8 +53,8 @@ CREATE TABLE destination_policies (
 ALTER TABLE endpoints ADD COLUMN rate_burst slot_number;
 
 CREATE TABLE destination_slots (
-    destination  text        NOT NULL
-                             REFERENCES destination_policies (destination) ON DELETE CASCADE,
+    -- a plain destination's origin, or "endpoint:<id>"
+    destination  text        NOT NULL,
     slot         slot_number NOT NULL,
     -- the running message that holds the slot; NULL when the slot is free
     message_id   bigint,
@@ -65,6 +66,12 @@ CREATE UNIQUE INDEX destination_slots_holder_idx ON destination_slots (message_i
 
 CREATE INDEX destination_slots_free_idx ON destination_slots (destination, slot)
     WHERE message_id IS NULL;
+
+INSERT INTO destination_slots (destination, slot, message_id)
+SELECT 'endpoint:' || endpoint_id, slot, message_id
+FROM endpoint_slots;
+
+DROP TABLE endpoint_slots;
 
 CREATE TABLE rate_slots (
     -- a plain destination's origin, or "endpoint:<id>"

@@ -30,16 +30,10 @@ WHERE p.destination = %(destination)s
 ORDER BY p.destination
 
 -- name: destination_policy_delete
--- Its concurrency slots go with it (ON DELETE CASCADE), its rate slots here.
-WITH removed AS (
-    DELETE FROM {schema}.destination_policies
-    WHERE destination = %(destination)s
-    RETURNING destination
-), rate_slots AS (
-    DELETE FROM {schema}.rate_slots
-    WHERE destination IN (SELECT destination FROM removed)
-)
-SELECT destination FROM removed
+-- Its slots go next (destination_slots_sync).
+DELETE FROM {schema}.destination_policies
+WHERE destination = %(destination)s
+RETURNING destination
 
 -- name: status_destinations
 -- For outbox status: every destination with a policy (an origin with a row

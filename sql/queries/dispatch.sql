@@ -15,21 +15,16 @@
       AND earlier.state IN ('ready', 'running', 'paused')))
 
 -- fragment: claimable
--- A message "claim" may take: due, its endpoint (if any) enabled, with a free
--- slot if capped (a capped endpoint with every slot taken is skipped, so its
--- backlog cannot crowd other messages out of the batch), and free of its
--- ordering key. A webhook message whose endpoint was disabled after it was
--- written waits (the disable pauses the rows it can see; this catches the ones
--- committed later).
+-- A message "claim" may take: due, its endpoint (if any) enabled, and free of
+-- its ordering key (its destination's policy, if any, is "policy_room"'s and
+-- "policy_slots"' to apply). A webhook message whose endpoint was disabled
+-- after it was written waits (the disable pauses the rows it can see; this
+-- catches the ones committed later).
 m.state = 'ready'
 AND m.available_at <= now()
 AND (m.endpoint_id IS NULL OR EXISTS (
         SELECT 1 FROM {schema}.endpoints AS e
-        WHERE e.id = m.endpoint_id
-          AND e.enabled
-          AND (e.max_concurrency IS NULL OR EXISTS (
-                SELECT 1 FROM {schema}.endpoint_slots AS s
-                WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
+        WHERE e.id = m.endpoint_id AND e.enabled))
 AND {ordering_key_free}
 
 -- fragment: unpoliced
@@ -318,38 +313,7 @@ WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
     SELECT id, endpoint_id, available_at, destination FROM lone
     UNION ALL
     SELECT id, endpoint_id, available_at, destination FROM turns
-), {policy_slots}, capped AS (
-    -- candidates of capped endpoints, numbered per endpoint in claim order
-    SELECT c.id, c.endpoint_id,
-           row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.available_at, c.id) AS n
-    FROM admitted AS c
-    JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
-    WHERE e.max_concurrency IS NOT NULL
-), free_slots AS (
-    -- free slots of those endpoints; a slot another claimer took since our
-    -- snapshot is re-checked on its newest version and drops out
-    SELECT s.endpoint_id, s.slot
-    FROM {schema}.endpoint_slots AS s
-    WHERE s.message_id IS NULL
-      AND s.endpoint_id IN (SELECT endpoint_id FROM capped)
-      AND s.slot <= (SELECT e.max_concurrency FROM {schema}.endpoints AS e
-                     WHERE e.id = s.endpoint_id)
-    FOR UPDATE SKIP LOCKED
-), numbered_slots AS (
-    SELECT endpoint_id, slot, row_number() OVER (PARTITION BY endpoint_id ORDER BY slot) AS n
-    FROM free_slots
-), granted AS (
-    UPDATE {schema}.endpoint_slots AS s
-    SET message_id = capped.id
-    FROM capped
-    JOIN numbered_slots USING (endpoint_id, n)
-    WHERE s.endpoint_id = numbered_slots.endpoint_id AND s.slot = numbered_slots.slot
-    RETURNING s.message_id
-), claimable AS (
-    SELECT id FROM admitted WHERE id NOT IN (SELECT id FROM capped)
-    UNION ALL
-    SELECT message_id FROM granted
-), claimed AS (
+), {policy_slots}, claimed AS (
     -- by primary key, from an array: joined to the CTE instead, the planner
     -- may hash the whole table to find a batch of rows
     UPDATE {schema}.messages AS m
@@ -357,7 +321,7 @@ WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
         lease_owner = %(owner)s,
         lease_until = now() + make_interval(secs => %(lease_s)s),
         attempts = m.attempts + 1
-    WHERE m.id = ANY (ARRAY(SELECT id FROM claimable))
+    WHERE m.id = ANY (ARRAY(SELECT id FROM admitted))
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
@@ -621,11 +585,6 @@ WITH outcome AS (
     UNION ALL
     SELECT id FROM updated
 ), freed AS (
-    UPDATE {schema}.endpoint_slots
-    SET message_id = NULL
-    WHERE message_id IN (SELECT id FROM applied)
-), destination_freed AS (
-    -- likewise the slots of capped plain destinations (see "policy_slots")
     UPDATE {schema}.destination_slots
     SET message_id = NULL
     WHERE message_id IN (SELECT id FROM applied)
@@ -706,13 +665,9 @@ WITH done AS (
     WHERE endpoint_id = ANY (ARRAY(SELECT id FROM endpoint_update WHERE NOT enabled))
       AND state = 'ready'
 ), freed AS (
-    UPDATE {schema}.endpoint_slots
-    SET message_id = NULL
-    WHERE message_id = ANY (ARRAY(SELECT id FROM done WHERE endpoint_id IS NOT NULL))
-), destination_freed AS (
     UPDATE {schema}.destination_slots
     SET message_id = NULL
-    WHERE message_id = ANY (ARRAY(SELECT id FROM done WHERE endpoint_id IS NULL))
+    WHERE message_id = ANY (ARRAY(SELECT id FROM done))
 )
 SELECT id, NULL AS disabled_endpoint, NULL AS reason FROM done
 
@@ -769,27 +724,13 @@ WITH expired AS (
     ON CONFLICT (message_id, attempt) DO NOTHING
 ), freed AS (
     -- slots of rescued messages, and any slot whose holder is no longer running
-    UPDATE {schema}.endpoint_slots AS s
-    SET message_id = NULL
-    WHERE s.message_id IN (SELECT id FROM rescued)
-       OR (s.message_id IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM {schema}.messages AS m
-            WHERE m.id = s.message_id AND m.state = 'running'))
-), destination_freed AS (
-    -- likewise the slots of capped plain destinations; a lowered cap deleted the
-    -- slots above it, held or not (destination_policy_sync), so none to trim
+    -- (a lowered cap deletes the slots above it, so there are none to trim)
     UPDATE {schema}.destination_slots AS s
     SET message_id = NULL
     WHERE s.message_id IN (SELECT id FROM rescued)
        OR (s.message_id IS NOT NULL AND NOT EXISTS (
             SELECT 1 FROM {schema}.messages AS m
             WHERE m.id = s.message_id AND m.state = 'running'))
-), trimmed AS (
-    -- free slots above a lowered cap
-    DELETE FROM {schema}.endpoint_slots AS s
-    USING {schema}.endpoints AS e
-    WHERE e.id = s.endpoint_id AND s.message_id IS NULL
-      AND s.slot > COALESCE(e.max_concurrency, 0)
 )
 SELECT id, state FROM rescued
 
@@ -928,12 +869,10 @@ FROM (VALUES
     (11, 'message_keys', 'SELECT'), (12, 'message_keys', 'DELETE'),
     (13, 'endpoints', 'SELECT'), (14, 'endpoints', 'UPDATE'),
     (15, 'endpoint_secrets', 'SELECT'),
-    (16, 'endpoint_slots', 'SELECT'), (17, 'endpoint_slots', 'UPDATE'),
-    (18, 'endpoint_slots', 'DELETE'),
-    (19, 'events', 'SELECT'), (20, 'events', 'UPDATE'), (21, 'events', 'DELETE'),
-    (22, 'destination_policies', 'SELECT'),
-    (23, 'destination_slots', 'SELECT'), (24, 'destination_slots', 'UPDATE'),
-    (25, 'rate_slots', 'SELECT'), (26, 'rate_slots', 'UPDATE')
+    (16, 'destination_slots', 'SELECT'), (17, 'destination_slots', 'UPDATE'),
+    (18, 'events', 'SELECT'), (19, 'events', 'UPDATE'), (20, 'events', 'DELETE'),
+    (21, 'destination_policies', 'SELECT'),
+    (22, 'rate_slots', 'SELECT'), (23, 'rate_slots', 'UPDATE')
 ) AS needed(n, table_name, privilege)
 CROSS JOIN LATERAL (
     SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))

@@ -41,7 +41,8 @@ def test_cap_is_never_exceeded_by_two_dispatcher_processes(
     # every slot is free again
     assert (
         scalar(
-            database_url, "SELECT count(*) FROM outbox.endpoint_slots WHERE message_id IS NOT NULL"
+            database_url,
+            "SELECT count(*) FROM outbox.destination_slots WHERE message_id IS NOT NULL",
         )
         == 0
     )
@@ -62,7 +63,8 @@ def test_lowering_the_cap_removes_free_slots(database_url: str) -> None:
 
 def scalar_in(conn: psycopg.Connection[tuple[object, ...]], endpoint_id: int) -> int:
     row = conn.execute(
-        "SELECT count(*) FROM outbox.endpoint_slots WHERE endpoint_id = %s", (endpoint_id,)
+        "SELECT count(*) FROM outbox.destination_slots WHERE destination = %s",
+        (f"endpoint:{endpoint_id}",),
     ).fetchone()
     assert row is not None
     return int(row[0])  # type: ignore[call-overload]

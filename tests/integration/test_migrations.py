@@ -33,7 +33,6 @@ TABLES = {
     "message_keys",
     "attempts",
     "endpoints",
-    "endpoint_slots",
     "endpoint_secrets",
     "events",
     "destination_policies",
@@ -412,7 +411,7 @@ REFUSED = [
     ("endpoints", "failure_streak", -1),
     ("endpoints", "max_concurrency", 0),
     ("endpoints", "rate_limit_per_s", 0.0),
-    ("endpoint_slots", "slot", 0),
+    ("destination_slots", "slot", 0),  # 0014 moved the endpoint_slots rows there
 ]
 
 
@@ -650,7 +649,7 @@ def test_attempts_recorded_as_succeeded_read_delivered_after_the_upgrade(
 # -- the command ---------------------------------------------------------------------
 
 
-def test_endpoints_rate_limits_set_before_0014_get_their_slots_and_the_rest_is_kept(
+def test_endpoints_slots_move_to_destination_slots_and_their_rate_limits_get_rate_slots(
     empty_database_url: str,
 ) -> None:
     # a database at 0013: a capped endpoint with a rate limit (stored, not yet
@@ -680,17 +679,16 @@ def test_endpoints_rate_limits_set_before_0014_get_their_slots_and_the_rest_is_k
         )
         conn.execute("UPDATE outbox.endpoint_slots SET message_id = %s WHERE slot = 1", (running,))
     with connect(empty_database_url) as conn:
-        kept = {
-            t: conn.execute(f"SELECT * FROM outbox.{t} ORDER BY 1, 2").fetchall()
-            for t in ("messages", "endpoint_slots")
-        }
+        messages = conn.execute("SELECT * FROM outbox.messages ORDER BY id").fetchall()
 
     assert [m.version for m in migrate(empty_database_url)] == [14]
     migrate(empty_database_url, schema="fresh")
 
     with connect(empty_database_url) as conn:
-        for table, rows in kept.items():
-            assert conn.execute(f"SELECT * FROM outbox.{table} ORDER BY 1, 2").fetchall() == rows
+        assert conn.execute("SELECT * FROM outbox.messages ORDER BY id").fetchall() == messages
+        held = conn.execute(
+            "SELECT destination, slot, message_id FROM outbox.destination_slots ORDER BY slot"
+        ).fetchall()
         slots = conn.execute(
             "SELECT destination, slot, period, next_at <= now() FROM outbox.rate_slots"
             " ORDER BY slot"
@@ -698,6 +696,7 @@ def test_endpoints_rate_limits_set_before_0014_get_their_slots_and_the_rest_is_k
         endpoints = Endpoints()
         got = [endpoints.require(conn, i) for i in (limited, plain)]
         upgraded, fresh = catalog(conn, "outbox"), catalog(conn, "fresh")
+    assert held == [(f"endpoint:{limited}", 1, running), (f"endpoint:{limited}", 2, None)]
     assert [(e.rate_limit_per_s, e.burst) for e in got] == [(2.5, 3), (None, None)]
     # 3 slots, each usable at once, then once every 3 / 2.5 s
     assert slots == [(f"endpoint:{limited}", i, timedelta(seconds=1.2), True) for i in (1, 2, 3)]
