@@ -33,6 +33,7 @@ from dispatchers.rows import (
     Rescued,
     named_row,
 )
+from dispatchers.tls import TlsContexts
 from dispatchers.unsealing import OpenedSecrets
 from outbox._queries import Statement, queries_for
 
@@ -124,7 +125,8 @@ class Store:
         self._claim_timeouts = timeout_values(config, config.claim_timeout)
         self._capped_until = 0.0  # claim with the slots until then (see claim)
         self.secrets = OpenedSecrets(config.keyring)
-        self._job_row = job_rows(self.secrets)
+        self.tls = TlsContexts(config.keyring)
+        self._job_row = job_rows(self.secrets, self.tls)
         # the prepared statements of each connection (see _run)
         self._prepared: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], set[str]] = (
             weakref.WeakKeyDictionary()

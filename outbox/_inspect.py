@@ -148,8 +148,9 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
     - ``endpoints``: per endpoint ``id``, ``url``, ``enabled``,
       ``disabled_reason``, ``failure_streak``, ``pending`` (ready, running or
       paused messages), ``dead``, ``last_success_at``;
-    - ``secrets``: signing secrets ``plain_text`` (stored unsealed: whoever reads
-      the table can forge deliveries) and ``sealed`` (a count per key id, see
+    - ``secrets``: signing secrets and endpoints' client keys ``plain_text``
+      (stored unsealed: whoever reads the table can forge deliveries, or pose as
+      the dispatcher) and ``sealed`` (a count per key id, see
       :mod:`outbox.sealing`);
     - ``now``: the database's clock.
     """

@@ -6,7 +6,10 @@ A signing secret is printed in full only where it is made (``add``,
 and JSON alike, it is shown by its fingerprint (:func:`outbox.secrets.fingerprint`).
 With a key configured (``--secrets-key-file`` or ``OUTBOX_SECRETS_KEY``), new
 secrets are stored sealed under it, and ``rekey`` seals those that are not (see
-:mod:`outbox.sealing`).
+:mod:`outbox.sealing`). An endpoint's TLS material (``--ca-bundle``,
+``--client-cert`` and ``--client-key``) is read from PEM files and checked
+before anything is written; the private key is sealed like a secret, and only
+digests of the PEM texts are ever shown.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dispatchers.cli._common import (
     resolve_database,
     transaction,
 )
+from dispatchers.cli._endpoint_tls import add_tls_options, naming_tls_options, tls_fields
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
 from outbox.endpoints import (
@@ -82,6 +86,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
         shown = secret.secret if show_secrets else fingerprint(secret.secret)
         until = f" (signs until {cell(secret.expires_at)})" if secret.expires_at else ""
         pairs.append(("secrets" if i == 0 else "", shown + until))
+    pairs += tls_fields(ep)
     pairs += [("created", ep.created_at), ("updated", ep.updated_at)]
     return fields(pairs)
 
@@ -94,7 +99,7 @@ def _endpoints(args: argparse.Namespace) -> Endpoints:
 def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
     metadata = parse_metadata(args.metadata)
     endpoints = _endpoints(args)
-    with transaction(args) as conn:
+    with naming_tls_options(), transaction(args) as conn:
         ep = endpoints.add(
             conn,
             url=args.url,
@@ -103,6 +108,9 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
             description=args.description,
             metadata=metadata,
             max_concurrency=args.max_concurrency,
+            ca_bundle=args.ca_bundle,
+            client_cert=args.client_cert,
+            client_key=args.client_key,
         )
     secret = ep.secrets[0].secret
     emit(
@@ -169,15 +177,21 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         args.metadata,
         args.max_concurrency,
         args.no_max_concurrency or None,
+        args.ca_bundle,
+        args.no_ca_bundle or None,
+        args.client_cert,
+        args.client_key,
+        args.no_client_cert or None,
     )
     if all(c is None for c in changes):
         raise UsageError(
             "nothing to change: give --url, --event-type, --all-event-types, --description, "
-            "--metadata, --max-concurrency or --no-max-concurrency"
+            "--metadata, --max-concurrency, --no-max-concurrency, --ca-bundle, "
+            "--no-ca-bundle, --client-cert with --client-key, or --no-client-cert"
         )
     metadata = parse_metadata(args.metadata)
     endpoints = _endpoints(args)
-    with transaction(args) as conn:
+    with naming_tls_options(), transaction(args) as conn:
         ep = endpoints.update(
             conn,
             args.id,
@@ -187,6 +201,11 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
             metadata=metadata,
             max_concurrency=args.max_concurrency,
             clear_max_concurrency=args.no_max_concurrency,
+            ca_bundle=args.ca_bundle,
+            clear_ca_bundle=args.no_ca_bundle,
+            client_cert=args.client_cert,
+            client_key=args.client_key,
+            clear_client_cert=args.no_client_cert,
         )
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
@@ -344,6 +363,7 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("url", metavar="URL", help="http(s) URL to POST events to")
     fields_options(p, update=False)
     p.add_argument("--secret", help="whsec_... signing secret (default: a new random one)")
+    add_tls_options(p, update=False)
 
     action("list", cmd_endpoints_list, "list the endpoints")
 
@@ -357,6 +377,7 @@ def add_parser(commands: Commands) -> None:
     fields_options(p, update=True)
     p.add_argument("--all-event-types", action="store_true", help="subscribe to every event type")
     p.add_argument("--no-max-concurrency", action="store_true", help="remove the cap")
+    add_tls_options(p, update=True)
 
     p = action("disable", cmd_endpoints_disable, "stop delivering to an endpoint")
     p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")

@@ -228,7 +228,8 @@ WITH RECURSIVE {destinations_due}, heads AS (
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-       s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context
+       s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+       e.ca_bundle, e.client_cert, e.client_key, e.client_key_id
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
 -- the signing secrets still in force (several during a rotation), newest first,
@@ -329,7 +330,8 @@ WITH RECURSIVE {destinations_due}, heads AS (
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context
+        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+        e.ca_bundle, e.client_cert, e.client_key, e.client_key_id
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
  LEFT JOIN LATERAL (
@@ -342,7 +344,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
  ORDER BY c.available_at, c.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM capped
 
 -- name: renew
@@ -787,8 +789,13 @@ WHERE NOT COALESCE(
 ORDER BY needed.n
 
 -- name: preflight_secret_keys
--- The keys that seal signing secrets still in force: a dispatcher must hold each.
-SELECT DISTINCT key_id
+-- The keys that seal signing secrets still in force and client keys: a
+-- dispatcher must hold each.
+SELECT key_id
 FROM {schema}.endpoint_secrets
 WHERE key_id IS NOT NULL AND (expires_at IS NULL OR expires_at > now())
+UNION
+SELECT client_key_id
+FROM {schema}.endpoints
+WHERE client_key_id IS NOT NULL
 ORDER BY key_id
