@@ -268,3 +268,25 @@ def test_endpoint_tls_options_are_checked_before_anything_is_written(
     code, _, _ = cli("endpoints", "update", str(added["id"]), "--no-client-cert")
     assert code == 0
     assert cli.query("SELECT client_cert, client_key FROM outbox.endpoints") == [(None, None)]
+
+
+def test_a_plain_text_client_key_is_warned_of_until_rekey_seals_it(
+    database_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, client_ca: trustme.CA
+) -> None:
+    cli, db = Cli(database_url, capsys), Db(database_url)
+    cert, key = client_pair(client_ca)
+    add_endpoint(db, "https://partner.example/hook", client_cert=cert, client_key=key)
+    db.query("DELETE FROM outbox.endpoint_secrets RETURNING id")  # the key alone is stored
+    code, out, err = cli("status", "--json")
+    assert code == 0 and "1 signing secret(s) or client key(s)" in err
+    assert json.loads(out)["secrets"] == {"plain_text": 1, "sealed": {}}
+
+    keys = tmp_path / "keys"
+    keys.write_text(generate_key())
+    current = Keyring(parse_keys(keys.read_text(), "keys")).current
+    assert cli("endpoints", "rekey", "--secrets-key-file", str(keys))[0] == 0
+    assert db.query("SELECT client_key_id FROM outbox.endpoints") == [(current,)]
+    sealed = cli.json("status", "--secrets-key-file", str(keys))["secrets"]
+    assert sealed == {"plain_text": 0, "sealed": {current: 1}}
+    code, _, err = cli("dispatch", "--drain")  # without the key that opens it
+    assert code == 1 and current in err
