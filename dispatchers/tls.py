@@ -25,7 +25,14 @@ import ssl
 import httpx
 
 from outbox._endpoint_tls import load_client_cert
-from outbox.sealing import Keyring, SealBroken, Sealed, SecretKeyMissing, open_secret
+from outbox.sealing import (
+    CLIENT_KEY,
+    Keyring,
+    SealBroken,
+    Sealed,
+    SecretKeyMissing,
+    open_secret,
+)
 
 __all__ = ["MAX_CONTEXTS", "TlsContexts"]
 
@@ -100,6 +107,7 @@ def _build(
     else:  # the roots every other delivery verifies against
         context = httpx.create_ssl_context(verify=True, trust_env=False)
     if client_cert is not None and client_key is not None:
-        key = open_secret(keyring, Sealed(client_key, client_key_id), endpoint_id=endpoint_id)
+        stored = Sealed(client_key, client_key_id)
+        key = open_secret(keyring, stored, endpoint_id=endpoint_id, kind=CLIENT_KEY)
         load_client_cert(context, client_cert, key)
     return context

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from outbox.errors import InvalidArgument, InvalidMessage
-from outbox.sealing import Keyring, Sealed, seal_secret
+from outbox.sealing import CLIENT_KEY, Keyring, Sealed, seal_secret
 
 MAX_PEM = 512 * 1024
 """The longest PEM text an endpoint stores in one field (a bundle of a few
@@ -145,7 +145,7 @@ def stored_tls(keyring: Keyring | None, tls: Tls, endpoint_id: int) -> dict[str,
     if isinstance(tls.client_key, Sealed):
         key = tls.client_key
     elif tls.client_key is not None:
-        key = seal_secret(keyring, tls.client_key, endpoint_id=endpoint_id)
+        key = seal_secret(keyring, tls.client_key, endpoint_id=endpoint_id, kind=CLIENT_KEY)
     return {
         "id": endpoint_id,
         "ca_bundle": tls.ca_bundle,

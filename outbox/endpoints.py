@@ -34,7 +34,14 @@ from outbox._queries import Queries, queries_for
 from outbox._transaction import Plan, rows_plan, run_sync, scalar
 from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import InvalidArgument, InvalidMessage
-from outbox.sealing import Keyring, Sealed, open_secret, seal_secret
+from outbox.sealing import (
+    CLIENT_KEY,
+    SIGNING_SECRET,
+    Keyring,
+    Sealed,
+    open_secret,
+    seal_secret,
+)
 from outbox.secrets import check_secret, fingerprint, generate_secret
 
 DEFAULT_ROTATION_OVERLAP = timedelta(hours=24)
@@ -441,9 +448,9 @@ class Endpoints:
     def _reseal_plan(self, keyring: Keyring, limit: int) -> Plan[int]:
         sealed = 0
         # signing secrets first, then the endpoints' client keys, in one batch
-        for select, write in (
-            ("secrets_to_reseal", "secrets_reseal"),
-            ("client_keys_to_reseal", "client_keys_reseal"),
+        for select, write, kind in (
+            ("secrets_to_reseal", "secrets_reseal", SIGNING_SECRET),
+            ("client_keys_to_reseal", "client_keys_reseal", CLIENT_KEY),
         ):
             if sealed == limit:
                 break
@@ -454,8 +461,9 @@ class Endpoints:
             )
             secrets = [
                 keyring.seal(
-                    keyring.open(Sealed(r.secret, r.key_id), endpoint_id=r.endpoint_id),
+                    keyring.open(Sealed(r.secret, r.key_id), endpoint_id=r.endpoint_id, kind=kind),
                     endpoint_id=r.endpoint_id,
+                    kind=kind,
                 ).text
                 for r in rows
             ]

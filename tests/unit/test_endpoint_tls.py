@@ -9,7 +9,7 @@ import trustme
 from dispatchers.tls import TlsContexts
 from outbox._endpoint_tls import Tls, TlsChange, check_ca_bundle, check_client_cert, stored_tls
 from outbox.errors import InvalidArgument
-from outbox.sealing import Keyring, generate_key, parse_keys
+from outbox.sealing import CLIENT_KEY, Keyring, SealBroken, Sealed, generate_key, parse_keys
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +108,13 @@ def test_a_key_that_does_not_open_holds_the_message_back(ca: trustme.CA) -> None
     assert context is None and f"sealed under key {keyring.current}" in (problem or "")
     context, problem = TlsContexts(keyring).context(8, *material)  # sealed for endpoint 7
     assert context is None and "does not open" in (problem or "")
+
+
+def test_a_sealed_client_key_does_not_open_as_a_signing_secret(ca: trustme.CA) -> None:
+    keyring = Keyring(parse_keys(generate_key(), "key"))
+    cert, key = pair(ca)
+    stored = stored_tls(keyring, Tls(None, cert, key), endpoint_id=7)
+    sealed = Sealed(stored["client_key"], stored["client_key_id"])
+    assert keyring.open(sealed, endpoint_id=7, kind=CLIENT_KEY) == key
+    with pytest.raises(SealBroken):
+        keyring.open(sealed, endpoint_id=7)
