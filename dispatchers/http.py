@@ -267,7 +267,9 @@ class HttpxClient:
     A transport holds one TLS context, so a request with a ``tls`` context of its
     own goes through a client of its own, made by ``transport_for`` on first use
     and kept for as long as this client: the connections of an endpoint with a
-    client certificate are never in a pool that serves another destination.
+    client certificate are never in a pool that serves another destination. (An
+    endpoint's context changes only with its material; the client of the old one
+    stays, its idle connections closing after the keep-alive expiry.)
 
     :param owns_transports: close the transports with the clients (otherwise they
         belong to the caller).
@@ -371,8 +373,9 @@ class AiohttpClient:
     decompressed (aiohttp would by default) and never read past
     ``max_response_bytes``; only their first ``keep_response_bytes`` (default:
     all that is read) are kept and returned. The session is made on first use,
-    inside the running loop. ``connect_timeout`` bounds resolution and each connection attempt; the
-    caller bounds the whole request (``Sender`` does, with ``request_timeout``).
+    inside the running loop. ``connect_timeout`` bounds resolution and each
+    connection attempt; the caller bounds the whole request (``Sender`` does,
+    with ``request_timeout``).
 
     :meth:`request` raises ``BlockedDestination`` for a refused destination and
     httpx's exception types (:func:`httpx_error`) for transport failures.

@@ -4,10 +4,11 @@ An endpoint may carry a CA bundle and a client certificate with its private key
 (:mod:`outbox._endpoint_tls`); a claim returns them with every message of the
 endpoint. Building a context (parsing certificates, opening the sealed key with
 AES-GCM, loading the chain) costs a few milliseconds, so :class:`TlsContexts`
-keeps the context of each endpoint and stored value: a claimed message of a
-known endpoint whose material did not change is handed the same
-``ssl.SSLContext``, and a changed bundle, certificate or key (a resealed key
-too: its nonce makes every sealed value new) builds a new one.
+keeps each endpoint's context with the stored values it was built from: a
+claimed message of a known endpoint whose material did not change is handed the
+same ``ssl.SSLContext``, and a changed bundle, certificate or key (a resealed
+key too: its nonce makes every sealed value new) builds a new one, which
+replaces the old.
 
 A CA bundle replaces the system's roots for that endpoint, not adds to them: an
 endpoint whose certificate is issued by a private CA is then trusted for that
@@ -34,13 +35,9 @@ from outbox.sealing import (
     open_secret,
 )
 
-__all__ = ["MAX_CONTEXTS", "TlsContexts"]
+__all__ = ["TlsContexts"]
 
-MAX_CONTEXTS = 1_000
-"""Contexts kept at most; past it the cache starts again (those of deleted
-endpoints and replaced material would otherwise stay for good)."""
-
-_Entry = tuple[int, str | None, str | None, str | None, str | None]
+_Material = tuple[str | None, str | None, str | None, str | None]
 
 
 class TlsContexts:
@@ -49,7 +46,9 @@ class TlsContexts:
 
     def __init__(self, keyring: Keyring | None) -> None:
         self._keyring = keyring
-        self._built: dict[_Entry, ssl.SSLContext] = {}
+        # by endpoint, its latest material and context: a change replaces both,
+        # so this holds one context per endpoint with material of its own
+        self._built: dict[int, tuple[_Material, ssl.SSLContext]] = {}
         self.built = 0
         """Contexts built so far."""
 
@@ -66,10 +65,10 @@ class TlsContexts:
         message must not go without its certificate)."""
         if endpoint_id is None or (ca_bundle is None and client_cert is None):
             return None, None
-        entry = (endpoint_id, ca_bundle, client_cert, client_key, client_key_id)
-        context = self._built.get(entry)
-        if context is not None:
-            return context, None
+        material = (ca_bundle, client_cert, client_key, client_key_id)
+        known = self._built.get(endpoint_id)
+        if known is not None and known[0] == material:
+            return known[1], None
         try:
             context = _build(
                 self._keyring, endpoint_id, ca_bundle, client_cert, client_key, client_key_id
@@ -87,9 +86,7 @@ class TlsContexts:
             )
         except ssl.SSLError as exc:  # stored by hand, past the checks of outbox.endpoints
             return None, f"the TLS material of endpoint {endpoint_id} does not load: {exc}"
-        if len(self._built) >= MAX_CONTEXTS:
-            self._built.clear()
-        self._built[entry] = context
+        self._built[endpoint_id] = material, context
         self.built += 1
         return context, None
 

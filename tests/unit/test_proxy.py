@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+from typing import Any
+
 import pytest
 
 from dispatchers.cli import build_parser
@@ -9,6 +13,7 @@ from dispatchers.cli._common import UsageError
 from dispatchers.cli.dispatch import config_from_args
 from dispatchers.config import DispatcherConfig
 from dispatchers.proxy import Proxy
+from dispatchers.ssrf import AddressPolicy, BlockedDestination, ProxiedDestinations
 from outbox.errors import ConfigurationError
 
 
@@ -73,3 +78,24 @@ def test_a_refused_proxy_option_is_a_usage_error_without_its_credentials(
     err = capsys.readouterr().err
     assert exited.value.code == 2
     assert "--proxy" in err and "hunter2" not in err
+
+
+async def test_a_destination_is_resolved_once_while_its_verdict_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    answers = {"public.example": "93.184.216.34", "private.example": "10.0.0.7"}
+    looked_up: list[str] = []
+
+    async def getaddrinfo(host: str, port: int, **kwargs: Any) -> list[tuple[Any, ...]]:
+        looked_up.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answers[host], port))]
+
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+    destinations = ProxiedDestinations(AddressPolicy())
+    for _ in range(3):
+        await destinations.check("public.example", 443, within=1.0)
+        with pytest.raises(BlockedDestination):
+            await destinations.check("private.example", 443, within=1.0)
+    # the allowed name once; the refused one every time (a refusal is never remembered)
+    assert looked_up == ["public.example", *["private.example"] * 3]
