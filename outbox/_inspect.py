@@ -202,8 +202,8 @@ class _StatusCounts(NamedTuple):
 
 
 class _SecretsByKey(NamedTuple):
-    """A row of ``status_secrets``: how many signing secrets a key seals (None:
-    plain text)."""
+    """A row of ``status_secrets``: how many signing secrets and client keys a key
+    seals (None: plain text)."""
 
     key_id: str | None
     secrets: int

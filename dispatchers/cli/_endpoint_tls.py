@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from dispatchers.cli._common import UsageError
-from outbox._endpoint_tls import MAX_PEM
+from outbox._endpoint_tls import MAX_PEM, pem_digest
 from outbox.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -54,14 +54,14 @@ def naming_tls_options() -> Iterator[None]:
 def tls_fields(ep: Endpoint) -> list[tuple[str, object]]:
     """What ``show`` says of the endpoint's TLS material: digests, and how its key
     is stored."""
-    shown = ep.as_dict()
     key = None
     if ep.client_key is not None:
         sealed_by = ep.client_key.key_id
         key = f"sealed under key {sealed_by}" if sealed_by else "stored in plain text"
+    bundle, cert = pem_digest(ep.ca_bundle), pem_digest(ep.client_cert)
     return [
-        ("CA bundle", shown["ca_bundle_sha256"] and f"sha256 {shown['ca_bundle_sha256']}"),
-        ("client cert", shown["client_cert_sha256"] and f"sha256 {shown['client_cert_sha256']}"),
+        ("CA bundle", bundle and f"sha256 {bundle}"),
+        ("client cert", cert and f"sha256 {cert}"),
         ("client key", key),
     ]
 
