@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dispatchers.loop import EVENT_LOOPS
+from dispatchers.proxy import Proxy
 from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
 from outbox._queries import check_schema_name
 from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
@@ -48,12 +49,13 @@ HTTP_CLIENTS = ("httpx", "aiohttp")
 IDEMPOTENCY_KEY_FORMATS = ("structured", "raw")
 """How the ``Idempotency-Key`` header carries a key (``idempotency_key_format``)."""
 
-Values = Literal["count", "seconds", "seconds_or_zero", "span", "port", "text"]
+Values = Literal["count", "seconds", "seconds_or_zero", "span", "port", "proxy", "text"]
 """What an option's argument is: ``count`` an integer from 1 to :data:`MAX_COUNT`;
 ``seconds`` a finite number above 0, at most :data:`MAX_SECONDS`;
 ``seconds_or_zero`` the same or 0; ``span`` a whole number of units such as ``7d``,
-at most :data:`~outbox.defaults.MAX_SPAN`; ``port`` an integer from 0 to 65535; ``text`` a string
-(with ``choices``, one of them)."""
+at most :data:`~outbox.defaults.MAX_SPAN`; ``port`` an integer from 0 to 65535; ``proxy`` a
+proxy URL (:meth:`~dispatchers.proxy.Proxy.parse`); ``text`` a string (with ``choices``,
+one of them)."""
 
 _COUNTS = ("concurrency", "batch_size", "flush_batch", "max_response_bytes", "retention_batch")
 _SECONDS = (
@@ -136,6 +138,8 @@ class DispatcherConfig:
     ``batch_size`` bounds one claim statement; a dispatcher claims at most its free
     capacity (``concurrency`` minus deliveries in flight or awaiting their outcome
     write).
+    ``proxy`` sends every delivery through a forward proxy (see
+    :mod:`dispatchers.proxy`); none is ever taken from the environment.
     ``keyring`` opens signing secrets sealed at rest (see :mod:`outbox.sealing`);
     it must hold every key that seals a secret in force (checked at start-up by
     :mod:`dispatchers.preflight`).
@@ -254,6 +258,16 @@ class DispatcherConfig:
         ),
     )
     verify_tls: bool = True
+    proxy: Proxy | None = field(
+        default=None,
+        metadata=option(
+            "send every delivery through this HTTP forward proxy, "
+            "http://[user:password@]host:port (CONNECT for https destinations); the "
+            "SSRF guard still checks each destination; OUTBOX_PROXY sets it too",
+            values="proxy",
+            metavar="URL",
+        ),
+    )
     idempotency_key_format: str = field(
         default="structured",
         metadata=option(
@@ -401,6 +415,8 @@ class DispatcherConfig:
                 f"event_loop: must be one of {', '.join(map(repr, EVENT_LOOPS))}, "
                 f"got {self.event_loop!r}"
             )
+        if self.proxy is not None and not isinstance(self.proxy, Proxy):
+            raise ConfigurationError("proxy: must be a Proxy (Proxy.parse(url)) or None")
         for cidr in self.allow_networks:
             try:
                 ipaddress.ip_network(cidr, strict=True)

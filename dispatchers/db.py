@@ -33,6 +33,7 @@ from dispatchers.rows import (
     Rescued,
     named_row,
 )
+from dispatchers.tls import TlsContexts
 from dispatchers.unsealing import OpenedSecrets
 from outbox._queries import Statement, queries_for
 
@@ -128,7 +129,8 @@ class Store:
         #: line frees (None: no rate limit held a claim back), see ``claim``
         self.rate_wait: float | None = None
         self.secrets = OpenedSecrets(config.keyring)
-        self._job_row = job_rows(self.secrets)
+        self.tls = TlsContexts(config.keyring)
+        self._job_row = job_rows(self.secrets, self.tls)
         # the prepared statements of each connection (see _run)
         self._prepared: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], set[str]] = (
             weakref.WeakKeyDictionary()

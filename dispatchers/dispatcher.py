@@ -252,6 +252,7 @@ class Dispatcher:
             poll_interval_s=config.poll_interval,
             event_loop=loops.running(),
             http_client=config.http_client,
+            proxy=None if config.proxy is None else str(config.proxy),  # credentials masked
             **(urls(self.metrics_server) if self.metrics_server is not None else {}),
         )
         helpers = [asyncio.create_task(self._outcomes.run(), name="outbox-flusher")]

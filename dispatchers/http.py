@@ -31,7 +31,7 @@ import asyncio
 import itertools
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -45,8 +45,14 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.deadline import Deadlines
 from dispatchers.jobs import Job
 from dispatchers.outcome import Outcome, Verdict, classify_exception, classify_response
+from dispatchers.proxy import Proxy
 from dispatchers.signing import webhook_headers
-from dispatchers.ssrf import AddressPolicy, guarded_connector, guarded_transport
+from dispatchers.ssrf import (
+    AddressPolicy,
+    ProxiedDestinations,
+    guarded_connector,
+    guarded_transport,
+)
 from dispatchers.tracing import NO_SPANS, AttemptSpans
 
 TASKS_PER_CLIENT = 4
@@ -78,12 +84,20 @@ class HttpClient(Protocol):
     :meth:`request` sends one request and returns its status, headers and body
     (at most the configured bound of it); it raises httpx's exception types for
     transport failures (``BlockedDestination`` for a refused destination), which
-    :func:`~dispatchers.outcome.classify_exception` understands. The sender bounds
-    the whole call by ``request_timeout``.
+    :func:`~dispatchers.outcome.classify_exception` understands. ``tls``, when
+    given, is the destination's own TLS context (its CA bundle, its client
+    certificate: :mod:`dispatchers.tls`), used instead of the default one, on
+    connections of its own. The sender bounds the whole call by ``request_timeout``.
     """
 
     async def request(
-        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes,
+        tls: ssl.SSLContext | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]: ...
 
     async def aclose(self) -> None: ...
@@ -155,6 +169,7 @@ class Sender:
                 connect_timeout=config.connect_timeout,
                 max_response_bytes=config.max_response_bytes,
                 keep_response_bytes=config.excerpt_bytes,
+                proxy=config.proxy,
             )
             return
         count = max(1, -(-config.concurrency // TASKS_PER_CLIENT))
@@ -164,10 +179,15 @@ class Sender:
             max_keepalive_connections=per_client,
             keepalive_expiry=30.0,
         )
+
+        def guarded(verify: ssl.SSLContext | bool) -> httpx.AsyncBaseTransport:
+            return guarded_transport(policy, verify=verify, limits=limits, proxy=config.proxy)
+
         self.client = HttpxClient(
-            [guarded_transport(policy, verify=tls, limits=limits) for _ in range(count)],
+            [guarded(tls) for _ in range(count)],
             config,
             owns_transports=True,
+            transport_for=guarded,
         )
 
     async def aclose(self) -> None:
@@ -211,7 +231,11 @@ class Sender:
         deadlines.add(task)
         try:
             status, headers, body = await self.client.request(
-                job.method, job.url, headers=span.inject(self.request_headers(job)), body=job.body
+                job.method,
+                job.url,
+                headers=span.inject(self.request_headers(job)),
+                body=job.body,
+                tls=job.tls,
             )
         except asyncio.CancelledError:
             if not deadlines.expired(task):
@@ -240,8 +264,18 @@ class HttpxClient:
     ``config.max_response_bytes``, of which the first ``config.excerpt_bytes`` are
     kept and returned.
 
+    A transport holds one TLS context, so a request with a ``tls`` context of its
+    own goes through a client of its own, made by ``transport_for`` on first use
+    and kept for as long as this client: the connections of an endpoint with a
+    client certificate are never in a pool that serves another destination. (An
+    endpoint's context changes only with its material; the client of the old one
+    stays, its idle connections closing after the keep-alive expiry.)
+
     :param owns_transports: close the transports with the clients (otherwise they
         belong to the caller).
+    :param transport_for: makes the transport of a ``tls`` context; without it
+        (a caller's transport), ``tls`` is not used: the transport's TLS is the
+        caller's business.
     """
 
     def __init__(
@@ -250,6 +284,7 @@ class HttpxClient:
         config: DispatcherConfig,
         *,
         owns_transports: bool = False,
+        transport_for: Callable[[ssl.SSLContext], httpx.AsyncBaseTransport] | None = None,
     ) -> None:
         timeout = httpx.Timeout(
             connect=config.connect_timeout,
@@ -257,21 +292,36 @@ class HttpxClient:
             write=config.request_timeout,
             pool=config.request_timeout,
         )
-        self._clients = [
-            httpx.AsyncClient(
-                transport=transport, timeout=timeout, follow_redirects=False, trust_env=False
-            )
-            for transport in transports
-        ]
+        self._timeout = timeout
+        self._clients = [self._client(transport) for transport in transports]
         self._turn = itertools.cycle(self._clients)
+        self._transport_for = transport_for
+        self._by_tls: dict[ssl.SSLContext, httpx.AsyncClient] = {}
         self._limit = config.max_response_bytes
         self._keep = config.excerpt_bytes
         self._owns_transports = owns_transports
 
+    def _client(self, transport: httpx.AsyncBaseTransport) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            transport=transport, timeout=self._timeout, follow_redirects=False, trust_env=False
+        )
+
     async def request(
-        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes,
+        tls: ssl.SSLContext | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]:
-        client = next(self._turn)
+        if tls is None or self._transport_for is None:
+            client = next(self._turn)
+        else:
+            own = self._by_tls.get(tls)
+            if own is None:
+                own = self._by_tls[tls] = self._client(self._transport_for(tls))
+            client = own
         request = client.build_request(method, url, content=body, headers=headers)
         response = await client.send(request, stream=True)
         try:
@@ -304,7 +354,7 @@ class HttpxClient:
         # a client closes its transport: clients over a caller's transport are
         # left open, as they hold nothing the transport does not
         if self._owns_transports:
-            for client in self._clients:
+            for client in (*self._clients, *self._by_tls.values()):
                 await client.aclose()
 
 
@@ -314,12 +364,18 @@ class AiohttpClient:
     One ``aiohttp.ClientSession`` over :func:`~dispatchers.ssrf.guarded_connector`
     (the SSRF guard: one resolution, refused addresses never dialled, IP literals
     checked, TLS verified against the URL's host), holding at most ``limit``
-    connections. Redirects are not followed, no proxy or cookie is ever used,
-    bodies are not decompressed (aiohttp would by default) and never read past
-    ``max_response_bytes``; only their first ``keep_response_bytes`` (default: all
-    that is read) are kept and returned. The session is made on first use, inside the running
-    loop. ``connect_timeout`` bounds resolution and each connection attempt; the
-    caller bounds the whole request (``Sender`` does, with ``request_timeout``).
+    connections. With a ``proxy``, every request goes through it and the guard
+    checks each request's destination instead
+    (:class:`~dispatchers.ssrf.ProxiedDestinations`). A request's own ``tls``
+    context is aiohttp's ``ssl`` for it, and aiohttp keeps the connections of
+    each context in a pool of their own. Redirects are not followed, no proxy is
+    taken from the environment, no cookie is ever used, bodies are not
+    decompressed (aiohttp would by default) and never read past
+    ``max_response_bytes``; only their first ``keep_response_bytes`` (default:
+    all that is read) are kept and returned. The session is made on first use,
+    inside the running loop. ``connect_timeout`` bounds resolution and each
+    connection attempt; the caller bounds the whole request (``Sender`` does,
+    with ``request_timeout``).
 
     :meth:`request` raises ``BlockedDestination`` for a refused destination and
     httpx's exception types (:func:`httpx_error`) for transport failures.
@@ -335,8 +391,16 @@ class AiohttpClient:
         max_response_bytes: int = 64 * 1024,
         keep_response_bytes: int | None = None,
         keepalive_expiry: float = 30.0,
+        proxy: Proxy | None = None,
     ) -> None:
         self._policy = policy
+        self._proxy = None if proxy is None else URL(proxy.url)
+        self._proxy_authorization: str | None = None
+        self._destinations = None
+        if proxy is not None:
+            self._destinations = ProxiedDestinations(policy)
+            if (credentials := proxy.credentials) is not None:
+                self._proxy_authorization = aiohttp.encode_basic_auth(*credentials)
         self._verify = verify
         self._limit = limit
         self._connect_timeout = connect_timeout
@@ -357,6 +421,7 @@ class AiohttpClient:
             limit=self._limit,
             keepalive_expiry=self._keepalive_expiry,
             connect_timeout=self._connect_timeout,
+            proxied=self._proxy is not None,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -372,7 +437,13 @@ class AiohttpClient:
         return self._session
 
     async def request(
-        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes,
+        tls: ssl.SSLContext | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]:
         """Send one request; return its status, headers and body (at most
         ``keep_response_bytes`` of it)."""
@@ -381,9 +452,29 @@ class AiohttpClient:
         except ValueError as exc:
             raise httpx.InvalidURL(str(exc)) from exc
         session = self._session or self._open()
+        proxy_headers = None
+        if self._destinations is not None and target.host is not None:
+            await self._destinations.check(
+                target.host, target.port or 0, within=self._connect_timeout
+            )
+            if self._proxy_authorization is not None:
+                # on the CONNECT of a tunnel; on the request itself when the proxy
+                # reads it (aiohttp sends proxy_headers only on a CONNECT)
+                authorization = {"Proxy-Authorization": self._proxy_authorization}
+                if target.scheme == "https":
+                    proxy_headers = authorization
+                else:
+                    headers = {**headers, **authorization}
         try:
             response = await session.request(
-                method, target, headers=headers, data=body, allow_redirects=False
+                method,
+                target,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                ssl=True if tls is None else tls,
+                proxy=self._proxy,
+                proxy_headers=proxy_headers,
             )
             try:
                 data = await _read_bounded(

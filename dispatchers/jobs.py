@@ -5,6 +5,7 @@ its outcome."""
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,6 +14,7 @@ from typing import Any
 from psycopg.rows import BaseRowFactory, RowMaker
 
 from dispatchers.rows import columns
+from dispatchers.tls import TlsContexts
 from dispatchers.unsealing import OpenedSecrets
 
 
@@ -40,28 +42,38 @@ class Job:
     trace_context: dict[str, str] | None = None
     """The W3C context (``traceparent``, ``tracestate``) of the span that wrote
     the message: each attempt's span is its child (:mod:`dispatchers.tracing`)."""
+    tls: ssl.SSLContext | None = None
+    """The endpoint's own TLS context, for its CA bundle or client certificate
+    (see :mod:`dispatchers.tls`); None: the default one."""
     secrets_unavailable: str | None = None
-    """Why the endpoint's secrets could not be opened (naming the key): the
-    message must not be sent unsigned."""
+    """Why the endpoint's secrets or client key could not be opened (naming the
+    key): the message must not be sent unsigned, or without its certificate."""
 
     def __repr__(self) -> str:  # never show secrets or payloads
         return f"Job(id={self.id}, attempts={self.attempts}, endpoint_id={self.endpoint_id})"
 
 
-_CLAIMED = tuple(field.name for field in dataclasses.fields(Job))[:-1]
+_CLAIMED = tuple(field.name for field in dataclasses.fields(Job))[:-2]
 """The columns of a claim that are :class:`Job` fields, in their order (every
-field but the last, ``secrets_unavailable``, which opening the secrets decides)."""
-_COLUMNS = (*_CLAIMED, "secret_keys")
+field but the last two, ``tls`` and ``secrets_unavailable``, which opening the
+secrets and the client key decides)."""
+_TLS = ("ca_bundle", "client_cert", "client_key", "client_key_id")
+"""The columns of the endpoint's TLS material (see :mod:`dispatchers.tls`)."""
+_COLUMNS = (*_CLAIMED, "secret_keys", *_TLS)
 _ENDPOINT_ID = _CLAIMED.index("endpoint_id")
 _SECRETS = _CLAIMED.index("secrets")
+_SECRET_KEYS = len(_CLAIMED)
 
 
-def job_rows(secrets: OpenedSecrets) -> BaseRowFactory[Job | float | None]:
+def job_rows(
+    secrets: OpenedSecrets, tls: TlsContexts
+) -> BaseRowFactory[Job | float | None]:
     """The row factory of the claim statements: a :class:`Job` per claimed message
     (its columns found by name once per result, see :mod:`dispatchers.rows`), its
-    secrets opened by ``secrets``; for the row without an id, the seconds until
-    a rate slot frees (its ``rate_wait_s``, in "claim"), else None (the row of
-    "claim_uncapped" that says destinations with a policy hold more)."""
+    secrets opened by ``secrets``, its endpoint's TLS context from ``tls``; for the
+    row without an id, the seconds until a rate slot frees (its ``rate_wait_s``,
+    in "claim"), else None (the row of "claim_uncapped" that says destinations
+    with a policy hold more)."""
 
     def factory(cursor: Any) -> RowMaker[Job | float | None]:
         take = columns(cursor, _COLUMNS)
@@ -72,10 +84,12 @@ def job_rows(secrets: OpenedSecrets) -> BaseRowFactory[Job | float | None]:
             fields = list(take(values))
             if fields[0] is None:
                 return None if wait is None else values[wait]
-            # the key ids' column becomes the last field: why the secrets are unavailable
-            fields[_SECRETS], fields[-1] = secrets.open(
-                fields[_ENDPOINT_ID], fields[_SECRETS], fields[-1]
+            endpoint_id = fields[_ENDPOINT_ID]
+            fields[_SECRETS], unavailable = secrets.open(
+                endpoint_id, fields[_SECRETS], fields[_SECRET_KEYS]
             )
+            context, key_unavailable = tls.context(endpoint_id, *fields[_SECRET_KEYS + 1 :])
+            fields[_SECRET_KEYS:] = (context, unavailable or key_unavailable)
             return Job(*fields)
 
         return make

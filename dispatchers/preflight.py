@@ -109,7 +109,8 @@ def _check(conn: psycopg.Connection[Any], queries: Queries, config: DispatcherCo
     missing_keys = config.keyring.missing(in_use) if config.keyring is not None else in_use
     if missing_keys:
         raise SecretKeysMissing(
-            f"signing secrets are sealed under key(s) {', '.join(missing_keys)}, which this "
+            f"signing secrets or client keys are sealed under key(s) "
+            f"{', '.join(missing_keys)}, which this "
             "dispatcher does not hold: configure every key in use (OUTBOX_SECRETS_KEY or "
             "--secrets-key-file)"
         )

@@ -149,8 +149,9 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
     - ``endpoints``: per endpoint ``id``, ``url``, ``enabled``,
       ``disabled_reason``, ``failure_streak``, ``pending`` (ready, running or
       paused messages), ``dead``, ``last_success_at``;
-    - ``secrets``: signing secrets ``plain_text`` (stored unsealed: whoever reads
-      the table can forge deliveries) and ``sealed`` (a count per key id, see
+    - ``secrets``: signing secrets and endpoints' client keys ``plain_text``
+      (stored unsealed: whoever reads the table can forge deliveries, or pose as
+      the dispatcher) and ``sealed`` (a count per key id, see
       :mod:`outbox.sealing`);
     - ``destinations``: per destination with a policy (an origin, or
       ``endpoint:<id>`` for an endpoint with a cap or a rate limit) its
@@ -208,8 +209,8 @@ class _StatusCounts(NamedTuple):
 
 
 class _SecretsByKey(NamedTuple):
-    """A row of ``status_secrets``: how many signing secrets a key seals (None:
-    plain text)."""
+    """A row of ``status_secrets``: how many signing secrets and client keys a key
+    seals (None: plain text)."""
 
     key_id: str | None
     secrets: int

@@ -3,7 +3,14 @@
 All functions run in the caller's transaction (a SQLAlchemy ``Session`` or
 ``Connection``, or a psycopg ``Connection``) and never commit. Given a
 :class:`~outbox.sealing.Keyring`, :class:`Endpoints` stores new secrets sealed
-under its current key and opens sealed ones as it reads them.
+under its current key and opens sealed ones as it reads them; an endpoint's
+client private key (for mutual TLS) is sealed the same way, and never opened
+here: only the dispatcher needs it.
+
+The module stays whole past the usual length: :class:`Endpoints` is the one way
+an endpoint is written, every change a plan that takes the endpoint's row lock,
+writes, and reads the endpoint back; its checks and TLS material live apart
+(``_endpoint_fields``, ``_endpoint_tls``).
 """
 
 from __future__ import annotations
@@ -21,13 +28,21 @@ from outbox._endpoint_fields import (
     check_metadata,
     check_subscriptions,
 )
+from outbox._endpoint_tls import Tls, TlsChange, pem_digest, stored_tls
 from outbox._message import check_url
 from outbox._policy_fields import RateChange, changed_rate, check_rate_change, rate_fields
 from outbox._queries import Queries, queries_for
 from outbox._transaction import Plan, rows_plan, run_sync, scalar
 from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import InvalidArgument, InvalidMessage
-from outbox.sealing import Keyring, Sealed, open_secret, seal_secret
+from outbox.sealing import (
+    CLIENT_KEY,
+    SIGNING_SECRET,
+    Keyring,
+    Sealed,
+    open_secret,
+    seal_secret,
+)
 from outbox.secrets import check_secret, fingerprint, generate_secret
 
 DEFAULT_ROTATION_OVERLAP = timedelta(hours=24)
@@ -71,6 +86,13 @@ class Endpoint:
     #: requests per second at most, with a burst (see :mod:`outbox.destinations`)
     rate_limit_per_s: float | None = None
     burst: int | None = None
+    # TLS of its deliveries (see outbox._endpoint_tls)
+    ca_bundle: str | None = field(default=None, repr=False)
+    """PEM certificates its deliveries verify against, instead of the system's roots."""
+    client_cert: str | None = field(default=None, repr=False)
+    """The PEM client certificate its deliveries present (mutual TLS)."""
+    client_key: Sealed | None = field(default=None, repr=False)
+    """The certificate's private key as stored: sealed, or plain text (no key id)."""
 
     def active_secrets(self, now: datetime) -> list[str]:
         """The secrets that sign right now (more than one during a rotation)."""
@@ -103,6 +125,9 @@ class Endpoint:
             "burst": self.burst,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "ca_bundle_sha256": pem_digest(self.ca_bundle),
+            "client_cert_sha256": pem_digest(self.client_cert),
+            "client_key": None if self.client_key is None else {"key_id": self.client_key.key_id},
         }
 
 
@@ -131,6 +156,10 @@ class _EndpointRow(NamedTuple):
     created_at: datetime
     updated_at: datetime
     now: datetime
+    ca_bundle: str | None
+    client_cert: str | None
+    client_key: str | None
+    client_key_id: str | None
     #: jsonb, likewise: [{"id", "secret", "key_id", "expires_at"}], newest first
     secrets: Any
 
@@ -168,11 +197,17 @@ class _EndpointRow(NamedTuple):
             updated_at=self.updated_at,
             rate_limit_per_s=self.rate_limit_per_s,
             burst=self.rate_burst,
+            ca_bundle=self.ca_bundle,
+            client_cert=self.client_cert,
+            client_key=(
+                None if self.client_key is None else Sealed(self.client_key, self.client_key_id)
+            ),
         )
 
 
 class _StoredSecret(NamedTuple):
-    """A row of ``secrets_to_reseal``: a signing secret as stored."""
+    """A row of ``secrets_to_reseal`` and ``client_keys_to_reseal``: a signing
+    secret or a client key as stored."""
 
     id: int
     endpoint_id: int
@@ -219,8 +254,17 @@ class Endpoints:
         max_concurrency: int | None = None,
         rate_limit: float | None = None,
         burst: int | None = None,
+        ca_bundle: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
     ) -> Endpoint:
-        """Create an endpoint; a ``whsec_`` secret is generated unless given."""
+        """Create an endpoint; a ``whsec_`` secret is generated unless given.
+
+        ``ca_bundle``: PEM certificates its deliveries verify against instead of
+        the system's roots. ``client_cert`` and ``client_key`` (together): the PEM
+        client certificate and private key its deliveries present; the key is
+        sealed when there is a keyring.
+        """
         params = {
             "url": check_url(url),
             "event_types": check_subscriptions(event_types),
@@ -230,9 +274,11 @@ class Endpoints:
             **rate_fields(rate_limit, burst),
         }
         new = check_secret(secret) if secret is not None else generate_secret()
-        return run_sync(tx, self._insert_plan(params, new))
+        change = TlsChange.of(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
+        tls = None if change is None else change.applied_to(Tls(None, None, None))
+        return run_sync(tx, self._insert_plan(params, new, tls))
 
-    def _insert_plan(self, params: dict[str, Any], secret: str) -> Plan[Endpoint]:
+    def _insert_plan(self, params: dict[str, Any], secret: str, tls: Tls | None) -> Plan[Endpoint]:
         ids: list[int] = yield self.queries["endpoint_insert"], params, scalar
         endpoint_id = ids[0]
         yield (
@@ -240,6 +286,9 @@ class Endpoints:
             self._stored(secret, endpoint_id),
             None,
         )
+        if tls is not None:
+            stored = stored_tls(self.keyring, tls, endpoint_id)
+            yield self.queries["endpoint_tls_update"], stored, None
         yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None
         rows: list[_EndpointRow] = yield (
             self.queries["endpoint_get"],
@@ -295,9 +344,19 @@ class Endpoints:
         rate_limit: float | None = None,
         burst: int | None = None,
         clear_rate_limit: bool = False,
+        ca_bundle: str | None = None,
+        clear_ca_bundle: bool = False,
+        client_cert: str | None = None,
+        client_key: str | None = None,
+        clear_client_cert: bool = False,
     ) -> Endpoint:
         """Change the given fields; the others keep their value. A new
-        ``rate_limit`` without a ``burst`` gets the default burst."""
+        ``rate_limit`` without a ``burst`` gets the default burst.
+
+        ``client_cert`` and ``client_key`` are given together; ``clear_ca_bundle``
+        and ``clear_client_cert`` remove them (the system's roots, no client
+        certificate).
+        """
         changes: dict[str, Any] = {}
         if url is not None:
             changes["url"] = check_url(url)
@@ -312,7 +371,14 @@ class Endpoints:
         elif clear_max_concurrency:
             changes["max_concurrency"] = None
         changes["rate"] = check_rate_change(rate_limit, burst, clear=clear_rate_limit)
-        return run_sync(tx, self._update_plan(endpoint_id, changes, rotate=None))
+        tls = TlsChange.of(
+            ca_bundle=ca_bundle,
+            clear_ca_bundle=clear_ca_bundle,
+            client_cert=client_cert,
+            client_key=client_key,
+            clear_client_cert=clear_client_cert,
+        )
+        return run_sync(tx, self._update_plan(endpoint_id, changes, rotate=None, tls=tls))
 
     def rotate_secret(
         self,
@@ -333,7 +399,11 @@ class Endpoints:
         return run_sync(tx, self._update_plan(endpoint_id, {}, rotate=(new, overlap)))
 
     def _update_plan(
-        self, endpoint_id: int, changes: dict[str, Any], rotate: tuple[str, timedelta] | None
+        self,
+        endpoint_id: int,
+        changes: dict[str, Any],
+        rotate: tuple[str, timedelta] | None,
+        tls: TlsChange | None = None,
     ) -> Plan[Endpoint]:
         locked = yield self.queries["endpoint_lock"], {"id": endpoint_id}, None
         if not locked:
@@ -356,6 +426,13 @@ class Endpoints:
             ),
         }
         yield self.queries["endpoint_update"], params, None
+        if tls is not None:
+            stored = Tls(current.ca_bundle, current.client_cert, current.client_key)
+            yield (
+                self.queries["endpoint_tls_update"],
+                stored_tls(self.keyring, tls.applied_to(stored), endpoint_id),
+                None,
+            )
         if rotate is not None:
             new, overlap = rotate
             now = rows[0].now
@@ -371,8 +448,9 @@ class Endpoints:
         return rows[0].endpoint(self.keyring)
 
     def reseal(self, tx: Any, *, limit: int = RESEAL_BATCH) -> int:
-        """Seal under the keyring's current key up to ``limit`` signing secrets that
-        are not (plain text, or sealed under an older key); return how many.
+        """Seal under the keyring's current key up to ``limit`` signing secrets and
+        client keys that are not (plain text, or sealed under an older key);
+        return how many.
 
         Run it in transactions of their own until it returns 0: each batch's rows
         are locked until its transaction ends, so several may run at once, and
@@ -389,29 +467,39 @@ class Endpoints:
         return run_sync(tx, self._reseal_plan(self.keyring, limit))
 
     def _reseal_plan(self, keyring: Keyring, limit: int) -> Plan[int]:
-        rows: list[_StoredSecret] = yield (
-            self.queries["secrets_to_reseal"],
-            {"key_id": keyring.current, "limit": limit},
-            _StoredSecret,
-        )
-        secrets = [
-            keyring.seal(
-                keyring.open(Sealed(r.secret, r.key_id), endpoint_id=r.endpoint_id),
-                endpoint_id=r.endpoint_id,
-            ).text
-            for r in rows
-        ]
-        if rows:
-            yield (
-                self.queries["secrets_reseal"],
-                {"key_id": keyring.current, "ids": [r.id for r in rows], "secrets": secrets},
-                None,
+        sealed = 0
+        # signing secrets first, then the endpoints' client keys, in one batch
+        for select, write, kind in (
+            ("secrets_to_reseal", "secrets_reseal", SIGNING_SECRET),
+            ("client_keys_to_reseal", "client_keys_reseal", CLIENT_KEY),
+        ):
+            if sealed == limit:
+                break
+            rows: list[_StoredSecret] = yield (
+                self.queries[select],
+                {"key_id": keyring.current, "limit": limit - sealed},
+                _StoredSecret,
             )
-        return len(rows)
+            secrets = [
+                keyring.seal(
+                    keyring.open(Sealed(r.secret, r.key_id), endpoint_id=r.endpoint_id, kind=kind),
+                    endpoint_id=r.endpoint_id,
+                    kind=kind,
+                ).text
+                for r in rows
+            ]
+            if rows:
+                yield (
+                    self.queries[write],
+                    {"key_id": keyring.current, "ids": [r.id for r in rows], "secrets": secrets},
+                    None,
+                )
+            sealed += len(rows)
+        return sealed
 
     def unsealed(self, tx: Any) -> int:
-        """How many signing secrets are not sealed under the keyring's current key
-        (every plain-text one, and without a keyring every secret)."""
+        """How many signing secrets and client keys are not sealed under the
+        keyring's current key (every plain-text one, and without a keyring all)."""
         current = self.keyring.current if self.keyring is not None else None
         counts: list[int] = run_sync(
             tx, rows_plan(self.queries["secrets_unsealed_count"], {"key_id": current}, scalar)

@@ -6,7 +6,9 @@ a :class:`Keyring` configured, each secret is stored sealed: the base64 of a
 random 96-bit nonce followed by the AES-GCM ciphertext and tag, in the secret's
 own column, with the id of the key that sealed it beside it (no key id: plain
 text, as stored before keys existed). The associated data names the endpoint,
-so a sealed value copied onto another endpoint's row does not open there.
+so a sealed value copied onto another endpoint's row does not open there, and
+what the value is (a signing secret, or :data:`CLIENT_KEY`, an endpoint's TLS
+private key), so that one does not open as the other.
 
 A keyring holds one or more keys: the first seals, every one opens. Rotating
 keys is adding the new one first, re-sealing (``outbox endpoints rekey``), then
@@ -37,7 +39,9 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 __all__ = [
+    "CLIENT_KEY",
     "KEY_BYTES",
+    "SIGNING_SECRET",
     "Keyring",
     "SealBroken",
     "Sealed",
@@ -128,8 +132,15 @@ def parse_keys(text: str, field: str) -> list[bytes]:
     return keys
 
 
-def _aad(endpoint_id: int) -> bytes:
-    return f"outbox endpoint {endpoint_id}".encode()
+SIGNING_SECRET = ""
+"""What a sealed value is: a signing secret (the associated data of 0008's
+values, unchanged)."""
+CLIENT_KEY = "client key"
+"""What a sealed value is: an endpoint's client private key, for mutual TLS."""
+
+
+def _aad(endpoint_id: int, kind: str) -> bytes:
+    return f"outbox endpoint {endpoint_id}{' ' if kind else ''}{kind}".encode()
 
 
 class Keyring:
@@ -176,15 +187,17 @@ class Keyring:
         """Those of ``ids`` this keyring does not hold, sorted."""
         return sorted(set(ids) - set(self._ciphers))
 
-    def seal(self, secret: str, *, endpoint_id: int) -> Sealed:
-        """``secret`` sealed under the current key for ``endpoint_id``."""
+    def seal(self, secret: str, *, endpoint_id: int, kind: str = SIGNING_SECRET) -> Sealed:
+        """``secret`` (a value of ``kind``) sealed under the current key for
+        ``endpoint_id``."""
         nonce = os.urandom(NONCE_BYTES)
         cipher = self._ciphers[self.current]
-        sealed = nonce + cipher.encrypt(nonce, secret.encode(), _aad(endpoint_id))
+        sealed = nonce + cipher.encrypt(nonce, secret.encode(), _aad(endpoint_id, kind))
         return Sealed(base64.b64encode(sealed).decode("ascii"), self.current)
 
-    def open(self, stored: Sealed, *, endpoint_id: int) -> str:
-        """The secret ``stored`` holds for ``endpoint_id`` (plain text as it is).
+    def open(self, stored: Sealed, *, endpoint_id: int, kind: str = SIGNING_SECRET) -> str:
+        """The secret ``stored`` holds for ``endpoint_id`` (plain text as it is),
+        sealed as a value of ``kind``.
 
         Raises :class:`SecretKeyMissing` when its key is not held, and
         :class:`SealBroken` when it does not open.
@@ -198,25 +211,29 @@ class Keyring:
             raise SecretKeyMissing(stored.key_id)
         try:
             raw = base64.b64decode(stored.text, validate=True)
-            plain = cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(endpoint_id))
+            plain = cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(endpoint_id, kind))
         except (binascii.Error, InvalidTag, ValueError):
             raise SealBroken(stored.key_id, endpoint_id) from None
         return plain.decode()
 
 
-def open_secret(keyring: Keyring | None, stored: Sealed, *, endpoint_id: int) -> str:
+def open_secret(
+    keyring: Keyring | None, stored: Sealed, *, endpoint_id: int, kind: str = SIGNING_SECRET
+) -> str:
     """The secret ``stored`` holds: plain text as it is, a sealed one opened by
     ``keyring`` (:class:`SecretKeyMissing` without one that holds its key)."""
     if stored.key_id is None:
         return stored.text
     if keyring is None:
         raise SecretKeyMissing(stored.key_id)
-    return keyring.open(stored, endpoint_id=endpoint_id)
+    return keyring.open(stored, endpoint_id=endpoint_id, kind=kind)
 
 
-def seal_secret(keyring: Keyring | None, secret: str, *, endpoint_id: int) -> Sealed:
+def seal_secret(
+    keyring: Keyring | None, secret: str, *, endpoint_id: int, kind: str = SIGNING_SECRET
+) -> Sealed:
     """``secret`` as it is stored: sealed under the current key, or plain text
     without a keyring."""
     if keyring is None:
         return Sealed(secret, None)
-    return keyring.seal(secret, endpoint_id=endpoint_id)
+    return keyring.seal(secret, endpoint_id=endpoint_id, kind=kind)

@@ -6,6 +6,7 @@ provider that records spans and drops them."""
 from __future__ import annotations
 
 import resource
+import ssl
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
@@ -85,7 +86,13 @@ class NoopClient:
         self.requests = 0
 
     async def request(
-        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes,
+        tls: ssl.SSLContext | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]:
         self.requests += 1
         return 200, {}, b""

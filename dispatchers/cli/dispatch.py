@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from dispatchers.cli._common import (
     Commands,
+    UsageError,
     add_database_options,
     add_secrets_key_option,
     format_duration,
@@ -34,7 +36,21 @@ from dispatchers.cli._common import (
 from dispatchers.cli._exit import ExitCode
 from dispatchers.config import DispatcherConfig, Option, Values
 from dispatchers.log import LEVELS, EventLog
+from dispatchers.proxy import Proxy
 from dispatchers.retry import ExponentialBackoff
+from outbox.errors import ConfigurationError
+
+PROXY_VARIABLE = "OUTBOX_PROXY"
+"""The environment variable that names the proxy when ``--proxy`` does not."""
+
+
+def proxy(text: str) -> Proxy:
+    """A ``--proxy`` argument (its credentials masked in the error)."""
+    try:
+        return Proxy.parse(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("proxy: ")) from None
+
 
 _TYPES: dict[Values, Callable[[str], Any]] = {
     "count": positive_int,
@@ -42,6 +58,7 @@ _TYPES: dict[Values, Callable[[str], Any]] = {
     "seconds_or_zero": seconds_or_zero,
     "span": parse_duration,
     "port": port,
+    "proxy": proxy,
     "text": str,
 }
 """The argument type of each kind of :class:`~dispatchers.config.Option` value."""
@@ -103,6 +120,11 @@ def config_from_args(args: argparse.Namespace) -> DispatcherConfig:
     values = {f.name: getattr(args, f.name) for f, _ in _options()}
     values["allow_networks"] = tuple(values["allow_networks"])
     values["connect_timeout"] = min(args.connect_timeout, args.request_timeout)
+    if values["proxy"] is None and (named := os.environ.get(PROXY_VARIABLE, "").strip()):
+        try:
+            values["proxy"] = Proxy.parse(named)
+        except ConfigurationError as exc:
+            raise UsageError(f"{PROXY_VARIABLE}: {exc}") from None
     return DispatcherConfig(
         schema=args.schema,
         retry_policy=ExponentialBackoff(base=args.retry_base, cap=args.retry_cap),

@@ -6,7 +6,10 @@ A signing secret is printed in full only where it is made (``add``,
 and JSON alike, it is shown by its fingerprint (:func:`outbox.secrets.fingerprint`).
 With a key configured (``--secrets-key-file`` or ``OUTBOX_SECRETS_KEY``), new
 secrets are stored sealed under it, and ``rekey`` seals those that are not (see
-:mod:`outbox.sealing`).
+:mod:`outbox.sealing`). An endpoint's TLS material (``--ca-bundle``,
+``--client-cert`` and ``--client-key``) is read from PEM files and checked
+before anything is written; the private key is sealed like a secret, and only
+digests of the PEM texts are ever shown.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dispatchers.cli._common import (
     resolve_database,
     transaction,
 )
+from dispatchers.cli._endpoint_tls import add_tls_options, naming_tls_options, tls_fields
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
 from dispatchers.cli.destinations import rate_options, rate_text
@@ -84,6 +88,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
         shown = secret.secret if show_secrets else fingerprint(secret.secret)
         until = f" (signs until {cell(secret.expires_at)})" if secret.expires_at else ""
         pairs.append(("secrets" if i == 0 else "", shown + until))
+    pairs += tls_fields(ep)
     pairs += [("created", ep.created_at), ("updated", ep.updated_at)]
     return fields(pairs)
 
@@ -96,7 +101,7 @@ def _endpoints(args: argparse.Namespace) -> Endpoints:
 def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
     metadata = parse_metadata(args.metadata)
     endpoints = _endpoints(args)
-    with transaction(args) as conn:
+    with naming_tls_options(), transaction(args) as conn:
         ep = endpoints.add(
             conn,
             url=args.url,
@@ -107,6 +112,9 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
             max_concurrency=args.max_concurrency,
             rate_limit=args.rate_limit,
             burst=args.burst,
+            ca_bundle=args.ca_bundle,
+            client_cert=args.client_cert,
+            client_key=args.client_key,
         )
     secret = ep.secrets[0].secret
     emit(
@@ -178,16 +186,22 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         args.rate_limit,
         args.burst,
         args.no_rate_limit or None,
+        args.ca_bundle,
+        args.no_ca_bundle or None,
+        args.client_cert,
+        args.client_key,
+        args.no_client_cert or None,
     )
     if all(c is None for c in changes):
         raise UsageError(
             "nothing to change: give --url, --event-type, --all-event-types, --description, "
-            "--metadata, --max-concurrency, --no-max-concurrency, --rate-limit, --burst or "
-            "--no-rate-limit"
+            "--metadata, --max-concurrency, --no-max-concurrency, --rate-limit, --burst, "
+            "--no-rate-limit, --ca-bundle, --no-ca-bundle, --client-cert with --client-key, "
+            "or --no-client-cert"
         )
     metadata = parse_metadata(args.metadata)
     endpoints = _endpoints(args)
-    with transaction(args) as conn:
+    with naming_tls_options(), transaction(args) as conn:
         ep = endpoints.update(
             conn,
             args.id,
@@ -200,6 +214,11 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
             rate_limit=args.rate_limit,
             burst=args.burst,
             clear_rate_limit=args.no_rate_limit,
+            ca_bundle=args.ca_bundle,
+            clear_ca_bundle=args.no_ca_bundle,
+            client_cert=args.client_cert,
+            client_key=args.client_key,
+            clear_client_cert=args.no_client_cert,
         )
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
@@ -358,6 +377,7 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("url", metavar="URL", help="http(s) URL to POST events to")
     fields_options(p, update=False)
     p.add_argument("--secret", help="whsec_... signing secret (default: a new random one)")
+    add_tls_options(p, update=False)
 
     action("list", cmd_endpoints_list, "list the endpoints")
 
@@ -372,6 +392,7 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("--all-event-types", action="store_true", help="subscribe to every event type")
     p.add_argument("--no-max-concurrency", action="store_true", help="remove the cap")
     p.add_argument("--no-rate-limit", action="store_true", help="remove the rate limit")
+    add_tls_options(p, update=True)
 
     p = action("disable", cmd_endpoints_disable, "stop delivering to an endpoint")
     p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")

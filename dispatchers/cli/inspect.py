@@ -218,7 +218,8 @@ def _secrets_warnings(secrets: dict[str, Any], ring: Keyring | None) -> list[str
     warnings = []
     if secrets["plain_text"]:
         warnings.append(
-            f"{secrets['plain_text']} signing secret(s) are stored in plain text: "
+            f"{secrets['plain_text']} signing secret(s) or client key(s) are stored in "
+            "plain text: "
             "configure a key and run `outbox endpoints rekey` (see the README, "
             '"Secrets at rest")'
         )

@@ -327,8 +327,11 @@ GROUP BY e.id
 ORDER BY e.id
 
 -- name: status_secrets
--- Signing secrets by the key that seals them (NULL: plain text).
+-- Signing secrets and client keys by the key that seals them (NULL: plain text).
 SELECT key_id, count(*) AS secrets
-FROM {schema}.endpoint_secrets
+FROM (SELECT key_id FROM {schema}.endpoint_secrets
+      UNION ALL
+      SELECT client_key_id FROM {schema}.endpoints WHERE client_key IS NOT NULL)
+    AS stored (key_id)
 GROUP BY key_id
 ORDER BY key_id NULLS FIRST

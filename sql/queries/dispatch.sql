@@ -92,7 +92,7 @@ policed AS (
 -- a period from now), so that the dispatcher claims again then rather than at
 -- its next poll (nothing notifies it when a slot frees).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        CAST(EXTRACT(epoch FROM min(CASE WHEN s.next_at > now() THEN s.next_at
                                         ELSE now() + s.period END) - now())
             AS double precision)
@@ -330,6 +330,7 @@ WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
         s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+        e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
         CAST(NULL AS double precision) AS rate_wait_s
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
@@ -432,7 +433,8 @@ WITH RECURSIVE {destinations_due}, heads AS (
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context
+        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+        e.ca_bundle, e.client_cert, e.client_key, e.client_key_id
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
  LEFT JOIN LATERAL (
@@ -445,7 +447,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
  ORDER BY c.available_at, c.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM capped
 
 -- name: renew
@@ -886,8 +888,13 @@ WHERE NOT COALESCE(
 ORDER BY needed.n
 
 -- name: preflight_secret_keys
--- The keys that seal signing secrets still in force: a dispatcher must hold each.
-SELECT DISTINCT key_id
+-- The keys that seal signing secrets still in force and client keys: a
+-- dispatcher must hold each.
+SELECT key_id
 FROM {schema}.endpoint_secrets
 WHERE key_id IS NOT NULL AND (expires_at IS NULL OR expires_at > now())
+UNION
+SELECT client_key_id
+FROM {schema}.endpoints
+WHERE client_key_id IS NOT NULL
 ORDER BY key_id

@@ -21,6 +21,8 @@ VALUES (%(id)s, %(secret)s, %(key_id)s)
 SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disabled_reason,
        e.disabled_at, e.failure_streak, e.failing_since, e.last_success_at, e.max_concurrency,
        e.rate_limit_per_s, e.rate_burst, e.created_at, e.updated_at, now(),
+       -- its TLS material: the private key as stored (sealed, or plain text)
+       e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
        -- its signing secrets, newest first (the ids name them to a rotation)
        COALESCE((SELECT jsonb_agg(jsonb_build_object(
                             'id', s.id, 'secret', s.secret, 'key_id', s.key_id,
@@ -56,6 +58,18 @@ SET url = %(url)s,
 WHERE id = %(id)s
 RETURNING id
 
+-- name: endpoint_tls_update
+-- An endpoint's TLS material, as stored: its CA bundle, and its client
+-- certificate with the private key (sealed under client_key_id, or plain text).
+-- The caller holds the endpoint's row lock, or has just inserted it.
+UPDATE {schema}.endpoints
+SET ca_bundle = %(ca_bundle)s,
+    client_cert = %(client_cert)s,
+    client_key = %(client_key)s,
+    client_key_id = %(client_key_id)s,
+    updated_at = now()
+WHERE id = %(id)s
+
 -- name: endpoint_secret_rotate
 -- Sign with a new secret from now on. The retired secrets go (the caller names
 -- those that no longer sign, and the new one if it was stored already); those
@@ -74,10 +88,12 @@ INSERT INTO {schema}.endpoint_secrets (endpoint_id, secret, key_id)
 VALUES (%(id)s, %(secret)s, %(key_id)s)
 
 -- name: secrets_unsealed_count
--- How many signing secrets are not sealed under the key with id key_id (plain
--- text ones included).
-SELECT count(*) FROM {schema}.endpoint_secrets
-WHERE key_id IS DISTINCT FROM %(key_id)s
+-- How many signing secrets and client keys are not sealed under the key with id
+-- key_id (plain text ones included).
+SELECT (SELECT count(*) FROM {schema}.endpoint_secrets
+        WHERE key_id IS DISTINCT FROM %(key_id)s)
+     + (SELECT count(*) FROM {schema}.endpoints
+        WHERE client_key IS NOT NULL AND client_key_id IS DISTINCT FROM %(key_id)s)
 
 -- name: secrets_to_reseal
 -- A batch of signing secrets not sealed under the key with id key_id, locked
@@ -96,6 +112,22 @@ UPDATE {schema}.endpoint_secrets AS s
 SET secret = r.secret, key_id = %(key_id)s
 FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(secrets)s AS text[])) AS r(id, secret)
 WHERE s.id = r.id
+
+-- name: client_keys_to_reseal
+-- As secrets_to_reseal, for the endpoints' client keys (the id is the endpoint's).
+SELECT id, id AS endpoint_id, client_key AS secret, client_key_id AS key_id
+FROM {schema}.endpoints
+WHERE client_key IS NOT NULL AND client_key_id IS DISTINCT FROM %(key_id)s
+ORDER BY id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: client_keys_reseal
+-- Write a batch of client keys sealed again, all under key_id.
+UPDATE {schema}.endpoints AS e
+SET client_key = r.secret, client_key_id = %(key_id)s
+FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(secrets)s AS text[])) AS r(id, secret)
+WHERE e.id = r.id
 
 -- name: endpoint_disable
 -- Disable an endpoint and pause its waiting messages: they are neither attempted

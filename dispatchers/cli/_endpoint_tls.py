@@ -1,0 +1,96 @@
+"""The TLS options of ``outbox endpoints add`` and ``update``: a CA bundle, a
+client certificate and its key, each read from a PEM file.
+
+The files are read here and checked by :mod:`outbox._endpoint_tls` before
+anything is written; refused material is a usage error naming its option. Only
+digests of the PEM texts are ever shown, and of the key only how it is stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from dispatchers.cli._common import UsageError
+from outbox._endpoint_tls import MAX_PEM, pem_digest
+from outbox.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from outbox.endpoints import Endpoint
+
+_TLS_OPTIONS = {
+    "ca_bundle": "--ca-bundle",
+    "clear_ca_bundle": "--no-ca-bundle",
+    "client_cert": "--client-cert",
+    "client_key": "--client-key",
+    "clear_client_cert": "--no-client-cert",
+}
+"""The option that gives each TLS argument of an endpoint."""
+
+
+def pem_file(path: str) -> str:
+    """The PEM text of the file ``path`` (checked by :mod:`outbox._endpoint_tls`)."""
+    try:
+        with open(path, encoding="ascii") as file:
+            return file.read(MAX_PEM + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not PEM text"
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {reason}") from None
+
+
+@contextmanager
+def naming_tls_options() -> Iterator[None]:
+    """Refused TLS material is a usage error naming the option that gave it."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        if exc.field not in _TLS_OPTIONS:
+            raise
+        raise UsageError(f"{_TLS_OPTIONS[exc.field]}: {exc.problem}") from None
+
+
+def tls_fields(ep: Endpoint) -> list[tuple[str, object]]:
+    """What ``show`` says of the endpoint's TLS material: digests, and how its key
+    is stored."""
+    key = None
+    if ep.client_key is not None:
+        sealed_by = ep.client_key.key_id
+        key = f"sealed under key {sealed_by}" if sealed_by else "stored in plain text"
+    bundle, cert = pem_digest(ep.ca_bundle), pem_digest(ep.client_cert)
+    return [
+        ("CA bundle", bundle and f"sha256 {bundle}"),
+        ("client cert", cert and f"sha256 {cert}"),
+        ("client key", key),
+    ]
+
+
+def add_tls_options(p: argparse.ArgumentParser, *, update: bool) -> None:
+    """The options of ``add`` (and, with ``update``, of ``update``) that set TLS material."""
+    p.add_argument(
+        "--ca-bundle",
+        type=pem_file,
+        metavar="FILE",
+        help="PEM certificates its deliveries verify against, instead of the system's roots",
+    )
+    p.add_argument(
+        "--client-cert",
+        type=pem_file,
+        metavar="FILE",
+        help="PEM client certificate (and chain) its deliveries present; with --client-key",
+    )
+    p.add_argument(
+        "--client-key",
+        type=pem_file,
+        metavar="FILE",
+        help="the client certificate's unencrypted PEM private key, sealed at rest "
+        "with a key configured",
+    )
+    if update:
+        p.add_argument(
+            "--no-ca-bundle", action="store_true", help="verify against the system's roots again"
+        )
+        p.add_argument(
+            "--no-client-cert", action="store_true", help="remove the client certificate and key"
+        )

@@ -1,0 +1,97 @@
+"""The forward proxy every delivery goes through, when one is configured.
+
+An HTTP proxy (``http://[user:password@]host:port``): https destinations are
+reached through a ``CONNECT`` tunnel, so TLS runs end to end between the
+dispatcher and the destination and the proxy sees only the host and port; plain
+http ones are sent to the proxy in absolute form. Credentials in the URL become
+``Proxy-Authorization: Basic`` and are kept apart from the URL as soon as it is
+parsed: the URL the HTTP clients are given has none, and :class:`Proxy` shows
+itself with them masked, so neither a log line, an error nor a ``repr`` can carry
+them.
+
+The SSRF guard still applies to the destination (see
+:class:`~dispatchers.ssrf.ProxiedDestinations`); the proxy's own address may be
+anything, a private one included, since reaching it is the point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+from outbox.errors import ConfigurationError
+
+__all__ = ["Proxy"]
+
+_MASK = "***"
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """A forward proxy: where it is, and the credentials it asks for (if any).
+
+    Make one with :meth:`parse`; ``str()`` and ``repr()`` mask the credentials.
+    """
+
+    url: str
+    """``http://host:port``, without credentials."""
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def parse(cls, text: str) -> Proxy:
+        """The proxy ``text`` names; raise ``ConfigurationError`` (with the
+        credentials masked) unless it is ``http://[user[:password]@]host[:port]``
+        with nothing after the port but an optional ``/``."""
+        if not isinstance(text, str):
+            raise ConfigurationError(f"proxy: must be a URL, not {type(text).__name__}")
+        parts = urlsplit(text.strip())
+        shown = _masked(text.strip())
+        if parts.scheme != "http":
+            raise ConfigurationError(
+                f"proxy: {shown} must be an http:// URL (https destinations go through "
+                "it in a CONNECT tunnel, so TLS still runs end to end)"
+            )
+        try:
+            port = parts.port
+        except ValueError:
+            raise ConfigurationError(f"proxy: {shown} has an invalid port") from None
+        host = parts.hostname
+        if not host:
+            raise ConfigurationError(f"proxy: {shown} names no host")
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ConfigurationError(f"proxy: {shown} must have no path, query or fragment")
+        netloc = f"[{host}]" if ":" in host else host
+        url = f"http://{netloc}:{port or 80}"
+        if parts.username is None:
+            return cls(url)
+        return cls(url, unquote(parts.username), unquote(parts.password or ""))
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        """The user name and password the proxy is given, if any."""
+        if self.username is None:
+            return None
+        return self.username, self.password or ""
+
+    def __str__(self) -> str:
+        if self.username is None:
+            return self.url
+        return self.url.replace("://", f"://{_MASK}@", 1)
+
+
+def _masked(text: str) -> str:
+    """``text`` with whatever sits between ``://`` and the last ``@`` of its
+    authority masked, so that an error about a malformed URL never shows it."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return repr(_MASK) if "@" in text else repr(text)
+    authority_end = len(rest)
+    for mark in "/?#":
+        position = rest.find(mark)
+        if position != -1:
+            authority_end = min(authority_end, position)
+    authority = rest[:authority_end]
+    if "@" in authority:
+        authority = _MASK + authority[authority.rfind("@") :]
+    return repr(f"{scheme}://{authority}{rest[authority_end:]}")
