@@ -21,6 +21,7 @@ from outbox._endpoint_fields import (
     check_metadata,
     check_subscriptions,
 )
+from outbox._filters import check_filter
 from outbox._message import check_url
 from outbox._queries import Queries, queries_for
 from outbox._transaction import Plan, rows_plan, run_sync, scalar
@@ -67,6 +68,8 @@ class Endpoint:
     max_concurrency: int | None
     created_at: datetime
     updated_at: datetime
+    #: a JMESPath expression on the payload that an event must pass (outbox._filters)
+    filter: str | None = None
 
     def active_secrets(self, now: datetime) -> list[str]:
         """The secrets that sign right now (more than one during a rotation)."""
@@ -95,6 +98,7 @@ class Endpoint:
             "failing_since": self.failing_since,
             "last_success_at": self.last_success_at,
             "max_concurrency": self.max_concurrency,
+            "filter": self.filter,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
@@ -125,6 +129,7 @@ class _EndpointRow(NamedTuple):
     now: datetime
     #: jsonb, likewise: [{"id", "secret", "key_id", "expires_at"}], newest first
     secrets: Any
+    filter: str | None
 
     def stored_secrets(self, keyring: Keyring | None) -> list[tuple[int, Secret]]:
         """The endpoint's secrets, opened by ``keyring``, with the ids of their
@@ -158,6 +163,7 @@ class _EndpointRow(NamedTuple):
             max_concurrency=self.max_concurrency,
             created_at=self.created_at,
             updated_at=self.updated_at,
+            filter=self.filter,
         )
 
 
@@ -207,14 +213,21 @@ class Endpoints:
         description: str = "",
         metadata: Mapping[str, Any] | None = None,
         max_concurrency: int | None = None,
+        filter: str | None = None,
     ) -> Endpoint:
-        """Create an endpoint; a ``whsec_`` secret is generated unless given."""
+        """Create an endpoint; a ``whsec_`` secret is generated unless given.
+
+        ``filter`` is a JMESPath expression that an event's payload must pass
+        for the endpoint to get it (see ``outbox._filters``); checked here, and
+        refused as :class:`outbox.InvalidMessage` naming ``filter``.
+        """
         params = {
             "url": check_url(url),
             "event_types": check_subscriptions(event_types),
             "description": check_description(description),
             "metadata": json.dumps(check_metadata(metadata)),
             "max_concurrency": check_max_concurrency(max_concurrency),
+            "filter": check_filter(filter),
         }
         new = check_secret(secret) if secret is not None else generate_secret()
         return run_sync(tx, self._insert_plan(params, new))
@@ -279,8 +292,11 @@ class Endpoints:
         metadata: Mapping[str, Any] | None = None,
         max_concurrency: int | None = None,
         clear_max_concurrency: bool = False,
+        filter: str | None = None,
+        clear_filter: bool = False,
     ) -> Endpoint:
-        """Change the given fields; the others keep their value."""
+        """Change the given fields; the others keep their value. ``clear_*``
+        removes the cap, or the filter."""
         changes: dict[str, Any] = {}
         if url is not None:
             changes["url"] = check_url(url)
@@ -294,6 +310,10 @@ class Endpoints:
             changes["max_concurrency"] = check_max_concurrency(max_concurrency)
         elif clear_max_concurrency:
             changes["max_concurrency"] = None
+        if filter is not None:
+            changes["filter"] = check_filter(filter)
+        elif clear_filter:
+            changes["filter"] = None
         return run_sync(tx, self._update_plan(endpoint_id, changes, rotate=None))
 
     def rotate_secret(
@@ -333,6 +353,7 @@ class Endpoints:
             "description": changes.get("description", current.description),
             "metadata": json.dumps(changes.get("metadata", current.metadata)),
             "max_concurrency": changes.get("max_concurrency", current.max_concurrency),
+            "filter": changes.get("filter", current.filter),
         }
         yield self.queries["endpoint_update"], params, None
         if rotate is not None:

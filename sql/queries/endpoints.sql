@@ -4,9 +4,10 @@
 -- name: endpoint_insert
 -- An endpoint; its first signing secret follows (endpoint_secret_insert), sealed
 -- for the id this returns.
-INSERT INTO {schema}.endpoints (url, description, event_types, metadata, max_concurrency)
+INSERT INTO {schema}.endpoints (url, description, event_types, metadata, max_concurrency,
+                               filter)
 VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]),
-        CAST(%(metadata)s AS jsonb), %(max_concurrency)s)
+        CAST(%(metadata)s AS jsonb), %(max_concurrency)s, %(filter)s)
 RETURNING id
 
 -- name: endpoint_secret_insert
@@ -45,7 +46,8 @@ SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disab
                             'expires_at', s.expires_at)
                         ORDER BY s.id DESC)
                  FROM {schema}.endpoint_secrets AS s
-                 WHERE s.endpoint_id = e.id), '[]') AS secrets
+                 WHERE s.endpoint_id = e.id), '[]') AS secrets,
+       e.filter
 FROM {schema}.endpoints AS e
 
 -- name: endpoint_get
@@ -68,6 +70,7 @@ SET url = %(url)s,
     event_types = CAST(%(event_types)s AS text[]),
     metadata = CAST(%(metadata)s AS jsonb),
     max_concurrency = %(max_concurrency)s,
+    filter = %(filter)s,
     updated_at = now()
 WHERE id = %(id)s
 RETURNING id
