@@ -29,11 +29,13 @@ from dispatchers.cli._common import (
     integer,
     keyring,
     positive_int,
+    require_extra,
     resolve_database,
     transaction,
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
+from outbox._filters import MAX_FILTER_LENGTH, check_filter
 from outbox.endpoints import (
     DEFAULT_ROTATION_OVERLAP,
     MAX_RESEAL_BATCH,
@@ -67,6 +69,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
         ("url", ep.url),
         ("description", ep.description or None),
         ("event types", ", ".join(ep.event_types) or "* (every event type)"),
+        ("filter", ep.filter),
         ("enabled", "yes" if ep.enabled else f"no: {ep.disabled_reason or 'disabled'}"),
     ]
     if not ep.enabled:
@@ -91,8 +94,17 @@ def _endpoints(args: argparse.Namespace) -> Endpoints:
     return Endpoints(schema=args.schema, keyring=keyring(args))
 
 
+def _payload_filter(args: argparse.Namespace) -> str | None:
+    """``--filter``, checked before any connection is made (refused naming the
+    option, and the character at fault)."""
+    if args.filter is not None:
+        require_extra("filters")
+    return check_filter(args.filter, "--filter")
+
+
 def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
     metadata = parse_metadata(args.metadata)
+    payload_filter = _payload_filter(args)
     endpoints = _endpoints(args)
     with transaction(args) as conn:
         ep = endpoints.add(
@@ -103,6 +115,7 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
             description=args.description,
             metadata=metadata,
             max_concurrency=args.max_concurrency,
+            filter=payload_filter,
         )
     secret = ep.secrets[0].secret
     emit(
@@ -126,6 +139,7 @@ def cmd_endpoints_list(args: argparse.Namespace) -> ExitCode:
             ep.url,
             ep.enabled,
             ", ".join(ep.event_types) or "*",
+            ep.filter,
             ep.failure_streak,
             ep.last_success_at,
             ep.description,
@@ -134,7 +148,16 @@ def cmd_endpoints_list(args: argparse.Namespace) -> ExitCode:
     ]
     text = (
         table(
-            ["ID", "URL", "ENABLED", "EVENT TYPES", "FAILURES", "LAST SUCCESS", "DESCRIPTION"],
+            [
+                "ID",
+                "URL",
+                "ENABLED",
+                "EVENT TYPES",
+                "FILTER",
+                "FAILURES",
+                "LAST SUCCESS",
+                "DESCRIPTION",
+            ],
             rows,
         )
         if rows
@@ -161,6 +184,8 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         raise UsageError("give --event-type or --all-event-types, not both")
     if args.max_concurrency is not None and args.no_max_concurrency:
         raise UsageError("give --max-concurrency or --no-max-concurrency, not both")
+    if args.filter is not None and args.clear_filter:
+        raise UsageError("give --filter or --clear-filter, not both")
     event_types = [] if args.all_event_types else args.event_types
     changes = (
         args.url,
@@ -169,13 +194,16 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         args.metadata,
         args.max_concurrency,
         args.no_max_concurrency or None,
+        args.filter,
+        args.clear_filter or None,
     )
     if all(c is None for c in changes):
         raise UsageError(
             "nothing to change: give --url, --event-type, --all-event-types, --description, "
-            "--metadata, --max-concurrency or --no-max-concurrency"
+            "--metadata, --max-concurrency, --no-max-concurrency, --filter or --clear-filter"
         )
     metadata = parse_metadata(args.metadata)
+    payload_filter = _payload_filter(args)
     endpoints = _endpoints(args)
     with transaction(args) as conn:
         ep = endpoints.update(
@@ -187,6 +215,8 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
             metadata=metadata,
             max_concurrency=args.max_concurrency,
             clear_max_concurrency=args.no_max_concurrency,
+            filter=payload_filter,
+            clear_filter=args.clear_filter,
         )
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
@@ -339,6 +369,18 @@ def add_parser(commands: Commands) -> None:
             metavar="N",
             help="most deliveries in flight to it at once",
         )
+        p.add_argument(
+            "--filter",
+            metavar="EXPR",
+            help="deliver only the events whose payload makes this JMESPath expression "
+            f"truthy (at most {MAX_FILTER_LENGTH} characters; needs the 'filters' extra)",
+        )
+        if update:
+            p.add_argument(
+                "--clear-filter",
+                action="store_true",
+                help="remove the filter: every event of its types again",
+            )
 
     p = action("add", cmd_endpoints_add, "register an endpoint; prints its id and secret")
     p.add_argument("url", metavar="URL", help="http(s) URL to POST events to")

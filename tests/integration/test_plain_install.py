@@ -265,3 +265,18 @@ def test_the_plain_install_migrates_and_names_the_extra_a_command_needs(
     assert sealing.stderr.strip().splitlines() == [
         "outbox: endpoints list needs the 'encryption' extra: pip install 'outbox[encryption]'"
     ]
+    filtering = _outbox(
+        plain_python,
+        tmp_path,
+        "endpoints",
+        "add",
+        "https://example.com/hooks",
+        "--filter",
+        "amount > `100`",
+        "--database-url",
+        database_url,
+    )
+    assert filtering.returncode == 2
+    assert filtering.stderr.strip().splitlines() == [
+        "outbox: endpoints add needs the 'filters' extra: pip install 'outbox[filters]'"
+    ]

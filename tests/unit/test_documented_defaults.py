@@ -13,6 +13,7 @@ from pathlib import Path
 from dispatchers.config import DispatcherConfig
 from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE
 from outbox import Outbox
+from outbox._filters import COMPILED_CACHE, MAX_FAN_OUT, MAX_FILTER_LENGTH
 from outbox.defaults import DEFAULT_WEBHOOK_MAX_ATTEMPTS
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
@@ -58,3 +59,14 @@ def test_a_destination_may_hold_all_but_a_quarter_of_the_request_slots() -> None
     assert (int(bound), int(slots)) == (48, 64)
     config = DispatcherConfig()
     assert (config.per_destination, config.concurrency) == (48, 64)
+
+
+def test_a_filter_is_bounded_to_256_characters_and_a_fan_out_of_4() -> None:
+    length, fan_out = readme(
+        r"A filter has at most (\d+) characters, and its multi-selects .* may multiply "
+        r"what later steps walk by at most (\d+)\."
+    ).groups()
+    assert (int(length), int(fan_out)) == (256, 4)
+    assert (MAX_FILTER_LENGTH, MAX_FAN_OUT) == (256, 4)
+    cached = readme(r"compiled once per process \(the ([\d,]+) most recent texts are kept\)")
+    assert int(cached.group(1).replace(",", "")) == COMPILED_CACHE == 1024
