@@ -104,9 +104,15 @@ def _syntax_error(text: str, exc: Any, exceptions: Any) -> str:
     if isinstance(exc, exceptions.IncompleteExpressionError):
         reason = "the expression is incomplete"
     else:
-        # a LexerError says why in .message; a ParseError in .msg
-        reason = getattr(exc, "message", None) or exc.msg
+        # a LexerError says why in .message; a ParseError in .msg. Either may
+        # quote the token at fault: shown escaped, and cut, to stay one line
+        reason = _one_line(getattr(exc, "message", None) or exc.msg)
     return f"syntax error at character {position + 1}: {reason}"
+
+
+def _one_line(text: str, limit: int = 80) -> str:
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def _nodes(node: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
@@ -186,7 +192,7 @@ class Verdicts:
             function = getattr(exc, "function_name", None)
             log.warning(
                 "an endpoint filter failed on an event of type %s (%s%s) and counts "
-                "as no match: %s",
+                "as no match: %r",
                 self._event_type,
                 type(exc).__name__,
                 f" in {function}()" if function else "",

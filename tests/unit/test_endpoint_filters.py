@@ -31,6 +31,8 @@ def verdicts(texts: list[str], payload: object = PAYLOAD) -> Verdicts:
         ("tags[0", "syntax error at character 7: the expression is incomplete"),
         ("amount ] 3", "syntax error at character 8: Unexpected token: ]"),
         ('"amount', 'syntax error at character 1: Unclosed " delimiter'),
+        # the token at fault is quoted in one line, escaped and cut
+        ("amount == \x00", "syntax error at character 11: Unknown token \\x00"),
         ("total(tags)", "unknown function total()"),
         ("length(tags, note)", "length() takes 1 argument(s), 2 given"),
         ("not_null()", "not_null() takes 1 or more argument(s), 0 given"),
@@ -46,6 +48,14 @@ def test_a_filter_is_refused_naming_the_field_and_where_it_fails(text: str, prob
     with pytest.raises(InvalidMessage) as refused:
         check_filter(text, "--filter")
     assert str(refused.value) == f"--filter: {problem}"
+
+
+def test_a_refusal_quotes_a_long_token_in_one_bounded_line() -> None:
+    with pytest.raises(InvalidMessage) as refused:
+        check_filter("`[1,\n" + "2," * 100 + "`")
+    assert str(refused.value).startswith("filter: syntax error at character 1: Bad token [1,\\n2,")
+    assert str(refused.value).endswith("...") and len(str(refused.value)) < 130
+    assert "\n" not in str(refused.value)
 
 
 def test_a_filter_within_the_bounds_is_kept_as_written() -> None:
@@ -120,9 +130,9 @@ def test_a_filter_that_fails_on_the_payload_does_not_match_and_is_logged_without
     logged = [r.getMessage() for r in caplog.records]
     assert logged == [
         "an endpoint filter failed on an event of type order.paid "
-        "(JMESPathTypeError in length()) and counts as no match: " + wrong_type,
+        "(JMESPathTypeError in length()) and counts as no match: " + repr(wrong_type),
         "an endpoint filter failed on an event of type order.paid "
-        "(TypeError) and counts as no match: " + mixed,
+        "(TypeError) and counts as no match: " + repr(mixed),
     ]
     # the values at fault are not quoted
     assert not any("150" in line or "secret-note" in line for line in logged)
