@@ -170,7 +170,8 @@ class Verdicts:
     def judge(self, texts: Iterable[str]) -> None:
         """Evaluate the texts not judged yet. A filter that fails to evaluate (or
         that no longer compiles) does not match, and is logged."""
-        new = [t for t in dict.fromkeys(texts) if t not in self.evaluated]
+        judged = set(self.evaluated)
+        new = [t for t in dict.fromkeys(texts) if t not in judged]
         if not new:
             return
         if not self.evaluated:
