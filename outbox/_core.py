@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from outbox._digest import event_digest
 from outbox._endpoint_fields import check_event_type
+from outbox._filters import Verdicts
 from outbox._message import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_ATTEMPTS_LIMIT,
@@ -24,6 +25,9 @@ from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOO
 from outbox.errors import ConfigurationError, IdempotencyKeyReused, InvalidMessage, OutboxError
 
 MAX_EVENT_KEY = 200  # the endpoint id is appended to make each message's key
+PUBLISH_ROUNDS = 4
+"""How many times ``publish`` reads the subscribed endpoints' filters before it
+gives up: once to learn them, once more per change made to them meanwhile."""
 
 
 class _Existing(NamedTuple):
@@ -44,11 +48,13 @@ class _Event(NamedTuple):
 class _Published(NamedTuple):
     """The row of ``publish``: the ids it wrote (``created_ids``), or the event
     that held the key already (``existing_ids`` and ``digest``), or neither when a
-    concurrent transaction committed the event while this one waited for it."""
+    concurrent transaction committed the event while this one waited for it, or
+    when subscribed endpoints have filters not judged yet (``unevaluated``)."""
 
     created_ids: list[int] | None
     existing_ids: list[int] | None
     digest: bytes | None
+    unevaluated: list[str]
     notified: None = None
 
 
@@ -240,11 +246,12 @@ class Outbox:
         writes nothing, not even for endpoints subscribed since, and returns the
         first publish's ids; with another ``event_type`` or ``payload`` it raises
         :class:`outbox.IdempotencyKeyReused`. Without a key, a random one is made
-        (no dedupe).
+        (no dedupe). An endpoint with a filter met without the ``filters`` extra
+        installed raises :class:`outbox.ConfigurationError`, and nothing is written.
         """
-        params = self._event(event_type, payload, idempotency_key, ordering_key)
+        params, verdicts = self._event(event_type, payload, idempotency_key, ordering_key)
         with schema_required(self.schema):
-            return run_sync(tx, self._publish_plan(params))
+            return run_sync(tx, self._publish_plan(params, verdicts))
 
     async def publish_async(
         self,
@@ -256,13 +263,15 @@ class Outbox:
         ordering_key: str | None = None,
     ) -> list[int]:
         """As :meth:`publish`, on an asynchronous transaction."""
-        params = self._event(event_type, payload, idempotency_key, ordering_key)
+        params, verdicts = self._event(event_type, payload, idempotency_key, ordering_key)
         with schema_required(self.schema):
-            return await run_async(tx, self._publish_plan(params))
+            return await run_async(tx, self._publish_plan(params, verdicts))
 
     def _event(
         self, event_type: object, payload: object, key: object, ordering_key: object
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], Verdicts]:
+        """The parameters of the ``publish`` statement, and the verdicts of
+        endpoint filters on the payload (none judged yet)."""
         event_type = check_event_type(event_type)
         event_key = check_optional_key(key, "idempotency_key")
         if event_key is not None and len(event_key) > MAX_EVENT_KEY:
@@ -284,7 +293,7 @@ class Outbox:
             )
         except InvalidMessage as exc:
             raise InvalidMessage("payload", exc.problem) from None
-        return {
+        params = {
             "event_type": event_type,
             "event_key": event_key or "evt_" + uuid.uuid4().hex,
             "digest": event_digest(event_type=event_type, payload=data),
@@ -293,10 +302,29 @@ class Outbox:
             "max_attempts": self.webhook_max_attempts,
             "trace_context": current_trace_context(),
         }
+        return params, Verdicts(data, event_type)
 
-    def _publish_plan(self, params: dict[str, Any]) -> Plan[list[int]]:
+    def _publish_plan(self, params: dict[str, Any], verdicts: Verdicts) -> Plan[list[int]]:
         statement = self.queries["publish_notify" if self.notify else "publish"]
-        (row,) = yield statement, params, _Published
+        for _ in range(PUBLISH_ROUNDS):
+            params = {
+                **params,
+                "evaluated": list(verdicts.evaluated),
+                "matched": list(verdicts.matched),
+            }
+            (row,) = yield statement, params, _Published
+            if row.created_ids is not None or row.existing_ids is not None:
+                break
+            if not row.unevaluated:
+                break  # a concurrent publish of the key: read below
+            # nothing was written: the filters met for the first time (or changed
+            # since the last round) are judged, then the event published again
+            verdicts.judge(row.unevaluated)
+        else:
+            raise OutboxError(
+                f"the subscribed endpoints' filters changed during each of {PUBLISH_ROUNDS} "
+                "rounds of publish; nothing was written"
+            )
         if row.created_ids is not None:
             return sorted(row.created_ids)
         if row.existing_ids is not None and row.digest is not None:

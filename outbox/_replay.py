@@ -150,8 +150,8 @@ def replay_event(
     event's payload as the other endpoints did, with the ``webhook-id``
     ``<event key>:<endpoint id>``, and ``budget`` attempts; the event records the
     new message. An endpoint that has the event's message already keeps it (its
-    id comes back, ``created`` False). The endpoint's subscriptions are not
-    consulted: the operator chose it. Raises :class:`InvalidArgument` for a
+    id comes back, ``created`` False). The endpoint's subscriptions and filter
+    are not consulted: the operator chose it. Raises :class:`InvalidArgument` for a
     missing or disabled endpoint, an event key with no record (never published,
     or published longer ago than the retention period), or an event whose
     messages were all purged. ``notify`` wakes listening dispatchers when ``tx``

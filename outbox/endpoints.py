@@ -29,6 +29,7 @@ from outbox._endpoint_fields import (
     check_subscriptions,
 )
 from outbox._endpoint_tls import Tls, TlsChange, pem_digest, stored_tls
+from outbox._filters import check_filter
 from outbox._message import check_url
 from outbox._policy_fields import RateChange, changed_rate, check_rate_change, rate_fields
 from outbox._queries import Queries, queries_for
@@ -93,6 +94,8 @@ class Endpoint:
     """The PEM client certificate its deliveries present (mutual TLS)."""
     client_key: Sealed | None = field(default=None, repr=False)
     """The certificate's private key as stored: sealed, or plain text (no key id)."""
+    #: a JMESPath expression on the payload that an event must pass (outbox._filters)
+    filter: str | None = None
 
     def active_secrets(self, now: datetime) -> list[str]:
         """The secrets that sign right now (more than one during a rotation)."""
@@ -123,6 +126,7 @@ class Endpoint:
             "max_concurrency": self.max_concurrency,
             "rate_limit_per_s": self.rate_limit_per_s,
             "burst": self.burst,
+            "filter": self.filter,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "ca_bundle_sha256": pem_digest(self.ca_bundle),
@@ -162,6 +166,7 @@ class _EndpointRow(NamedTuple):
     client_key_id: str | None
     #: jsonb, likewise: [{"id", "secret", "key_id", "expires_at"}], newest first
     secrets: Any
+    filter: str | None
 
     def stored_secrets(self, keyring: Keyring | None) -> list[tuple[int, Secret]]:
         """The endpoint's secrets, opened by ``keyring``, with the ids of their
@@ -202,6 +207,7 @@ class _EndpointRow(NamedTuple):
             client_key=(
                 None if self.client_key is None else Sealed(self.client_key, self.client_key_id)
             ),
+            filter=self.filter,
         )
 
 
@@ -257,13 +263,17 @@ class Endpoints:
         ca_bundle: str | None = None,
         client_cert: str | None = None,
         client_key: str | None = None,
+        filter: str | None = None,
     ) -> Endpoint:
         """Create an endpoint; a ``whsec_`` secret is generated unless given.
 
         ``ca_bundle``: PEM certificates its deliveries verify against instead of
         the system's roots. ``client_cert`` and ``client_key`` (together): the PEM
         client certificate and private key its deliveries present; the key is
-        sealed when there is a keyring.
+        sealed when there is a keyring. ``filter`` is a JMESPath expression that
+        an event's payload must pass for the endpoint to get it (see
+        ``outbox._filters``); checked here, and refused as
+        :class:`outbox.InvalidMessage` naming ``filter``.
         """
         params = {
             "url": check_url(url),
@@ -272,6 +282,7 @@ class Endpoints:
             "metadata": json.dumps(check_metadata(metadata)),
             "max_concurrency": check_max_concurrency(max_concurrency),
             **rate_fields(rate_limit, burst),
+            "filter": check_filter(filter),
         }
         new = check_secret(secret) if secret is not None else generate_secret()
         change = TlsChange.of(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
@@ -349,13 +360,15 @@ class Endpoints:
         client_cert: str | None = None,
         client_key: str | None = None,
         clear_client_cert: bool = False,
+        filter: str | None = None,
+        clear_filter: bool = False,
     ) -> Endpoint:
         """Change the given fields; the others keep their value. A new
         ``rate_limit`` without a ``burst`` gets the default burst.
 
         ``client_cert`` and ``client_key`` are given together; ``clear_ca_bundle``
         and ``clear_client_cert`` remove them (the system's roots, no client
-        certificate).
+        certificate); ``clear_filter`` removes the filter.
         """
         changes: dict[str, Any] = {}
         if url is not None:
@@ -371,6 +384,10 @@ class Endpoints:
         elif clear_max_concurrency:
             changes["max_concurrency"] = None
         changes["rate"] = check_rate_change(rate_limit, burst, clear=clear_rate_limit)
+        if filter is not None:
+            changes["filter"] = check_filter(filter)
+        elif clear_filter:
+            changes["filter"] = None
         tls = TlsChange.of(
             ca_bundle=ca_bundle,
             clear_ca_bundle=clear_ca_bundle,
@@ -424,6 +441,7 @@ class Endpoints:
             **changed_rate(
                 RateChange(current.rate_limit_per_s, current.burst), changes.get("rate")
             ),
+            "filter": changes.get("filter", current.filter),
         }
         yield self.queries["endpoint_update"], params, None
         if tls is not None:

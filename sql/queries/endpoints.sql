@@ -5,10 +5,12 @@
 -- An endpoint; its first signing secret follows (endpoint_secret_insert), sealed
 -- for the id this returns.
 INSERT INTO {schema}.endpoints (
-    url, description, event_types, metadata, max_concurrency, rate_limit_per_s, rate_burst
+    url, description, event_types, metadata, max_concurrency, rate_limit_per_s, rate_burst,
+    filter
 )
 VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]),
-        CAST(%(metadata)s AS jsonb), %(max_concurrency)s, %(rate_limit)s, %(burst)s)
+        CAST(%(metadata)s AS jsonb), %(max_concurrency)s, %(rate_limit)s, %(burst)s,
+        %(filter)s)
 RETURNING id
 
 -- name: endpoint_secret_insert
@@ -29,7 +31,8 @@ SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disab
                             'expires_at', s.expires_at)
                         ORDER BY s.id DESC)
                  FROM {schema}.endpoint_secrets AS s
-                 WHERE s.endpoint_id = e.id), '[]') AS secrets
+                 WHERE s.endpoint_id = e.id), '[]') AS secrets,
+       e.filter
 FROM {schema}.endpoints AS e
 
 -- name: endpoint_get
@@ -54,6 +57,7 @@ SET url = %(url)s,
     max_concurrency = %(max_concurrency)s,
     rate_limit_per_s = %(rate_limit)s,
     rate_burst = %(burst)s,
+    filter = %(filter)s,
     updated_at = now()
 WHERE id = %(id)s
 RETURNING id

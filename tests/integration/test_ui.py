@@ -98,6 +98,16 @@ async def test_hostile_values_render_as_text_on_every_page(db: Db) -> None:
     assert all(escaped in page for _, page in pages)  # shown, as text
 
 
+async def test_an_endpoints_page_shows_its_payload_filter_as_text(db: Db) -> None:
+    payload_filter = f"key != '{HOSTILE}' && amount > `10`"
+    endpoint = db.endpoint(filter=payload_filter)
+    async with running(db.url) as ui:
+        status, page = await ui.get(f"/endpoints/{endpoint}")
+    assert status == 200
+    assert "<script>alert" not in page
+    assert f'<code id="filter">{escape(payload_filter)}</code>' in page
+
+
 async def test_a_message_is_found_by_id_key_and_state_and_shows_its_attempts(db: Db) -> None:
     dead = db.enqueue("order-42")
     db.kill(dead, attempts=3)

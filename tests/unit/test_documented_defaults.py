@@ -13,6 +13,7 @@ from pathlib import Path
 from dispatchers.config import DispatcherConfig
 from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE
 from outbox import Outbox
+from outbox._filters import COMPILED_CACHE, MAX_FAN_OUT, MAX_FILTER_LENGTH
 from outbox._policy_fields import DEFAULT_MAX_BURST, MAX_BURST, default_burst
 from outbox.defaults import DEFAULT_WEBHOOK_MAX_ATTEMPTS
 
@@ -71,3 +72,14 @@ def test_a_rate_limits_default_burst_is_a_seconds_worth_from_1_to_10() -> None:
     assert int(largest) == MAX_BURST == 100
     for rate, burst in zip(examples[::2], examples[1::2], strict=True):
         assert default_burst(float(rate)) == int(burst)
+
+
+def test_a_filter_is_bounded_to_256_characters_and_a_fan_out_of_4() -> None:
+    length, fan_out = readme(
+        r"A filter has at most (\d+) characters, and its multi-selects .* may multiply "
+        r"what later steps walk by at most (\d+)\."
+    ).groups()
+    assert (int(length), int(fan_out)) == (256, 4)
+    assert (MAX_FILTER_LENGTH, MAX_FAN_OUT) == (256, 4)
+    cached = readme(r"compiled once per process \(the ([\d,]+) most recent texts are kept\)")
+    assert int(cached.group(1).replace(",", "")) == COMPILED_CACHE == 1024
