@@ -40,6 +40,9 @@ class Job:
     trace_context: dict[str, str] | None = None
     """The W3C context (``traceparent``, ``tracestate``) of the span that wrote
     the message: each attempt's span is its child (:mod:`dispatchers.tracing`)."""
+    retry_schedule: list[float] | None = None
+    """The delays before its retries: its endpoint's schedule, else its event
+    type's, else None for the dispatcher's default (:func:`dispatchers.retry.policy_for`)."""
     secrets_unavailable: str | None = None
     """Why the endpoint's secrets could not be opened (naming the key): the
     message must not be sent unsigned."""

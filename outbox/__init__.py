@@ -23,6 +23,7 @@ from outbox.errors import (
     OutboxError,
     SchemaNotMigrated,
 )
+from outbox.event_types import EventType, EventTypes
 from outbox.migrations import migrate
 from outbox.receiver import Inbox, idempotency_key, verify
 
@@ -33,6 +34,8 @@ __all__ = [
     "ConfigurationError",
     "Endpoint",
     "Endpoints",
+    "EventType",
+    "EventTypes",
     "IdempotencyKeyReused",
     "Inbox",
     "InvalidArgument",

@@ -23,6 +23,7 @@ from outbox._endpoint_fields import (
 )
 from outbox._message import check_url
 from outbox._queries import Queries, queries_for
+from outbox._retry_schedule import check_retry_schedule
 from outbox._transaction import Plan, rows_plan, run_sync, scalar
 from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import InvalidArgument, InvalidMessage
@@ -67,6 +68,9 @@ class Endpoint:
     max_concurrency: int | None
     created_at: datetime
     updated_at: datetime
+    retry_schedule: list[float] | None = None
+    """Seconds before each retry of its messages (the last repeats); None: the
+    event type's schedule, else the dispatcher's default."""
 
     def active_secrets(self, now: datetime) -> list[str]:
         """The secrets that sign right now (more than one during a rotation)."""
@@ -95,6 +99,7 @@ class Endpoint:
             "failing_since": self.failing_since,
             "last_success_at": self.last_success_at,
             "max_concurrency": self.max_concurrency,
+            "retry_schedule": self.retry_schedule,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
@@ -123,6 +128,7 @@ class _EndpointRow(NamedTuple):
     created_at: datetime
     updated_at: datetime
     now: datetime
+    retry_schedule: list[float] | None
     #: jsonb, likewise: [{"id", "secret", "key_id", "expires_at"}], newest first
     secrets: Any
 
@@ -158,6 +164,7 @@ class _EndpointRow(NamedTuple):
             max_concurrency=self.max_concurrency,
             created_at=self.created_at,
             updated_at=self.updated_at,
+            retry_schedule=self.retry_schedule,
         )
 
 
@@ -207,14 +214,18 @@ class Endpoints:
         description: str = "",
         metadata: Mapping[str, Any] | None = None,
         max_concurrency: int | None = None,
+        retry_schedule: Iterable[float] | None = None,
     ) -> Endpoint:
-        """Create an endpoint; a ``whsec_`` secret is generated unless given."""
+        """Create an endpoint; a ``whsec_`` secret is generated unless given.
+        ``retry_schedule`` lists the seconds before each retry of its messages
+        (the last repeats; see :mod:`outbox._retry_schedule`)."""
         params = {
             "url": check_url(url),
             "event_types": check_subscriptions(event_types),
             "description": check_description(description),
             "metadata": json.dumps(check_metadata(metadata)),
             "max_concurrency": check_max_concurrency(max_concurrency),
+            "retry_schedule": check_retry_schedule(retry_schedule),
         }
         new = check_secret(secret) if secret is not None else generate_secret()
         return run_sync(tx, self._insert_plan(params, new))
@@ -279,6 +290,8 @@ class Endpoints:
         metadata: Mapping[str, Any] | None = None,
         max_concurrency: int | None = None,
         clear_max_concurrency: bool = False,
+        retry_schedule: Iterable[float] | None = None,
+        clear_retry_schedule: bool = False,
     ) -> Endpoint:
         """Change the given fields; the others keep their value."""
         changes: dict[str, Any] = {}
@@ -294,6 +307,10 @@ class Endpoints:
             changes["max_concurrency"] = check_max_concurrency(max_concurrency)
         elif clear_max_concurrency:
             changes["max_concurrency"] = None
+        if retry_schedule is not None:
+            changes["retry_schedule"] = check_retry_schedule(retry_schedule)
+        elif clear_retry_schedule:
+            changes["retry_schedule"] = None
         return run_sync(tx, self._update_plan(endpoint_id, changes, rotate=None))
 
     def rotate_secret(
@@ -333,6 +350,7 @@ class Endpoints:
             "description": changes.get("description", current.description),
             "metadata": json.dumps(changes.get("metadata", current.metadata)),
             "max_concurrency": changes.get("max_concurrency", current.max_concurrency),
+            "retry_schedule": changes.get("retry_schedule", current.retry_schedule),
         }
         yield self.queries["endpoint_update"], params, None
         if rotate is not None:

@@ -25,11 +25,13 @@ from dispatchers.cli._common import (
     add_secrets_key_option,
     confirm,
     database_id,
+    format_schedule,
     hours,
     integer,
     keyring,
     positive_int,
     resolve_database,
+    retry_schedule,
     transaction,
 )
 from dispatchers.cli._exit import ExitCode
@@ -76,6 +78,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
         ("failing since", ep.failing_since),
         ("last success", ep.last_success_at),
         ("max concurrency", ep.max_concurrency),
+        ("retry schedule", format_schedule(ep.retry_schedule)),
         ("metadata", json.dumps(ep.metadata) if ep.metadata else None),
     ]
     for i, secret in enumerate(ep.secrets):
@@ -103,6 +106,7 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
             description=args.description,
             metadata=metadata,
             max_concurrency=args.max_concurrency,
+            retry_schedule=args.retry_schedule,
         )
     secret = ep.secrets[0].secret
     emit(
@@ -161,6 +165,8 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         raise UsageError("give --event-type or --all-event-types, not both")
     if args.max_concurrency is not None and args.no_max_concurrency:
         raise UsageError("give --max-concurrency or --no-max-concurrency, not both")
+    if args.retry_schedule is not None and args.no_retry_schedule:
+        raise UsageError("give --retry-schedule or --no-retry-schedule, not both")
     event_types = [] if args.all_event_types else args.event_types
     changes = (
         args.url,
@@ -169,11 +175,14 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         args.metadata,
         args.max_concurrency,
         args.no_max_concurrency or None,
+        args.retry_schedule,
+        args.no_retry_schedule or None,
     )
     if all(c is None for c in changes):
         raise UsageError(
             "nothing to change: give --url, --event-type, --all-event-types, --description, "
-            "--metadata, --max-concurrency or --no-max-concurrency"
+            "--metadata, --max-concurrency, --no-max-concurrency, --retry-schedule or "
+            "--no-retry-schedule"
         )
     metadata = parse_metadata(args.metadata)
     endpoints = _endpoints(args)
@@ -187,6 +196,8 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
             metadata=metadata,
             max_concurrency=args.max_concurrency,
             clear_max_concurrency=args.no_max_concurrency,
+            retry_schedule=args.retry_schedule,
+            clear_retry_schedule=args.no_retry_schedule,
         )
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
@@ -340,9 +351,20 @@ def add_parser(commands: Commands) -> None:
             help="most deliveries in flight to it at once",
         )
 
+    def retry_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--retry-schedule",
+            type=retry_schedule,
+            metavar="DELAYS",
+            help="delays before each retry of its messages, e.g. 5s,1m,10m,1h (the last "
+            "repeats until the attempts are spent; default: the event type's schedule, "
+            "else the dispatcher's)",
+        )
+
     p = action("add", cmd_endpoints_add, "register an endpoint; prints its id and secret")
     p.add_argument("url", metavar="URL", help="http(s) URL to POST events to")
     fields_options(p, update=False)
+    retry_options(p)
     p.add_argument("--secret", help="whsec_... signing secret (default: a new random one)")
 
     action("list", cmd_endpoints_list, "list the endpoints")
@@ -357,6 +379,12 @@ def add_parser(commands: Commands) -> None:
     fields_options(p, update=True)
     p.add_argument("--all-event-types", action="store_true", help="subscribe to every event type")
     p.add_argument("--no-max-concurrency", action="store_true", help="remove the cap")
+    retry_options(p)
+    p.add_argument(
+        "--no-retry-schedule",
+        action="store_true",
+        help="drop its retry schedule (the event type's or the dispatcher's applies)",
+    )
 
     p = action("disable", cmd_endpoints_disable, "stop delivering to an endpoint")
     p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")

@@ -94,6 +94,14 @@ alone AS (
     WHERE d.destination IS NOT NULL  -- the row that ends the list
 )
 
+-- fragment: retry_schedule
+-- The retry schedule of a claimed message "c" whose endpoint is "e": the
+-- endpoint's, else its event type's (one primary key probe, made only when the
+-- endpoint has none), else NULL for the dispatcher's default.
+CAST(COALESCE(e.retry_schedule,
+              (SELECT t.retry_schedule FROM {schema}.event_types AS t
+               WHERE t.event_type = c.event_type)) AS double precision[]) AS retry_schedule
+
 -- name: claim
 -- Claim up to %(limit)s due messages for one dispatcher, shared fairly across
 -- their destinations (an endpoint, or the origin of a plain message's URL), in
@@ -228,7 +236,8 @@ WITH RECURSIVE {destinations_due}, heads AS (
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-       s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context
+       s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+       {retry_schedule}
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
 -- the signing secrets still in force (several during a rotation), newest first,
@@ -329,7 +338,8 @@ WITH RECURSIVE {destinations_due}, heads AS (
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context
+        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+        {retry_schedule}
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
  LEFT JOIN LATERAL (
@@ -342,7 +352,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
  ORDER BY c.available_at, c.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL
+       NULL, NULL, NULL, NULL
 FROM capped
 
 -- name: renew
@@ -773,7 +783,8 @@ FROM (VALUES
     (15, 'endpoint_secrets', 'SELECT'),
     (16, 'endpoint_slots', 'SELECT'), (17, 'endpoint_slots', 'UPDATE'),
     (18, 'endpoint_slots', 'DELETE'),
-    (19, 'events', 'SELECT'), (20, 'events', 'UPDATE'), (21, 'events', 'DELETE')
+    (19, 'events', 'SELECT'), (20, 'events', 'UPDATE'), (21, 'events', 'DELETE'),
+    (22, 'event_types', 'SELECT')
 ) AS needed(n, table_name, privilege)
 CROSS JOIN LATERAL (
     SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))

@@ -4,9 +4,12 @@
 -- name: endpoint_insert
 -- An endpoint; its first signing secret follows (endpoint_secret_insert), sealed
 -- for the id this returns.
-INSERT INTO {schema}.endpoints (url, description, event_types, metadata, max_concurrency)
+INSERT INTO {schema}.endpoints (
+    url, description, event_types, metadata, max_concurrency, retry_schedule
+)
 VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]),
-        CAST(%(metadata)s AS jsonb), %(max_concurrency)s)
+        CAST(%(metadata)s AS jsonb), %(max_concurrency)s,
+        CAST(%(retry_schedule)s AS double precision[]))
 RETURNING id
 
 -- name: endpoint_secret_insert
@@ -39,6 +42,7 @@ SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM removed)
 SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disabled_reason,
        e.disabled_at, e.failure_streak, e.failing_since, e.last_success_at, e.max_concurrency,
        e.created_at, e.updated_at, now(),
+       CAST(e.retry_schedule AS double precision[]) AS retry_schedule,
        -- its signing secrets, newest first (the ids name them to a rotation)
        COALESCE((SELECT jsonb_agg(jsonb_build_object(
                             'id', s.id, 'secret', s.secret, 'key_id', s.key_id,
@@ -68,6 +72,7 @@ SET url = %(url)s,
     event_types = CAST(%(event_types)s AS text[]),
     metadata = CAST(%(metadata)s AS jsonb),
     max_concurrency = %(max_concurrency)s,
+    retry_schedule = CAST(%(retry_schedule)s AS double precision[]),
     updated_at = now()
 WHERE id = %(id)s
 RETURNING id

@@ -36,6 +36,7 @@ TABLES = {
     "endpoint_slots",
     "endpoint_secrets",
     "events",
+    "event_types",
     "schema_migrations",
 }
 MIGRATIONS = load_migrations()
