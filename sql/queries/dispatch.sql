@@ -96,11 +96,14 @@ alone AS (
 
 -- fragment: retry_schedule
 -- The retry schedule of a claimed message "c" whose endpoint is "e": the
--- endpoint's, else its event type's (one primary key probe, made only when the
--- endpoint has none), else NULL for the dispatcher's default.
+-- endpoint's, else its event type's, else NULL for the dispatcher's default.
+-- The event type's costs one primary key probe, made only for a webhook whose
+-- endpoint has none (a plain message has no event type to look up).
 CAST(COALESCE(e.retry_schedule,
-              (SELECT t.retry_schedule FROM {schema}.event_types AS t
-               WHERE t.event_type = c.event_type)) AS double precision[]) AS retry_schedule
+              CASE WHEN c.event_type IS NOT NULL THEN
+                  (SELECT t.retry_schedule FROM {schema}.event_types AS t
+                   WHERE t.event_type = c.event_type)
+              END) AS double precision[]) AS retry_schedule
 
 -- name: claim
 -- Claim up to %(limit)s due messages for one dispatcher, shared fairly across
