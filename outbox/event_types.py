@@ -21,7 +21,7 @@ from outbox._queries import Queries, queries_for
 from outbox._retry_schedule import check_retry_schedule
 from outbox._transaction import rows_plan, run_sync, scalar
 from outbox.defaults import DEFAULT_SCHEMA
-from outbox.errors import InvalidArgument
+from outbox.errors import InvalidArgument, InvalidMessage
 
 __all__ = ["EventType", "EventTypes"]
 
@@ -46,6 +46,18 @@ class EventType:
         }
 
 
+def _schedule(value: object) -> list[float]:
+    """The rule of an endpoint's schedule, for an argument: an event type's is not
+    part of a message, so a bad one is an :class:`~outbox.InvalidArgument` itself."""
+    try:
+        schedule = check_retry_schedule(value)
+    except InvalidMessage as exc:
+        raise InvalidArgument(exc.field, exc.problem) from None
+    if schedule is None:
+        raise InvalidArgument("retry_schedule", "must be a list of delays in seconds")
+    return schedule
+
+
 class EventTypes:
     """Manage event types' settings in ``schema``."""
 
@@ -55,10 +67,10 @@ class EventTypes:
     def set(self, tx: Any, event_type: str, *, retry_schedule: Iterable[float]) -> EventType:
         """Give ``event_type`` the retry schedule ``retry_schedule`` (replacing the
         one it had): the seconds before each retry, the last repeating."""
-        schedule = check_retry_schedule(retry_schedule)
-        if schedule is None:
-            raise InvalidArgument("retry_schedule", "must be a list of delays in seconds")
-        params = {"event_type": check_event_type_filter(event_type), "retry_schedule": schedule}
+        params = {
+            "event_type": check_event_type_filter(event_type),
+            "retry_schedule": _schedule(retry_schedule),
+        }
         (row,) = run_sync(tx, rows_plan(self.queries["event_type_set"], params, EventType))
         return row
 

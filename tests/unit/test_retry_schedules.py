@@ -13,11 +13,13 @@ import pytest
 from dispatchers.cli._common import format_schedule, retry_schedule
 from dispatchers.outcome import Outcome, Verdict, decide
 from dispatchers.retry import DEFAULT_MAX_RETRY_AFTER, ExponentialBackoff, Schedule, policy_for
-from outbox import InvalidArgument
+from outbox import EventTypes, InvalidArgument
 from outbox._retry_schedule import check_retry_schedule
 from outbox.defaults import MAX_RETRY_DELAY, MAX_RETRY_SCHEDULE
+from tests.errors import invalid_argument
 
 MIGRATION = Path(__file__).resolve().parents[2] / "sql/migrations/0018_retry_schedules.sql"
+NO_TX = object()  # never reached: the arguments are refused first
 RETRY_503 = Outcome(Verdict.RETRY, 503, "HTTP 503", "http_503", None)
 
 
@@ -78,6 +80,22 @@ def test_the_library_refuses_a_bad_schedule_naming_the_field(value: object) -> N
     with pytest.raises(InvalidArgument) as info:
         check_retry_schedule(value)
     assert info.value.field == "retry_schedule"
+
+
+@pytest.mark.parametrize("value", [None, [], [0], "1m"])
+def test_an_event_types_bad_schedule_is_an_invalid_argument_naming_it(value: object) -> None:
+    with invalid_argument("retry_schedule"):
+        EventTypes().set(NO_TX, "order.created", retry_schedule=value)  # type: ignore[arg-type]
+
+
+def test_an_event_types_bad_name_is_an_invalid_argument_naming_it() -> None:
+    for call in (
+        lambda: EventTypes().set(NO_TX, "a b", retry_schedule=[1.0]),
+        lambda: EventTypes().get(NO_TX, ""),
+        lambda: EventTypes().delete(NO_TX, "x*"),
+    ):
+        with invalid_argument("event_type"):
+            call()
 
 
 def test_the_migration_holds_the_librarys_bounds() -> None:
