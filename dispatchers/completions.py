@@ -14,6 +14,7 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.http import Attempt
 from dispatchers.jobs import Completion, Job
 from dispatchers.outcome import decide
+from dispatchers.retry import policy_for
 
 __all__ = [
     "POLICY_FAILED_DELAY",
@@ -37,16 +38,19 @@ it in every loop meanwhile."""
 def from_attempt(job: Job, attempt: Attempt, config: DispatcherConfig) -> Completion:
     """Record ``attempt``: delivered, retried after the policy's delay, or dead.
 
-    Webhook deliveries (those with an endpoint) follow ``webhook_retry_policy``,
-    other messages ``retry_policy``. Raises what the policy raises.
+    A message follows the retry schedule its claim found (its endpoint's, else its
+    event type's); without one, webhook deliveries (those with an endpoint) follow
+    ``webhook_retry_policy``, other messages ``retry_policy``. Raises what the
+    policy raises.
     """
     outcome = attempt.outcome
     webhook = job.endpoint_id is not None
+    default = config.webhook_retry_policy if webhook else config.retry_policy
     decision = decide(
         outcome,
         attempts=job.attempts,
         max_attempts=job.max_attempts,
-        policy=config.webhook_retry_policy if webhook else config.retry_policy,
+        policy=policy_for(job.retry_schedule, default),
         retry_base=job.retry_base,
     )
     return Completion(

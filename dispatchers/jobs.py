@@ -42,6 +42,9 @@ class Job:
     trace_context: dict[str, str] | None = None
     """The W3C context (``traceparent``, ``tracestate``) of the span that wrote
     the message: each attempt's span is its child (:mod:`dispatchers.tracing`)."""
+    retry_schedule: list[float] | None = None
+    """The delays before its retries: its endpoint's schedule, else its event
+    type's, else None for the dispatcher's default (:func:`dispatchers.retry.policy_for`)."""
     tls: ssl.SSLContext | None = None
     """The endpoint's own TLS context, for its CA bundle or client certificate
     (see :mod:`dispatchers.tls`); None: the default one."""

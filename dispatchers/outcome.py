@@ -22,6 +22,7 @@ from dispatchers.retry import RetryPolicy, bounded_delay, parse_retry_after
 from dispatchers.ssrf import BlockedDestination
 
 __all__ = [
+    "ABORT_HEADER",
     "DEFAULT_RETRY_STATUSES",
     "MAX_ERROR_LENGTH",
     "Decision",
@@ -34,6 +35,10 @@ __all__ = [
 
 DEFAULT_RETRY_STATUSES: frozenset[int] = frozenset({408, 425, 429})
 """Non-5xx statuses worth retrying: Request Timeout, Too Early, Too Many Requests."""
+
+ABORT_HEADER = "outbox-abort"
+"""A receiver answering with this header set to ``true`` (any case) stops the
+retries of the message: unless the answer is a 2xx (delivered), it is dead at once."""
 
 MAX_ERROR_LENGTH = 500
 """Longest ``Outcome.error`` text, in characters."""
@@ -95,12 +100,22 @@ def classify_response(
     """Classify a response by status (``now``, default the current time, dates an
     HTTP-date ``Retry-After``).
 
-    2xx succeed; 5xx and ``retry_statuses`` retry, carrying any ``Retry-After``; 410 is
-    gone; 3xx (never followed) and every other status fail permanently. A status listed
-    in ``retry_statuses`` retries even when it is 410 or 3xx.
+    2xx succeed; any other answer with :data:`ABORT_HEADER` ``true`` fails
+    permanently, whatever its status (the receiver asked for no more attempts); 5xx
+    and ``retry_statuses`` retry, carrying any ``Retry-After``; 410 is gone; 3xx
+    (never followed) and every other status fail permanently. A status listed in
+    ``retry_statuses`` retries even when it is 410 or 3xx.
     """
     if 200 <= status <= 299:
         return Outcome(Verdict.DELIVERED, status, None, None, None)
+    if (_header(headers, ABORT_HEADER) or "").strip().lower() == "true":
+        return Outcome(
+            Verdict.FAILED,
+            status,
+            f"the receiver stopped retries ({_status_text(status)} with Outbox-Abort: true)",
+            "aborted",
+            None,
+        )
     if status in retry_statuses or 500 <= status <= 599:
         retry_after = parse_retry_after(
             _header(headers, "retry-after"), now=now or datetime.now(UTC)

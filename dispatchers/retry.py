@@ -12,14 +12,16 @@ it, and :func:`bounded_delay` holds any policy's answer (a user's too) within it
 
 from __future__ import annotations
 
+import functools
 import math
 import random as _random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Protocol
 
+from outbox.defaults import MAX_RETRY_DELAY
 from outbox.errors import ConfigurationError
 
 __all__ = [
@@ -31,12 +33,13 @@ __all__ = [
     "Schedule",
     "bounded_delay",
     "parse_retry_after",
+    "policy_for",
 ]
 
 DEFAULT_MAX_RETRY_AFTER = 6 * 3600.0
 """Longest wait a server's ``Retry-After`` can impose (6 hours)."""
 
-MAX_DELAY = 7 * 24 * 3600.0
+MAX_DELAY = MAX_RETRY_DELAY
 """The longest delay before a next attempt (a week)."""
 
 _RETRY_AFTER_LIMIT = 10 * 365 * 86400.0
@@ -155,6 +158,23 @@ class Schedule:
 
 STANDARD_WEBHOOKS_SCHEDULE = Schedule(delays=(5, 300, 1800, 7200, 18000, 36000, 36000))
 """5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: about a day, as Standard Webhooks suggests."""
+
+
+def policy_for(schedule: Sequence[float] | None, default: RetryPolicy) -> RetryPolicy:
+    """The policy of a message whose claim found ``schedule`` (its endpoint's, else
+    its event type's, else None): a :class:`Schedule` of those delays, jittered
+    and honouring ``Retry-After`` as the default webhook schedule does, or
+    ``default`` when there is none."""
+    if schedule is None:
+        return default
+    return _stored_schedule(tuple(schedule))
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_schedule(delays: tuple[float, ...]) -> Schedule:
+    """One :class:`Schedule` per distinct stored schedule, made once (a claim hands
+    the same few schedules over and over)."""
+    return Schedule(delays=delays)
 
 
 def parse_retry_after(value: str | None, *, now: datetime) -> float | None:

@@ -24,6 +24,7 @@ from outbox.errors import (
     OutboxError,
     SchemaNotMigrated,
 )
+from outbox.event_types import EventType, EventTypes
 from outbox.migrations import migrate
 from outbox.receiver import Inbox, idempotency_key, verify
 
@@ -36,6 +37,8 @@ __all__ = [
     "Destinations",
     "Endpoint",
     "Endpoints",
+    "EventType",
+    "EventTypes",
     "IdempotencyKeyReused",
     "Inbox",
     "InvalidArgument",

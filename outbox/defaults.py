@@ -16,3 +16,11 @@ MAX_SPAN = 100 * 365 * 24 * 3600.0
 """The longest span, in seconds (100 years): the retention, how long an endpoint may
 fail before it is disabled, how far back a ``--since`` reaches, how long a rotated
 secret keeps signing."""
+
+MAX_RETRY_DELAY = 7 * 24 * 3600.0
+"""The longest delay before a next attempt (a week): the bound of every retry
+policy's answer and of each delay of a stored retry schedule."""
+
+MAX_RETRY_SCHEDULE = 100
+"""The most delays a stored retry schedule lists (its last one repeats, so a
+longer list would say nothing a message's attempt budget does not)."""

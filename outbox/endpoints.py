@@ -33,6 +33,7 @@ from outbox._filters import check_filter
 from outbox._message import check_url
 from outbox._policy_fields import RateChange, changed_rate, check_rate_change, rate_fields
 from outbox._queries import Queries, queries_for
+from outbox._retry_schedule import check_retry_schedule
 from outbox._transaction import Plan, rows_plan, run_sync, scalar
 from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import InvalidArgument, InvalidMessage
@@ -96,6 +97,9 @@ class Endpoint:
     """The certificate's private key as stored: sealed, or plain text (no key id)."""
     #: a JMESPath expression on the payload that an event must pass (outbox._filters)
     filter: str | None = None
+    retry_schedule: list[float] | None = None
+    """Seconds before each retry of its messages (the last repeats); None: the
+    event type's schedule, else the dispatcher's default."""
 
     def active_secrets(self, now: datetime) -> list[str]:
         """The secrets that sign right now (more than one during a rotation)."""
@@ -127,6 +131,7 @@ class Endpoint:
             "rate_limit_per_s": self.rate_limit_per_s,
             "burst": self.burst,
             "filter": self.filter,
+            "retry_schedule": self.retry_schedule,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "ca_bundle_sha256": pem_digest(self.ca_bundle),
@@ -164,6 +169,7 @@ class _EndpointRow(NamedTuple):
     client_cert: str | None
     client_key: str | None
     client_key_id: str | None
+    retry_schedule: list[float] | None
     #: jsonb, likewise: [{"id", "secret", "key_id", "expires_at"}], newest first
     secrets: Any
     filter: str | None
@@ -208,6 +214,7 @@ class _EndpointRow(NamedTuple):
                 None if self.client_key is None else Sealed(self.client_key, self.client_key_id)
             ),
             filter=self.filter,
+            retry_schedule=self.retry_schedule,
         )
 
 
@@ -264,6 +271,7 @@ class Endpoints:
         client_cert: str | None = None,
         client_key: str | None = None,
         filter: str | None = None,
+        retry_schedule: Iterable[float] | None = None,
     ) -> Endpoint:
         """Create an endpoint; a ``whsec_`` secret is generated unless given.
 
@@ -273,7 +281,9 @@ class Endpoints:
         sealed when there is a keyring. ``filter`` is a JMESPath expression that
         an event's payload must pass for the endpoint to get it (see
         ``outbox._filters``); checked here, and refused as
-        :class:`outbox.InvalidMessage` naming ``filter``.
+        :class:`outbox.InvalidMessage` naming ``filter``. ``retry_schedule``
+        lists the seconds before each retry of its messages (the last repeats;
+        see :mod:`outbox._retry_schedule`).
         """
         params = {
             "url": check_url(url),
@@ -283,6 +293,7 @@ class Endpoints:
             "max_concurrency": check_max_concurrency(max_concurrency),
             **rate_fields(rate_limit, burst),
             "filter": check_filter(filter),
+            "retry_schedule": check_retry_schedule(retry_schedule),
         }
         new = check_secret(secret) if secret is not None else generate_secret()
         change = TlsChange.of(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
@@ -362,6 +373,8 @@ class Endpoints:
         clear_client_cert: bool = False,
         filter: str | None = None,
         clear_filter: bool = False,
+        retry_schedule: Iterable[float] | None = None,
+        clear_retry_schedule: bool = False,
     ) -> Endpoint:
         """Change the given fields; the others keep their value. A new
         ``rate_limit`` without a ``burst`` gets the default burst.
@@ -388,6 +401,10 @@ class Endpoints:
             changes["filter"] = check_filter(filter)
         elif clear_filter:
             changes["filter"] = None
+        if retry_schedule is not None:
+            changes["retry_schedule"] = check_retry_schedule(retry_schedule)
+        elif clear_retry_schedule:
+            changes["retry_schedule"] = None
         tls = TlsChange.of(
             ca_bundle=ca_bundle,
             clear_ca_bundle=clear_ca_bundle,
@@ -442,6 +459,7 @@ class Endpoints:
                 RateChange(current.rate_limit_per_s, current.burst), changes.get("rate")
             ),
             "filter": changes.get("filter", current.filter),
+            "retry_schedule": changes.get("retry_schedule", current.retry_schedule),
         }
         yield self.queries["endpoint_update"], params, None
         if tls is not None:

@@ -9,8 +9,8 @@ Four roles share an outbox schema:
   and reads endpoints' subscriptions. It cannot read signing secrets, nor change
   a message once written;
 - a **dispatcher** claims, renews, completes and rescues messages, trims history
-  and old event records, reads signing secrets to sign, and records endpoint
-  health. It cannot change an
+  and old event records, reads signing secrets and retry schedules, and records
+  endpoint health. It cannot change an
   endpoint's URL, subscriptions or secrets, nor write a message;
 - an **operator** runs the admin commands (endpoints, dead letters, replay,
   status), which between them read and write every table of the outbox; it cannot
@@ -72,6 +72,7 @@ _DATA_TABLES = (
     "destination_policies",
     "destination_slots",
     "rate_slots",
+    "event_types",
 )
 
 _NEEDS: dict[str, tuple[_Grant, ...]] = {
@@ -107,6 +108,8 @@ _NEEDS: dict[str, tuple[_Grant, ...]] = {
         _Grant(("UPDATE",), "destination_slots", ("message_id",)),
         _Grant(("SELECT",), "rate_slots"),
         _Grant(("UPDATE",), "rate_slots", ("next_at",)),
+        # a claim reads the retry schedule of each webhook's event type
+        _Grant(("SELECT",), "event_types"),
         # the schema's version, which a dispatcher checks before it starts
         _Grant(("SELECT",), "schema_migrations"),
     ),

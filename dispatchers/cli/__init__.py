@@ -3,18 +3,17 @@
 One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.migrate`, :mod:`~dispatchers.cli.dispatch`,
 :mod:`~dispatchers.cli.endpoints`, :mod:`~dispatchers.cli.destinations`,
-:mod:`~dispatchers.cli.dead`,
+:mod:`~dispatchers.cli.event_types`, :mod:`~dispatchers.cli.dead`,
 :mod:`~dispatchers.cli.inspect` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
 :mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.ui` (the
-dashboard), :mod:`~dispatchers.cli.bench` and
-:mod:`~dispatchers.cli.demo`; what they share is
-in :mod:`~dispatchers.cli._common` (database, argument types) and
+dashboard), :mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what
+they share is in :mod:`~dispatchers.cli._common` (database, argument types) and
 :mod:`~dispatchers.cli._render` (tables, JSON). Building the parser imports none of
 the runtime's heavy modules (HTTP clients, the dispatcher, the bench): each
 command imports what it runs when it runs.
 
-Operator commands (``endpoints``, ``destinations``, ``dead``, ``replay``, ``messages``,
-``status``) each do their work in one transaction and commit it. Bad input
+Operator commands (``endpoints``, ``destinations``, ``event-types``, ``dead``,
+``replay``, ``messages``, ``status``) each do their work in one transaction and commit it. Bad input
 exits 2 with a message naming the field, having written nothing; so does a
 command whose extra is not installed; a database error exits 1 (the statuses are
 :class:`~dispatchers.cli._exit.ExitCode`).
@@ -38,6 +37,7 @@ from dispatchers.cli import (
     destinations,
     dispatch,
     endpoints,
+    event_types,
     inspect,
     migrate,
     roles,
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         dispatch,
         endpoints,
         destinations,
+        event_types,
         dead,
         inspect,
         db,

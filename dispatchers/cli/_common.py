@@ -24,7 +24,7 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
@@ -34,7 +34,7 @@ from dispatchers.cli._exit import ExitCode
 from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS
 from dispatchers.embedded import Database, configured_url, embedded_path, resolve
 from outbox._arguments import MAX_ID
-from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
+from outbox.defaults import DEFAULT_SCHEMA, MAX_RETRY_DELAY, MAX_RETRY_SCHEDULE, MAX_SPAN
 from outbox.errors import OutboxError
 from outbox.sealing import Keyring
 
@@ -315,6 +315,29 @@ def format_duration(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
+
+
+def retry_schedule(text: str) -> tuple[float, ...]:
+    """Delays before each retry, comma-separated spans such as ``5s,1m,10m,1h``:
+    at most :data:`~outbox.defaults.MAX_RETRY_SCHEDULE` of them, each at most
+    :data:`~outbox.defaults.MAX_RETRY_DELAY` (the rule :class:`outbox.Endpoints`
+    and :class:`outbox.EventTypes` enforce)."""
+    parts = text.split(",")
+    if len(parts) > MAX_RETRY_SCHEDULE:
+        raise argparse.ArgumentTypeError(
+            f"{_quoted(text)} lists more than {MAX_RETRY_SCHEDULE} delays"
+        )
+    delays = tuple(parse_duration(part) for part in parts)
+    if max(delays) > MAX_RETRY_DELAY:
+        raise argparse.ArgumentTypeError(
+            f"{_quoted(text)} has a delay longer than {format_duration(MAX_RETRY_DELAY)}"
+        )
+    return delays
+
+
+def format_schedule(delays: Sequence[float] | None) -> str | None:
+    """A retry schedule as :func:`retry_schedule` reads it (None stays None)."""
+    return None if delays is None else ",".join(map(format_duration, delays))
 
 
 def parse_time(text: str, *, now: datetime | None = None) -> datetime:

@@ -28,12 +28,14 @@ from dispatchers.cli._common import (
     add_secrets_key_option,
     confirm,
     database_id,
+    format_schedule,
     hours,
     integer,
     keyring,
     positive_int,
     require_extra,
     resolve_database,
+    retry_schedule,
     transaction,
 )
 from dispatchers.cli._endpoint_tls import add_tls_options, naming_tls_options, tls_fields
@@ -85,6 +87,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
         ("last success", ep.last_success_at),
         ("max concurrency", ep.max_concurrency),
         ("rate limit", rate_text(ep.rate_limit_per_s, ep.burst)),
+        ("retry schedule", format_schedule(ep.retry_schedule)),
         ("metadata", json.dumps(ep.metadata) if ep.metadata else None),
     ]
     for i, secret in enumerate(ep.secrets):
@@ -128,6 +131,7 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
             client_cert=args.client_cert,
             client_key=args.client_key,
             filter=payload_filter,
+            retry_schedule=args.retry_schedule,
         )
     secret = ep.secrets[0].secret
     emit(
@@ -200,6 +204,8 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         raise UsageError("give --rate-limit (or --burst) or --no-rate-limit, not both")
     if args.filter is not None and args.clear_filter:
         raise UsageError("give --filter or --clear-filter, not both")
+    if args.retry_schedule is not None and args.no_retry_schedule:
+        raise UsageError("give --retry-schedule or --no-retry-schedule, not both")
     event_types = [] if args.all_event_types else args.event_types
     changes = (
         args.url,
@@ -218,13 +224,16 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         args.no_client_cert or None,
         args.filter,
         args.clear_filter or None,
+        args.retry_schedule,
+        args.no_retry_schedule or None,
     )
     if all(c is None for c in changes):
         raise UsageError(
             "nothing to change: give --url, --event-type, --all-event-types, --description, "
             "--metadata, --max-concurrency, --no-max-concurrency, --rate-limit, --burst, "
             "--no-rate-limit, --ca-bundle, --no-ca-bundle, --client-cert with --client-key, "
-            "--no-client-cert, --filter or --clear-filter"
+            "--no-client-cert, --filter, --clear-filter, --retry-schedule or "
+            "--no-retry-schedule"
         )
     metadata = parse_metadata(args.metadata)
     payload_filter = _payload_filter(args)
@@ -249,6 +258,8 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
             clear_client_cert=args.no_client_cert,
             filter=payload_filter,
             clear_filter=args.clear_filter,
+            retry_schedule=args.retry_schedule,
+            clear_retry_schedule=args.no_retry_schedule,
         )
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
@@ -415,9 +426,20 @@ def add_parser(commands: Commands) -> None:
                 help="remove the filter: every event of its types again",
             )
 
+    def retry_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--retry-schedule",
+            type=retry_schedule,
+            metavar="DELAYS",
+            help="delays before each retry of its messages, e.g. 5s,1m,10m,1h (the last "
+            "repeats until the attempts are spent; default: the event type's schedule, "
+            "else the dispatcher's)",
+        )
+
     p = action("add", cmd_endpoints_add, "register an endpoint; prints its id and secret")
     p.add_argument("url", metavar="URL", help="http(s) URL to POST events to")
     fields_options(p, update=False)
+    retry_options(p)
     p.add_argument("--secret", help="whsec_... signing secret (default: a new random one)")
     add_tls_options(p, update=False)
 
@@ -435,6 +457,12 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("--no-max-concurrency", action="store_true", help="remove the cap")
     p.add_argument("--no-rate-limit", action="store_true", help="remove the rate limit")
     add_tls_options(p, update=True)
+    retry_options(p)
+    p.add_argument(
+        "--no-retry-schedule",
+        action="store_true",
+        help="drop its retry schedule (the event type's or the dispatcher's applies)",
+    )
 
     p = action("disable", cmd_endpoints_disable, "stop delivering to an endpoint")
     p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")

@@ -92,7 +92,7 @@ policed AS (
 -- a period from now), so that the dispatcher claims again then rather than at
 -- its next poll (nothing notifies it when a slot frees).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        CAST(EXTRACT(epoch FROM min(CASE WHEN s.next_at > now() THEN s.next_at
                                         ELSE now() + s.period END) - now())
             AS double precision)
@@ -220,6 +220,17 @@ alone AS (
     WHERE d.destination IS NOT NULL  -- the row that ends the list
 )
 
+-- fragment: retry_schedule
+-- The retry schedule of a claimed message "c" whose endpoint is "e": the
+-- endpoint's, else its event type's, else NULL for the dispatcher's default.
+-- The event type's costs one primary key probe, made only for a webhook whose
+-- endpoint has none (a plain message has no event type to look up).
+CAST(COALESCE(e.retry_schedule,
+              CASE WHEN c.event_type IS NOT NULL THEN
+                  (SELECT t.retry_schedule FROM {schema}.event_types AS t
+                   WHERE t.event_type = c.event_type)
+              END) AS double precision[]) AS retry_schedule
+
 -- name: claim
 -- Claim up to %(limit)s due messages for one dispatcher, shared fairly across
 -- their destinations (an endpoint, or the origin of a plain message's URL), in
@@ -331,6 +342,7 @@ WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
         s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
         e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
+        {retry_schedule},
         CAST(NULL AS double precision) AS rate_wait_s
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
@@ -434,7 +446,8 @@ WITH RECURSIVE {destinations_due}, heads AS (
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
         s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
-        e.ca_bundle, e.client_cert, e.client_key, e.client_key_id
+        e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
+        {retry_schedule}
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
  LEFT JOIN LATERAL (
@@ -447,7 +460,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
  ORDER BY c.available_at, c.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM capped
 
 -- name: renew
@@ -874,7 +887,8 @@ FROM (VALUES
     (16, 'destination_slots', 'SELECT'), (17, 'destination_slots', 'UPDATE'),
     (18, 'events', 'SELECT'), (19, 'events', 'UPDATE'), (20, 'events', 'DELETE'),
     (21, 'destination_policies', 'SELECT'),
-    (22, 'rate_slots', 'SELECT'), (23, 'rate_slots', 'UPDATE')
+    (22, 'rate_slots', 'SELECT'), (23, 'rate_slots', 'UPDATE'),
+    (24, 'event_types', 'SELECT')
 ) AS needed(n, table_name, privilege)
 CROSS JOIN LATERAL (
     SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))

@@ -6,11 +6,11 @@
 -- for the id this returns.
 INSERT INTO {schema}.endpoints (
     url, description, event_types, metadata, max_concurrency, rate_limit_per_s, rate_burst,
-    filter
+    filter, retry_schedule
 )
 VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]),
         CAST(%(metadata)s AS jsonb), %(max_concurrency)s, %(rate_limit)s, %(burst)s,
-        %(filter)s)
+        %(filter)s, CAST(%(retry_schedule)s AS double precision[]))
 RETURNING id
 
 -- name: endpoint_secret_insert
@@ -25,6 +25,7 @@ SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disab
        e.rate_limit_per_s, e.rate_burst, e.created_at, e.updated_at, now(),
        -- its TLS material: the private key as stored (sealed, or plain text)
        e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
+       CAST(e.retry_schedule AS double precision[]) AS retry_schedule,
        -- its signing secrets, newest first (the ids name them to a rotation)
        COALESCE((SELECT jsonb_agg(jsonb_build_object(
                             'id', s.id, 'secret', s.secret, 'key_id', s.key_id,
@@ -58,6 +59,7 @@ SET url = %(url)s,
     rate_limit_per_s = %(rate_limit)s,
     rate_burst = %(burst)s,
     filter = %(filter)s,
+    retry_schedule = CAST(%(retry_schedule)s AS double precision[]),
     updated_at = now()
 WHERE id = %(id)s
 RETURNING id

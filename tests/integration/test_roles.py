@@ -285,6 +285,8 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
     refused(as_dispatcher, "UPDATE outbox.destination_policies SET max_concurrency = 100")
     refused(as_dispatcher, "UPDATE outbox.rate_slots SET period = interval '0'")
     refused(as_dispatcher, "DELETE FROM outbox.destination_slots")
+    refused(as_dispatcher, "UPDATE outbox.endpoints SET retry_schedule = '{1}'")
+    refused(as_dispatcher, "INSERT INTO outbox.event_types VALUES ('a', '{1}')")
 
 
 def test_operator_runs_the_admin_commands_and_cannot_change_the_schema(
@@ -305,6 +307,9 @@ def test_operator_runs_the_admin_commands_and_cannot_change_the_schema(
     admin("endpoints", "disable", str(endpoint))
     admin("endpoints", "enable", str(endpoint))
     admin("endpoints", "list")
+    admin("endpoints", "update", str(endpoint), "--retry-schedule", "1m,1h")
+    admin("event-types", "set", "order.paid", "--retry-schedule", "5s,1m")
+    assert [t["event_type"] for t in admin("event-types", "list")] == ["order.paid"]
 
     with psycopg.connect(database_url) as conn:
         (dead,) = Outbox().publish(conn, "order.paid", {"n": 1}, idempotency_key="evt")

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from dispatchers.outcome import (
+    ABORT_HEADER,
     DEFAULT_RETRY_STATUSES,
     Decision,
     Outcome,
@@ -43,6 +44,30 @@ def test_2xx_succeeds(status: int) -> None:
 def test_2xx_ignores_retry_after() -> None:
     outcome = classify_response(200, {"Retry-After": "120"}, now=NOW)
     assert outcome.retry_after is None
+
+
+@pytest.mark.parametrize("status", [503, 429, 410, 404, 302])
+@pytest.mark.parametrize("value", ["true", "TRUE", " True "])
+def test_the_abort_header_fails_the_message_whatever_the_status(status: int, value: str) -> None:
+    headers = {ABORT_HEADER: value, "Retry-After": "5"}
+    outcome = classify_response(status, headers, now=NOW)
+    assert (outcome.verdict, outcome.status, outcome.error_class) == (
+        Verdict.FAILED,
+        status,
+        "aborted",
+    )
+    assert outcome.error is not None
+    assert outcome.error.startswith("the receiver stopped retries (HTTP ")
+    assert outcome.error.endswith(" with Outbox-Abort: true)")
+    decision = decide(outcome, attempts=1, max_attempts=8, policy=STANDARD_WEBHOOKS_SCHEDULE)
+    assert decision == Decision("dead", 0.0, disable_endpoint=False)
+
+
+def test_the_abort_header_is_found_in_any_case_and_ignored_unless_true() -> None:
+    assert classify_response(503, {"Outbox-Abort": "true"}, now=NOW).error_class == "aborted"
+    for value in ("false", "1", "yes", ""):
+        assert classify_response(503, {"Outbox-Abort": value}, now=NOW).verdict is Verdict.RETRY
+    assert classify_response(200, {"Outbox-Abort": "true"}, now=NOW).verdict is Verdict.DELIVERED
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,14 @@ def test_the_producer_records_events_and_the_dispatcher_only_prunes_them() -> No
     ]
 
 
+def test_operators_write_event_types_settings_and_the_dispatcher_only_reads_them() -> None:
+    statements = grants("outbox", producer="p", dispatcher="d", operator="o")
+    assert [s for s in statements if '"event_types"' in s] == [
+        'GRANT SELECT ON TABLE "outbox"."event_types" TO "d"',
+        'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "outbox"."event_types" TO "o"',
+    ]
+
+
 def test_role_names_are_quoted_as_identifiers() -> None:
     statements = grants("outbox", operator='ops"; DROP TABLE x; --')
     assert statements[0] == (
