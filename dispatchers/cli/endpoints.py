@@ -9,7 +9,8 @@ secrets are stored sealed under it, and ``rekey`` seals those that are not (see
 :mod:`outbox.sealing`). An endpoint's TLS material (``--ca-bundle``,
 ``--client-cert`` and ``--client-key``) is read from PEM files and checked
 before anything is written; the private key is sealed like a secret, and only
-digests of the PEM texts are ever shown.
+digests of the PEM texts are ever shown. The options that set what an endpoint
+gets and how are :mod:`dispatchers.cli._endpoint_settings`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import argparse
 import json
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dispatchers.cli._common import (
     Commands,
@@ -32,42 +33,26 @@ from dispatchers.cli._common import (
     hours,
     integer,
     keyring,
-    positive_int,
-    require_extra,
     resolve_database,
-    retry_schedule,
     transaction,
 )
-from dispatchers.cli._endpoint_tls import add_tls_options, naming_tls_options, tls_fields
+from dispatchers.cli._endpoint_settings import add_settings_options, settings
+from dispatchers.cli._endpoint_tls import naming_tls_options, tls_fields
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
-from dispatchers.cli.destinations import rate_options, rate_text
-from outbox._filters import MAX_FILTER_LENGTH, check_filter
+from dispatchers.cli.destinations import rate_text
 from outbox.endpoints import (
     DEFAULT_ROTATION_OVERLAP,
     MAX_RESEAL_BATCH,
     RESEAL_BATCH,
     Endpoints,
 )
-from outbox.errors import InvalidMessage
 from outbox.secrets import fingerprint
 
 if TYPE_CHECKING:
     from outbox.endpoints import Endpoint
 
 _HOUR = timedelta(hours=1)
-
-
-def parse_metadata(text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise InvalidMessage("metadata", f"is not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise InvalidMessage("metadata", "must be a JSON object")
-    return value
 
 
 def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
@@ -104,35 +89,11 @@ def _endpoints(args: argparse.Namespace) -> Endpoints:
     return Endpoints(schema=args.schema, keyring=keyring(args))
 
 
-def _payload_filter(args: argparse.Namespace) -> str | None:
-    """``--filter``, checked before any connection is made (refused naming the
-    option, and the character at fault)."""
-    if args.filter is not None:
-        require_extra("filters")
-    return check_filter(args.filter, "--filter")
-
-
 def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
-    metadata = parse_metadata(args.metadata)
-    payload_filter = _payload_filter(args)
+    chosen = settings(args, update=False)
     endpoints = _endpoints(args)
     with naming_tls_options(), transaction(args) as conn:
-        ep = endpoints.add(
-            conn,
-            url=args.url,
-            event_types=args.event_types,
-            secret=args.secret,
-            description=args.description,
-            metadata=metadata,
-            max_concurrency=args.max_concurrency,
-            rate_limit=args.rate_limit,
-            burst=args.burst,
-            ca_bundle=args.ca_bundle,
-            client_cert=args.client_cert,
-            client_key=args.client_key,
-            filter=payload_filter,
-            retry_schedule=args.retry_schedule,
-        )
+        ep = endpoints.add(conn, url=args.url, secret=args.secret, **chosen)
     secret = ep.secrets[0].secret
     emit(
         args,
@@ -196,71 +157,10 @@ def cmd_endpoints_show(args: argparse.Namespace) -> ExitCode:
 
 
 def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
-    if args.event_types is not None and args.all_event_types:
-        raise UsageError("give --event-type or --all-event-types, not both")
-    if args.max_concurrency is not None and args.no_max_concurrency:
-        raise UsageError("give --max-concurrency or --no-max-concurrency, not both")
-    if (args.rate_limit is not None or args.burst is not None) and args.no_rate_limit:
-        raise UsageError("give --rate-limit (or --burst) or --no-rate-limit, not both")
-    if args.filter is not None and args.clear_filter:
-        raise UsageError("give --filter or --clear-filter, not both")
-    if args.retry_schedule is not None and args.no_retry_schedule:
-        raise UsageError("give --retry-schedule or --no-retry-schedule, not both")
-    event_types = [] if args.all_event_types else args.event_types
-    changes = (
-        args.url,
-        event_types,
-        args.description,
-        args.metadata,
-        args.max_concurrency,
-        args.no_max_concurrency or None,
-        args.rate_limit,
-        args.burst,
-        args.no_rate_limit or None,
-        args.ca_bundle,
-        args.no_ca_bundle or None,
-        args.client_cert,
-        args.client_key,
-        args.no_client_cert or None,
-        args.filter,
-        args.clear_filter or None,
-        args.retry_schedule,
-        args.no_retry_schedule or None,
-    )
-    if all(c is None for c in changes):
-        raise UsageError(
-            "nothing to change: give --url, --event-type, --all-event-types, --description, "
-            "--metadata, --max-concurrency, --no-max-concurrency, --rate-limit, --burst, "
-            "--no-rate-limit, --ca-bundle, --no-ca-bundle, --client-cert with --client-key, "
-            "--no-client-cert, --filter, --clear-filter, --retry-schedule or "
-            "--no-retry-schedule"
-        )
-    metadata = parse_metadata(args.metadata)
-    payload_filter = _payload_filter(args)
+    chosen = settings(args, update=True)
     endpoints = _endpoints(args)
     with naming_tls_options(), transaction(args) as conn:
-        ep = endpoints.update(
-            conn,
-            args.id,
-            url=args.url,
-            event_types=event_types,
-            description=args.description,
-            metadata=metadata,
-            max_concurrency=args.max_concurrency,
-            clear_max_concurrency=args.no_max_concurrency,
-            rate_limit=args.rate_limit,
-            burst=args.burst,
-            clear_rate_limit=args.no_rate_limit,
-            ca_bundle=args.ca_bundle,
-            clear_ca_bundle=args.no_ca_bundle,
-            client_cert=args.client_cert,
-            client_key=args.client_key,
-            clear_client_cert=args.no_client_cert,
-            filter=payload_filter,
-            clear_filter=args.clear_filter,
-            retry_schedule=args.retry_schedule,
-            clear_retry_schedule=args.no_retry_schedule,
-        )
+        ep = endpoints.update(conn, args.id, **chosen)
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
     )
@@ -394,54 +294,10 @@ def add_parser(commands: Commands) -> None:
         p.set_defaults(handler=handler, name=f"endpoints {name}")
         return p
 
-    def fields_options(p: argparse.ArgumentParser, *, update: bool) -> None:
-        p.add_argument(
-            "--event-type",
-            dest="event_types",
-            action="append",
-            default=None,
-            metavar="TYPE",
-            help="subscribe to this event type or prefix.* pattern (repeatable; "
-            + ("replaces the list)" if update else "default: every event type)"),
-        )
-        p.add_argument("--description", default=None if update else "", help="free text")
-        p.add_argument("--metadata", metavar="JSON", help="a JSON object stored with it")
-        p.add_argument(
-            "--max-concurrency",
-            type=positive_int,
-            metavar="N",
-            help="most deliveries in flight to it at once",
-        )
-        rate_options(p)
-        p.add_argument(
-            "--filter",
-            metavar="EXPR",
-            help="deliver only the events whose payload makes this JMESPath expression "
-            f"truthy (at most {MAX_FILTER_LENGTH} characters; needs the 'filters' extra)",
-        )
-        if update:
-            p.add_argument(
-                "--clear-filter",
-                action="store_true",
-                help="remove the filter: every event of its types again",
-            )
-
-    def retry_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--retry-schedule",
-            type=retry_schedule,
-            metavar="DELAYS",
-            help="delays before each retry of its messages, e.g. 5s,1m,10m,1h (the last "
-            "repeats until the attempts are spent; default: the event type's schedule, "
-            "else the dispatcher's)",
-        )
-
     p = action("add", cmd_endpoints_add, "register an endpoint; prints its id and secret")
     p.add_argument("url", metavar="URL", help="http(s) URL to POST events to")
-    fields_options(p, update=False)
-    retry_options(p)
+    add_settings_options(p, update=False)
     p.add_argument("--secret", help="whsec_... signing secret (default: a new random one)")
-    add_tls_options(p, update=False)
 
     action("list", cmd_endpoints_list, "list the endpoints")
 
@@ -452,17 +308,7 @@ def add_parser(commands: Commands) -> None:
     p = action("update", cmd_endpoints_update, "change an endpoint's settings")
     p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
     p.add_argument("--url", help="new http(s) URL")
-    fields_options(p, update=True)
-    p.add_argument("--all-event-types", action="store_true", help="subscribe to every event type")
-    p.add_argument("--no-max-concurrency", action="store_true", help="remove the cap")
-    p.add_argument("--no-rate-limit", action="store_true", help="remove the rate limit")
-    add_tls_options(p, update=True)
-    retry_options(p)
-    p.add_argument(
-        "--no-retry-schedule",
-        action="store_true",
-        help="drop its retry schedule (the event type's or the dispatcher's applies)",
-    )
+    add_settings_options(p, update=True)
 
     p = action("disable", cmd_endpoints_disable, "stop delivering to an endpoint")
     p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")
