@@ -1,0 +1,2 @@
+-- 0014: no schema change.
+SELECT 1;
