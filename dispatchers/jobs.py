@@ -40,6 +40,9 @@ class Job:
     trace_context: dict[str, str] | None = None
     """The W3C context (``traceparent``, ``tracestate``) of the span that wrote
     the message: each attempt's span is its child (:mod:`dispatchers.tracing`)."""
+    probe: bool = False
+    """The one request sent to a destination whose circuit breaker is open (see
+    :mod:`dispatchers.health`): its outcome closes the breaker or opens it again."""
     secrets_unavailable: str | None = None
     """Why the endpoint's secrets could not be opened (naming the key): the
     message must not be sent unsigned."""

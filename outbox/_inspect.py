@@ -148,6 +148,11 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
     - ``endpoints``: per endpoint ``id``, ``url``, ``enabled``,
       ``disabled_reason``, ``failure_streak``, ``pending`` (ready, running or
       paused messages), ``dead``, ``last_success_at``;
+    - ``destinations``: per destination whose circuit breaker is open or probing,
+      or that a ``Retry-After`` holds: ``destination``, ``state`` (``open``,
+      ``probing``, ``held``), ``blocked_until`` (no claim takes its messages
+      before; an open breaker's probe goes out then), ``failed_probes`` (in a
+      row), ``opened_at``, ``reason`` (the answer that opened or held it);
     - ``secrets``: signing secrets ``plain_text`` (stored unsealed: whoever reads
       the table can forge deliveries) and ``sealed`` (a count per key id, see
       :mod:`outbox.sealing`);
@@ -161,6 +166,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
     counts = yield from rows_plan(queries["status_counts"], {}, _StatusCounts)
     c = counts[0]
     endpoints = yield from rows_plan(queries["status_endpoints"], {}, _EndpointStatus)
+    destinations = yield from rows_plan(queries["status_destinations"], {}, _DestinationStatus)
     secrets = yield from rows_plan(queries["status_secrets"], {}, _SecretsByKey)
     sealed = {s.key_id: s.secrets for s in secrets if s.key_id is not None}
     return {
@@ -177,6 +183,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
         ),
         "last_5_minutes": {"delivered": c.delivered, "failed": c.failed},
         "endpoints": [e._asdict() for e in endpoints],
+        "destinations": [d._asdict() for d in destinations],
         "secrets": {
             "plain_text": sum(s.secrets for s in secrets) - sum(sealed.values()),
             "sealed": sealed,
@@ -219,3 +226,14 @@ class _EndpointStatus(NamedTuple):
     pending: int
     dead: int
     last_success_at: datetime | None
+
+
+class _DestinationStatus(NamedTuple):
+    """A row of ``status_destinations``: an open breaker or a hold."""
+
+    destination: str
+    state: str
+    blocked_until: datetime
+    failed_probes: int
+    opened_at: datetime | None
+    reason: str | None

@@ -70,6 +70,7 @@ _DATA_TABLES = (
     "endpoint_slots",
     "endpoint_secrets",
     "events",
+    "destination_health",
 )
 
 _NEEDS: dict[str, tuple[_Grant, ...]] = {
@@ -100,6 +101,8 @@ _NEEDS: dict[str, tuple[_Grant, ...]] = {
         _Grant(("SELECT", "DELETE"), "endpoint_slots"),
         _Grant(("UPDATE",), "endpoint_slots", ("message_id",)),
         _Grant(("SELECT",), "endpoint_secrets"),
+        # breakers and holds: claims take probes, outcomes open and close them
+        _Grant(_ALL, "destination_health"),
         # the schema's version, which a dispatcher checks before it starts
         _Grant(("SELECT",), "schema_migrations"),
     ),

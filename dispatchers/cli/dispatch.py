@@ -26,6 +26,7 @@ from dispatchers.cli._common import (
     parse_duration,
     port,
     positive_int,
+    ratio,
     require_extra,
     resolve_database,
     seconds,
@@ -42,6 +43,7 @@ _TYPES: dict[Values, Callable[[str], Any]] = {
     "seconds_or_zero": seconds_or_zero,
     "span": parse_duration,
     "port": port,
+    "ratio": ratio,
     "text": str,
 }
 """The argument type of each kind of :class:`~dispatchers.config.Option` value."""

@@ -42,6 +42,53 @@ AND (m.endpoint_id IS NULL OR EXISTS (
         WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
 AND {ordering_key_free}
 
+-- fragment: health_alone
+-- The alone destination takes the short way only while no health row blocks it
+-- or owes a probe (a hold that has ended does neither): one primary key probe.
+NOT EXISTS (
+    SELECT 1 FROM {schema}.destination_health AS dh
+    WHERE dh.destination = %(alone)s
+      AND (dh.blocked_until > now() OR dh.state <> 'held'))
+
+-- fragment: health_probes
+-- The probes this claim takes (see sql/migrations/0015): of the listed
+-- destinations, those whose breaker is open (or whose probe's dispatcher
+-- vanished) past its back-off and which have a due message, each one's row
+-- turned to 'probing' for a lease. Locked first: of two claimers only one takes
+-- it (the other skips the locked row, or re-checks the committed one and finds
+-- it blocked again). One primary key probe per listed destination, none of the
+-- messages unless a back-off is over.
+probe_rows AS (
+    SELECT dh.destination
+    FROM {schema}.destination_health AS dh
+    WHERE dh.destination IN (SELECT destination FROM destinations)
+      AND dh.state <> 'held' AND dh.blocked_until <= now()
+      AND EXISTS (SELECT 1 FROM {schema}.messages AS m
+                  WHERE m.destination = dh.destination
+                    AND m.state = 'ready' AND m.available_at <= now())
+    FOR UPDATE OF dh SKIP LOCKED
+), probes AS (
+    UPDATE {schema}.destination_health AS dh
+    SET state = 'probing',
+        probe_owner = %(owner)s,
+        blocked_until = now() + make_interval(secs => %(lease_s)s),
+        updated_at = now()
+    FROM probe_rows AS p
+    WHERE dh.destination = p.destination
+    RETURNING dh.destination
+)
+
+-- fragment: health_joins
+-- Each listed destination's health row, if any, and whether this claim took its probe.
+LEFT JOIN {schema}.destination_health AS dh ON dh.destination = d.destination
+LEFT JOIN probes AS probe ON probe.destination = d.destination
+
+-- fragment: health_admitted
+-- A listed destination the claim may take from: no health row, a hold that has
+-- ended, or the probe this claim took (its room is then one message).
+(dh.destination IS NULL OR (dh.state = 'held' AND dh.blocked_until <= now())
+ OR probe.destination IS NOT NULL)
+
 -- fragment: destinations_due
 -- The destinations a claim shares its batch across, with each one's room and
 -- share (see "claim"): "alone", "destinations" and "listed".
@@ -61,6 +108,7 @@ alone AS (
       AND COALESCE((CAST(%(busy_counts)s AS integer[]))[
               array_position(CAST(%(busy)s AS text[]), CAST(%(alone)s AS text))], 0)
           < %(per_destination)s
+      AND {health_alone}
 ), destinations AS (
     -- otherwise, the destinations with ready messages
     (SELECT m.destination
@@ -76,14 +124,15 @@ alone AS (
             LIMIT 1)
     FROM destinations AS d
     WHERE d.destination IS NOT NULL
-), listed AS (
+), {health_probes}, listed AS (
     -- each destination with its room: under the bound, or the whole batch for
     -- a destination below it and alone with ready messages (no other needs
     -- room then; at its bound, it gets no more even alone); and
     -- the share of the batch a destination gets in the first pass: as many turns
     -- as fill the batch when every destination has that many due
     SELECT d.destination,
-           CASE WHEN count(*) OVER () = 1 AND COALESCE(busy.n, 0) < %(per_destination)s
+           CASE WHEN probe.destination IS NOT NULL THEN 1
+                WHEN count(*) OVER () = 1 AND COALESCE(busy.n, 0) < %(per_destination)s
                 THEN %(limit)s
                 ELSE GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
            END AS room,
@@ -91,7 +140,9 @@ alone AS (
     FROM destinations AS d
     LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
         AS busy(destination, n) ON busy.destination = d.destination
+    {health_joins}
     WHERE d.destination IS NOT NULL  -- the row that ends the list
+      AND {health_admitted}
 )
 
 -- name: claim
@@ -228,7 +279,8 @@ WITH RECURSIVE {destinations_due}, heads AS (
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-       s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context
+       s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+       c.destination IN (SELECT destination FROM probes) AS probe
 FROM claimed AS c
 LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
 -- the signing secrets still in force (several during a rotation), newest first,
@@ -329,7 +381,8 @@ WITH RECURSIVE {destinations_due}, heads AS (
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context
+        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+        c.destination IN (SELECT destination FROM probes) AS probe
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
  LEFT JOIN LATERAL (
@@ -342,7 +395,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
  ORDER BY c.available_at, c.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL
+       NULL, NULL, NULL, NULL
 FROM capped
 
 -- name: renew
@@ -697,6 +750,66 @@ WITH old AS (
 SELECT (SELECT count(*) FROM removed) AS history,
        (SELECT count(*) FROM events_removed) AS events
 
+-- name: health_open
+-- Open a destination's breaker (a dispatcher's recent outcomes with it said so,
+-- see dispatchers.health), blocked for %(backoff_s)s, unless it is open or
+-- probing already: another dispatcher opened it first, and its back-off stands.
+-- A hold becomes an open breaker, blocked at least until the hold ends. Returns
+-- the row only when this statement opened it.
+INSERT INTO {schema}.destination_health AS dh (
+    destination, state, blocked_until, opened_at, reason
+)
+VALUES (%(destination)s, 'open', now() + make_interval(secs => %(backoff_s)s), now(),
+        %(reason)s)
+ON CONFLICT (destination) DO UPDATE
+SET state = 'open',
+    blocked_until = GREATEST(dh.blocked_until, excluded.blocked_until),
+    opened_at = now(),
+    failed_probes = 0,
+    reason = excluded.reason,
+    updated_at = now()
+WHERE dh.state = 'held'
+RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
+
+-- name: health_hold
+-- Hold a destination for %(hold_s)s (a 429 or 503 with Retry-After): no claim
+-- takes its messages before then. Only ever lengthens what blocks it; an open
+-- or probing breaker stays so. Returns the row when this statement lengthened it.
+INSERT INTO {schema}.destination_health AS dh (destination, state, blocked_until, reason)
+VALUES (%(destination)s, 'held', now() + make_interval(secs => %(hold_s)s), %(reason)s)
+ON CONFLICT (destination) DO UPDATE
+SET blocked_until = excluded.blocked_until,
+    reason = CASE WHEN dh.state = 'held' THEN excluded.reason ELSE dh.reason END,
+    updated_at = now()
+WHERE dh.blocked_until < excluded.blocked_until
+RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
+
+-- name: health_close
+-- The probe %(owner)s took succeeded: the breaker closes and the destination's
+-- messages are claimed again. Fenced by the probe's owner and state, so that a
+-- probe whose lease passed (another one was taken since) changes nothing.
+DELETE FROM {schema}.destination_health AS dh
+WHERE dh.destination = %(destination)s AND dh.state = 'probing'
+  AND dh.probe_owner = %(owner)s
+RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
+
+-- name: health_reopen
+-- The probe %(owner)s took failed: the breaker opens again, for a back-off that
+-- doubles with each failed probe in a row, from %(backoff_s)s up to
+-- %(backoff_max_s)s, and lasts at least %(hold_s)s (the Retry-After the probe
+-- was answered with, or 0). Fenced as "health_close".
+UPDATE {schema}.destination_health AS dh
+SET state = 'open',
+    probe_owner = NULL,
+    failed_probes = dh.failed_probes + 1,
+    blocked_until = now() + make_interval(secs => GREATEST(
+        LEAST(%(backoff_s)s * power(2, LEAST(dh.failed_probes + 1, 30)), %(backoff_max_s)s),
+        %(hold_s)s)),
+    updated_at = now()
+WHERE dh.destination = %(destination)s AND dh.state = 'probing'
+  AND dh.probe_owner = %(owner)s
+RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
+
 -- name: set_timeouts
 -- Sent ahead of each statement, local to its transaction (dispatchers.db).
 SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
@@ -773,7 +886,9 @@ FROM (VALUES
     (15, 'endpoint_secrets', 'SELECT'),
     (16, 'endpoint_slots', 'SELECT'), (17, 'endpoint_slots', 'UPDATE'),
     (18, 'endpoint_slots', 'DELETE'),
-    (19, 'events', 'SELECT'), (20, 'events', 'UPDATE'), (21, 'events', 'DELETE')
+    (19, 'events', 'SELECT'), (20, 'events', 'UPDATE'), (21, 'events', 'DELETE'),
+    (22, 'destination_health', 'SELECT'), (23, 'destination_health', 'INSERT'),
+    (24, 'destination_health', 'UPDATE'), (25, 'destination_health', 'DELETE')
 ) AS needed(n, table_name, privilege)
 CROSS JOIN LATERAL (
     SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))

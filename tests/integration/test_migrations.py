@@ -36,6 +36,7 @@ TABLES = {
     "endpoint_slots",
     "endpoint_secrets",
     "events",
+    "destination_health",
     "schema_migrations",
 }
 MIGRATIONS = load_migrations()
