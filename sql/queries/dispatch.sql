@@ -89,6 +89,12 @@ LEFT JOIN probes AS probe ON probe.destination = d.destination
 (dh.destination IS NULL OR (dh.state = 'held' AND dh.blocked_until <= now())
  OR probe.destination IS NOT NULL)
 
+-- fragment: destination_blocked
+-- A message m whose destination a hold or an open breaker blocks now.
+EXISTS (
+    SELECT 1 FROM {schema}.destination_health AS dh
+    WHERE dh.destination = m.destination AND dh.blocked_until > now())
+
 -- fragment: destinations_due
 -- The destinations a claim shares its batch across, with each one's room and
 -- share (see "claim"): "alone", "destinations" and "listed".
@@ -693,15 +699,19 @@ SELECT id, state FROM rescued
 -- For --drain: is anything due now or in flight, and how much is scheduled later.
 -- "Due" skips what claim skips: a ready webhook whose endpoint is disabled (one
 -- committed after the disable paused the rest) waits, and must not keep a drain
--- from ever finishing.
+-- from ever finishing; the messages of a destination that a hold or an open
+-- breaker blocks count as scheduled later, as retries do.
 SELECT
     (SELECT count(*) FROM {schema}.messages AS m
      WHERE m.state = 'ready' AND m.available_at <= now()
        AND (m.endpoint_id IS NULL OR EXISTS (
-             SELECT 1 FROM {schema}.endpoints AS e WHERE e.id = m.endpoint_id AND e.enabled)))
+             SELECT 1 FROM {schema}.endpoints AS e WHERE e.id = m.endpoint_id AND e.enabled))
+       AND NOT {destination_blocked})
         AS due,
     (SELECT count(*) FROM {schema}.messages WHERE state = 'running') AS running,
-    (SELECT count(*) FROM {schema}.messages WHERE state = 'ready' AND available_at > now()) AS scheduled
+    (SELECT count(*) FROM {schema}.messages AS m
+     WHERE m.state = 'ready' AND (m.available_at > now() OR {destination_blocked}))
+        AS scheduled
 
 -- name: retention
 -- Remove one bounded batch of history: delivered messages completed before the

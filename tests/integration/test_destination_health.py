@@ -182,3 +182,30 @@ async def test_a_retry_after_holds_the_destination_for_every_dispatcher(db: Db) 
     # the held messages spent no attempt; the one answered 429 spent two
     assert [a for (a,) in attempts] == [2, 1, 1, 1, 1]
     assert [e["event"] for e in _events(stream)].count("destination_held") == 1
+
+
+@pytest.mark.parametrize("state", ["held", "open"])
+async def test_a_drain_ends_leaving_a_blocked_destinations_messages_waiting(
+    db: Db, state: str
+) -> None:
+    with Receiver() as blocked, Receiver() as served:
+        db.enqueue(blocked.url, "blocked")
+        db.enqueue(served.url, "served")
+        db.query(
+            "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
+            " SELECT destination, %s, now() + interval '1 minute',"
+            "        CASE WHEN %s = 'open' THEN now() END"
+            " FROM outbox.messages WHERE idempotency_key = 'blocked' RETURNING 1",
+            state,
+            state,
+        )
+        stream = io.StringIO()
+        dispatcher = Dispatcher(db.url, fast_config(), log=EventLog(stream=stream, format="json"))
+        async with asyncio.timeout(15):
+            await dispatcher.run(drain=True)
+    assert (len(blocked.requests), len(served.requests)) == (0, 1)
+    assert db.query("SELECT idempotency_key, attempts, state FROM outbox.messages") == [
+        ("blocked", 0, "ready")
+    ]
+    (drained,) = [e for e in _events(stream) if e["event"] == "drained"]
+    assert drained["scheduled_later"] == 1
