@@ -170,8 +170,10 @@ alone AS (
 -- claim found alone (%(alone)s), and while that still holds, the claim skips
 -- the list and the turns. SKIP LOCKED lets several dispatchers claim side by
 -- side without waiting on each other. Which messages it may take is
--- "claimable", above. attempts + 1 is the fencing token every later write of
--- this claim must match.
+-- "claimable", above. A destination that a Retry-After holds or whose circuit
+-- breaker is open is passed over; once an open breaker's back-off is over, one
+-- claim takes its probe, one message ("health_*", above). attempts + 1 is the
+-- fencing token every later write of this claim must match.
 WITH RECURSIVE {destinations_due}, heads AS (
     -- the first pass: the first due messages of each destination, up to its share
     SELECT l.destination, l.room, l.share, h.id, h.available_at,

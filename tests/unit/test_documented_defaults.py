@@ -58,3 +58,22 @@ def test_a_destination_may_hold_all_but_a_quarter_of_the_request_slots() -> None
     assert (int(bound), int(slots)) == (48, 64)
     config = DispatcherConfig()
     assert (config.per_destination, config.concurrency) == (48, 64)
+
+
+def test_the_circuit_breaker_defaults() -> None:
+    match = readme(
+        r"When at least `--breaker-min-attempts` \((\d+)\) of a dispatcher's attempts to a "
+        r"destination in the last `--breaker-window` \((\d+) s\) were made and at least "
+        r"`--breaker-failure-ratio` \(([\d.]+)\) of them failed"
+    )
+    assert match.groups() == ("10", "30", "0.5")
+    backoff = readme(r"After `--breaker-backoff` \((\d+) s\)").group(1)
+    most = readme(r"up to `--breaker-backoff-max` \((\d+) s\)").group(1)
+    config = DispatcherConfig()
+    assert (
+        config.breaker_min_attempts,
+        config.breaker_window,
+        config.breaker_failure_ratio,
+        config.breaker_backoff,
+        config.breaker_backoff_max,
+    ) == (10, 30, 0.5, float(backoff), float(most))
