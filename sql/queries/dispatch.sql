@@ -51,41 +51,43 @@ NOT EXISTS (
       AND (dh.blocked_until > now() OR dh.state <> 'held'))
 
 -- fragment: health_probes
--- The probes this claim takes (see sql/migrations/0015): of the listed
+-- The probes this claim may take (see sql/migrations/0015): of the listed
 -- destinations, those whose breaker is open (or whose probe's dispatcher
--- vanished) past its back-off and which have a due message, each one's row
--- turned to 'probing' for a lease. Locked first: of two claimers only one takes
--- it (the other skips the locked row, or re-checks the committed one and finds
--- it blocked again). One primary key probe per listed destination, none of the
--- messages unless a back-off is over.
+-- vanished) past its back-off, their rows locked so that of two claimers only
+-- one may take each (the other skips the locked row, or re-checks the one
+-- committed since and finds it blocked again). One primary key probe per
+-- listed destination.
 probe_rows AS (
     SELECT dh.destination
     FROM {schema}.destination_health AS dh
     WHERE dh.destination IN (SELECT destination FROM destinations)
       AND dh.state <> 'held' AND dh.blocked_until <= now()
-      AND EXISTS (SELECT 1 FROM {schema}.messages AS m
-                  WHERE m.destination = dh.destination
-                    AND m.state = 'ready' AND m.available_at <= now())
     FOR UPDATE OF dh SKIP LOCKED
-), probes AS (
+)
+
+-- fragment: health_probed
+-- The probes this claim took: the locked rows of "health_probes" whose
+-- destination it claimed a message of, turned to 'probing' for a lease (a
+-- destination with nothing this statement may take stays open, for the next).
+probes AS (
     UPDATE {schema}.destination_health AS dh
     SET state = 'probing',
         probe_owner = %(owner)s,
         blocked_until = now() + make_interval(secs => %(lease_s)s),
         updated_at = now()
-    FROM probe_rows AS p
-    WHERE dh.destination = p.destination
+    WHERE dh.destination IN (SELECT destination FROM probe_rows)
+      AND dh.destination IN (SELECT destination FROM claimed)
     RETURNING dh.destination
 )
 
 -- fragment: health_joins
 -- Each listed destination's health row, if any, and whether this claim took its probe.
 LEFT JOIN {schema}.destination_health AS dh ON dh.destination = d.destination
-LEFT JOIN probes AS probe ON probe.destination = d.destination
+LEFT JOIN probe_rows AS probe ON probe.destination = d.destination
 
 -- fragment: health_admitted
 -- A listed destination the claim may take from: no health row, a hold that has
--- ended, or the probe this claim took (its room is then one message).
+-- ended, or a probe this claim may take (its room is then one message).
 (dh.destination IS NULL OR (dh.state = 'held' AND dh.blocked_until <= now())
  OR probe.destination IS NOT NULL)
 
@@ -283,7 +285,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
-)
+), {health_probed}
 SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
@@ -385,7 +387,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
-)
+), {health_probed}
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,

@@ -21,6 +21,7 @@ import pytest
 
 from dispatchers.cli import main
 from dispatchers.config import DispatcherConfig
+from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import EventLog
 from outbox.admin import status
@@ -209,3 +210,37 @@ async def test_a_drain_ends_leaving_a_blocked_destinations_messages_waiting(
     ]
     (drained,) = [e for e in _events(stream) if e["event"] == "drained"]
     assert drained["scheduled_later"] == 1
+
+
+async def test_of_two_concurrent_claims_one_takes_the_probe_of_one_message(db: Db) -> None:
+    # an open breaker past its back-off, a backlog behind it, a healthy
+    # destination beside it, and two dispatchers claiming at once (the one told
+    # it was alone too): one probe goes out, the rest waits
+    probed = [db.enqueue("https://down.example/x", f"down-{i}") for i in range(5)]
+    healthy = [db.enqueue("https://up.example/x", f"up-{i}") for i in range(4)]
+    db.query(
+        "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
+        " VALUES ('https://down.example:443', 'open', now() - interval '1 second', now())"
+        " RETURNING 1"
+    )
+    stores = [Store(db.url, fast_config(destination_concurrency=100)) for _ in range(2)]
+    for store in stores:
+        await store.open()
+    try:
+        batches = await asyncio.gather(
+            stores[0].claim("first", 10),
+            stores[1].claim("second", 10, alone="https://down.example:443"),
+        )
+        again = await stores[0].claim("first", 10)
+    finally:
+        for store in stores:
+            await store.close()
+    jobs = [job for batch in batches for job in batch]
+    probes = [job for job in jobs if job.probe]
+    assert [job.id for job in probes] == [probed[0]]
+    assert sorted(job.id for job in jobs if not job.probe) == healthy
+    assert again == []
+    owner = "first" if probes[0] in batches[0] else "second"
+    assert db.query(
+        "SELECT state, probe_owner, blocked_until > now() FROM outbox.destination_health"
+    ) == [("probing", owner, True)]
