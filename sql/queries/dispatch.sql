@@ -75,8 +75,9 @@ probes AS (
         probe_owner = %(owner)s,
         blocked_until = now() + make_interval(secs => %(lease_s)s),
         updated_at = now()
-    WHERE dh.destination IN (SELECT destination FROM probe_rows)
-      AND dh.destination IN (SELECT destination FROM claimed)
+    FROM probe_rows AS p
+    WHERE dh.destination = p.destination
+      AND EXISTS (SELECT 1 FROM claimed AS c WHERE c.destination = p.destination)
     RETURNING dh.destination
 )
 
