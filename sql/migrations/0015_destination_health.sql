@@ -18,10 +18,19 @@
 --   blocked_until (now plus a lease) passes and another claim takes a probe.
 --
 -- Dispatchers write a row on a transition only, never per outcome: each keeps
--- its own recent outcomes per destination in memory (dispatchers.health) and
+-- its own recent outcomes per destination in memory (dispatchers.health, ten
+-- buckets of counts per destination, about half a microsecond per outcome) and
 -- opens the breaker when its window says so; a hold is written once per
--- Retry-After answer that lengthens it. So a completion batch writes nothing
--- here, and steady traffic to healthy destinations costs nothing more.
+-- Retry-After answer that lengthens it by a second or more. So a completion
+-- batch writes nothing here. Counting outcomes in this row instead (one update
+-- per destination per flushed batch) would have every dispatcher's flush
+-- update the same row of a busy destination, each waiting for the other's
+-- commit, and would cost a write per batch in steady traffic; the price of
+-- counting in memory is that each dispatcher judges from its own attempts.
+-- The claim reads this table by its primary key only. With no rows, a claim of
+-- 100 messages across 100 destinations took about 0.1 ms more to execute (1.8
+-- ms instead of 1.7) and 0.3 ms more as the client timed its round trip (its
+-- plan is larger); drain-http, end to end, did not change beyond its noise.
 CREATE TABLE destination_health (
     destination    text        PRIMARY KEY,
     state          text        NOT NULL CHECK (state IN ('held', 'open', 'probing')),
