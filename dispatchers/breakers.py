@@ -7,8 +7,9 @@ which every dispatcher's claim reads (see ``sql/migrations/0015`` and the
 ``health_*`` fragments of ``sql/queries/dispatch.sql``):
 
 - a 429 or 503 with ``Retry-After`` holds the destination that long (at most the
-  retry policy's ``max_retry_after``); the message that got the answer is retried
-  as before, after the later of its backoff and the ``Retry-After``;
+  retry policy's ``max_retry_after``; unless ``retry_after_holds`` is off); the
+  message that got the answer is retried as before, after the later of its
+  backoff and the ``Retry-After``;
 - failing most of its recent attempts opens the destination's breaker for
   ``breaker_backoff``; then one claim takes one probe, whose success closes the
   breaker and whose failure opens it again for twice as long (up to
@@ -51,11 +52,12 @@ class Breakers:
         self.owner = owner
         self.config = config
         self.book = HealthBook(config.breaker)
+        self.holds = config.retry_after_holds
 
     async def attempted(self, job: Job, outcome: Outcome) -> None:
         """Note ``outcome`` of an attempt of ``job``, and write what it calls for."""
         destination = job.destination
-        hold = hold_for(outcome, self._max_retry_after(job))
+        hold = hold_for(outcome, self._max_retry_after(job)) if self.holds else None
         if job.probe:
             await self._probed(destination, outcome, hold)
             return

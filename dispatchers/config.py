@@ -346,6 +346,13 @@ class DispatcherConfig:
         metadata=option("address for --metrics-port; 0.0.0.0 in a container"),
     )
     webhook_retry_policy: RetryPolicy = field(default_factory=lambda: STANDARD_WEBHOOKS_SCHEDULE)
+    retry_after_holds: bool = field(
+        default=True,
+        metadata=option(
+            "let a 429 or 503 with Retry-After delay only the message that got it, "
+            "instead of holding its whole destination until then"
+        ),
+    )
     breaker_window: float = field(
         default=30.0,
         metadata=option(

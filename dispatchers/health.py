@@ -5,12 +5,12 @@ per destination, a sliding window of recent outcomes. When at least
 ``min_attempts`` of the last ``window`` seconds' attempts were made and at least
 ``failure_ratio`` of them failed, the book says to open the destination's
 breaker; when a 429 or 503 came with ``Retry-After``, it says to hold the
-destination that long (once per answer that lengthens the hold it knows of). The
+destination that long (written again only by an answer that outlasts it). The
 dispatcher writes only those transitions to the shared ``destination_health`` row
 (see ``sql/migrations/0015_destination_health.sql``), never an outcome: a flushed
 batch of healthy deliveries writes nothing more than before.
 
-What counts as a failure (:func:`is_failure`): a 5xx, 408 and 429 answers,
+What counts as a failure (:func:`is_failure`): 5xx, 408 and 429 answers,
 timeouts, connection and protocol errors. Other 4xx answers are the receiver's
 verdict on one message, not ill health of the destination, and the SSRF guard's
 refusals are ours; both count as successes of the destination.

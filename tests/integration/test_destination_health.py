@@ -244,3 +244,23 @@ async def test_of_two_concurrent_claims_one_takes_the_probe_of_one_message(db: D
     assert db.query(
         "SELECT state, probe_owner, blocked_until > now() FROM outbox.destination_health"
     ) == [("probing", owner, True)]
+
+
+async def test_without_holds_a_retry_after_delays_only_its_message(db: Db) -> None:
+    def limited_once(req: Received) -> Reply:
+        if json.loads(req.body)["key"] == "first":
+            return Reply(status=429, headers={"Retry-After": "30"})
+        return Reply()
+
+    with Receiver(limited_once) as receiver:
+        db.enqueue(receiver.url, "first")
+        config = fast_config(retry_after_holds=False)
+        stream = io.StringIO()
+        async with dispatching(db, config, EventLog(stream=stream, format="json")):
+            await asyncio.to_thread(receiver.wait_for, 1)
+            for i in range(3):
+                db.enqueue(receiver.url, f"later-{i}")
+            await asyncio.to_thread(receiver.wait_for, 4)
+    assert db.query("SELECT idempotency_key FROM outbox.messages") == [("first",)]
+    assert db.query("SELECT 1 FROM outbox.destination_health") == []
+    assert "destination_held" not in [e["event"] for e in _events(stream)]
