@@ -3,7 +3,7 @@
 :class:`Breakers` notes the outcome of each attempt in a
 :class:`~dispatchers.health.HealthBook` and writes the transitions the book (or a
 probe's outcome) calls for to the destination's shared ``destination_health`` row,
-which every dispatcher's claim reads (see ``sql/migrations/0015`` and the
+which every dispatcher's claim reads (see its migration, ``*_destination_health.sql``, and the
 ``health_*`` fragments of ``sql/queries/dispatch.sql``):
 
 - a 429 or 503 with ``Retry-After`` holds the destination that long (at most the

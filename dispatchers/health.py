@@ -7,7 +7,7 @@ per destination, a sliding window of recent outcomes. When at least
 breaker; when a 429 or 503 came with ``Retry-After``, it says to hold the
 destination that long (written again only by an answer that outlasts it). The
 dispatcher writes only those transitions to the shared ``destination_health`` row
-(see ``sql/migrations/0015_destination_health.sql``), never an outcome: a flushed
+(see ``sql/migrations/*_destination_health.sql``), never an outcome: a flushed
 batch of healthy deliveries writes nothing more than before.
 
 What counts as a failure (:func:`is_failure`): 5xx, 408 and 429 answers,

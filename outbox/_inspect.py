@@ -148,7 +148,7 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
     - ``endpoints``: per endpoint ``id``, ``url``, ``enabled``,
       ``disabled_reason``, ``failure_streak``, ``pending`` (ready, running or
       paused messages), ``dead``, ``last_success_at``;
-    - ``destinations``: per destination whose circuit breaker is open or probing,
+    - ``destination_health``: per destination whose circuit breaker is open or probing,
       or that a ``Retry-After`` holds: ``destination``, ``state`` (``open``,
       ``probing``, ``held``), ``blocked_until`` (no claim takes its messages
       before; an open breaker's probe goes out then), ``failed_probes`` (in a
@@ -166,7 +166,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
     counts = yield from rows_plan(queries["status_counts"], {}, _StatusCounts)
     c = counts[0]
     endpoints = yield from rows_plan(queries["status_endpoints"], {}, _EndpointStatus)
-    destinations = yield from rows_plan(queries["status_destinations"], {}, _DestinationStatus)
+    health = yield from rows_plan(queries["status_destination_health"], {}, _DestinationHealth)
     secrets = yield from rows_plan(queries["status_secrets"], {}, _SecretsByKey)
     sealed = {s.key_id: s.secrets for s in secrets if s.key_id is not None}
     return {
@@ -183,7 +183,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
         ),
         "last_5_minutes": {"delivered": c.delivered, "failed": c.failed},
         "endpoints": [e._asdict() for e in endpoints],
-        "destinations": [d._asdict() for d in destinations],
+        "destination_health": [d._asdict() for d in health],
         "secrets": {
             "plain_text": sum(s.secrets for s in secrets) - sum(sealed.values()),
             "sealed": sealed,
@@ -228,8 +228,8 @@ class _EndpointStatus(NamedTuple):
     last_success_at: datetime | None
 
 
-class _DestinationStatus(NamedTuple):
-    """A row of ``status_destinations``: an open breaker or a hold."""
+class _DestinationHealth(NamedTuple):
+    """A row of ``status_destination_health``: an open breaker or a hold."""
 
     destination: str
     state: str

@@ -196,8 +196,8 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
                 for e in snapshot["endpoints"]
             ],
         )
-    if snapshot["destinations"]:
-        text += "\n\n" + "\n".join(map(_health_line, snapshot["destinations"]))
+    if snapshot["destination_health"]:
+        text += "\n\n" + "\n".join(map(_health_line, snapshot["destination_health"]))
     emit(args, snapshot, text)
     for warning in warnings:
         print(f"outbox status: warning: {warning}", file=sys.stderr)

@@ -326,7 +326,7 @@ LEFT JOIN {schema}.messages AS m ON m.endpoint_id = e.id
 GROUP BY e.id
 ORDER BY e.id
 
--- name: status_destinations
+-- name: status_destination_health
 -- Destinations whose breaker is open or probing, or that a Retry-After holds
 -- (a hold that has ended is left out), by name.
 SELECT destination, state, blocked_until, failed_probes, opened_at, reason

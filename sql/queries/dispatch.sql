@@ -51,7 +51,7 @@ NOT EXISTS (
       AND (dh.blocked_until > now() OR dh.state <> 'held'))
 
 -- fragment: health_probes
--- The probes this claim may take (see sql/migrations/0015): of the listed
+-- The probes this claim may take (see the destination_health migration): of the listed
 -- destinations, those whose breaker is open (or whose probe's dispatcher
 -- vanished) past its back-off, their rows locked so that of two claimers only
 -- one may take each (the other skips the locked row, or re-checks the one

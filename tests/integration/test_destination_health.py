@@ -79,8 +79,8 @@ def _attempts(db: Db, destination: str) -> int:
 def _status(db: Db) -> list[dict[str, Any]]:
     """The open breakers and holds ``outbox.admin.status`` reports."""
     with psycopg.connect(db.url) as conn:
-        destinations: list[dict[str, Any]] = status(conn)["destinations"]
-        return destinations
+        health: list[dict[str, Any]] = status(conn)["destination_health"]
+        return health
 
 
 async def _poll(predicate: Any, seconds: float = 15.0) -> None:
