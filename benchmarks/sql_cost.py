@@ -44,7 +44,7 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.db import Completion, Store
 from outbox._queries import Statement
 
-TABLES = ("messages", "delivered", "attempts", "message_keys", "endpoint_slots", "endpoints")
+TABLES = ("messages", "delivered", "attempts", "message_keys", "destination_slots", "endpoints")
 OWNER = "sql-cost:1:bench"
 HELD = 64
 RENEWALS = 200

@@ -18,6 +18,10 @@ when nothing arrives it should not claim at all. Three ways of waiting:
 A dispatcher that is not on duty (another one is; see :mod:`dispatchers.waker`)
 polls every ``poll_interval``, so one notification never wakes every dispatcher.
 
+Whatever the mode, a claim that a destination's rate limit held back says when
+that destination's next rate slot frees (``rate_wait``), and the dispatcher
+claims again then, at the latest: nobody announces a freed slot.
+
 The arrival rate is estimated from what the claims take (an exponentially
 decaying count over ``horizon`` seconds); the dispatcher wants to be busy above
 one message per ``window`` and idle below half that, so the mode does not flap.
@@ -54,9 +58,15 @@ class Cadence:
     empty_streak: int = 0
     last_claim: float = field(default=-math.inf)
     backlog: bool = False
+    rate_wait: float | None = None
 
-    def claimed(self, count: int, wanted: int, now: float) -> None:
-        """Record a claim, sent at ``now``, that took ``count`` of ``wanted``."""
+    def claimed(
+        self, count: int, wanted: int, now: float, *, rate_wait: float | None = None
+    ) -> None:
+        """Record a claim, sent at ``now``, that took ``count`` of ``wanted``, and
+        after which a rate slot frees in ``rate_wait`` seconds (if one held
+        messages back)."""
+        self.rate_wait = rate_wait
         if self.last_claim > -math.inf:
             self.rate *= math.exp(-(now - self.last_claim) / self.horizon)
         self.rate += count / self.horizon
@@ -77,11 +87,15 @@ class Cadence:
         if self.backlog:
             return self.last_claim
         if notified or not on_duty:
-            return self.last_claim + self.poll_interval
-        # On duty without notifications (busy, or not yet holding the wake lock):
-        # only this timer finds new messages.
-        stretch = math.ldexp(max(self.window, MIN_TIMER), min(self.empty_streak, 16))
-        return self.last_claim + min(self.poll_interval, stretch)
+            wait = self.poll_interval
+        else:
+            # On duty without notifications (busy, or not yet holding the wake
+            # lock): only this timer finds new messages.
+            stretch = math.ldexp(max(self.window, MIN_TIMER), min(self.empty_streak, 16))
+            wait = min(self.poll_interval, stretch)
+        if self.rate_wait is not None:
+            wait = min(wait, max(self.rate_wait, MIN_TIMER))
+        return self.last_claim + wait
 
     def earliest_claim(self) -> float:
         """The soonest a notification may make the dispatcher claim: notifications

@@ -41,8 +41,9 @@ R = TypeVar("R")
 Busy = Mapping[str, int] | None  # requests in flight per destination, for a claim
 
 CAPPED_RECHECK = 60.0
-"""Seconds a dispatcher that met a capped endpoint claims with the slots before it
-tries the cheaper claim of an outbox without caps again."""
+"""Seconds a dispatcher that met a destination with a policy (a capped endpoint, a
+rate limit, a capped origin) claims with the slots before it tries the cheaper
+claim of an outbox without policies again."""
 
 TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idle_timeout")
 """The parameters of ``set_timeouts`` (and ``set_timeouts_prepared``), sent ahead of
@@ -124,6 +125,9 @@ class Store:
         self._timeouts = timeout_values(config, config.statement_timeout)
         self._claim_timeouts = timeout_values(config, config.claim_timeout)
         self._capped_until = 0.0  # claim with the slots until then (see claim)
+        #: seconds from the last claim until a rate slot of a destination in
+        #: line frees (None: no rate limit held a claim back), see ``claim``
+        self.rate_wait: float | None = None
         self.secrets = OpenedSecrets(config.keyring)
         self._job_row = job_rows(self.secrets)
         # the prepared statements of each connection (see _run)
@@ -249,8 +253,8 @@ class Store:
     def claim_statement(
         self, owner: str, limit: int, *, capped: bool, busy: Busy = None, alone: str | None = None
     ) -> tuple[Statement, dict[str, Any]]:
-        """The claim statement and its parameters: ``claim`` if some endpoint may
-        have a concurrency cap, else the cheaper ``claim_uncapped``. ``busy`` counts
+        """The claim statement and its parameters: ``claim`` if some destination may
+        have a policy, else the cheaper ``claim_uncapped``. ``busy`` counts
         the requests in flight per destination, which leave that much less room
         there under the bound per destination; ``alone`` names the destination
         the last claim found alone with ready messages, which the statement takes
@@ -277,19 +281,21 @@ class Store:
         flight per destination) included, unless one is alone with ready messages
         (``alone``: the one the last claim found so, see :meth:`claim_statement`).
 
-        ``claim_uncapped`` first, which passes over the messages of endpoints
-        with a concurrency cap and says whether there are such endpoints; if so,
+        ``claim_uncapped`` first, which passes over the messages of destinations
+        with a policy (a cap or a rate limit) and says whether there are any; if so,
         the rest is claimed with ``claim`` (which takes their slots), and so is
-        every claim for :data:`CAPPED_RECHECK` seconds.
+        every claim for :data:`CAPPED_RECHECK` seconds. ``claim`` also says when
+        the next rate slot of a rate-limited destination frees: :attr:`rate_wait`.
         """
         jobs: list[Job] = []
+        self.rate_wait = None
         if time.monotonic() >= self._capped_until:
             rows = await self._run(
                 *self.claim_statement(owner, limit, capped=False, busy=busy, alone=alone),
                 self._job_row,
                 timeouts=self._claim_timeouts,
             )
-            jobs = [job for job in rows if job is not None]
+            jobs = [job for job in rows if isinstance(job, Job)]
             if len(jobs) == len(rows):
                 return jobs
             self._capped_until = time.monotonic() + CAPPED_RECHECK
@@ -310,7 +316,8 @@ class Store:
                 # The messages claimed already are held: hand them out now; the
                 # next claim meets the error again if it persists.
             else:
-                jobs += [job for job in rows if job is not None]
+                jobs += [job for job in rows if isinstance(job, Job)]
+                self.rate_wait = next((r for r in rows if isinstance(r, float)), None)
         return jobs
 
     async def renew(self, owner: str, held: Sequence[tuple[int, int]]) -> set[int]:

@@ -340,7 +340,7 @@ class Dispatcher:
                 await self._wait(self._stop, seconds=backoff.next())
                 continue
             backoff.reset()
-            self._cadence.claimed(len(jobs), want, sent_at)
+            self._cadence.claimed(len(jobs), want, sent_at, rate_wait=self._store.rate_wait)
             if self._waker is not None:
                 self._waker.request(wake=not self._cadence.busy)
             self._report.claimed_batch(len(jobs))

@@ -59,19 +59,22 @@ _ENDPOINT_ID = _CLAIMED.index("endpoint_id")
 _SECRETS = _CLAIMED.index("secrets")
 
 
-def job_rows(secrets: OpenedSecrets) -> BaseRowFactory[Job | None]:
+def job_rows(secrets: OpenedSecrets) -> BaseRowFactory[Job | float | None]:
     """The row factory of the claim statements: a :class:`Job` per claimed message
     (its columns found by name once per result, see :mod:`dispatchers.rows`), its
-    secrets opened by ``secrets``, and None for the row without an id that says
-    capped endpoints hold more."""
+    secrets opened by ``secrets``; for the row without an id, the seconds until
+    a rate slot frees (its ``rate_wait_s``, in "claim"), else None (the row of
+    "claim_uncapped" that says destinations with a policy hold more)."""
 
-    def factory(cursor: Any) -> RowMaker[Job | None]:
+    def factory(cursor: Any) -> RowMaker[Job | float | None]:
         take = columns(cursor, _COLUMNS)
+        names = [column.name for column in cursor.description or ()]
+        wait = names.index("rate_wait_s") if "rate_wait_s" in names else None
 
-        def make(values: Sequence[Any]) -> Job | None:
+        def make(values: Sequence[Any]) -> Job | float | None:
             fields = list(take(values))
             if fields[0] is None:
-                return None
+                return None if wait is None else values[wait]
             # the key ids' column becomes the last field: why the secrets are unavailable
             fields[_SECRETS], fields[-1] = secrets.open(
                 fields[_ENDPOINT_ID], fields[_SECRETS], fields[-1]

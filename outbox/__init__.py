@@ -12,6 +12,7 @@ with an underscore are internal and may change without notice.
 
 from outbox._core import Outbox
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
+from outbox.destinations import DestinationPolicy, Destinations
 from outbox.endpoints import Endpoint, Endpoints
 from outbox.errors import (
     ConfigurationError,
@@ -31,6 +32,8 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "DEFAULT_WEBHOOK_MAX_ATTEMPTS",
     "ConfigurationError",
+    "DestinationPolicy",
+    "Destinations",
     "Endpoint",
     "Endpoints",
     "IdempotencyKeyReused",

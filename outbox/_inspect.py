@@ -16,6 +16,7 @@ from outbox._arguments import check_id
 from outbox._queries import queries_for
 from outbox._transaction import Plan, rows_plan, run_sync
 from outbox.defaults import DEFAULT_SCHEMA
+from outbox.destinations import DestinationStatus
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,10 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
     - ``secrets``: signing secrets ``plain_text`` (stored unsealed: whoever reads
       the table can forge deliveries) and ``sealed`` (a count per key id, see
       :mod:`outbox.sealing`);
+    - ``destinations``: per destination with a policy (an origin, or
+      ``endpoint:<id>`` for an endpoint with a cap or a rate limit) its
+      ``max_concurrency``, ``rate_limit_per_s``, ``burst``, and its messages
+      ``ready`` (due now) and ``running``;
     - ``now``: the database's clock.
     """
     return run_sync(tx, _status_plan(schema))
@@ -168,6 +173,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
     endpoints = yield from rows_plan(queries["status_endpoints"], {}, _EndpointStatus)
     health = yield from rows_plan(queries["status_destination_health"], {}, _DestinationHealth)
     secrets = yield from rows_plan(queries["status_secrets"], {}, _SecretsByKey)
+    policed = yield from rows_plan(queries["status_destinations"], {}, DestinationStatus)
     sealed = {s.key_id: s.secrets for s in secrets if s.key_id is not None}
     return {
         "messages": {
@@ -183,6 +189,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
         ),
         "last_5_minutes": {"delivered": c.delivered, "failed": c.failed},
         "endpoints": [e._asdict() for e in endpoints],
+        "destinations": [d._asdict() for d in policed],
         "destination_health": [d._asdict() for d in health],
         "secrets": {
             "plain_text": sum(s.secrets for s in secrets) - sum(sealed.values()),

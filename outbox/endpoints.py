@@ -22,6 +22,7 @@ from outbox._endpoint_fields import (
     check_subscriptions,
 )
 from outbox._message import check_url
+from outbox._policy_fields import RateChange, changed_rate, check_rate_change, rate_fields
 from outbox._queries import Queries, queries_for
 from outbox._transaction import Plan, rows_plan, run_sync, scalar
 from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
@@ -67,6 +68,9 @@ class Endpoint:
     max_concurrency: int | None
     created_at: datetime
     updated_at: datetime
+    #: requests per second at most, with a burst (see :mod:`outbox.destinations`)
+    rate_limit_per_s: float | None = None
+    burst: int | None = None
 
     def active_secrets(self, now: datetime) -> list[str]:
         """The secrets that sign right now (more than one during a rotation)."""
@@ -95,6 +99,8 @@ class Endpoint:
             "failing_since": self.failing_since,
             "last_success_at": self.last_success_at,
             "max_concurrency": self.max_concurrency,
+            "rate_limit_per_s": self.rate_limit_per_s,
+            "burst": self.burst,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
@@ -120,6 +126,8 @@ class _EndpointRow(NamedTuple):
     failing_since: datetime | None
     last_success_at: datetime | None
     max_concurrency: int | None
+    rate_limit_per_s: float | None
+    rate_burst: int | None
     created_at: datetime
     updated_at: datetime
     now: datetime
@@ -158,6 +166,8 @@ class _EndpointRow(NamedTuple):
             max_concurrency=self.max_concurrency,
             created_at=self.created_at,
             updated_at=self.updated_at,
+            rate_limit_per_s=self.rate_limit_per_s,
+            burst=self.rate_burst,
         )
 
 
@@ -207,6 +217,8 @@ class Endpoints:
         description: str = "",
         metadata: Mapping[str, Any] | None = None,
         max_concurrency: int | None = None,
+        rate_limit: float | None = None,
+        burst: int | None = None,
     ) -> Endpoint:
         """Create an endpoint; a ``whsec_`` secret is generated unless given."""
         params = {
@@ -215,6 +227,7 @@ class Endpoints:
             "description": check_description(description),
             "metadata": json.dumps(check_metadata(metadata)),
             "max_concurrency": check_max_concurrency(max_concurrency),
+            **rate_fields(rate_limit, burst),
         }
         new = check_secret(secret) if secret is not None else generate_secret()
         return run_sync(tx, self._insert_plan(params, new))
@@ -279,8 +292,12 @@ class Endpoints:
         metadata: Mapping[str, Any] | None = None,
         max_concurrency: int | None = None,
         clear_max_concurrency: bool = False,
+        rate_limit: float | None = None,
+        burst: int | None = None,
+        clear_rate_limit: bool = False,
     ) -> Endpoint:
-        """Change the given fields; the others keep their value."""
+        """Change the given fields; the others keep their value. A new
+        ``rate_limit`` without a ``burst`` gets the default burst."""
         changes: dict[str, Any] = {}
         if url is not None:
             changes["url"] = check_url(url)
@@ -294,6 +311,7 @@ class Endpoints:
             changes["max_concurrency"] = check_max_concurrency(max_concurrency)
         elif clear_max_concurrency:
             changes["max_concurrency"] = None
+        changes["rate"] = check_rate_change(rate_limit, burst, clear=clear_rate_limit)
         return run_sync(tx, self._update_plan(endpoint_id, changes, rotate=None))
 
     def rotate_secret(
@@ -333,6 +351,9 @@ class Endpoints:
             "description": changes.get("description", current.description),
             "metadata": json.dumps(changes.get("metadata", current.metadata)),
             "max_concurrency": changes.get("max_concurrency", current.max_concurrency),
+            **changed_rate(
+                RateChange(current.rate_limit_per_s, current.burst), changes.get("rate")
+            ),
         }
         yield self.queries["endpoint_update"], params, None
         if rotate is not None:
@@ -429,4 +450,5 @@ class Endpoints:
         rows = yield self.queries["endpoint_delete"], {"id": endpoint_id}, None
         if not rows:
             raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
+        yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None  # its rate slots
         return len(detached)

@@ -67,9 +67,11 @@ _DATA_TABLES = (
     "message_keys",
     "attempts",
     "endpoints",
-    "endpoint_slots",
     "endpoint_secrets",
     "events",
+    "destination_policies",
+    "destination_slots",
+    "rate_slots",
     "destination_health",
 )
 
@@ -98,9 +100,14 @@ _NEEDS: dict[str, tuple[_Grant, ...]] = {
         _Grant(("SELECT", "INSERT", "DELETE"), "attempts"),
         _Grant(("SELECT",), "endpoints"),
         _Grant(("UPDATE",), "endpoints", _ENDPOINT_HEALTH),
-        _Grant(("SELECT", "DELETE"), "endpoint_slots"),
-        _Grant(("UPDATE",), "endpoint_slots", ("message_id",)),
         _Grant(("SELECT",), "endpoint_secrets"),
+        # the policies of plain destinations are read; the claim takes (and
+        # completion frees) every destination's slots, locking them first
+        _Grant(("SELECT",), "destination_policies"),
+        _Grant(("SELECT",), "destination_slots"),
+        _Grant(("UPDATE",), "destination_slots", ("message_id",)),
+        _Grant(("SELECT",), "rate_slots"),
+        _Grant(("UPDATE",), "rate_slots", ("next_at",)),
         # breakers and holds: claims take probes, outcomes open and close them
         _Grant(_ALL, "destination_health"),
         # the schema's version, which a dispatcher checks before it starts

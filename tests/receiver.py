@@ -116,3 +116,22 @@ class Receiver:
                     raise TimeoutError(f"{len(self.requests)} of {count} requests arrived")
                 self.arrived.wait(remaining)
             return list(self.requests)
+
+
+class ConcurrencyMeter:
+    """Counts requests in progress per path; remembers the peak."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.active: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+
+    def __call__(self, req: Received) -> Reply:
+        with self.lock:
+            self.active[req.path] = self.active.get(req.path, 0) + 1
+            self.peak[req.path] = max(self.peak.get(req.path, 0), self.active[req.path])
+        time.sleep(self.delay)
+        with self.lock:
+            self.active[req.path] -= 1
+        return Reply()

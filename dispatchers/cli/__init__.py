@@ -2,7 +2,8 @@
 
 One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.migrate`, :mod:`~dispatchers.cli.dispatch`,
-:mod:`~dispatchers.cli.endpoints`, :mod:`~dispatchers.cli.dead`,
+:mod:`~dispatchers.cli.endpoints`, :mod:`~dispatchers.cli.destinations`,
+:mod:`~dispatchers.cli.dead`,
 :mod:`~dispatchers.cli.inspect` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
 :mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.ui` (the
 dashboard), :mod:`~dispatchers.cli.bench` and
@@ -12,7 +13,7 @@ in :mod:`~dispatchers.cli._common` (database, argument types) and
 the runtime's heavy modules (HTTP clients, the dispatcher, the bench): each
 command imports what it runs when it runs.
 
-Operator commands (``endpoints``, ``dead``, ``replay``, ``messages``,
+Operator commands (``endpoints``, ``destinations``, ``dead``, ``replay``, ``messages``,
 ``status``) each do their work in one transaction and commit it. Bad input
 exits 2 with a message naming the field, having written nothing; so does a
 command whose extra is not installed; a database error exits 1 (the statuses are
@@ -34,6 +35,7 @@ from dispatchers.cli import (
     db,
     dead,
     demo,
+    destinations,
     dispatch,
     endpoints,
     inspect,
@@ -63,7 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"outbox {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (migrate, roles, dispatch, endpoints, dead, inspect, db, ui, bench, demo):
+    for group in (
+        migrate,
+        roles,
+        dispatch,
+        endpoints,
+        destinations,
+        dead,
+        inspect,
+        db,
+        ui,
+        bench,
+        demo,
+    ):
         group.add_parser(commands)
     return parser
 

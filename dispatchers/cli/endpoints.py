@@ -34,6 +34,7 @@ from dispatchers.cli._common import (
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
+from dispatchers.cli.destinations import rate_options, rate_text
 from outbox.endpoints import (
     DEFAULT_ROTATION_OVERLAP,
     MAX_RESEAL_BATCH,
@@ -76,6 +77,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
         ("failing since", ep.failing_since),
         ("last success", ep.last_success_at),
         ("max concurrency", ep.max_concurrency),
+        ("rate limit", rate_text(ep.rate_limit_per_s, ep.burst)),
         ("metadata", json.dumps(ep.metadata) if ep.metadata else None),
     ]
     for i, secret in enumerate(ep.secrets):
@@ -103,6 +105,8 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
             description=args.description,
             metadata=metadata,
             max_concurrency=args.max_concurrency,
+            rate_limit=args.rate_limit,
+            burst=args.burst,
         )
     secret = ep.secrets[0].secret
     emit(
@@ -161,6 +165,8 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         raise UsageError("give --event-type or --all-event-types, not both")
     if args.max_concurrency is not None and args.no_max_concurrency:
         raise UsageError("give --max-concurrency or --no-max-concurrency, not both")
+    if (args.rate_limit is not None or args.burst is not None) and args.no_rate_limit:
+        raise UsageError("give --rate-limit (or --burst) or --no-rate-limit, not both")
     event_types = [] if args.all_event_types else args.event_types
     changes = (
         args.url,
@@ -169,11 +175,15 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
         args.metadata,
         args.max_concurrency,
         args.no_max_concurrency or None,
+        args.rate_limit,
+        args.burst,
+        args.no_rate_limit or None,
     )
     if all(c is None for c in changes):
         raise UsageError(
             "nothing to change: give --url, --event-type, --all-event-types, --description, "
-            "--metadata, --max-concurrency or --no-max-concurrency"
+            "--metadata, --max-concurrency, --no-max-concurrency, --rate-limit, --burst or "
+            "--no-rate-limit"
         )
     metadata = parse_metadata(args.metadata)
     endpoints = _endpoints(args)
@@ -187,6 +197,9 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
             metadata=metadata,
             max_concurrency=args.max_concurrency,
             clear_max_concurrency=args.no_max_concurrency,
+            rate_limit=args.rate_limit,
+            burst=args.burst,
+            clear_rate_limit=args.no_rate_limit,
         )
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
@@ -339,6 +352,7 @@ def add_parser(commands: Commands) -> None:
             metavar="N",
             help="most deliveries in flight to it at once",
         )
+        rate_options(p)
 
     p = action("add", cmd_endpoints_add, "register an endpoint; prints its id and secret")
     p.add_argument("url", metavar="URL", help="http(s) URL to POST events to")
@@ -357,6 +371,7 @@ def add_parser(commands: Commands) -> None:
     fields_options(p, update=True)
     p.add_argument("--all-event-types", action="store_true", help="subscribe to every event type")
     p.add_argument("--no-max-concurrency", action="store_true", help="remove the cap")
+    p.add_argument("--no-rate-limit", action="store_true", help="remove the rate limit")
 
     p = action("disable", cmd_endpoints_disable, "stop delivering to an endpoint")
     p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")

@@ -27,6 +27,7 @@ from dispatchers.cli._common import (
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import UNPRINTABLE_TEXT, cell, emit, fields, table
+from dispatchers.cli.destinations import policies_table
 from outbox.errors import InvalidArgument
 from outbox.sealing import Keyring
 
@@ -196,6 +197,8 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
                 for e in snapshot["endpoints"]
             ],
         )
+    if snapshot["destinations"]:
+        text += "\n\n" + policies_table(snapshot["destinations"])
     if snapshot["destination_health"]:
         text += "\n\n" + "\n".join(map(_health_line, snapshot["destination_health"]))
     emit(args, snapshot, text)

@@ -15,31 +15,35 @@
       AND earlier.state IN ('ready', 'running', 'paused')))
 
 -- fragment: claimable
--- A message "claim" may take: due, its endpoint (if any) enabled, with a free
--- slot if capped (a capped endpoint with every slot taken is skipped, so its
--- backlog cannot crowd other messages out of the batch), and free of its
--- ordering key. A webhook message whose endpoint was disabled after it was
--- written waits (the disable pauses the rows it can see; this catches the ones
--- committed later).
+-- A message "claim" may take: due, its endpoint (if any) enabled, and free of
+-- its ordering key (its destination's policy, if any, is "policy_room"'s and
+-- "policy_slots"' to apply). A webhook message whose endpoint was disabled
+-- after it was written waits (the disable pauses the rows it can see; this
+-- catches the ones committed later).
 m.state = 'ready'
 AND m.available_at <= now()
 AND (m.endpoint_id IS NULL OR EXISTS (
         SELECT 1 FROM {schema}.endpoints AS e
-        WHERE e.id = m.endpoint_id
-          AND e.enabled
-          AND (e.max_concurrency IS NULL OR EXISTS (
-                SELECT 1 FROM {schema}.endpoint_slots AS s
-                WHERE s.endpoint_id = e.id AND s.message_id IS NULL))))
+        WHERE e.id = m.endpoint_id AND e.enabled))
 AND {ordering_key_free}
 
+-- fragment: unpoliced
+-- A message of a destination without a policy: an endpoint without a cap or a
+-- rate limit, or an origin without a row in destination_policies (one probe of
+-- its primary key; none there, none to find).
+(m.endpoint_id IS NULL OR EXISTS (
+    SELECT 1 FROM {schema}.endpoints AS e
+    WHERE e.id = m.endpoint_id AND e.enabled
+      AND e.max_concurrency IS NULL AND e.rate_limit_per_s IS NULL))
+AND (m.endpoint_id IS NOT NULL OR NOT EXISTS (
+    SELECT 1 FROM {schema}.destination_policies AS p WHERE p.destination = m.destination))
+
 -- fragment: claimable_uncapped
--- A message "claim_uncapped" may take: as "claimable", with no endpoint or an
--- endpoint without a cap.
+-- A message "claim_uncapped" may take: as "claimable", of a destination without
+-- a policy.
 m.state = 'ready'
 AND m.available_at <= now()
-AND (m.endpoint_id IS NULL OR EXISTS (
-        SELECT 1 FROM {schema}.endpoints AS e
-        WHERE e.id = m.endpoint_id AND e.enabled AND e.max_concurrency IS NULL))
+AND {unpoliced}
 AND {ordering_key_free}
 
 -- fragment: health_alone
@@ -97,6 +101,128 @@ LEFT JOIN probe_rows AS probe ON probe.destination = d.destination
 EXISTS (
     SELECT 1 FROM {schema}.destination_health AS dh
     WHERE dh.destination = m.destination AND dh.blocked_until > now())
+
+-- fragment: policed_exists
+-- One row if some destination has a policy: an endpoint with a cap or a rate
+-- limit, or a row in destination_policies ("claim_uncapped" passed over their
+-- messages, which "claim" takes with their slots).
+SELECT 1 FROM {schema}.endpoints
+WHERE max_concurrency IS NOT NULL OR rate_limit_per_s IS NOT NULL
+UNION ALL
+SELECT 1 FROM {schema}.destination_policies
+LIMIT 1
+
+-- fragment: policy_room
+-- "policed": the destinations in line for a claim ("listed" and "alone") that
+-- have rate slots or concurrency slots (destination_slots), each with how many
+-- requests it may start now (its allowance): its free rate slots, its free
+-- concurrency slots, the fewer, counted up to the batch. A count of rows read,
+-- never trusted to grant anything: the slots are taken in "policy_slots",
+-- locked and re-checked there.
+policed AS (
+    SELECT d.destination, LEAST(r.free, c.free) AS allowance,
+           r.free IS NOT NULL AS rated, c.free IS NOT NULL AS capped
+    FROM (SELECT destination FROM listed UNION ALL SELECT destination FROM alone) AS d
+    LEFT JOIN LATERAL (
+        SELECT (SELECT count(*)
+                FROM (SELECT 1 FROM {schema}.rate_slots AS s
+                      WHERE s.destination = d.destination AND s.next_at <= now()
+                      LIMIT %(limit)s) AS f) AS free
+        WHERE EXISTS (SELECT 1 FROM {schema}.rate_slots AS s
+                      WHERE s.destination = d.destination)
+    ) AS r ON true
+    LEFT JOIN LATERAL (
+        SELECT (SELECT count(*)
+                FROM (SELECT 1 FROM {schema}.destination_slots AS s
+                      WHERE s.destination = d.destination AND s.message_id IS NULL
+                      LIMIT %(limit)s) AS f) AS free
+        WHERE EXISTS (SELECT 1 FROM {schema}.destination_slots AS s
+                      WHERE s.destination = d.destination)
+    ) AS c ON true
+    WHERE r.free IS NOT NULL OR c.free IS NOT NULL
+)
+
+-- fragment: rate_wait
+-- A row without an id when a rate-limited destination was in line: in how many
+-- seconds its next rate slot frees (one taken by this claim, or free and left,
+-- a period from now), so that the dispatcher claims again then rather than at
+-- its next poll (nothing notifies it when a slot frees).
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL,
+       CAST(EXTRACT(epoch FROM min(CASE WHEN s.next_at > now() THEN s.next_at
+                                        ELSE now() + s.period END) - now())
+            AS double precision)
+FROM {schema}.rate_slots AS s
+WHERE s.destination IN (SELECT destination FROM policed WHERE rated)
+HAVING count(*) > 0
+
+-- fragment: policy_slots
+-- The slots of the candidates of "policed" destinations: "admitted" is every
+-- candidate that may go, those without a policy and those granted a slot of
+-- each kind their destination has. Free slots are locked with SKIP LOCKED and
+-- re-checked on their newest version (a rate slot another claimer took since
+-- our snapshot has moved its next_at, a concurrency slot has its holder), then
+-- handed out in claim order; a candidate left without one stays ready.
+policy_candidates AS (
+    SELECT c.id, c.destination, p.rated, p.capped,
+           row_number() OVER (PARTITION BY c.destination ORDER BY c.available_at, c.id) AS n
+    FROM candidates AS c
+    JOIN policed AS p USING (destination)
+), wanted AS (
+    -- slots wanted per destination: one per candidate, so that no more are locked
+    SELECT destination, bool_or(rated) AS rated, bool_or(capped) AS capped, count(*) AS n
+    FROM policy_candidates
+    GROUP BY destination
+), rate_free AS (
+    SELECT f.destination, f.slot
+    FROM wanted AS w
+    CROSS JOIN LATERAL (
+        SELECT s.destination, s.slot
+        FROM {schema}.rate_slots AS s
+        WHERE s.destination = w.destination AND s.next_at <= now()
+        ORDER BY s.slot
+        LIMIT w.n
+        FOR UPDATE SKIP LOCKED
+    ) AS f
+    WHERE w.rated
+), cap_free AS (
+    SELECT f.destination, f.slot
+    FROM wanted AS w
+    CROSS JOIN LATERAL (
+        SELECT s.destination, s.slot
+        FROM {schema}.destination_slots AS s
+        WHERE s.destination = w.destination AND s.message_id IS NULL
+        ORDER BY s.slot
+        LIMIT w.n
+        FOR UPDATE SKIP LOCKED
+    ) AS f
+    WHERE w.capped
+), permitted AS (
+    SELECT pc.id, pc.destination, r.slot AS rate_slot, k.slot AS cap_slot
+    FROM policy_candidates AS pc
+    LEFT JOIN (SELECT destination, slot,
+                      row_number() OVER (PARTITION BY destination ORDER BY slot) AS n
+               FROM rate_free) AS r USING (destination, n)
+    LEFT JOIN (SELECT destination, slot,
+                      row_number() OVER (PARTITION BY destination ORDER BY slot) AS n
+               FROM cap_free) AS k USING (destination, n)
+    WHERE (r.slot IS NOT NULL OR NOT pc.rated) AND (k.slot IS NOT NULL OR NOT pc.capped)
+), rate_taken AS (
+    UPDATE {schema}.rate_slots AS s
+    SET next_at = now() + s.period
+    FROM permitted AS p
+    WHERE s.destination = p.destination AND s.slot = p.rate_slot
+), cap_taken AS (
+    UPDATE {schema}.destination_slots AS s
+    SET message_id = p.id
+    FROM permitted AS p
+    WHERE s.destination = p.destination AND s.slot = p.cap_slot
+), admitted AS (
+    SELECT c.id, c.endpoint_id, c.available_at
+    FROM candidates AS c
+    WHERE c.id NOT IN (SELECT id FROM policy_candidates)
+       OR c.id IN (SELECT id FROM permitted)
+)
 
 -- fragment: destinations_due
 -- The destinations a claim shares its batch across, with each one's room and
@@ -173,22 +299,27 @@ alone AS (
 -- claim found alone (%(alone)s), and while that still holds, the claim skips
 -- the list and the turns. SKIP LOCKED lets several dispatchers claim side by
 -- side without waiting on each other. Which messages it may take is
--- "claimable", above. A destination that a Retry-After holds or whose circuit
--- breaker is open is passed over; once an open breaker's back-off is over, one
--- claim takes its probe, one message ("health_*", above). attempts + 1 is the
--- fencing token every later write of this claim must match.
-WITH RECURSIVE {destinations_due}, heads AS (
+-- "claimable", above. attempts + 1 is the fencing token every later write of
+-- this claim must match. A destination with a policy (a rate limit, a cap) gets
+-- no more than its allowance ("policy_room") and each of its messages takes a
+-- slot of each kind it has ("policy_slots"); a last row without an id says when
+-- the next rate slot frees ("rate_wait"). A destination that a Retry-After holds
+-- or whose circuit breaker is open is passed over; once an open breaker's
+-- back-off is over, one claim takes its probe, one message ("health_*").
+WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
     -- the first pass: the first due messages of each destination, up to its share
-    SELECT l.destination, l.room, l.share, h.id, h.available_at,
+    -- (and the allowance of a destination with a policy)
+    SELECT l.destination, LEAST(l.room, p.allowance) AS room, l.share, h.id, h.available_at,
            row_number() OVER (PARTITION BY l.destination ORDER BY h.available_at, h.id) AS turn
     FROM listed AS l
+    LEFT JOIN policed AS p USING (destination)
     CROSS JOIN LATERAL (
         SELECT m.id, m.available_at
         FROM {schema}.messages AS m
         WHERE m.destination = l.destination
           AND {claimable}
         ORDER BY m.available_at, m.id
-        LIMIT LEAST(l.room, l.share)
+        LIMIT LEAST(l.room, l.share, p.allowance)
     ) AS h
 ), more AS (
     -- the second pass, only when the first fell short of the batch (destinations
@@ -213,12 +344,13 @@ WITH RECURSIVE {destinations_due}, heads AS (
     WHERE (SELECT count(*) FROM heads) < %(limit)s
 ), lone AS (
     -- the alone destination's first due messages, locked as they are read
-    SELECT m.id, m.endpoint_id, m.available_at
+    SELECT m.id, m.endpoint_id, m.available_at, m.destination
     FROM {schema}.messages AS m
     WHERE m.destination = (SELECT destination FROM alone)
       AND {claimable}
     ORDER BY m.available_at, m.id
-    LIMIT %(limit)s
+    LIMIT LEAST(%(limit)s, (SELECT allowance FROM policed
+                            WHERE destination = (SELECT destination FROM alone)))
     FOR UPDATE OF m SKIP LOCKED
 ), turns AS (
     -- the others' messages, locked in turn order until the batch is full: the
@@ -227,7 +359,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
     -- not as the passes read them, so that no more than the batch is locked.
     -- By primary key, from an array: the planner cannot tell how few heads
     -- there are, and joined to them instead it may hash the whole table.
-    SELECT m.id, m.endpoint_id, m.available_at
+    SELECT m.id, m.endpoint_id, m.available_at, m.destination
     FROM unnest(ARRAY(SELECT id
                       FROM (SELECT id, turn, available_at FROM heads
                             UNION ALL
@@ -240,41 +372,10 @@ WITH RECURSIVE {destinations_due}, heads AS (
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
 ), candidates AS (
-    SELECT id, endpoint_id, available_at FROM lone
+    SELECT id, endpoint_id, available_at, destination FROM lone
     UNION ALL
-    SELECT id, endpoint_id, available_at FROM turns
-), capped AS (
-    -- candidates of capped endpoints, numbered per endpoint in claim order
-    SELECT c.id, c.endpoint_id,
-           row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.available_at, c.id) AS n
-    FROM candidates AS c
-    JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
-    WHERE e.max_concurrency IS NOT NULL
-), free_slots AS (
-    -- free slots of those endpoints; a slot another claimer took since our
-    -- snapshot is re-checked on its newest version and drops out
-    SELECT s.endpoint_id, s.slot
-    FROM {schema}.endpoint_slots AS s
-    WHERE s.message_id IS NULL
-      AND s.endpoint_id IN (SELECT endpoint_id FROM capped)
-      AND s.slot <= (SELECT e.max_concurrency FROM {schema}.endpoints AS e
-                     WHERE e.id = s.endpoint_id)
-    FOR UPDATE SKIP LOCKED
-), numbered_slots AS (
-    SELECT endpoint_id, slot, row_number() OVER (PARTITION BY endpoint_id ORDER BY slot) AS n
-    FROM free_slots
-), granted AS (
-    UPDATE {schema}.endpoint_slots AS s
-    SET message_id = capped.id
-    FROM capped
-    JOIN numbered_slots USING (endpoint_id, n)
-    WHERE s.endpoint_id = numbered_slots.endpoint_id AND s.slot = numbered_slots.slot
-    RETURNING s.message_id
-), claimable AS (
-    SELECT id FROM candidates WHERE id NOT IN (SELECT id FROM capped)
-    UNION ALL
-    SELECT message_id FROM granted
-), claimed AS (
+    SELECT id, endpoint_id, available_at, destination FROM turns
+), {policy_slots}, claimed AS (
     -- by primary key, from an array: joined to the CTE instead, the planner
     -- may hash the whole table to find a batch of rows
     UPDATE {schema}.messages AS m
@@ -282,37 +383,40 @@ WITH RECURSIVE {destinations_due}, heads AS (
         lease_owner = %(owner)s,
         lease_until = now() + make_interval(secs => %(lease_s)s),
         attempts = m.attempts + 1
-    WHERE m.id = ANY (ARRAY(SELECT id FROM claimable))
+    WHERE m.id = ANY (ARRAY(SELECT id FROM admitted))
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
 ), {health_probed}
-SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
-       c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
-       c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-       s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
-       c.destination IN (SELECT destination FROM probes) AS probe
-FROM claimed AS c
-LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
--- the signing secrets still in force (several during a rotation), newest first,
--- as stored, with the ids of the keys that sealed them (NULL: plain text)
-LEFT JOIN LATERAL (
-    SELECT array_agg(s.secret ORDER BY s.id DESC) AS secrets,
-           array_agg(s.key_id ORDER BY s.id DESC) AS secret_keys
-    FROM {schema}.endpoint_secrets AS s
-    WHERE s.endpoint_id = c.endpoint_id
-      AND (s.expires_at IS NULL OR s.expires_at > now())
-) AS s ON true
-ORDER BY c.available_at, c.id
+(SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
+        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
+        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
+        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+        c.destination IN (SELECT destination FROM probes) AS probe,
+        CAST(NULL AS double precision) AS rate_wait_s
+ FROM claimed AS c
+ LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
+ -- the signing secrets still in force (several during a rotation), newest first,
+ -- as stored, with the ids of the keys that sealed them (NULL: plain text)
+ LEFT JOIN LATERAL (
+     SELECT array_agg(s.secret ORDER BY s.id DESC) AS secrets,
+            array_agg(s.key_id ORDER BY s.id DESC) AS secret_keys
+     FROM {schema}.endpoint_secrets AS s
+     WHERE s.endpoint_id = c.endpoint_id
+       AND (s.expires_at IS NULL OR s.expires_at > now())
+ ) AS s ON true
+ ORDER BY c.available_at, c.id)
+UNION ALL
+{rate_wait}
 
 -- name: claim_uncapped
--- "claim" for every message that needs no slot: no endpoint, or an endpoint
--- without a concurrency cap (without caps, the common case, that is every
--- message "claim" would take), as fair, in the same order, with the same result
--- rows. Without the slot machinery it costs half as much to plan, and less to
--- run (the dispatcher prepares both, once per server connection). When some
--- endpoint has a cap, its messages are passed over and one more row, all NULL,
--- says so: the caller then claims the rest with "claim".
+-- "claim" for every message that needs no slot: a destination without a policy
+-- ("unpoliced": without policies, the common case, that is every message "claim"
+-- would take), as fair, in the same order, with the same result rows. Without
+-- the slot machinery it costs half as much to plan, and less to run (the
+-- dispatcher prepares both, once per server connection). When some destination
+-- has a policy, its messages are passed over and one more row, all NULL, says
+-- so: the caller then claims the rest with "claim".
 WITH RECURSIVE {destinations_due}, heads AS (
     -- the first pass: the first due messages of each destination, up to its share
     SELECT l.destination, l.room, l.share, h.id, h.available_at,
@@ -375,8 +479,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
     UNION ALL
     SELECT id FROM turns
 ), capped AS (
-    -- one row if some endpoint has a cap (its messages were passed over)
-    SELECT 1 FROM {schema}.endpoints WHERE max_concurrency IS NOT NULL LIMIT 1
+    {policed_exists}
 ), claimed AS (
     -- by primary key, as in "claim"
     UPDATE {schema}.messages AS m
@@ -546,7 +649,7 @@ WITH outcome AS (
     UNION ALL
     SELECT id FROM updated
 ), freed AS (
-    UPDATE {schema}.endpoint_slots
+    UPDATE {schema}.destination_slots
     SET message_id = NULL
     WHERE message_id IN (SELECT id FROM applied)
 ), recorded AS (
@@ -626,9 +729,9 @@ WITH done AS (
     WHERE endpoint_id = ANY (ARRAY(SELECT id FROM endpoint_update WHERE NOT enabled))
       AND state = 'ready'
 ), freed AS (
-    UPDATE {schema}.endpoint_slots
+    UPDATE {schema}.destination_slots
     SET message_id = NULL
-    WHERE message_id = ANY (ARRAY(SELECT id FROM done WHERE endpoint_id IS NOT NULL))
+    WHERE message_id = ANY (ARRAY(SELECT id FROM done))
 )
 SELECT id, NULL AS disabled_endpoint, NULL AS reason FROM done
 
@@ -685,18 +788,13 @@ WITH expired AS (
     ON CONFLICT (message_id, attempt) DO NOTHING
 ), freed AS (
     -- slots of rescued messages, and any slot whose holder is no longer running
-    UPDATE {schema}.endpoint_slots AS s
+    -- (a lowered cap deletes the slots above it, so there are none to trim)
+    UPDATE {schema}.destination_slots AS s
     SET message_id = NULL
     WHERE s.message_id IN (SELECT id FROM rescued)
        OR (s.message_id IS NOT NULL AND NOT EXISTS (
             SELECT 1 FROM {schema}.messages AS m
             WHERE m.id = s.message_id AND m.state = 'running'))
-), trimmed AS (
-    -- free slots above a lowered cap
-    DELETE FROM {schema}.endpoint_slots AS s
-    USING {schema}.endpoints AS e
-    WHERE e.id = s.endpoint_id AND s.message_id IS NULL
-      AND s.slot > COALESCE(e.max_concurrency, 0)
 )
 SELECT id, state FROM rescued
 
@@ -899,11 +997,12 @@ FROM (VALUES
     (11, 'message_keys', 'SELECT'), (12, 'message_keys', 'DELETE'),
     (13, 'endpoints', 'SELECT'), (14, 'endpoints', 'UPDATE'),
     (15, 'endpoint_secrets', 'SELECT'),
-    (16, 'endpoint_slots', 'SELECT'), (17, 'endpoint_slots', 'UPDATE'),
-    (18, 'endpoint_slots', 'DELETE'),
-    (19, 'events', 'SELECT'), (20, 'events', 'UPDATE'), (21, 'events', 'DELETE'),
-    (22, 'destination_health', 'SELECT'), (23, 'destination_health', 'INSERT'),
-    (24, 'destination_health', 'UPDATE'), (25, 'destination_health', 'DELETE')
+    (16, 'destination_slots', 'SELECT'), (17, 'destination_slots', 'UPDATE'),
+    (18, 'events', 'SELECT'), (19, 'events', 'UPDATE'), (20, 'events', 'DELETE'),
+    (21, 'destination_policies', 'SELECT'),
+    (22, 'rate_slots', 'SELECT'), (23, 'rate_slots', 'UPDATE'),
+    (24, 'destination_health', 'SELECT'), (25, 'destination_health', 'INSERT'),
+    (26, 'destination_health', 'UPDATE'), (27, 'destination_health', 'DELETE')
 ) AS needed(n, table_name, privilege)
 CROSS JOIN LATERAL (
     SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))

@@ -4,9 +4,11 @@
 -- name: endpoint_insert
 -- An endpoint; its first signing secret follows (endpoint_secret_insert), sealed
 -- for the id this returns.
-INSERT INTO {schema}.endpoints (url, description, event_types, metadata, max_concurrency)
+INSERT INTO {schema}.endpoints (
+    url, description, event_types, metadata, max_concurrency, rate_limit_per_s, rate_burst
+)
 VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]),
-        CAST(%(metadata)s AS jsonb), %(max_concurrency)s)
+        CAST(%(metadata)s AS jsonb), %(max_concurrency)s, %(rate_limit)s, %(burst)s)
 RETURNING id
 
 -- name: endpoint_secret_insert
@@ -14,31 +16,11 @@ RETURNING id
 INSERT INTO {schema}.endpoint_secrets (endpoint_id, secret, key_id)
 VALUES (%(id)s, %(secret)s, %(key_id)s)
 
--- name: endpoint_slots_sync
--- Make an endpoint's slot rows match its max_concurrency: add the missing ones,
--- remove free ones above the cap (held ones go when they are freed).
-WITH endpoint AS (
-    SELECT id, COALESCE(max_concurrency, 0) AS cap
-    FROM {schema}.endpoints
-    WHERE id = %(id)s
-), added AS (
-    INSERT INTO {schema}.endpoint_slots (endpoint_id, slot)
-    SELECT endpoint.id, g FROM endpoint, generate_series(1, endpoint.cap) AS g
-    ON CONFLICT DO NOTHING
-    RETURNING slot
-), removed AS (
-    DELETE FROM {schema}.endpoint_slots AS s
-    USING endpoint
-    WHERE s.endpoint_id = endpoint.id AND s.slot > endpoint.cap AND s.message_id IS NULL
-    RETURNING slot
-)
-SELECT (SELECT count(*) FROM added), (SELECT count(*) FROM removed)
-
 -- fragment: endpoint_rows
 -- An endpoint as outbox.endpoints reads it, with its signing secrets.
 SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disabled_reason,
        e.disabled_at, e.failure_streak, e.failing_since, e.last_success_at, e.max_concurrency,
-       e.created_at, e.updated_at, now(),
+       e.rate_limit_per_s, e.rate_burst, e.created_at, e.updated_at, now(),
        -- its signing secrets, newest first (the ids name them to a rotation)
        COALESCE((SELECT jsonb_agg(jsonb_build_object(
                             'id', s.id, 'secret', s.secret, 'key_id', s.key_id,
@@ -68,6 +50,8 @@ SET url = %(url)s,
     event_types = CAST(%(event_types)s AS text[]),
     metadata = CAST(%(metadata)s AS jsonb),
     max_concurrency = %(max_concurrency)s,
+    rate_limit_per_s = %(rate_limit)s,
+    rate_burst = %(burst)s,
     updated_at = now()
 WHERE id = %(id)s
 RETURNING id

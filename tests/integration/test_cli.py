@@ -209,6 +209,86 @@ def test_endpoint_commands_name_a_missing_endpoint(cli: Cli) -> None:
         assert code == 2 and "endpoint_id: no endpoint with id 9" in err, argv
 
 
+# -- destinations ----------------------------------------------------------------
+
+
+def test_destinations_set_list_show_status_and_delete(cli: Cli) -> None:
+    origin = "https://api.example.com:443"
+    policy = cli.json(
+        "destinations", "set", "https://API.example.com/v1/orders?x=1", "--rate-limit", "20"
+    )
+    assert (policy["destination"], policy["rate_limit_per_s"], policy["burst"]) == (origin, 20, 10)
+    assert policy["max_concurrency"] is None
+    # set replaces the whole policy
+    policy = cli.json("destinations", "set", origin, "--max-concurrency", "4")
+    assert (policy["rate_limit_per_s"], policy["burst"], policy["max_concurrency"]) == (
+        None,
+        None,
+        4,
+    )
+    assert cli.query("SELECT count(*) FROM outbox.rate_slots") == [(0,)]
+    assert cli.query("SELECT count(*) FROM outbox.destination_slots") == [(4,)]
+    assert [p["destination"] for p in cli.json("destinations", "list")] == [origin]
+    code, out, _ = cli("destinations", "show", "https://api.example.com")
+    assert code == 0 and "max concurrency" in out and origin in out
+    cli.json("endpoints", "add", "https://b.example.com/h", "--rate-limit", "2.5")
+    status = cli.json("status")
+    assert [(d["destination"], d["burst"]) for d in status["destinations"]] == [
+        ("endpoint:1", 3),
+        (origin, None),
+    ]
+    code, out, _ = cli("status")
+    assert code == 0 and "2.5/s, burst 3" in out
+    assert cli.json("destinations", "delete", origin)["deleted"] is True
+    assert cli.query("SELECT count(*) FROM outbox.destination_slots") == [(0,)]
+    code, _, err = cli("destinations", "show", origin)
+    assert code == 2 and f"destination: no policy for {origin}" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["ftp://example.com/x", "--rate-limit", "5"], "destination:"),
+        (["example.com", "--rate-limit", "5"], "destination:"),
+        (["https://example.com"], "--rate-limit, --max-concurrency or both"),
+        (["https://example.com", "--rate-limit", "0"], "--rate-limit"),
+        (["https://example.com", "--rate-limit", "nan"], "--rate-limit"),
+        (["https://example.com", "--burst", "3"], "--burst"),
+        (["https://example.com", "--rate-limit", "5", "--burst", "101"], "--burst"),
+        (["https://example.com", "--max-concurrency", "0"], "--max-concurrency"),
+        (["https://example.com", "--max-concurrency", "10001"], "max_concurrency:"),
+    ],
+)
+def test_destinations_set_rejects_bad_input_naming_the_option_and_writes_nothing(
+    cli: Cli, argv: list[str], named: str
+) -> None:
+    code, out, err = cli("destinations", "set", *argv)
+    assert code == 2
+    assert out == ""
+    assert named in err
+    for table in ("destination_policies", "destination_slots", "rate_slots"):
+        assert cli.query(f"SELECT count(*) FROM outbox.{table}") == [(0,)]
+
+
+def test_an_endpoints_rate_limit_and_burst_make_its_rate_slots(cli: Cli) -> None:
+    def slots() -> list[tuple[Any, ...]]:
+        return cli.query("SELECT slot, period FROM outbox.rate_slots ORDER BY slot")
+
+    added = cli.json("endpoints", "add", "https://example.com/h", "--rate-limit", "4")
+    assert (added["rate_limit_per_s"], added["burst"]) == (4, 4)
+    assert slots() == [(i, timedelta(seconds=1)) for i in range(1, 5)]
+    ep = str(added["id"])
+    cli.json("endpoints", "update", ep, "--burst", "2")
+    assert slots() == [(i, timedelta(seconds=0.5)) for i in range(1, 3)]
+    code, _, err = cli("endpoints", "update", ep, "--rate-limit", "5", "--no-rate-limit")
+    assert code == 2 and "--no-rate-limit" in err
+    assert cli.json("endpoints", "update", ep, "--no-rate-limit")["rate_limit_per_s"] is None
+    assert slots() == []
+    cli.json("endpoints", "update", ep, "--rate-limit", "1")
+    cli.json("endpoints", "delete", ep, "--yes")
+    assert slots() == []
+
+
 # -- dead, replay, messages, status ------------------------------------------------
 
 

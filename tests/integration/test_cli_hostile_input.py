@@ -23,7 +23,7 @@ from outbox import Outbox
 from outbox.endpoints import Endpoints
 from tests.hostile import HOSTILE, URLS
 
-TABLES = ("endpoints", "endpoint_slots", "messages", "message_keys", "delivered", "attempts")
+TABLES = ("endpoints", "destination_slots", "messages", "message_keys", "delivered", "attempts")
 
 HOSTILE_PROPERTY = settings(
     max_examples=40,

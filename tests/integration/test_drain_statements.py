@@ -154,7 +154,7 @@ async def test_lean_completion_updates_endpoints_and_slots_as_the_general_one_do
         (ids["b2"], "paused"),
     ]
     assert query(
-        database_url, "SELECT count(*) FROM outbox.endpoint_slots WHERE message_id IS NOT NULL"
+        database_url, "SELECT count(*) FROM outbox.destination_slots WHERE message_id IS NOT NULL"
     ) == [(0,)]
 
 
@@ -219,8 +219,8 @@ async def test_claim_with_a_capped_endpoint_takes_the_slots(
     assert store.round_trips == before + 3
     assert query(
         database_url,
-        "SELECT message_id FROM outbox.endpoint_slots WHERE endpoint_id = %s",
-        endpoint.id,
+        "SELECT message_id FROM outbox.destination_slots WHERE destination = %s",
+        f"endpoint:{endpoint.id}",
     ) == [(first,)]
     assert await store.claim("owner-a", 10) == []  # the cap holds
     assert store.round_trips == before + 5

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import psycopg
@@ -12,28 +10,9 @@ import pytest
 from outbox import Outbox
 from outbox.endpoints import Endpoints
 from tests.processes import Fleet, scalar
-from tests.receiver import Received, Receiver, Reply
+from tests.receiver import ConcurrencyMeter, Receiver
 
 RELAXED = ("--request-timeout", "10", "--connect-timeout", "5", "--lease", "30")
-
-
-class ConcurrencyMeter:
-    """Counts requests in progress per path; remembers the peak."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self.lock = threading.Lock()
-        self.active: dict[str, int] = {}
-        self.peak: dict[str, int] = {}
-
-    def __call__(self, req: Received) -> Reply:
-        with self.lock:
-            self.active[req.path] = self.active.get(req.path, 0) + 1
-            self.peak[req.path] = max(self.peak.get(req.path, 0), self.active[req.path])
-        time.sleep(self.delay)
-        with self.lock:
-            self.active[req.path] -= 1
-        return Reply()
 
 
 @pytest.mark.timeout(90)
@@ -62,7 +41,8 @@ def test_cap_is_never_exceeded_by_two_dispatcher_processes(
     # every slot is free again
     assert (
         scalar(
-            database_url, "SELECT count(*) FROM outbox.endpoint_slots WHERE message_id IS NOT NULL"
+            database_url,
+            "SELECT count(*) FROM outbox.destination_slots WHERE message_id IS NOT NULL",
         )
         == 0
     )
@@ -83,7 +63,8 @@ def test_lowering_the_cap_removes_free_slots(database_url: str) -> None:
 
 def scalar_in(conn: psycopg.Connection[tuple[object, ...]], endpoint_id: int) -> int:
     row = conn.execute(
-        "SELECT count(*) FROM outbox.endpoint_slots WHERE endpoint_id = %s", (endpoint_id,)
+        "SELECT count(*) FROM outbox.destination_slots WHERE destination = %s",
+        (f"endpoint:{endpoint_id}",),
     ).fetchone()
     assert row is not None
     return int(row[0])  # type: ignore[call-overload]

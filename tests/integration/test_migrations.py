@@ -11,7 +11,7 @@ import sys
 import time
 import tomllib
 import zipfile
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,11 @@ TABLES = {
     "message_keys",
     "attempts",
     "endpoints",
-    "endpoint_slots",
     "endpoint_secrets",
     "events",
+    "destination_policies",
+    "destination_slots",
+    "rate_slots",
     "destination_health",
     "schema_migrations",
 }
@@ -410,7 +412,7 @@ REFUSED = [
     ("endpoints", "failure_streak", -1),
     ("endpoints", "max_concurrency", 0),
     ("endpoints", "rate_limit_per_s", 0.0),
-    ("endpoint_slots", "slot", 0),
+    ("destination_slots", "slot", 0),  # 0014 moved the endpoint_slots rows there
 ]
 
 
@@ -646,6 +648,62 @@ def test_attempts_recorded_as_succeeded_read_delivered_after_the_upgrade(
 
 
 # -- the command ---------------------------------------------------------------------
+
+
+def test_endpoints_slots_move_to_destination_slots_and_their_rate_limits_get_rate_slots(
+    empty_database_url: str,
+) -> None:
+    # a database at 0013: a capped endpoint with a rate limit (stored, not yet
+    # enforced), its slots, one held by a running message, one ready message
+    migrate(empty_database_url, migrations=MIGRATIONS[:13])
+    with psycopg.connect(empty_database_url) as conn:
+        limited, plain = (
+            row[0]
+            for bounds in ((2, 2.5), (None, None))
+            for row in conn.execute(
+                "INSERT INTO outbox.endpoints (url, max_concurrency, rate_limit_per_s)"
+                " VALUES ('https://example.com/hooks', %s, %s) RETURNING id",
+                bounds,
+            )
+        )
+        conn.execute(
+            "INSERT INTO outbox.endpoint_slots (endpoint_id, slot) VALUES (%s, 1), (%s, 2)",
+            (limited, limited),
+        )
+        box = Outbox()
+        running = box.publish(conn, "order.created", {"id": 1})[0]
+        ready = box.publish(conn, "order.created", {"id": 2})[0]
+        conn.execute(
+            "UPDATE outbox.messages SET state = 'running', attempts = 1, lease_owner = 'o',"
+            " lease_until = now() + interval '30 seconds' WHERE id = %s",
+            (running,),
+        )
+        conn.execute("UPDATE outbox.endpoint_slots SET message_id = %s WHERE slot = 1", (running,))
+    with connect(empty_database_url) as conn:
+        messages = conn.execute("SELECT * FROM outbox.messages ORDER BY id").fetchall()
+
+    assert [m.version for m in migrate(empty_database_url)] == list(range(14, len(MIGRATIONS) + 1))
+    migrate(empty_database_url, schema="fresh")
+
+    with connect(empty_database_url) as conn:
+        assert conn.execute("SELECT * FROM outbox.messages ORDER BY id").fetchall() == messages
+        held = conn.execute(
+            "SELECT destination, slot, message_id FROM outbox.destination_slots ORDER BY slot"
+        ).fetchall()
+        slots = conn.execute(
+            "SELECT destination, slot, period, next_at <= now() FROM outbox.rate_slots"
+            " ORDER BY slot"
+        ).fetchall()
+        endpoints = Endpoints()
+        got = [endpoints.require(conn, i) for i in (limited, plain)]
+        upgraded, fresh = catalog(conn, "outbox"), catalog(conn, "fresh")
+    assert held == [(f"endpoint:{limited}", 1, running), (f"endpoint:{limited}", 2, None)]
+    assert [(e.rate_limit_per_s, e.burst) for e in got] == [(2.5, 3), (None, None)]
+    # 3 slots, each usable at once, then once every 3 / 2.5 s
+    assert slots == [(f"endpoint:{limited}", i, timedelta(seconds=1.2), True) for i in (1, 2, 3)]
+    assert ready != running
+    for part in CATALOG:
+        assert upgraded[part] == fresh[part], part
 
 
 def test_migrate_command_prints_json_and_is_idempotent(empty_database_url: str) -> None:

@@ -29,7 +29,7 @@ from dispatchers.db import Completion, Store
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
 from dispatchers.preflight import check_database
-from outbox import Outbox
+from outbox import Destinations, Outbox
 from outbox.endpoints import Endpoints
 from outbox.roles import ROLES
 from tests.conftest import PgServer
@@ -227,7 +227,9 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
     grant_all(database_url, roles, capsys)
     box = Outbox()
     with psycopg.connect(database_url) as conn:
-        endpoint = Endpoints().add(conn, url=receiver.url + "/hooks")
+        # policies, so that the claim takes (and the rescuer frees) their slots
+        endpoint = Endpoints().add(conn, url=receiver.url + "/hooks", rate_limit=100)
+        Destinations().set(conn, receiver.url, rate_limit=100, max_concurrency=4)
         box.enqueue(conn, url=receiver.url + "/plain", idempotency_key="plain", json={})
         box.publish(conn, "order.paid", {"n": 1}, idempotency_key="evt")
         # a message whose dispatcher died holding it: the rescuer hands it on
@@ -280,6 +282,9 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
     refused(as_dispatcher, "DELETE FROM outbox.endpoint_secrets")
     refused(as_dispatcher, "INSERT INTO outbox.messages (idempotency_key) VALUES ('x')")
     refused(as_dispatcher, "UPDATE outbox.events SET message_ids = '{}'")
+    refused(as_dispatcher, "UPDATE outbox.destination_policies SET max_concurrency = 100")
+    refused(as_dispatcher, "UPDATE outbox.rate_slots SET period = interval '0'")
+    refused(as_dispatcher, "DELETE FROM outbox.destination_slots")
 
 
 def test_operator_runs_the_admin_commands_and_cannot_change_the_schema(

@@ -116,3 +116,14 @@ def test_without_a_window_it_stays_idle_and_claims_on_every_notification() -> No
     assert c.earliest_claim() == c.last_claim
     # waiting for the wake lock, it still polls on a timer, never in a busy loop
     assert c.next_claim(on_duty=True, notified=False) > c.last_claim
+
+
+def test_a_claim_held_back_by_a_rate_limit_claims_again_when_its_slot_frees() -> None:
+    c = cadence()
+    c.claimed(2, 64, 7.0, rate_wait=0.1)
+    assert c.next_claim(on_duty=False, notified=False) == pytest.approx(7.1)
+    assert c.next_claim(on_duty=True, notified=True) == pytest.approx(7.1)
+    c.claimed(0, 64, 8.0, rate_wait=5.0)  # never later than the poll
+    assert c.next_claim(on_duty=False, notified=False) == pytest.approx(8.0 + POLL)
+    c.claimed(0, 64, 9.0)  # the next claim met no limit: polls again
+    assert c.next_claim(on_duty=False, notified=False) == pytest.approx(9.0 + POLL)

@@ -13,6 +13,7 @@ from pathlib import Path
 from dispatchers.config import DispatcherConfig
 from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE
 from outbox import Outbox
+from outbox._policy_fields import DEFAULT_MAX_BURST, MAX_BURST, default_burst
 from outbox.defaults import DEFAULT_WEBHOOK_MAX_ATTEMPTS
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
@@ -58,6 +59,18 @@ def test_a_destination_may_hold_all_but_a_quarter_of_the_request_slots() -> None
     assert (int(bound), int(slots)) == (48, 64)
     config = DispatcherConfig()
     assert (config.per_destination, config.concurrency) == (48, 64)
+
+
+def test_a_rate_limits_default_burst_is_a_seconds_worth_from_1_to_10() -> None:
+    shown = readme(
+        r"the rate rounded up, from 1 to (\d+) \((\d+)/s bursts (\d+), ([\d.]+)/s bursts (\d+), "
+        r"([\d.]+)/s bursts (\d+)\), at most (\d+)\."
+    ).groups()
+    most, *examples, largest = shown
+    assert int(most) == DEFAULT_MAX_BURST == 10
+    assert int(largest) == MAX_BURST == 100
+    for rate, burst in zip(examples[::2], examples[1::2], strict=True):
+        assert default_burst(float(rate)) == int(burst)
 
 
 def test_the_circuit_breaker_defaults() -> None:

@@ -1,2 +1,0 @@
--- 0014: no schema change.
-SELECT 1;

@@ -1,0 +1,122 @@
+"""Policies of plain destinations hold across dispatcher processes: a rate limit,
+measured by the receiver's arrival times, and a concurrency cap, counted by the
+receiver. Each receiver listens on its own port: its own origin, its own
+destination."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from dispatchers.db import Store
+from dispatchers.jobs import Completion
+from outbox import Destinations, Outbox
+from outbox.endpoints import Endpoints
+from tests.dispatching import fast_config
+from tests.processes import Fleet, scalar
+from tests.receiver import ConcurrencyMeter, Receiver
+
+RELAXED = ("--request-timeout", "10", "--connect-timeout", "5", "--lease", "30")
+
+
+def enqueue(database_url: str, url: str, count: int) -> None:
+    box = Outbox()
+    with psycopg.connect(database_url) as conn:
+        for i in range(count):
+            box.enqueue(conn, url=url, idempotency_key=f"{url}-{i}", json={"i": i})
+
+
+def drain_with_two_processes(database_url: str, fleet: Fleet) -> None:
+    procs = [
+        fleet.start(
+            database_url, *RELAXED, "--concurrency", "16", "--allow-private-networks", "--drain"
+        )
+        for _ in range(2)
+    ]
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0, proc.describe()
+
+
+@pytest.mark.timeout(90)
+def test_a_rate_limit_holds_within_10_percent_across_two_dispatcher_processes(
+    database_url: str, tmp_path: Path
+) -> None:
+    rate, burst, count = 20.0, 2, 140
+    with Receiver() as receiver, Fleet(tmp_path) as fleet:
+        with psycopg.connect(database_url) as conn:
+            policy = Destinations().set(
+                conn, receiver.url + "/any/path", rate_limit=rate, burst=burst
+            )
+        assert policy.destination == receiver.url  # the origin of the URL given
+        enqueue(database_url, receiver.url + "/limited", count)
+        drain_with_two_processes(database_url, fleet)
+        arrivals = sorted(r.at for r in receiver.requests)
+    assert len(arrivals) == count
+    # after the first burst, the rest arrive at the limit: (count - burst) requests
+    # over the span from the first to the last of them, one slot period before it
+    steady = arrivals[burst:]
+    measured = (len(steady) - 1) / (steady[-1] - steady[0])
+    assert rate * 0.9 <= measured <= rate * 1.1, measured
+
+
+@pytest.mark.timeout(90)
+def test_a_plain_destinations_cap_holds_across_two_dispatcher_processes(
+    database_url: str, tmp_path: Path
+) -> None:
+    meter = ConcurrencyMeter(delay=0.05)
+    with Receiver(meter) as capped, Receiver(meter) as free, Fleet(tmp_path) as fleet:
+        with psycopg.connect(database_url) as conn:
+            Destinations().set(conn, capped.url, max_concurrency=3)
+        enqueue(database_url, capped.url + "/capped", 120)
+        enqueue(database_url, free.url + "/free", 120)
+        drain_with_two_processes(database_url, fleet)
+    assert scalar(database_url, "SELECT count(*) FROM outbox.delivered") == 240
+    held = "SELECT count(*) FROM outbox.destination_slots WHERE message_id IS NOT NULL"
+    assert scalar(database_url, held) == 0  # every slot is free again
+    assert meter.peak["/capped"] == 3  # reached, never exceeded
+    assert meter.peak["/free"] > 3  # the other destination was not held back
+
+
+async def test_a_claim_takes_a_slot_of_each_kind_which_release_and_rescue_free(
+    database_url: str,
+) -> None:
+    box = Outbox()
+    with psycopg.connect(database_url) as conn:
+        # an endpoint limited to 1/s with a burst of 2; an origin capped at 2
+        Endpoints().add(conn, url="https://hooks.example/in", rate_limit=1, burst=2)
+        Destinations().set(conn, "https://capped.example", max_concurrency=2)
+        webhooks = [box.publish(conn, "tick", {"i": i})[0] for i in range(4)]
+        capped = [
+            box.enqueue(conn, url="https://capped.example/x", idempotency_key=f"c{i}", json={})
+            for i in range(4)
+        ]
+        free = [
+            box.enqueue(conn, url="https://free.example/x", idempotency_key=f"f{i}", json={})
+            for i in range(3)
+        ]
+    store = Store(database_url, fast_config(destination_concurrency=100))
+    await store.open()
+    try:
+        jobs = {job.id: job for job in await store.claim("owner", 20)}
+        assert set(jobs) == {*webhooks[:2], *capped[:2], *free}
+        # both rate slots were just taken: the next frees burst / rate = 2 s on
+        assert store.rate_wait is not None and 1.5 < store.rate_wait <= 2.0
+        assert await store.claim("owner", 20) == []  # the limit and the cap hold
+        done = jobs[capped[0]]
+        released = Completion(done.id, done.attempts, "ready", "released", sent=False)
+        assert (await store.complete("owner", [released]))[0] == {done.id}
+        # its slot is free again: the next due message of that origin takes it
+        assert [job.id for job in await store.claim("owner", 20)] == [capped[2]]
+        # so is the slot of a message whose lease expired, once it is rescued
+        with psycopg.connect(database_url) as conn:
+            conn.execute(
+                "UPDATE outbox.messages SET lease_until = now() - interval '1 second'"
+                " WHERE id = %s",
+                (capped[1],),
+            )
+        assert await store.rescue() == [(capped[1], "ready")]
+        assert [job.id for job in await store.claim("owner", 20)] == [capped[3]]
+    finally:
+        await store.close()
