@@ -9,6 +9,10 @@ Every number has a bound (:data:`MAX_SECONDS`, :data:`~outbox.defaults.MAX_SPAN`
 :data:`MAX_COUNT`), checked here and by the command line's argument types alike,
 so that no setting can make a time the dispatcher derives from it (``now()`` plus
 a lease, minus a retention) overflow PostgreSQL's timestamps or Python's datetimes.
+
+The module stays whole past the usual length: it is the one place where every
+setting is defined, with its option and bounds, and a setting defined elsewhere
+would be defined twice.
 """
 
 from __future__ import annotations
@@ -49,15 +53,24 @@ HTTP_CLIENTS = ("httpx", "aiohttp")
 IDEMPOTENCY_KEY_FORMATS = ("structured", "raw")
 """How the ``Idempotency-Key`` header carries a key (``idempotency_key_format``)."""
 
-Values = Literal["count", "seconds", "seconds_or_zero", "span", "port", "proxy", "text"]
+Values = Literal[
+    "count", "seconds", "seconds_or_zero", "span", "port", "proxy", "ratio", "text"
+]
 """What an option's argument is: ``count`` an integer from 1 to :data:`MAX_COUNT`;
 ``seconds`` a finite number above 0, at most :data:`MAX_SECONDS`;
 ``seconds_or_zero`` the same or 0; ``span`` a whole number of units such as ``7d``,
 at most :data:`~outbox.defaults.MAX_SPAN`; ``port`` an integer from 0 to 65535; ``proxy`` a
-proxy URL (:meth:`~dispatchers.proxy.Proxy.parse`); ``text`` a string (with ``choices``,
-one of them)."""
+proxy URL (:meth:`~dispatchers.proxy.Proxy.parse`); ``ratio`` a number above 0 and
+at most 1; ``text`` a string (with ``choices``, one of them)."""
 
-_COUNTS = ("concurrency", "batch_size", "flush_batch", "max_response_bytes", "retention_batch")
+_COUNTS = (
+    "concurrency",
+    "batch_size",
+    "flush_batch",
+    "max_response_bytes",
+    "retention_batch",
+    "breaker_min_attempts",
+)
 _SECONDS = (
     "lease",
     "request_timeout",
@@ -72,6 +85,9 @@ _SECONDS = (
     "db_connect_timeout",
     "drain_timeout",
     "retention_interval",
+    "breaker_window",
+    "breaker_backoff",
+    "breaker_backoff_max",
 )
 _SECONDS_OR_ZERO = ("grace", "claim_window")
 _SPANS = ("disable_after", "retention")
@@ -108,6 +124,28 @@ def option(
 ) -> dict[str, Option]:
     """Field metadata that offers a setting as an ``outbox dispatch`` option."""
     return {"option": Option(help, values, metavar, choices, flag, default)}
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    """When a destination's circuit breaker opens, and how long it stays open
+    before a probe (see :mod:`dispatchers.health`; the defaults are
+    :class:`DispatcherConfig`'s ``breaker_*``).
+
+    :param window: seconds of recent attempts the failure ratio is taken over.
+    :param min_attempts: no breaker opens on fewer attempts in the window.
+    :param failure_ratio: the share of failed attempts (above 0, at most 1) that
+        opens it.
+    :param backoff: seconds an opened breaker waits before its probe; each failed
+        probe in a row doubles it,
+    :param backoff_max: up to this.
+    """
+
+    window: float
+    min_attempts: int
+    failure_ratio: float
+    backoff: float
+    backoff_max: float
 
 
 @dataclass(frozen=True)
@@ -323,6 +361,53 @@ class DispatcherConfig:
         metadata=option("address for --metrics-port; 0.0.0.0 in a container"),
     )
     webhook_retry_policy: RetryPolicy = field(default_factory=lambda: STANDARD_WEBHOOKS_SCHEDULE)
+    retry_after_holds: bool = field(
+        default=True,
+        metadata=option(
+            "let a 429 or 503 with Retry-After delay only the message that got it, "
+            "instead of holding its whole destination until then"
+        ),
+    )
+    breaker_window: float = field(
+        default=30.0,
+        metadata=option(
+            "circuit breaker: seconds of a destination's recent attempts that its "
+            "failure ratio is taken over (5xx, 408, 429, timeouts and connection errors "
+            "fail; other 4xx answers do not)",
+            values="seconds",
+        ),
+    )
+    breaker_min_attempts: int = field(
+        default=10,
+        metadata=option(
+            "circuit breaker: fewest attempts in the window on which a destination's "
+            "breaker may open",
+            values="count",
+        ),
+    )
+    breaker_failure_ratio: float = field(
+        default=0.5,
+        metadata=option(
+            "circuit breaker: share of failed attempts in the window (above 0, at most "
+            "1) that opens a destination's breaker: its messages wait, their attempts "
+            "unspent, until one probe request succeeds",
+            values="ratio",
+        ),
+    )
+    breaker_backoff: float = field(
+        default=5.0,
+        metadata=option(
+            "circuit breaker: seconds an opened breaker waits before its probe request; "
+            "doubled by each failed probe in a row",
+            values="seconds",
+        ),
+    )
+    breaker_backoff_max: float = field(
+        default=300.0,
+        metadata=option(
+            "circuit breaker: longest wait between two probes, in seconds", values="seconds"
+        ),
+    )
     keyring: Keyring | None = None
 
     def __post_init__(self) -> None:
@@ -345,6 +430,17 @@ class DispatcherConfig:
         if self.destination_concurrency is not None:
             return self.destination_concurrency
         return max(1, self.concurrency - max(1, self.concurrency // 4))
+
+    @property
+    def breaker(self) -> BreakerSettings:
+        """The ``breaker_*`` settings, for :class:`~dispatchers.health.HealthBook`."""
+        return BreakerSettings(
+            window=self.breaker_window,
+            min_attempts=self.breaker_min_attempts,
+            failure_ratio=self.breaker_failure_ratio,
+            backoff=self.breaker_backoff,
+            backoff_max=self.breaker_backoff_max,
+        )
 
     @property
     def completion_budget(self) -> float:
@@ -378,6 +474,14 @@ class DispatcherConfig:
         ):
             for name in names:
                 _check_seconds(name, getattr(self, name), zero=zero, most=most)
+        if (
+            isinstance(self.breaker_failure_ratio, bool)
+            or not isinstance(self.breaker_failure_ratio, int | float)
+            or not 0 < self.breaker_failure_ratio <= 1
+        ):
+            raise ConfigurationError("breaker_failure_ratio: must be a number above 0, at most 1")
+        if self.breaker_backoff > self.breaker_backoff_max:
+            raise ConfigurationError("breaker_backoff: must not exceed breaker_backoff_max")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError("metrics_port: must be between 0 and 65535")
         if not 0 <= self.claim_window <= self.poll_interval:

@@ -26,6 +26,7 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.jobs import Completion, Job, job_rows
 from dispatchers.rows import (
     Completed,
+    HealthRow,
     Recorded,
     Remaining,
     Removed,
@@ -411,3 +412,11 @@ class Store:
         """(due now, running, scheduled later) across all dispatchers."""
         rows = await self._run(self.queries["work_remaining"], {}, named_row(Remaining))
         return rows[0].due, rows[0].running, rows[0].scheduled
+
+    async def health(self, statement: str, **params: Any) -> HealthRow | None:
+        """Run one of the ``health_*`` statements (a transition of a destination's
+        breaker or hold, see :mod:`dispatchers.breakers`); return the row it
+        changed, or None when it changed none (another dispatcher got there first,
+        or the probe was no longer ours)."""
+        rows = await self._run(self.queries[statement], params, named_row(HealthRow))
+        return rows[0] if rows else None

@@ -12,6 +12,9 @@ is written. The dispatcher composes the rest:
 - the **heartbeat**, the **rescuer** and **retention**
   (:mod:`dispatchers.maintenance`) renew leases, hand on expired ones, and remove
   old history;
+- the **breakers** (:mod:`dispatchers.breakers`) hold a destination that asked
+  for a pause (Retry-After) and open the circuit breaker of one that fails most
+  of its attempts, so that claims pass its messages over;
 - the **waker** (:mod:`dispatchers.waker`) turns notifications into claims, and
   the claim cadence (:mod:`dispatchers.cadence`) says when to claim next;
 - :mod:`dispatchers.reporting` counts and logs what happens.
@@ -47,6 +50,7 @@ import httpx
 from dispatchers import completions
 from dispatchers import loop as loops
 from dispatchers.backoff import Backoff
+from dispatchers.breakers import Breakers
 from dispatchers.cadence import Cadence
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
@@ -122,6 +126,7 @@ class Dispatcher:
         self._sender = Sender(
             config, transport=transport, client=client, spans=attempt_spans(tracer_provider)
         )
+        self._breakers = Breakers(store, report, owner=self.owner, config=config)
         self._inflight: dict[int, _Flight] = {}
         self._sending = 0  # flights whose request is not finished
         # the same per destination, for the bound on each (config.per_destination),
@@ -424,6 +429,8 @@ class Dispatcher:
         if self._sending_to[job.destination] == self.config.per_destination:
             self._at_bound += 1
         self.stats.claimed += 1
+        if job.probe:
+            self._report.probing(job)
         if self.log.enabled("claimed"):
             self.log.event("claimed", message_id=job.id, attempt=job.attempts)
         flight.task = asyncio.create_task(self._attempt(flight))
@@ -474,6 +481,8 @@ class Dispatcher:
             self._report.internal_error("decide", exc)
             completion = completions.policy_failed(job, attempt, exc)
         self._outcomes.add(job.id, completion)
+        # after the outcome is held: a shutdown that cancels this write loses nothing
+        await self._breakers.attempted(job, attempt.outcome)
 
     # -- recording outcomes (the outcome writer's side) ----------------------------
 

@@ -45,6 +45,9 @@ class Job:
     retry_schedule: list[float] | None = None
     """The delays before its retries: its endpoint's schedule, else its event
     type's, else None for the dispatcher's default (:func:`dispatchers.retry.policy_for`)."""
+    probe: bool = False
+    """The one request sent to a destination whose circuit breaker is open (see
+    :mod:`dispatchers.health`): its outcome closes the breaker or opens it again."""
     tls: ssl.SSLContext | None = None
     """The endpoint's own TLS context, for its CA bundle or client certificate
     (see :mod:`dispatchers.tls`); None: the default one."""

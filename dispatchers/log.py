@@ -35,6 +35,11 @@ EVENT_LEVELS = {
     "endpoint_disabled": "warning",
     "listen_error": "warning",
     "secrets_unavailable": "error",
+    "breaker_opened": "warning",
+    "breaker_probing": "info",
+    "breaker_closed": "info",
+    "breaker_reopened": "warning",
+    "destination_held": "warning",
 }
 
 

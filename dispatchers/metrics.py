@@ -5,7 +5,9 @@
 - ``/metrics``: deliveries by outcome (``delivered``, ``retry``, ``failed``,
   ``gone``, ``released``), attempt latency, commit-to-delivery latency,
   in-flight deliveries, claims and their batch sizes, outcome batch sizes, lease
-  losses, database errors by operation;
+  losses, database errors by operation, destination health transitions
+  (``opened``, ``probing``, ``closed``, ``reopened`` breakers; ``held``
+  destinations, see :mod:`dispatchers.health`);
 - ``/healthz``: 200 while the database answered within the last lease period,
   503 otherwise (a readiness probe: the process is alive but cannot work);
 - ``/livez``: 200 while the event loop runs (a liveness probe: restarting a
@@ -62,6 +64,13 @@ class Metrics:
         )
         self.db_errors = Counter(
             "outbox_db_errors", "Database errors by operation", ["operation"], registry=r
+        )
+        self.health_transitions = Counter(
+            "outbox_destination_health_transitions",
+            "Circuit breakers opened, probing, closed, reopened; destinations held by "
+            "Retry-After",
+            ["transition"],
+            registry=r,
         )
         self.last_db_success = time.monotonic()
 

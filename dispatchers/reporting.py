@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
+from dispatchers.health import Transition
 from dispatchers.jobs import Completion, Job
 from dispatchers.log import EventLog
 from dispatchers.metrics import Metrics
+from dispatchers.rows import HealthRow
 from dispatchers.sqlstates import is_transient
 from dispatchers.watchdog import Watchdog
 
@@ -180,6 +182,24 @@ class Reporter:
     def endpoint_disabled(self, endpoint_id: int, reason: str) -> None:
         self.log.event("endpoint_disabled", endpoint_id=endpoint_id, reason=reason)
 
+    def probing(self, job: Job) -> None:
+        """``job`` is the probe of its destination's open breaker."""
+        self.metrics.health_transitions.labels(Transition.PROBING).inc()
+        self.log.event(
+            "breaker_probing", destination=job.destination, message_id=job.id, attempt=job.attempts
+        )
+
+    def health(self, transition: Transition, row: HealthRow) -> None:
+        """A destination's breaker or hold changed as ``transition`` says; ``row``
+        is its health row now (a closed breaker's as it was)."""
+        self.metrics.health_transitions.labels(transition).inc()
+        fields: dict[str, object] = {"destination": row.destination}
+        if transition is not Transition.CLOSED:
+            fields["blocked_until"] = row.blocked_until.isoformat()
+        if transition is Transition.REOPENED:
+            fields["failed_probes"] = row.failed_probes
+        self.log.event(_HEALTH_EVENTS[transition], **fields)
+
     def drained(self, scheduled_later: int) -> None:
         """Nothing is due or running: a drain ends (``scheduled_later`` are not due yet)."""
         self.log.event("drained", scheduled_later=scheduled_later)
@@ -230,6 +250,16 @@ class Reporter:
 
     def internal_error(self, operation: str, exc: BaseException) -> None:
         self.log.event("internal_error", operation=operation, error_class=type(exc).__name__)
+
+
+_HEALTH_EVENTS = {
+    Transition.OPENED: "breaker_opened",
+    Transition.PROBING: "breaker_probing",
+    Transition.CLOSED: "breaker_closed",
+    Transition.REOPENED: "breaker_reopened",
+    Transition.HELD: "destination_held",
+}
+"""The event logged for each transition of a destination's health."""
 
 
 def _host(job: Job | None) -> str | None:

@@ -12,6 +12,7 @@ column fails when its first row is made.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from psycopg.rows import BaseRowFactory, RowMaker
@@ -106,3 +107,12 @@ class MissingPrivilege(NamedTuple):
 
     table_name: str
     privilege: str
+
+
+class HealthRow(NamedTuple):
+    """A destination's ``destination_health`` row as a transition left it."""
+
+    destination: str
+    state: str
+    blocked_until: datetime
+    failed_probes: int

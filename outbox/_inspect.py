@@ -149,6 +149,11 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
     - ``endpoints``: per endpoint ``id``, ``url``, ``enabled``,
       ``disabled_reason``, ``failure_streak``, ``pending`` (ready, running or
       paused messages), ``dead``, ``last_success_at``;
+    - ``destination_health``: per destination whose circuit breaker is open or probing,
+      or that a ``Retry-After`` holds: ``destination``, ``state`` (``open``,
+      ``probing``, ``held``), ``blocked_until`` (no claim takes its messages
+      before; an open breaker's probe goes out then), ``failed_probes`` (in a
+      row), ``opened_at``, ``reason`` (the answer that opened or held it);
     - ``secrets``: signing secrets and endpoints' client keys ``plain_text``
       (stored unsealed: whoever reads the table can forge deliveries, or pose as
       the dispatcher) and ``sealed`` (a count per key id, see
@@ -167,6 +172,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
     counts = yield from rows_plan(queries["status_counts"], {}, _StatusCounts)
     c = counts[0]
     endpoints = yield from rows_plan(queries["status_endpoints"], {}, _EndpointStatus)
+    health = yield from rows_plan(queries["status_destination_health"], {}, _DestinationHealth)
     secrets = yield from rows_plan(queries["status_secrets"], {}, _SecretsByKey)
     policed = yield from rows_plan(queries["status_destinations"], {}, DestinationStatus)
     sealed = {s.key_id: s.secrets for s in secrets if s.key_id is not None}
@@ -185,6 +191,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
         "last_5_minutes": {"delivered": c.delivered, "failed": c.failed},
         "endpoints": [e._asdict() for e in endpoints],
         "destinations": [d._asdict() for d in policed],
+        "destination_health": [d._asdict() for d in health],
         "secrets": {
             "plain_text": sum(s.secrets for s in secrets) - sum(sealed.values()),
             "sealed": sealed,
@@ -227,3 +234,14 @@ class _EndpointStatus(NamedTuple):
     pending: int
     dead: int
     last_success_at: datetime | None
+
+
+class _DestinationHealth(NamedTuple):
+    """A row of ``status_destination_health``: an open breaker or a hold."""
+
+    destination: str
+    state: str
+    blocked_until: datetime
+    failed_probes: int
+    opened_at: datetime | None
+    reason: str | None

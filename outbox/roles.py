@@ -73,6 +73,7 @@ _DATA_TABLES = (
     "destination_slots",
     "rate_slots",
     "event_types",
+    "destination_health",
 )
 
 _NEEDS: dict[str, tuple[_Grant, ...]] = {
@@ -110,6 +111,8 @@ _NEEDS: dict[str, tuple[_Grant, ...]] = {
         _Grant(("UPDATE",), "rate_slots", ("next_at",)),
         # a claim reads the retry schedule of each webhook's event type
         _Grant(("SELECT",), "event_types"),
+        # breakers and holds: claims take probes, outcomes open and close them
+        _Grant(_ALL, "destination_health"),
         # the schema's version, which a dispatcher checks before it starts
         _Grant(("SELECT",), "schema_migrations"),
     ),

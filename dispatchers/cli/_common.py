@@ -254,6 +254,9 @@ non_negative_float = number(0, MAX_NUMBER)
 fraction = number(0, 1)
 """A number from 0 to 1, both included."""
 
+ratio = number(0, 1, above=True)
+"""A share: a number above 0, at most 1."""
+
 seconds = number(0, MAX_SECONDS, above=True)
 """A time in seconds, above 0, at most :data:`~dispatchers.config.MAX_SECONDS`."""
 

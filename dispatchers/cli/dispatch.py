@@ -28,6 +28,7 @@ from dispatchers.cli._common import (
     parse_duration,
     port,
     positive_int,
+    ratio,
     require_extra,
     resolve_database,
     seconds,
@@ -59,6 +60,7 @@ _TYPES: dict[Values, Callable[[str], Any]] = {
     "span": parse_duration,
     "port": port,
     "proxy": proxy,
+    "ratio": ratio,
     "text": str,
 }
 """The argument type of each kind of :class:`~dispatchers.config.Option` value."""

@@ -199,6 +199,8 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
         )
     if snapshot["destinations"]:
         text += "\n\n" + policies_table(snapshot["destinations"])
+    if snapshot["destination_health"]:
+        text += "\n\n" + "\n".join(map(_health_line, snapshot["destination_health"]))
     emit(args, snapshot, text)
     for warning in warnings:
         print(f"outbox status: warning: {warning}", file=sys.stderr)
@@ -210,6 +212,19 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
         )
         return ExitCode.FAILURE
     return ExitCode.OK
+
+
+def _health_line(destination: dict[str, Any]) -> str:
+    """One line for a destination whose breaker is open or that a hold blocks."""
+    name = cell(destination["destination"])
+    until = cell(destination["blocked_until"])
+    reason = cell(destination["reason"])
+    if destination["state"] == "held":
+        return f"held: {name} until {until} ({reason})"
+    failed = destination["failed_probes"]
+    if destination["state"] == "probing":
+        return f"breaker open: {name}, its probe is out ({failed} failed before; {reason})"
+    return f"breaker open: {name}, next probe at {until} ({failed} failed; {reason})"
 
 
 def _secrets_warnings(secrets: dict[str, Any], ring: Keyring | None) -> list[str]:

@@ -326,6 +326,14 @@ LEFT JOIN {schema}.messages AS m ON m.endpoint_id = e.id
 GROUP BY e.id
 ORDER BY e.id
 
+-- name: status_destination_health
+-- Destinations whose breaker is open or probing, or that a Retry-After holds
+-- (a hold that has ended is left out), by name.
+SELECT destination, state, blocked_until, failed_probes, opened_at, reason
+FROM {schema}.destination_health
+WHERE state <> 'held' OR blocked_until > now()
+ORDER BY destination
+
 -- name: status_secrets
 -- Signing secrets and client keys by the key that seals them (NULL: plain text).
 SELECT key_id, count(*) AS secrets

@@ -46,6 +46,62 @@ AND m.available_at <= now()
 AND {unpoliced}
 AND {ordering_key_free}
 
+-- fragment: health_alone
+-- The alone destination takes the short way only while no health row blocks it
+-- or owes a probe (a hold that has ended does neither): one primary key probe.
+NOT EXISTS (
+    SELECT 1 FROM {schema}.destination_health AS dh
+    WHERE dh.destination = %(alone)s
+      AND (dh.blocked_until > now() OR dh.state <> 'held'))
+
+-- fragment: health_probes
+-- The probes this claim may take (see the destination_health migration): of the listed
+-- destinations, those whose breaker is open (or whose probe's dispatcher
+-- vanished) past its back-off, their rows locked so that of two claimers only
+-- one may take each (the other skips the locked row, or re-checks the one
+-- committed since and finds it blocked again). One primary key probe per
+-- listed destination.
+probe_rows AS (
+    SELECT dh.destination
+    FROM {schema}.destination_health AS dh
+    WHERE dh.destination IN (SELECT destination FROM destinations)
+      AND dh.state <> 'held' AND dh.blocked_until <= now()
+    FOR UPDATE OF dh SKIP LOCKED
+)
+
+-- fragment: health_probed
+-- The probes this claim took: the locked rows of "health_probes" whose
+-- destination it claimed a message of, turned to 'probing' for a lease (a
+-- destination with nothing this statement may take stays open, for the next).
+probes AS (
+    UPDATE {schema}.destination_health AS dh
+    SET state = 'probing',
+        probe_owner = %(owner)s,
+        blocked_until = now() + make_interval(secs => %(lease_s)s),
+        updated_at = now()
+    FROM probe_rows AS p
+    WHERE dh.destination = p.destination
+      AND EXISTS (SELECT 1 FROM claimed AS c WHERE c.destination = p.destination)
+    RETURNING dh.destination
+)
+
+-- fragment: health_joins
+-- Each listed destination's health row, if any, and whether this claim took its probe.
+LEFT JOIN {schema}.destination_health AS dh ON dh.destination = d.destination
+LEFT JOIN probe_rows AS probe ON probe.destination = d.destination
+
+-- fragment: health_admitted
+-- A listed destination the claim may take from: no health row, a hold that has
+-- ended, or a probe this claim may take (its room is then one message).
+(dh.destination IS NULL OR (dh.state = 'held' AND dh.blocked_until <= now())
+ OR probe.destination IS NOT NULL)
+
+-- fragment: destination_blocked
+-- A message m whose destination a hold or an open breaker blocks now.
+EXISTS (
+    SELECT 1 FROM {schema}.destination_health AS dh
+    WHERE dh.destination = m.destination AND dh.blocked_until > now())
+
 -- fragment: policed_exists
 -- One row if some destination has a policy: an endpoint with a cap or a rate
 -- limit, or a row in destination_policies ("claim_uncapped" passed over their
@@ -92,7 +148,7 @@ policed AS (
 -- a period from now), so that the dispatcher claims again then rather than at
 -- its next poll (nothing notifies it when a slot frees).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        CAST(EXTRACT(epoch FROM min(CASE WHEN s.next_at > now() THEN s.next_at
                                         ELSE now() + s.period END) - now())
             AS double precision)
@@ -187,6 +243,7 @@ alone AS (
       AND COALESCE((CAST(%(busy_counts)s AS integer[]))[
               array_position(CAST(%(busy)s AS text[]), CAST(%(alone)s AS text))], 0)
           < %(per_destination)s
+      AND {health_alone}
 ), destinations AS (
     -- otherwise, the destinations with ready messages
     (SELECT m.destination
@@ -202,14 +259,15 @@ alone AS (
             LIMIT 1)
     FROM destinations AS d
     WHERE d.destination IS NOT NULL
-), listed AS (
+), {health_probes}, listed AS (
     -- each destination with its room: under the bound, or the whole batch for
     -- a destination below it and alone with ready messages (no other needs
     -- room then; at its bound, it gets no more even alone); and
     -- the share of the batch a destination gets in the first pass: as many turns
     -- as fill the batch when every destination has that many due
     SELECT d.destination,
-           CASE WHEN count(*) OVER () = 1 AND COALESCE(busy.n, 0) < %(per_destination)s
+           CASE WHEN probe.destination IS NOT NULL THEN 1
+                WHEN count(*) OVER () = 1 AND COALESCE(busy.n, 0) < %(per_destination)s
                 THEN %(limit)s
                 ELSE GREATEST(0, LEAST(%(limit)s, %(per_destination)s - COALESCE(busy.n, 0)))
            END AS room,
@@ -217,7 +275,9 @@ alone AS (
     FROM destinations AS d
     LEFT JOIN unnest(CAST(%(busy)s AS text[]), CAST(%(busy_counts)s AS integer[]))
         AS busy(destination, n) ON busy.destination = d.destination
+    {health_joins}
     WHERE d.destination IS NOT NULL  -- the row that ends the list
+      AND {health_admitted}
 )
 
 -- fragment: retry_schedule
@@ -254,7 +314,9 @@ CAST(COALESCE(e.retry_schedule,
 -- this claim must match. A destination with a policy (a rate limit, a cap) gets
 -- no more than its allowance ("policy_room") and each of its messages takes a
 -- slot of each kind it has ("policy_slots"); a last row without an id says when
--- the next rate slot frees ("rate_wait").
+-- the next rate slot frees ("rate_wait"). A destination that a Retry-After holds
+-- or whose circuit breaker is open is passed over; once an open breaker's
+-- back-off is over, one claim takes its probe, one message ("health_*").
 WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
     -- the first pass: the first due messages of each destination, up to its share
     -- (and the allowance of a destination with a policy)
@@ -336,13 +398,14 @@ WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
-)
+), {health_probed}
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
         s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
         e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
         {retry_schedule},
+        c.destination IN (SELECT destination FROM probes) AS probe,
         CAST(NULL AS double precision) AS rate_wait_s
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
@@ -441,13 +504,14 @@ WITH RECURSIVE {destinations_due}, heads AS (
     RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
-)
+), {health_probed}
 (SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
         c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
         c.endpoint_id, c.event_type, c.created_at, c.retry_base,
         s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
         e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
-        {retry_schedule}
+        {retry_schedule},
+        c.destination IN (SELECT destination FROM probes) AS probe
  FROM claimed AS c
  LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
  LEFT JOIN LATERAL (
@@ -460,7 +524,7 @@ WITH RECURSIVE {destinations_due}, heads AS (
  ORDER BY c.available_at, c.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM capped
 
 -- name: renew
@@ -753,15 +817,19 @@ SELECT id, state FROM rescued
 -- For --drain: is anything due now or in flight, and how much is scheduled later.
 -- "Due" skips what claim skips: a ready webhook whose endpoint is disabled (one
 -- committed after the disable paused the rest) waits, and must not keep a drain
--- from ever finishing.
+-- from ever finishing; the messages of a destination that a hold or an open
+-- breaker blocks count as scheduled later, as retries do.
 SELECT
     (SELECT count(*) FROM {schema}.messages AS m
      WHERE m.state = 'ready' AND m.available_at <= now()
        AND (m.endpoint_id IS NULL OR EXISTS (
-             SELECT 1 FROM {schema}.endpoints AS e WHERE e.id = m.endpoint_id AND e.enabled)))
+             SELECT 1 FROM {schema}.endpoints AS e WHERE e.id = m.endpoint_id AND e.enabled))
+       AND NOT {destination_blocked})
         AS due,
     (SELECT count(*) FROM {schema}.messages WHERE state = 'running') AS running,
-    (SELECT count(*) FROM {schema}.messages WHERE state = 'ready' AND available_at > now()) AS scheduled
+    (SELECT count(*) FROM {schema}.messages AS m
+     WHERE m.state = 'ready' AND (m.available_at > now() OR {destination_blocked}))
+        AS scheduled
 
 -- name: retention
 -- Remove one bounded batch of history: delivered messages completed before the
@@ -809,6 +877,66 @@ WITH old AS (
 )
 SELECT (SELECT count(*) FROM removed) AS history,
        (SELECT count(*) FROM events_removed) AS events
+
+-- name: health_open
+-- Open a destination's breaker (a dispatcher's recent outcomes with it said so,
+-- see dispatchers.health), blocked for %(backoff_s)s, unless it is open or
+-- probing already: another dispatcher opened it first, and its back-off stands.
+-- A hold becomes an open breaker, blocked at least until the hold ends. Returns
+-- the row only when this statement opened it.
+INSERT INTO {schema}.destination_health AS dh (
+    destination, state, blocked_until, opened_at, reason
+)
+VALUES (%(destination)s, 'open', now() + make_interval(secs => %(backoff_s)s), now(),
+        %(reason)s)
+ON CONFLICT (destination) DO UPDATE
+SET state = 'open',
+    blocked_until = GREATEST(dh.blocked_until, excluded.blocked_until),
+    opened_at = now(),
+    failed_probes = 0,
+    reason = excluded.reason,
+    updated_at = now()
+WHERE dh.state = 'held'
+RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
+
+-- name: health_hold
+-- Hold a destination for %(hold_s)s (a 429 or 503 with Retry-After): no claim
+-- takes its messages before then. Only ever lengthens what blocks it; an open
+-- or probing breaker stays so. Returns the row when this statement lengthened it.
+INSERT INTO {schema}.destination_health AS dh (destination, state, blocked_until, reason)
+VALUES (%(destination)s, 'held', now() + make_interval(secs => %(hold_s)s), %(reason)s)
+ON CONFLICT (destination) DO UPDATE
+SET blocked_until = excluded.blocked_until,
+    reason = CASE WHEN dh.state = 'held' THEN excluded.reason ELSE dh.reason END,
+    updated_at = now()
+WHERE dh.blocked_until < excluded.blocked_until
+RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
+
+-- name: health_close
+-- The probe %(owner)s took succeeded: the breaker closes and the destination's
+-- messages are claimed again. Fenced by the probe's owner and state, so that a
+-- probe whose lease passed (another one was taken since) changes nothing.
+DELETE FROM {schema}.destination_health AS dh
+WHERE dh.destination = %(destination)s AND dh.state = 'probing'
+  AND dh.probe_owner = %(owner)s
+RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
+
+-- name: health_reopen
+-- The probe %(owner)s took failed: the breaker opens again, for a back-off that
+-- doubles with each failed probe in a row, from %(backoff_s)s up to
+-- %(backoff_max_s)s, and lasts at least %(hold_s)s (the Retry-After the probe
+-- was answered with, or 0). Fenced as "health_close".
+UPDATE {schema}.destination_health AS dh
+SET state = 'open',
+    probe_owner = NULL,
+    failed_probes = dh.failed_probes + 1,
+    blocked_until = now() + make_interval(secs => GREATEST(
+        LEAST(%(backoff_s)s * power(2, LEAST(dh.failed_probes + 1, 30)), %(backoff_max_s)s),
+        %(hold_s)s)),
+    updated_at = now()
+WHERE dh.destination = %(destination)s AND dh.state = 'probing'
+  AND dh.probe_owner = %(owner)s
+RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
 
 -- name: set_timeouts
 -- Sent ahead of each statement, local to its transaction (dispatchers.db).
@@ -888,7 +1016,9 @@ FROM (VALUES
     (18, 'events', 'SELECT'), (19, 'events', 'UPDATE'), (20, 'events', 'DELETE'),
     (21, 'destination_policies', 'SELECT'),
     (22, 'rate_slots', 'SELECT'), (23, 'rate_slots', 'UPDATE'),
-    (24, 'event_types', 'SELECT')
+    (24, 'event_types', 'SELECT'),
+    (25, 'destination_health', 'SELECT'), (26, 'destination_health', 'INSERT'),
+    (27, 'destination_health', 'UPDATE'), (28, 'destination_health', 'DELETE')
 ) AS needed(n, table_name, privilege)
 CROSS JOIN LATERAL (
     SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))

@@ -39,6 +39,7 @@ TABLES = {
     "destination_slots",
     "rate_slots",
     "event_types",
+    "destination_health",
     "schema_migrations",
 }
 MIGRATIONS = load_migrations()

@@ -83,3 +83,22 @@ def test_a_filter_is_bounded_to_256_characters_and_a_fan_out_of_4() -> None:
     assert (MAX_FILTER_LENGTH, MAX_FAN_OUT) == (256, 4)
     cached = readme(r"compiled once per process \(the ([\d,]+) most recent texts are kept\)")
     assert int(cached.group(1).replace(",", "")) == COMPILED_CACHE == 1024
+
+
+def test_the_circuit_breaker_defaults() -> None:
+    match = readme(
+        r"When at least `--breaker-min-attempts` \((\d+)\) of a dispatcher's attempts to a "
+        r"destination in the last `--breaker-window` \((\d+) s\) were made and at least "
+        r"`--breaker-failure-ratio` \(([\d.]+)\) of them failed"
+    )
+    assert match.groups() == ("10", "30", "0.5")
+    backoff = readme(r"After `--breaker-backoff` \((\d+) s\)").group(1)
+    most = readme(r"up to `--breaker-backoff-max` \((\d+) s\)").group(1)
+    config = DispatcherConfig()
+    assert (
+        config.breaker_min_attempts,
+        config.breaker_window,
+        config.breaker_failure_ratio,
+        config.breaker_backoff,
+        config.breaker_backoff_max,
+    ) == (10, 30, 0.5, float(backoff), float(most))

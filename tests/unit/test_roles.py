@@ -70,3 +70,10 @@ def test_no_role_no_statement_and_one_role_for_two_uses_is_refused() -> None:
         grants("outbox", producer="app", operator="app")
     with pytest.raises(ConfigurationError, match="schema"):
         grants("bad-name", producer="app")
+
+
+def test_the_dispatcher_writes_destination_health_and_the_producer_never_sees_it() -> None:
+    statements = grants("outbox", producer="p", dispatcher="d")
+    assert [s for s in statements if "destination_health" in s] == [
+        'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "outbox"."destination_health" TO "d"'
+    ]

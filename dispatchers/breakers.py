@@ -1,0 +1,113 @@
+"""The dispatcher's side of destination health: circuit breakers and holds.
+
+:class:`Breakers` notes the outcome of each attempt in a
+:class:`~dispatchers.health.HealthBook` and writes the transitions the book (or a
+probe's outcome) calls for to the destination's shared ``destination_health`` row,
+which every dispatcher's claim reads (see its migration, ``*_destination_health.sql``, and the
+``health_*`` fragments of ``sql/queries/dispatch.sql``):
+
+- a 429 or 503 with ``Retry-After`` holds the destination that long (at most the
+  retry policy's ``max_retry_after``; unless ``retry_after_holds`` is off); the
+  message that got the answer is retried as before, after the later of its
+  backoff and the ``Retry-After``;
+- failing most of its recent attempts opens the destination's breaker for
+  ``breaker_backoff``; then one claim takes one probe, whose success closes the
+  breaker and whose failure opens it again for twice as long (up to
+  ``breaker_backoff_max``).
+
+A transition is written once, by the dispatcher that saw it; a write that fails
+is reported and not retried: the next failure opens the breaker again, and a
+probe whose outcome was not written is taken again once its lease has passed.
+"""
+
+from __future__ import annotations
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import Store
+from dispatchers.health import HealthBook, Transition, hold_for, is_failure
+from dispatchers.jobs import Job
+from dispatchers.outcome import Outcome
+from dispatchers.reporting import Reporter
+from dispatchers.retry import DEFAULT_MAX_RETRY_AFTER
+from dispatchers.rows import HealthRow
+
+__all__ = ["Breakers"]
+
+
+class Breakers:
+    """Writes the health transitions of the destinations one dispatcher sends to.
+
+    :param store: the dispatcher's statements.
+    :param report: told of every transition written.
+    :param owner: the lease owner: a probe's outcome is fenced by it.
+    :param config: the ``breaker_*`` settings and the retry policies (whose
+        ``max_retry_after``, where they have one, bounds a hold).
+    """
+
+    def __init__(
+        self, store: Store, report: Reporter, *, owner: str, config: DispatcherConfig
+    ) -> None:
+        self.store = store
+        self.report = report
+        self.owner = owner
+        self.config = config
+        self.book = HealthBook(config.breaker)
+        self.holds = config.retry_after_holds
+
+    async def attempted(self, job: Job, outcome: Outcome) -> None:
+        """Note ``outcome`` of an attempt of ``job``, and write what it calls for."""
+        destination = job.destination
+        hold = hold_for(outcome, self._max_retry_after(job)) if self.holds else None
+        if job.probe:
+            await self._probed(destination, outcome, hold)
+            return
+        if hold is not None and self.book.hold(destination, hold):
+            await self._write(
+                Transition.HELD,
+                "health_hold",
+                destination=destination,
+                hold_s=hold,
+                reason=outcome.error,
+            )
+        if self.book.note(destination, outcome):
+            await self._write(
+                Transition.OPENED,
+                "health_open",
+                destination=destination,
+                backoff_s=self.config.breaker_backoff,
+                reason=outcome.error,
+            )
+
+    async def _probed(self, destination: str, outcome: Outcome, hold: float | None) -> None:
+        """The probe's outcome closes the breaker, or opens it again for longer."""
+        if not is_failure(outcome):
+            if await self._write(Transition.CLOSED, "health_close", destination=destination):
+                self.book.forget(destination)
+            return
+        config = self.config
+        await self._write(
+            Transition.REOPENED,
+            "health_reopen",
+            destination=destination,
+            backoff_s=config.breaker_backoff,
+            backoff_max_s=config.breaker_backoff_max,
+            hold_s=hold or 0.0,
+        )
+
+    async def _write(self, transition: Transition, statement: str, **params: object) -> bool:
+        """Run ``statement``; report ``transition`` if it changed the row."""
+        try:
+            row: HealthRow | None = await self.store.health(statement, owner=self.owner, **params)
+        except Exception as exc:
+            self.report.db_error(statement, exc)
+            return False
+        self.report.answered(statement)
+        if row is None:
+            return False
+        self.report.health(transition, row)
+        return True
+
+    def _max_retry_after(self, job: Job) -> float:
+        config = self.config
+        policy = config.webhook_retry_policy if job.endpoint_id is not None else config.retry_policy
+        return float(getattr(policy, "max_retry_after", DEFAULT_MAX_RETRY_AFTER))

@@ -1,0 +1,266 @@
+"""Destination health across dispatchers: a failing destination's circuit breaker
+opens, its messages wait with their attempts unspent while others are delivered,
+one probe goes out after the back-off, and the breaker closes once the receiver
+recovers; a 429 with Retry-After holds its destination for every dispatcher.
+
+Each receiver listens on its own port of 127.0.0.1: its own destination."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from dispatchers.cli import main
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import Store
+from dispatchers.dispatcher import Dispatcher
+from dispatchers.log import EventLog
+from outbox.admin import status
+from tests.dispatching import Db, fast_config, wait_until
+from tests.receiver import Received, Receiver, Reply
+
+BREAKER = {
+    "breaker_window": 30.0,
+    "breaker_min_attempts": 4,
+    "breaker_failure_ratio": 0.5,
+    "breaker_backoff": 1.0,
+    "breaker_backoff_max": 2.0,
+}
+"""A breaker that opens after four failed attempts and probes a second later:
+long enough for the test to see it open and its messages wait."""
+
+
+@pytest.fixture
+def db(database_url: str) -> Db:
+    return Db(database_url)
+
+
+@contextlib.asynccontextmanager
+async def dispatching(db: Db, config: DispatcherConfig, log: EventLog) -> AsyncIterator[Dispatcher]:
+    """A dispatcher running on ``db`` for the block, stopped at its end."""
+    dispatcher = Dispatcher(db.url, config, log=log)
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        yield dispatcher
+    finally:
+        dispatcher.stop()
+        async with asyncio.timeout(15):
+            await task
+
+
+def _events(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def _health(db: Db, destination: str) -> tuple[Any, ...] | None:
+    rows = db.query(
+        "SELECT state, failed_probes FROM outbox.destination_health WHERE destination = %s",
+        destination,
+    )
+    return rows[0] if rows else None
+
+
+def _attempts(db: Db, destination: str) -> int:
+    return db.query(
+        "SELECT COALESCE(sum(attempts), 0) FROM outbox.messages WHERE destination = %s",
+        destination,
+    )[0][0]
+
+
+def _status(db: Db) -> list[dict[str, Any]]:
+    """The open breakers and holds ``outbox.admin.status`` reports."""
+    with psycopg.connect(db.url) as conn:
+        health: list[dict[str, Any]] = status(conn)["destination_health"]
+        return health
+
+
+async def _poll(predicate: Any, seconds: float = 15.0) -> None:
+    """:func:`wait_until` of a predicate that queries the database (in a thread)."""
+    deadline = time.monotonic() + seconds
+    while not await asyncio.to_thread(predicate):
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def test_a_failing_destination_opens_its_breaker_probes_and_closes(
+    db: Db, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recovered = threading.Event()
+
+    def failing_until_recovered(req: Received) -> Reply:
+        return Reply() if recovered.is_set() else Reply(status=503)
+
+    with Receiver(failing_until_recovered) as failing, Receiver() as healthy:
+        for i in range(10):
+            db.enqueue(failing.url, f"down-{i}", max_attempts=50)
+        destination = db.query("SELECT DISTINCT destination FROM outbox.messages")[0][0]
+        # one request at a time: once the breaker is written open, nothing is in
+        # flight to the failing destination, so every later request is a probe
+        config = fast_config(BREAKER, concurrency=1)
+        stream = io.StringIO()
+        async with dispatching(db, config, EventLog(stream=stream, format="json")) as dispatcher:
+            await _poll(lambda: _health(db, destination) == ("open", 0))
+            sent_when_opened = len(failing.requests)
+            attempts_when_opened = _attempts(db, destination)
+            assert sent_when_opened == 4  # the four that opened it
+
+            # open: shown by outbox status, a line and in --json
+            snapshot = await asyncio.to_thread(_status, db)
+            assert [(d["destination"], d["state"]) for d in snapshot] == [(destination, "open")]
+            assert main(["status", "--database-url", db.url]) == 0
+            assert f"breaker open: {destination}, next probe at" in capsys.readouterr().out
+
+            # another destination is served meanwhile
+            for i in range(3):
+                db.enqueue(healthy.url, f"up-{i}")
+            await asyncio.to_thread(healthy.wait_for, 3)
+
+            # after the back-off, one probe: it fails and the breaker opens again
+            await _poll(lambda: _health(db, destination) == ("open", 1))
+            assert len(failing.requests) == sent_when_opened + 1
+            assert _attempts(db, destination) == attempts_when_opened + 1
+
+            # the receiver recovers: the next probe closes it, and the backlog drains
+            recovered.set()
+            await _poll(lambda: _attempts(db, destination) == 0)
+            assert _health(db, destination) is None
+            metrics = dispatcher.metrics.registry
+            counts = {
+                t: metrics.get_sample_value(
+                    "outbox_destination_health_transitions_total", {"transition": t}
+                )
+                for t in ("opened", "probing", "reopened", "closed")
+            }
+    assert counts == {"opened": 1.0, "probing": 2.0, "reopened": 1.0, "closed": 1.0}
+    assert len(failing.requests) == sent_when_opened + 1 + 10  # one failed probe, then all
+    transitions = [e["event"] for e in _events(stream) if e["event"].startswith("breaker_")]
+    assert transitions == [
+        "breaker_opened",
+        "breaker_probing",
+        "breaker_reopened",
+        "breaker_probing",
+        "breaker_closed",
+    ]
+
+
+async def test_a_retry_after_holds_the_destination_for_every_dispatcher(db: Db) -> None:
+    arrived: list[float] = []  # wall-clock times, comparable with the database's
+
+    def limited_once(req: Received) -> Reply:
+        arrived.append(time.time())
+        if len(arrived) == 1:
+            return Reply(status=429, headers={"Retry-After": "2"})
+        return Reply()
+
+    with Receiver(limited_once) as receiver:
+        db.enqueue(receiver.url, "first")
+        destination = db.query("SELECT DISTINCT destination FROM outbox.messages")[0][0]
+        config = fast_config()
+        stream = io.StringIO()
+        log = EventLog(stream=stream, format="json")
+        async with dispatching(db, config, log), dispatching(db, config, log):
+            await _poll(lambda: _health(db, destination) == ("held", 0))
+            (until,) = db.query(
+                "SELECT extract(epoch FROM blocked_until) FROM outbox.destination_health"
+            )[0]
+            for i in range(4):
+                db.enqueue(receiver.url, f"later-{i}")
+            await asyncio.to_thread(receiver.wait_for, 6, 15)
+            await wait_until(lambda: not db.query("SELECT 1 FROM outbox.messages"))
+        attempts = db.query("SELECT attempts FROM outbox.delivered ORDER BY id")
+    # nothing reached the destination before the hold ended, from either dispatcher
+    assert all(at >= float(until) for at in arrived[1:])
+    # the held messages spent no attempt; the one answered 429 spent two
+    assert [a for (a,) in attempts] == [2, 1, 1, 1, 1]
+    assert [e["event"] for e in _events(stream)].count("destination_held") == 1
+
+
+@pytest.mark.parametrize("state", ["held", "open"])
+async def test_a_drain_ends_leaving_a_blocked_destinations_messages_waiting(
+    db: Db, state: str
+) -> None:
+    with Receiver() as blocked, Receiver() as served:
+        db.enqueue(blocked.url, "blocked")
+        db.enqueue(served.url, "served")
+        db.query(
+            "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
+            " SELECT destination, %s, now() + interval '1 minute',"
+            "        CASE WHEN %s = 'open' THEN now() END"
+            " FROM outbox.messages WHERE idempotency_key = 'blocked' RETURNING 1",
+            state,
+            state,
+        )
+        stream = io.StringIO()
+        dispatcher = Dispatcher(db.url, fast_config(), log=EventLog(stream=stream, format="json"))
+        async with asyncio.timeout(15):
+            await dispatcher.run(drain=True)
+    assert (len(blocked.requests), len(served.requests)) == (0, 1)
+    assert db.query("SELECT idempotency_key, attempts, state FROM outbox.messages") == [
+        ("blocked", 0, "ready")
+    ]
+    (drained,) = [e for e in _events(stream) if e["event"] == "drained"]
+    assert drained["scheduled_later"] == 1
+
+
+async def test_of_two_concurrent_claims_one_takes_the_probe_of_one_message(db: Db) -> None:
+    # an open breaker past its back-off, a backlog behind it, a healthy
+    # destination beside it, and two dispatchers claiming at once (the one told
+    # it was alone too): one probe goes out, the rest waits
+    probed = [db.enqueue("https://down.example/x", f"down-{i}") for i in range(5)]
+    healthy = [db.enqueue("https://up.example/x", f"up-{i}") for i in range(4)]
+    db.query(
+        "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
+        " VALUES ('https://down.example:443', 'open', now() - interval '1 second', now())"
+        " RETURNING 1"
+    )
+    stores = [Store(db.url, fast_config(destination_concurrency=100)) for _ in range(2)]
+    for store in stores:
+        await store.open()
+    try:
+        batches = await asyncio.gather(
+            stores[0].claim("first", 10),
+            stores[1].claim("second", 10, alone="https://down.example:443"),
+        )
+        again = await stores[0].claim("first", 10)
+    finally:
+        for store in stores:
+            await store.close()
+    jobs = [job for batch in batches for job in batch]
+    probes = [job for job in jobs if job.probe]
+    assert [job.id for job in probes] == [probed[0]]
+    assert sorted(job.id for job in jobs if not job.probe) == healthy
+    assert again == []
+    owner = "first" if probes[0] in batches[0] else "second"
+    assert db.query(
+        "SELECT state, probe_owner, blocked_until > now() FROM outbox.destination_health"
+    ) == [("probing", owner, True)]
+
+
+async def test_without_holds_a_retry_after_delays_only_its_message(db: Db) -> None:
+    def limited_once(req: Received) -> Reply:
+        if json.loads(req.body)["key"] == "first":
+            return Reply(status=429, headers={"Retry-After": "30"})
+        return Reply()
+
+    with Receiver(limited_once) as receiver:
+        db.enqueue(receiver.url, "first")
+        config = fast_config(retry_after_holds=False)
+        stream = io.StringIO()
+        async with dispatching(db, config, EventLog(stream=stream, format="json")):
+            await asyncio.to_thread(receiver.wait_for, 1)
+            for i in range(3):
+                db.enqueue(receiver.url, f"later-{i}")
+            await asyncio.to_thread(receiver.wait_for, 4)
+    assert db.query("SELECT idempotency_key FROM outbox.messages") == [("first",)]
+    assert db.query("SELECT 1 FROM outbox.destination_health") == []
+    assert "destination_held" not in [e["event"] for e in _events(stream)]

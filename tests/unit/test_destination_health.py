@@ -1,0 +1,138 @@
+"""Destination health decided in memory: what counts as a failure, when a
+breaker opens (a failure ratio over a sliding window), and when a hold is
+written, with an injected clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatchers.config import BreakerSettings
+from dispatchers.health import HOLD_SLACK, HealthBook, hold_for, is_failure
+from dispatchers.outcome import Outcome, Verdict, classify_response
+
+SETTINGS = BreakerSettings(
+    window=10.0, min_attempts=4, failure_ratio=0.5, backoff=1.0, backoff_max=8.0
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _status(status: int, retry_after: str | None = None) -> Outcome:
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    return classify_response(status, headers)
+
+
+def _error(error_class: str) -> Outcome:
+    return Outcome(Verdict.RETRY, None, error_class, error_class, None)
+
+
+OK = _status(200)
+DOWN = _status(503)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "failed"),
+    [
+        (_status(200), False),
+        (_status(500), True),
+        (_status(503), True),
+        (_status(408), True),
+        (_status(429), True),
+        (_status(400), False),
+        (_status(404), False),
+        (_status(410), False),
+        (_status(422), False),
+        (_status(425), False),
+        (_status(302), False),
+        (_error("timeout"), True),
+        (_error("connect_error"), True),
+        (_error("protocol_error"), True),
+        (_error("network_error"), True),
+        (_error("internal_error"), False),
+        (Outcome(Verdict.FAILED, None, "blocked", "blocked_destination", None), False),
+    ],
+)
+def test_5xx_408_429_and_transport_errors_are_failures_other_answers_are_not(
+    outcome: Outcome, failed: bool
+) -> None:
+    assert is_failure(outcome) is failed
+
+
+def test_a_hold_is_the_retry_after_of_a_429_or_503_within_the_cap() -> None:
+    assert hold_for(_status(429, "2"), 3600) == 2.0
+    assert hold_for(_status(503, "120"), 60) == 60.0
+    assert hold_for(_status(500, "2"), 3600) is None  # only 429 and 503 hold
+    assert hold_for(_status(429), 3600) is None  # no Retry-After
+    assert hold_for(_status(429, "0"), 3600) is None
+
+
+def test_the_breaker_opens_once_enough_attempts_in_the_window_mostly_failed() -> None:
+    book = HealthBook(SETTINGS, clock=Clock())
+    # three failures: too few attempts to judge
+    assert [book.note("d", DOWN) for _ in range(3)] == [False, False, False]
+    assert book.note("d", DOWN) is True  # the fourth: 4 of 4 failed
+    # opening starts the window afresh
+    assert [book.note("d", DOWN) for _ in range(3)] == [False, False, False]
+
+
+def test_successes_in_the_window_keep_the_ratio_below_the_threshold() -> None:
+    book = HealthBook(SETTINGS, clock=Clock())
+    for _ in range(6):
+        assert book.note("d", OK) is False
+    # 5 failures of 11 attempts: below one half
+    assert [book.note("d", DOWN) for _ in range(5)] == [False] * 5
+    assert book.note("d", DOWN) is True  # 6 of 12: one half
+    assert book.note("other", DOWN) is False  # each destination on its own
+
+
+def test_outcomes_older_than_the_window_no_longer_count() -> None:
+    clock = Clock()
+    book = HealthBook(SETTINGS, clock=clock)
+    for _ in range(3):
+        book.note("d", DOWN)
+    clock.now += SETTINGS.window + 0.1
+    # the three old failures slid out: one new failure is one attempt
+    assert book.note("d", DOWN) is False
+    for _ in range(8):
+        book.note("d", OK)
+    clock.now += SETTINGS.window / 2
+    # 1 failure of 9 in the window, then 3 more: 4 of 12
+    assert [book.note("d", DOWN) for _ in range(3)] == [False] * 3
+
+
+def test_successes_never_open_and_quiet_destinations_leave_the_book() -> None:
+    clock = Clock()
+    book = HealthBook(SETTINGS, clock=clock)
+    for _ in range(20):
+        assert book.note("a", OK) is False
+    book.note("b", DOWN)
+    assert len(book) == 2
+    clock.now += 2 * SETTINGS.window
+    book.note("c", OK)
+    assert len(book) == 1
+
+
+def test_forgetting_a_destination_drops_its_failures() -> None:
+    book = HealthBook(SETTINGS, clock=Clock())
+    for _ in range(3):
+        book.note("d", DOWN)
+    book.forget("d")
+    assert [book.note("d", DOWN) for _ in range(3)] == [False] * 3
+
+
+def test_a_hold_is_written_again_only_when_it_lasts_longer() -> None:
+    clock = Clock()
+    book = HealthBook(SETTINGS, clock=clock)
+    assert book.hold("d", 2.0) is True
+    clock.now += 0.5
+    assert book.hold("d", 2.0) is False  # the same hold, seen again
+    assert book.hold("other", 2.0) is True
+    assert book.hold("d", 2.0 + HOLD_SLACK) is True  # outlasts it
+    clock.now += 10
+    assert book.hold("d", 1.0) is True  # the earlier one has ended
