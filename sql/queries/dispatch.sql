@@ -291,6 +291,32 @@ CAST(COALESCE(e.retry_schedule,
                    WHERE t.event_type = c.event_type)
               END) AS double precision[]) AS retry_schedule
 
+-- fragment: claimed_rows
+-- The rows a claim hands the dispatcher, read by column name in
+-- dispatchers.jobs.job_rows: each claimed message with its endpoint's URL,
+-- signing secrets and TLS material, its retry schedule, whether it is its
+-- destination's probe, and no rate wait (the row without an id says that, see
+-- "rate_wait").
+SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
+       c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
+       c.endpoint_id, c.event_type, c.created_at, c.retry_base,
+       s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
+       e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
+       {retry_schedule},
+       c.destination IN (SELECT destination FROM probes) AS probe,
+       CAST(NULL AS double precision) AS rate_wait_s
+FROM claimed AS c
+LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
+-- the signing secrets still in force (several during a rotation), newest first,
+-- as stored, with the ids of the keys that sealed them (NULL: plain text)
+LEFT JOIN LATERAL (
+    SELECT array_agg(s.secret ORDER BY s.id DESC) AS secrets,
+           array_agg(s.key_id ORDER BY s.id DESC) AS secret_keys
+    FROM {schema}.endpoint_secrets AS s
+    WHERE s.endpoint_id = c.endpoint_id
+      AND (s.expires_at IS NULL OR s.expires_at > now())
+) AS s ON true
+
 -- name: claim
 -- Claim up to %(limit)s due messages for one dispatcher, shared fairly across
 -- their destinations (an endpoint, or the origin of a plain message's URL), in
@@ -399,25 +425,7 @@ WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
 ), {health_probed}
-(SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
-        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
-        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
-        e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
-        {retry_schedule},
-        c.destination IN (SELECT destination FROM probes) AS probe,
-        CAST(NULL AS double precision) AS rate_wait_s
- FROM claimed AS c
- LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
- -- the signing secrets still in force (several during a rotation), newest first,
- -- as stored, with the ids of the keys that sealed them (NULL: plain text)
- LEFT JOIN LATERAL (
-     SELECT array_agg(s.secret ORDER BY s.id DESC) AS secrets,
-            array_agg(s.key_id ORDER BY s.id DESC) AS secret_keys
-     FROM {schema}.endpoint_secrets AS s
-     WHERE s.endpoint_id = c.endpoint_id
-       AND (s.expires_at IS NULL OR s.expires_at > now())
- ) AS s ON true
+({claimed_rows}
  ORDER BY c.available_at, c.id)
 UNION ALL
 {rate_wait}
@@ -505,26 +513,11 @@ WITH RECURSIVE {destinations_due}, heads AS (
               m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
               m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
 ), {health_probed}
-(SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
-        c.method, c.headers, c.body, c.content_type, c.attempts, c.max_attempts,
-        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
-        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
-        e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
-        {retry_schedule},
-        c.destination IN (SELECT destination FROM probes) AS probe
- FROM claimed AS c
- LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
- LEFT JOIN LATERAL (
-     SELECT array_agg(s.secret ORDER BY s.id DESC) AS secrets,
-            array_agg(s.key_id ORDER BY s.id DESC) AS secret_keys
-     FROM {schema}.endpoint_secrets AS s
-     WHERE s.endpoint_id = c.endpoint_id
-       AND (s.expires_at IS NULL OR s.expires_at > now())
- ) AS s ON true
+({claimed_rows}
  ORDER BY c.available_at, c.id)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM capped
 
 -- name: renew
