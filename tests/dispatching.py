@@ -9,8 +9,9 @@ mapping of settings) or as overrides, next to the reason it needs them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -18,7 +19,7 @@ import psycopg
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
+from dispatchers.log import EventLog, NullLog
 from dispatchers.retry import ExponentialBackoff, Schedule
 from outbox import Outbox
 
@@ -88,6 +89,22 @@ async def drain(db: Db, cfg: DispatcherConfig, **kwargs: Any) -> Dispatcher:
     async with asyncio.timeout(30):
         await dispatcher.run(drain=True)
     return dispatcher
+
+
+@contextlib.asynccontextmanager
+async def running(
+    db: Db, cfg: DispatcherConfig | None = None, *, log: EventLog | None = None
+) -> AsyncIterator[Dispatcher]:
+    """A dispatcher running on ``db`` in the background for the block (settings
+    ``cfg``, default :func:`fast_config`), stopped at its end within 15 s."""
+    dispatcher = Dispatcher(db.url, cfg or fast_config(), log=log or NullLog())
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        yield dispatcher
+    finally:
+        dispatcher.stop()
+        async with asyncio.timeout(15):
+            await task
 
 
 async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> None:

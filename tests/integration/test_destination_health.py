@@ -8,24 +8,21 @@ Each receiver listens on its own port of 127.0.0.1: its own destination."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from dispatchers.cli import main
-from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import EventLog
 from outbox.admin import status
-from tests.dispatching import Db, fast_config, wait_until
+from tests.dispatching import Db, fast_config, running, wait_until
 from tests.receiver import Received, Receiver, Reply
 
 BREAKER = {
@@ -42,19 +39,6 @@ long enough for the test to see it open and its messages wait."""
 @pytest.fixture
 def db(database_url: str) -> Db:
     return Db(database_url)
-
-
-@contextlib.asynccontextmanager
-async def dispatching(db: Db, config: DispatcherConfig, log: EventLog) -> AsyncIterator[Dispatcher]:
-    """A dispatcher running on ``db`` for the block, stopped at its end."""
-    dispatcher = Dispatcher(db.url, config, log=log)
-    task = asyncio.create_task(dispatcher.run())
-    try:
-        yield dispatcher
-    finally:
-        dispatcher.stop()
-        async with asyncio.timeout(15):
-            await task
 
 
 def _events(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -108,7 +92,7 @@ async def test_a_failing_destination_opens_its_breaker_probes_and_closes(
         # flight to the failing destination, so every later request is a probe
         config = fast_config(BREAKER, concurrency=1)
         stream = io.StringIO()
-        async with dispatching(db, config, EventLog(stream=stream, format="json")) as dispatcher:
+        async with running(db, config, log=EventLog(stream=stream, format="json")) as dispatcher:
             await _poll(lambda: _health(db, destination) == ("open", 0))
             sent_when_opened = len(failing.requests)
             attempts_when_opened = _attempts(db, destination)
@@ -168,7 +152,7 @@ async def test_a_retry_after_holds_the_destination_for_every_dispatcher(db: Db) 
         config = fast_config()
         stream = io.StringIO()
         log = EventLog(stream=stream, format="json")
-        async with dispatching(db, config, log), dispatching(db, config, log):
+        async with running(db, config, log=log), running(db, config, log=log):
             await _poll(lambda: _health(db, destination) == ("held", 0))
             (until,) = db.query(
                 "SELECT extract(epoch FROM blocked_until) FROM outbox.destination_health"
@@ -256,7 +240,7 @@ async def test_without_holds_a_retry_after_delays_only_its_message(db: Db) -> No
         db.enqueue(receiver.url, "first")
         config = fast_config(retry_after_holds=False)
         stream = io.StringIO()
-        async with dispatching(db, config, EventLog(stream=stream, format="json")):
+        async with running(db, config, log=EventLog(stream=stream, format="json")):
             await asyncio.to_thread(receiver.wait_for, 1)
             for i in range(3):
                 db.enqueue(receiver.url, f"later-{i}")

@@ -7,19 +7,13 @@ origin, so its own destination."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
-from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
-from tests.dispatching import Db, drain, fast_config, wait_until
+from tests.dispatching import Db, drain, fast_config, running, wait_until
 from tests.receiver import Received, Receiver, Reply
 from tests.timing import LATE
 
@@ -53,20 +47,6 @@ class Holding:
         self._released.set()
 
 
-@contextlib.asynccontextmanager
-async def dispatching(db: Db, config: DispatcherConfig) -> AsyncIterator[Dispatcher]:
-    """A dispatcher running on ``db`` for the block, stopped at its end (messages
-    still in flight are released, not awaited: grace 0)."""
-    dispatcher = Dispatcher(db.url, config, log=NullLog())
-    task = asyncio.create_task(dispatcher.run())
-    try:
-        yield dispatcher
-    finally:
-        dispatcher.stop()
-        async with asyncio.timeout(15):
-            await task
-
-
 async def test_a_slow_destinations_backlog_does_not_hold_another_back(db: Db) -> None:
     # 200 messages to a destination answering after 1 s, then 10 to a healthy one,
     # 16 request slots: claimed in (available_at, id) order alone, the healthy
@@ -81,7 +61,7 @@ async def test_a_slow_destinations_backlog_does_not_hold_another_back(db: Db) ->
             concurrency=16, destination_concurrency=None, request_timeout=2.0, lease=5.0, grace=0
         )
         started = time.monotonic()
-        async with dispatching(db, config):
+        async with running(db, config):
             await wait_until(lambda: len(healthy.requests) >= 10, seconds=30.0)
             waited = time.monotonic() - started
     # about one slow request (1 s) after the dispatcher starts, with the suite's
@@ -105,7 +85,7 @@ async def test_a_hanging_destination_holds_no_more_than_its_bound(db: Db) -> Non
             concurrency=8, destination_concurrency=3, request_timeout=20.0, lease=35.0, grace=0
         )
         try:
-            async with dispatching(db, config):
+            async with running(db, config):
                 await wait_until(lambda: len(healthy.requests) >= 12 and holding.held == 3)
                 held_then = holding.held
         finally:

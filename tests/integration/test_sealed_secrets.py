@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import io
 import json
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,12 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from dispatchers.cli import main
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import EventLog, NullLog
+from dispatchers.log import EventLog
 from outbox import Outbox
 from outbox.endpoints import Endpoints
 from outbox.sealing import KEY_BYTES, Keyring, SecretKeyMissing, generate_key, key_id
 from outbox.secrets import SECRET_PREFIX, parse_secret
-from tests.dispatching import fast_config, wait_until
+from tests.dispatching import fast_config, running, wait_until
 from tests.receiver import Receiver
 
 KEY_A, KEY_B = generate_key(), generate_key()
@@ -105,20 +103,6 @@ def key_file(tmp_path: Path, *keys: str) -> str:
     return str(path)
 
 
-@contextlib.asynccontextmanager
-async def running(
-    db: Db, keyring: Keyring | None, log: EventLog | None = None
-) -> AsyncIterator[Dispatcher]:
-    dispatcher = Dispatcher(db.url, fast_config(keyring=keyring), log=log or NullLog())
-    task = asyncio.create_task(dispatcher.run())
-    try:
-        yield dispatcher
-    finally:
-        dispatcher.stop()
-        async with asyncio.timeout(15):
-            await task
-
-
 def test_a_superuser_reads_no_secret_in_the_table(cli: Cli, db: Db, tmp_path: Path) -> None:
     keys = key_file(tmp_path, KEY_A)
     code, out, err = cli(
@@ -173,7 +157,7 @@ async def test_deliveries_signed_from_sealed_secrets_verify_with_the_reference(
         new = Endpoints(keyring=keyring).rotate_secret(conn, endpoint_id).secrets[0].secret
     for n in range(20):
         db.publish(n)
-    async with running(db, keyring) as dispatcher:
+    async with running(db, fast_config(keyring=keyring)) as dispatcher:
         await wait_until(lambda: db.delivered() == 20, seconds=30)
     assert len(receiver.requests) == 20
     for request in receiver.requests:
@@ -195,7 +179,7 @@ async def test_rekey_from_plain_text_then_to_a_new_key_while_a_dispatcher_delive
         db.publish(published)
         published += 1
 
-    async with running(db, ring(KEY_A, KEY_B)):
+    async with running(db, fast_config(keyring=ring(KEY_A, KEY_B))):
         publish()
         # plain text to key A, one secret per transaction, publishing in between
         while db.reseal(ring(KEY_A), limit=1):
@@ -260,7 +244,8 @@ async def test_a_secret_under_a_key_the_dispatcher_lacks_is_withheld_never_sent_
 ) -> None:
     endpoint_id, _ = db.add(receiver.url, ring(KEY_A))
     stream = io.StringIO()
-    async with running(db, ring(KEY_A), EventLog(stream=stream, format="json")):
+    log = EventLog(stream=stream, format="json")
+    async with running(db, fast_config(keyring=ring(KEY_A)), log=log):
         # an operator seals under a key this dispatcher was not given
         assert db.reseal(ring(KEY_B, KEY_A), limit=10) == 1
         (message_id,) = db.publish(1)

@@ -12,7 +12,6 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,7 +33,7 @@ from outbox.dsn import sqlalchemy_url
 from outbox.endpoints import Endpoint, Endpoints
 from outbox.receiver import verify
 from outbox.secrets import GENERATED_KEY_BYTES, SECRET_PREFIX, generate_secret, parse_secret
-from tests.dispatching import fast_config, wait_until
+from tests.dispatching import fast_config, running, wait_until
 from tests.errors import invalid_argument
 from tests.receiver import Received, Receiver, Reply
 
@@ -105,19 +104,6 @@ async def drain(db: Db, cfg: DispatcherConfig | None = None) -> Dispatcher:
     async with asyncio.timeout(20):
         await dispatcher.run(drain=True)
     return dispatcher
-
-
-@contextlib.asynccontextmanager
-async def running(db: Db, cfg: DispatcherConfig | None = None) -> AsyncIterator[Dispatcher]:
-    """A dispatcher running in the background for the duration of the block."""
-    dispatcher = Dispatcher(db.url, cfg or fast_config(), log=NullLog())
-    task = asyncio.create_task(dispatcher.run())
-    try:
-        yield dispatcher
-    finally:
-        dispatcher.stop()
-        async with asyncio.timeout(15):
-            await task
 
 
 async def claimed_past(db: Db, ids: list[int]) -> None:
