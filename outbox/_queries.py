@@ -163,9 +163,32 @@ def parse(file: str, text: str) -> dict[str, str]:
             raise OutboxError(f"{file}: {name!r} is not a {kind} name (letters, digits, _)")
         if name in statements or name in fragments:
             raise OutboxError(f"{file}: {kind} {name!r} is named twice")
-        body = _FRAGMENT.sub(lambda m: fragments.get(m[1], m[0]), body.strip())
+        body = _FRAGMENT.sub(lambda m: fragments.get(m[1], m[0]), _without_comments(body))
         (statements if kind == "statement" else fragments)[name] = body
     return statements
+
+
+def _without_comments(body: str) -> str:
+    """``body`` without its ``--`` comments and blank lines.
+
+    The comments are for whoever reads the files; the driver is given the bare
+    statement. psycopg parses a statement's placeholders again on every execution
+    when its text is longer than it caches (4 KiB): without comments, publish
+    (4.5 KiB with them) fits, and the claims parse in about half the time. A
+    ``--`` inside a quoted string is text, not a comment.
+    """
+    lines = []
+    for line in body.splitlines():
+        quoted = False
+        for i, char in enumerate(line):
+            if char == "'":
+                quoted = not quoted
+            elif char == "-" and not quoted and line.startswith("--", i):
+                line = line[:i]
+                break
+        if line.strip():
+            lines.append(line.rstrip())
+    return "\n".join(lines)
 
 
 def collect(files: Mapping[str, str]) -> dict[str, _Source]:

@@ -10,7 +10,23 @@ from outbox.errors import OutboxError
 
 def test_statements_are_split_at_their_name_headers() -> None:
     text = "-- a preamble\n\n-- name: one\nSELECT 1\n\n-- name: two\n-- why\nSELECT 2\n"
-    assert parse("f", text) == {"one": "SELECT 1", "two": "-- why\nSELECT 2"}
+    assert parse("f", text) == {"one": "SELECT 1", "two": "SELECT 2"}
+
+
+def test_the_driver_gets_statements_without_their_comments() -> None:
+    text = (
+        "-- name: one\n-- why it is written so\nSELECT '--', 'it''s -- text'  -- a note\n"
+        "\n  -- indented\nFROM t -- end\n"
+    )
+    assert parse("f", text) == {"one": "SELECT '--', 'it''s -- text'\nFROM t"}
+
+
+def test_what_a_business_transaction_runs_is_short_enough_for_the_drivers_cache() -> None:
+    # psycopg parses the placeholders of a statement longer than 4 KiB again on
+    # every execution (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH)
+    queries = queries_for("outbox")
+    long = [n for n in queries.names("enqueue") if len(queries[n].query) > 4096]
+    assert long == []
 
 
 def test_a_fragment_is_written_into_the_statements_after_it_word_for_word() -> None:
