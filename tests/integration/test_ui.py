@@ -16,6 +16,7 @@ from dispatchers.cli import main
 from dispatchers.ui.auth import token_id
 from dispatchers.ui.store import Minute
 from outbox._queries import queries_for
+from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from outbox.secrets import fingerprint
 from tests.dashboard import HOSTILE, running
@@ -96,6 +97,31 @@ async def test_hostile_values_render_as_text_on_every_page(db: Db) -> None:
         assert "<script>alert" not in page and "<img/src" not in page
     escaped = str(escape(HOSTILE))  # as the templates escape it
     assert all(escaped in page for _, page in pages)  # shown, as text
+
+
+async def test_the_overview_lists_held_and_open_destinations_and_policies(db: Db) -> None:
+    empty = "No destination is held by a Retry-After or behind an open circuit breaker."
+    async with running(db.url) as ui:
+        _, before = await ui.get("/")
+        db.query(
+            "INSERT INTO outbox.destination_health"
+            " (destination, state, blocked_until, failed_probes, opened_at, reason)"
+            " VALUES ('https://held.example:443', 'held', now() + interval '1 minute', 0,"
+            "         NULL, %s),"
+            "        ('https://down.example:443', 'open', now() + interval '1 minute', 3,"
+            "         now(), 'HTTP 503') RETURNING 1",
+            HOSTILE,
+        )
+        with db.tx() as conn:
+            Destinations().set(conn, "https://slow.example", rate_limit=2.5, burst=5)
+        _, page = await ui.get("/")
+    assert empty in before and "Destinations with a policy" not in before
+    assert empty not in page
+    assert '<td data-health="https://held.example:443"><span class="bad">held</span>' in page
+    assert '<td data-health="https://down.example:443"><span class="bad">open</span>' in page
+    assert "HTTP 503" in page
+    assert "<script>alert" not in page and str(escape(HOSTILE)) in page
+    assert re.search(r"https://slow.example:443</td>\s*<td class=\"num\">2.5</td>", page)
 
 
 async def test_an_endpoints_page_shows_its_payload_filter_as_text(db: Db) -> None:
