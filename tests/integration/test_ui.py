@@ -10,11 +10,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import trustme
 from markupsafe import escape
 
 from dispatchers.cli import main
 from dispatchers.ui.auth import token_id
 from dispatchers.ui.store import Minute
+from outbox._endpoint_tls import pem_digest
 from outbox._queries import queries_for
 from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
@@ -132,6 +134,26 @@ async def test_an_endpoints_page_shows_its_payload_filter_as_text(db: Db) -> Non
     assert status == 200
     assert "<script>alert" not in page
     assert f'<code id="filter">{escape(payload_filter)}</code>' in page
+
+
+async def test_an_endpoints_page_shows_its_policy_tls_digests_and_health(db: Db) -> None:
+    pem = trustme.CA().cert_pem.bytes().decode()
+    endpoint = db.endpoint(rate_limit=2.5, burst=5, retry_schedule=[5, 60, 5400], ca_bundle=pem)
+    db.query(
+        "INSERT INTO outbox.destination_health (destination, state, blocked_until, reason)"
+        " VALUES (%s, 'held', now() + interval '1 minute', %s) RETURNING 1",
+        f"endpoint:{endpoint}",
+        HOSTILE,
+    )
+    async with running(db.url) as ui:
+        status, page = await ui.get(f"/endpoints/{endpoint}")
+    assert status == 200
+    assert '<dd id="rate">2.5/s, burst 5</dd>' in page
+    assert '<code id="schedule">5s,1m,90m</code>' in page
+    assert f"sha256 {pem_digest(pem)}" in page
+    assert "BEGIN CERTIFICATE" not in page and pem.splitlines()[1] not in page
+    assert '<dd id="health"><span class="bad">held</span> until' in page
+    assert "<script>alert" not in page and str(escape(HOSTILE)) in page
 
 
 async def test_a_message_is_found_by_id_key_and_state_and_shows_its_attempts(db: Db) -> None:
