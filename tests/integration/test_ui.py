@@ -364,6 +364,7 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     assert "attempts_started_idx" in _plan(db, "ui_minutes")
     owners = _plan(db, "ui_dispatchers")
     assert "attempts_started_idx" in owners and "messages_lease_idx" in owners
+    assert "destination_health_pkey" in _plan(db, "ui_destination_health", destination="x")
     search = dict.fromkeys(
         ("key", "event_type", "endpoint_id", "state", "created_from", "created_until")
     )
