@@ -24,7 +24,7 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
@@ -33,6 +33,7 @@ import psycopg
 from dispatchers.cli._exit import ExitCode
 from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS
 from dispatchers.embedded import Database, configured_url, embedded_path, resolve
+from dispatchers.policy_text import UNIT_SECONDS, format_duration
 from outbox._arguments import MAX_ID
 from outbox.defaults import DEFAULT_SCHEMA, MAX_RETRY_DELAY, MAX_RETRY_SCHEDULE, MAX_SPAN
 from outbox.errors import OutboxError
@@ -282,7 +283,6 @@ def list_of(parse: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
 # -- spans and times ---------------------------------------------------------------
 
 _SPAN = re.compile(r"^(\d{1,9})([smhdw])\Z")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def _span(text: str) -> int | None:
@@ -291,7 +291,7 @@ def _span(text: str) -> int | None:
     match = _SPAN.match(text.strip())
     if not match:
         return None
-    value = int(match[1]) * _UNIT_SECONDS[match[2]]
+    value = int(match[1]) * UNIT_SECONDS[match[2]]
     if value > MAX_SPAN:
         raise argparse.ArgumentTypeError(
             f"{_quoted(text)} is longer than {format_duration(MAX_SPAN)}"
@@ -310,16 +310,6 @@ def parse_duration(text: str) -> float:
     return float(value)
 
 
-def format_duration(seconds: float) -> str:
-    """A span :func:`parse_duration` reads back as ``seconds``, in the largest unit
-    up to days that divides it (``604800`` is ``7d``, ``5400`` is ``90m``)."""
-    for unit in "dhm":
-        size = _UNIT_SECONDS[unit]
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
 def retry_schedule(text: str) -> tuple[float, ...]:
     """Delays before each retry, comma-separated spans such as ``5s,1m,10m,1h``:
     at most :data:`~outbox.defaults.MAX_RETRY_SCHEDULE` of them, each at most
@@ -336,11 +326,6 @@ def retry_schedule(text: str) -> tuple[float, ...]:
             f"{_quoted(text)} has a delay longer than {format_duration(MAX_RETRY_DELAY)}"
         )
     return delays
-
-
-def format_schedule(delays: Sequence[float] | None) -> str | None:
-    """A retry schedule as :func:`retry_schedule` reads it (None stays None)."""
-    return None if delays is None else ",".join(map(format_duration, delays))
 
 
 def parse_time(text: str, *, now: datetime | None = None) -> datetime:

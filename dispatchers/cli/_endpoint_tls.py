@@ -11,14 +11,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from dispatchers.cli._common import UsageError
-from outbox._endpoint_tls import MAX_PEM, pem_digest
+from outbox._endpoint_tls import MAX_PEM
 from outbox.errors import InvalidArgument
-
-if TYPE_CHECKING:
-    from outbox.endpoints import Endpoint
 
 _TLS_OPTIONS = {
     "ca_bundle": "--ca-bundle",
@@ -49,21 +45,6 @@ def naming_tls_options() -> Iterator[None]:
         if exc.field not in _TLS_OPTIONS:
             raise
         raise UsageError(f"{_TLS_OPTIONS[exc.field]}: {exc.problem}") from None
-
-
-def tls_fields(ep: Endpoint) -> list[tuple[str, object]]:
-    """What ``show`` says of the endpoint's TLS material: digests, and how its key
-    is stored."""
-    key = None
-    if ep.client_key is not None:
-        sealed_by = ep.client_key.key_id
-        key = f"sealed under key {sealed_by}" if sealed_by else "stored in plain text"
-    bundle, cert = pem_digest(ep.ca_bundle), pem_digest(ep.client_cert)
-    return [
-        ("CA bundle", bundle and f"sha256 {bundle}"),
-        ("client cert", cert and f"sha256 {cert}"),
-        ("client key", key),
-    ]
 
 
 def add_tls_options(p: argparse.ArgumentParser, *, update: bool) -> None:

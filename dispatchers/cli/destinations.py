@@ -24,6 +24,7 @@ from dispatchers.cli._common import (
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit, fields, table
+from dispatchers.policy_text import rate_text
 from outbox._policy_fields import MAX_BURST, MAX_RATE_LIMIT, MIN_RATE_LIMIT
 from outbox.destinations import Destinations
 
@@ -35,11 +36,6 @@ per_second = number(MIN_RATE_LIMIT, MAX_RATE_LIMIT)
 
 burst_size = integer(1, MAX_BURST)
 """An argument type: a rate limit's burst."""
-
-
-def rate_text(rate: float | None, burst: int | None) -> str | None:
-    """A rate limit as the commands show it (None: none)."""
-    return None if rate is None else f"{rate:g}/s, burst {burst}"
 
 
 def _policy_fields(policy: DestinationPolicy) -> str:

@@ -23,7 +23,6 @@ from dispatchers.cli._common import (
     UsageError,
     add_database_options,
     add_secrets_key_option,
-    format_duration,
     keyring,
     parse_duration,
     port,
@@ -37,6 +36,7 @@ from dispatchers.cli._common import (
 from dispatchers.cli._exit import ExitCode
 from dispatchers.config import DispatcherConfig, Option, Values
 from dispatchers.log import LEVELS, EventLog
+from dispatchers.policy_text import format_duration
 from dispatchers.proxy import Proxy
 from dispatchers.retry import ExponentialBackoff
 from outbox.errors import ConfigurationError

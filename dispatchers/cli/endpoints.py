@@ -29,7 +29,6 @@ from dispatchers.cli._common import (
     add_secrets_key_option,
     confirm,
     database_id,
-    format_schedule,
     hours,
     integer,
     keyring,
@@ -37,10 +36,10 @@ from dispatchers.cli._common import (
     transaction,
 )
 from dispatchers.cli._endpoint_settings import add_settings_options, settings
-from dispatchers.cli._endpoint_tls import naming_tls_options, tls_fields
+from dispatchers.cli._endpoint_tls import naming_tls_options
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
-from dispatchers.cli.destinations import rate_text
+from dispatchers.policy_text import format_schedule, rate_text, tls_fields
 from outbox.endpoints import (
     DEFAULT_ROTATION_OVERLAP,
     MAX_RESEAL_BATCH,

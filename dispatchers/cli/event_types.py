@@ -12,12 +12,12 @@ from dispatchers.cli._common import (
     Commands,
     Handler,
     add_database_options,
-    format_schedule,
     retry_schedule,
     transaction,
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit, table
+from dispatchers.policy_text import format_schedule
 from outbox.event_types import EventTypes
 
 

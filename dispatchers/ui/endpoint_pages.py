@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dispatchers.policy_text import format_schedule, rate_text, tls_fields
 from dispatchers.ui.dashboard import bad, dashboard_of, log_action, render
 from dispatchers.ui.fields import SPANS, BadInput, read_cap, read_since, read_text, route_id
 from outbox.admin import replay, send_test_event, status
@@ -74,17 +75,18 @@ async def endpoint(request: web.Request) -> web.StreamResponse:
     except BadInput as exc:
         return bad(request, exc)
 
-    def read(conn: Any) -> tuple[Any, Any, Any]:
+    def read(conn: Any) -> tuple[Any, Any, Any, Any]:
         found = Endpoints(schema=store.schema).get(conn, endpoint_id)
         if found is None:
-            return None, None, None
+            return None, None, None, None
         return (
             found,
             store.endpoint_hour(conn, endpoint_id),
             store.endpoint_attempts(conn, endpoint_id),
+            store.destination_health(conn, f"endpoint:{endpoint_id}"),
         )
 
-    found, hour, attempts = await store.read(read)
+    found, hour, attempts, health = await store.read(read)
     if found is None:
         return render(request, "error.html", status=404, message=f"No endpoint {endpoint_id}.")
     return render(
@@ -94,6 +96,10 @@ async def endpoint(request: web.Request) -> web.StreamResponse:
         hour=hour,
         attempts=attempts,
         fingerprints=[fingerprint(s.secret) for s in found.secrets],
+        rate=rate_text(found.rate_limit_per_s, found.burst),
+        schedule=format_schedule(found.retry_schedule),
+        tls=tls_fields(found),
+        health=health,
         spans=SPANS,
         notice=_endpoint_notice(request.query),
     )

@@ -61,6 +61,18 @@ class Owner(NamedTuple):
     last_attempt_at: datetime | None
 
 
+class DestinationHealth(NamedTuple):
+    """The row of ``ui_destination_health``: a destination's open or probing
+    breaker, or the Retry-After that holds it."""
+
+    destination: str
+    state: str
+    blocked_until: datetime
+    failed_probes: int
+    opened_at: datetime | None
+    reason: str | None
+
+
 class EndpointHour(NamedTuple):
     """The row of ``ui_endpoint_hour``: one endpoint's last hour, and now."""
 
@@ -208,6 +220,14 @@ class Store:
         params = {"endpoint_id": endpoint_id, "limit": RECENT_ATTEMPTS}
         plan = rows_plan(queries_for(self.schema)["ui_endpoint_attempts"], params, RecentAttempt)
         return run_sync(conn, plan)
+
+    def destination_health(
+        self, conn: psycopg.Connection[Any], destination: str
+    ) -> DestinationHealth | None:
+        """Why ``destination`` is blocked, or None if it is not."""
+        query = queries_for(self.schema)["ui_destination_health"]
+        rows = run_sync(conn, rows_plan(query, {"destination": destination}, DestinationHealth))
+        return rows[0] if rows else None
 
     def owners(self, conn: psycopg.Connection[Any]) -> list[Owner]:
         return run_sync(conn, rows_plan(queries_for(self.schema)["ui_dispatchers"], {}, Owner))

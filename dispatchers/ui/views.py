@@ -54,6 +54,10 @@ STATES = ("ready", "running", "paused", "dead", "delivered")
 DEAD_LIMIT = 100
 """The most dead messages one page lists."""
 
+TABLE_ROWS = 100
+"""The most held or policed destinations the overview lists: one row per troubled
+or policed destination keeps these few, the bound keeps the page small regardless."""
+
 
 def _notice(fields: Mapping[str, Any]) -> str | None:
     """What the dead-letter page says after an action redirected to it."""
@@ -156,6 +160,8 @@ async def overview(request: web.Request) -> web.StreamResponse:
         day_failed=sum(b.failed for b in day),
         owners=owners,
         attention=attention,
+        health=snapshot["destination_health"][:TABLE_ROWS],
+        policed=snapshot["destinations"][:TABLE_ROWS],
         now=now,
     )
 

@@ -170,3 +170,10 @@ WHERE a.started_at >= now() - interval '1 hour'
                     AND d.completed_at >= now() - interval '1 hour'))
 ORDER BY a.started_at DESC
 LIMIT %(limit)s
+
+-- name: ui_destination_health
+-- One destination's open or probing breaker, or its Retry-After hold (a hold
+-- that has ended is left out), by its primary key.
+SELECT destination, state, blocked_until, failed_probes, opened_at, reason
+FROM {schema}.destination_health
+WHERE destination = %(destination)s AND (state <> 'held' OR blocked_until > now())

@@ -10,12 +10,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import trustme
 from markupsafe import escape
 
 from dispatchers.cli import main
 from dispatchers.ui.auth import token_id
 from dispatchers.ui.store import Minute
+from outbox._endpoint_tls import pem_digest
 from outbox._queries import queries_for
+from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from outbox.secrets import fingerprint
 from tests.dashboard import HOSTILE, running
@@ -98,6 +101,31 @@ async def test_hostile_values_render_as_text_on_every_page(db: Db) -> None:
     assert all(escaped in page for _, page in pages)  # shown, as text
 
 
+async def test_the_overview_lists_held_and_open_destinations_and_policies(db: Db) -> None:
+    empty = "No destination is held by a Retry-After or behind an open circuit breaker."
+    async with running(db.url) as ui:
+        _, before = await ui.get("/")
+        db.query(
+            "INSERT INTO outbox.destination_health"
+            " (destination, state, blocked_until, failed_probes, opened_at, reason)"
+            " VALUES ('https://held.example:443', 'held', now() + interval '1 minute', 0,"
+            "         NULL, %s),"
+            "        ('https://down.example:443', 'open', now() + interval '1 minute', 3,"
+            "         now(), 'HTTP 503') RETURNING 1",
+            HOSTILE,
+        )
+        with db.tx() as conn:
+            Destinations().set(conn, "https://slow.example", rate_limit=2.5, burst=5)
+        _, page = await ui.get("/")
+    assert empty in before and "Destinations with a policy" not in before
+    assert empty not in page
+    assert '<td data-health="https://held.example:443"><span class="bad">held</span>' in page
+    assert '<td data-health="https://down.example:443"><span class="bad">open</span>' in page
+    assert "HTTP 503" in page
+    assert "<script>alert" not in page and str(escape(HOSTILE)) in page
+    assert re.search(r"https://slow.example:443</td>\s*<td class=\"num\">2.5</td>", page)
+
+
 async def test_an_endpoints_page_shows_its_payload_filter_as_text(db: Db) -> None:
     payload_filter = f"key != '{HOSTILE}' && amount > `10`"
     endpoint = db.endpoint(filter=payload_filter)
@@ -106,6 +134,26 @@ async def test_an_endpoints_page_shows_its_payload_filter_as_text(db: Db) -> Non
     assert status == 200
     assert "<script>alert" not in page
     assert f'<code id="filter">{escape(payload_filter)}</code>' in page
+
+
+async def test_an_endpoints_page_shows_its_policy_tls_digests_and_health(db: Db) -> None:
+    pem = trustme.CA().cert_pem.bytes().decode()
+    endpoint = db.endpoint(rate_limit=2.5, burst=5, retry_schedule=[5, 60, 5400], ca_bundle=pem)
+    db.query(
+        "INSERT INTO outbox.destination_health (destination, state, blocked_until, reason)"
+        " VALUES (%s, 'held', now() + interval '1 minute', %s) RETURNING 1",
+        f"endpoint:{endpoint}",
+        HOSTILE,
+    )
+    async with running(db.url) as ui:
+        status, page = await ui.get(f"/endpoints/{endpoint}")
+    assert status == 200
+    assert '<dd id="rate">2.5/s, burst 5</dd>' in page
+    assert '<code id="schedule">5s,1m,90m</code>' in page
+    assert f"sha256 {pem_digest(pem)}" in page
+    assert "BEGIN CERTIFICATE" not in page and pem.splitlines()[1] not in page
+    assert '<dd id="health"><span class="bad">held</span> until' in page
+    assert "<script>alert" not in page and str(escape(HOSTILE)) in page
 
 
 async def test_a_message_is_found_by_id_key_and_state_and_shows_its_attempts(db: Db) -> None:
@@ -316,6 +364,7 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     assert "attempts_started_idx" in _plan(db, "ui_minutes")
     owners = _plan(db, "ui_dispatchers")
     assert "attempts_started_idx" in owners and "messages_lease_idx" in owners
+    assert "destination_health_pkey" in _plan(db, "ui_destination_health", destination="x")
     search = dict.fromkeys(
         ("key", "event_type", "endpoint_id", "state", "created_from", "created_until")
     )

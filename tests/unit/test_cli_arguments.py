@@ -17,7 +17,6 @@ from dispatchers.cli._common import (
     EXTRAS,
     MissingExtra,
     database_id,
-    format_duration,
     fraction,
     hours,
     list_of,
@@ -32,6 +31,7 @@ from dispatchers.cli._common import (
 )
 from dispatchers.cli.dispatch import config_from_args
 from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS
+from dispatchers.policy_text import format_duration
 from outbox.defaults import MAX_SPAN
 from outbox.errors import ConfigurationError
 from tests.hostile import HOSTILE

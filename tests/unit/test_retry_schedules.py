@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatchers.cli._common import format_schedule, retry_schedule
+from dispatchers.cli._common import retry_schedule
 from dispatchers.outcome import Outcome, Verdict, decide
+from dispatchers.policy_text import format_schedule
 from dispatchers.retry import DEFAULT_MAX_RETRY_AFTER, ExponentialBackoff, Schedule, policy_for
 from outbox import EventTypes, InvalidArgument
 from outbox._retry_schedule import check_retry_schedule
