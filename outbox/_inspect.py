@@ -172,7 +172,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
     counts = yield from rows_plan(queries["status_counts"], {}, _StatusCounts)
     c = counts[0]
     endpoints = yield from rows_plan(queries["status_endpoints"], {}, _EndpointStatus)
-    health = yield from rows_plan(queries["status_destination_health"], {}, _DestinationHealth)
+    health = yield from rows_plan(queries["status_destination_health"], {}, DestinationHealth)
     secrets = yield from rows_plan(queries["status_secrets"], {}, _SecretsByKey)
     policed = yield from rows_plan(queries["status_destinations"], {}, DestinationStatus)
     sealed = {s.key_id: s.secrets for s in secrets if s.key_id is not None}
@@ -236,8 +236,9 @@ class _EndpointStatus(NamedTuple):
     last_success_at: datetime | None
 
 
-class _DestinationHealth(NamedTuple):
-    """A row of ``status_destination_health``: an open breaker or a hold."""
+class DestinationHealth(NamedTuple):
+    """A row of ``status_destination_health`` (and of the dashboard's
+    ``ui_destination_health``): an open breaker or a hold."""
 
     destination: str
     state: str

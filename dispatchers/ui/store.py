@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from outbox._inspect import DestinationHealth
 from outbox._queries import queries_for
 from outbox._transaction import rows_plan, run_sync
 
@@ -59,18 +60,6 @@ class Owner(NamedTuple):
     in_flight: int
     lease_until: datetime | None
     last_attempt_at: datetime | None
-
-
-class DestinationHealth(NamedTuple):
-    """The row of ``ui_destination_health``: a destination's open or probing
-    breaker, or the Retry-After that holds it."""
-
-    destination: str
-    state: str
-    blocked_until: datetime
-    failed_probes: int
-    opened_at: datetime | None
-    reason: str | None
 
 
 class EndpointHour(NamedTuple):
