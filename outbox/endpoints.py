@@ -7,18 +7,17 @@ under its current key and opens sealed ones as it reads them; an endpoint's
 client private key (for mutual TLS) is sealed the same way, and never opened
 here: only the dispatcher needs it.
 
-The module stays whole past the usual length: :class:`Endpoints` is the one way
-an endpoint is written, every change a plan that takes the endpoint's row lock,
-writes, and reads the endpoint back; its checks and TLS material live apart
-(``_endpoint_fields``, ``_endpoint_tls``).
+:class:`Endpoints` is the one way an endpoint is written: every change is a plan
+that takes the endpoint's row lock, writes, and reads the endpoint back. What is
+read (:class:`Endpoint`, :class:`Secret`) is made in ``_endpoint_rows``; the
+checks and TLS material live in ``_endpoint_fields`` and ``_endpoint_tls``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 from outbox._endpoint_fields import (
@@ -28,7 +27,8 @@ from outbox._endpoint_fields import (
     check_metadata,
     check_subscriptions,
 )
-from outbox._endpoint_tls import Tls, TlsChange, pem_digest, stored_tls
+from outbox._endpoint_rows import Endpoint, EndpointRow, Secret
+from outbox._endpoint_tls import Tls, TlsChange, stored_tls
 from outbox._filters import check_filter
 from outbox._message import check_url
 from outbox._policy_fields import RateChange, changed_rate, check_rate_change, rate_fields
@@ -42,10 +42,19 @@ from outbox.sealing import (
     SIGNING_SECRET,
     Keyring,
     Sealed,
-    open_secret,
     seal_secret,
 )
-from outbox.secrets import check_secret, fingerprint, generate_secret
+from outbox.secrets import check_secret, generate_secret
+
+__all__ = [
+    "DEFAULT_ROTATION_OVERLAP",
+    "MAX_RESEAL_BATCH",
+    "MAX_ROTATION_OVERLAP",
+    "RESEAL_BATCH",
+    "Endpoint",
+    "Endpoints",
+    "Secret",
+]
 
 DEFAULT_ROTATION_OVERLAP = timedelta(hours=24)
 RESEAL_BATCH = 500
@@ -54,168 +63,6 @@ MAX_RESEAL_BATCH = 10_000
 """The most it seals per call."""
 MAX_ROTATION_OVERLAP = timedelta(seconds=MAX_SPAN)
 """The longest a rotated secret keeps signing: the bound of every span."""
-
-
-@dataclass(frozen=True)
-class Secret:
-    """A signing secret; ``expires_at`` is set on the old one during rotation;
-    ``key_id`` names the key it is sealed under at rest (None: plain text)."""
-
-    secret: str = field(repr=False)
-    expires_at: datetime | None = None
-    key_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One webhook endpoint, as stored."""
-
-    id: int
-    url: str
-    description: str
-    event_types: list[str]
-    secrets: list[Secret] = field(repr=False)
-    metadata: dict[str, Any]
-    enabled: bool
-    disabled_reason: str | None
-    disabled_at: datetime | None
-    failure_streak: int
-    failing_since: datetime | None
-    last_success_at: datetime | None
-    max_concurrency: int | None
-    created_at: datetime
-    updated_at: datetime
-    #: requests per second at most, with a burst (see :mod:`outbox.destinations`)
-    rate_limit_per_s: float | None = None
-    burst: int | None = None
-    # TLS of its deliveries (see outbox._endpoint_tls)
-    ca_bundle: str | None = field(default=None, repr=False)
-    """PEM certificates its deliveries verify against, instead of the system's roots."""
-    client_cert: str | None = field(default=None, repr=False)
-    """The PEM client certificate its deliveries present (mutual TLS)."""
-    client_key: Sealed | None = field(default=None, repr=False)
-    """The certificate's private key as stored: sealed, or plain text (no key id)."""
-    #: a JMESPath expression on the payload that an event must pass (outbox._filters)
-    filter: str | None = None
-    retry_schedule: list[float] | None = None
-    """Seconds before each retry of its messages (the last repeats); None: the
-    event type's schedule, else the dispatcher's default."""
-
-    def active_secrets(self, now: datetime) -> list[str]:
-        """The secrets that sign right now (more than one during a rotation)."""
-        return [s.secret for s in self.secrets if s.expires_at is None or s.expires_at > now]
-
-    def as_dict(self, *, show_secrets: bool = False) -> dict[str, Any]:
-        """A JSON-friendly view; secrets are masked unless asked for."""
-        return {
-            "id": self.id,
-            "url": self.url,
-            "description": self.description,
-            "event_types": self.event_types,
-            "secrets": [
-                {
-                    "secret": s.secret if show_secrets else fingerprint(s.secret),
-                    "expires_at": s.expires_at,
-                    "key_id": s.key_id,
-                }
-                for s in self.secrets
-            ],
-            "metadata": self.metadata,
-            "enabled": self.enabled,
-            "disabled_reason": self.disabled_reason,
-            "disabled_at": self.disabled_at,
-            "failure_streak": self.failure_streak,
-            "failing_since": self.failing_since,
-            "last_success_at": self.last_success_at,
-            "max_concurrency": self.max_concurrency,
-            "rate_limit_per_s": self.rate_limit_per_s,
-            "burst": self.burst,
-            "filter": self.filter,
-            "retry_schedule": self.retry_schedule,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "ca_bundle_sha256": pem_digest(self.ca_bundle),
-            "client_cert_sha256": pem_digest(self.client_cert),
-            "client_key": None if self.client_key is None else {"key_id": self.client_key.key_id},
-        }
-
-
-def _parse_time(value: object) -> datetime | None:
-    return datetime.fromisoformat(value) if isinstance(value, str) else None
-
-
-class _EndpointRow(NamedTuple):
-    """A row of ``endpoint_get`` and ``endpoint_list``, with the database's clock
-    (``now``)."""
-
-    id: int
-    url: str
-    description: str
-    event_types: list[str]
-    metadata: Any  # jsonb: a dict, or its text from drivers that do not decode jsonb
-    enabled: bool
-    disabled_reason: str | None
-    disabled_at: datetime | None
-    failure_streak: int
-    failing_since: datetime | None
-    last_success_at: datetime | None
-    max_concurrency: int | None
-    rate_limit_per_s: float | None
-    rate_burst: int | None
-    created_at: datetime
-    updated_at: datetime
-    now: datetime
-    ca_bundle: str | None
-    client_cert: str | None
-    client_key: str | None
-    client_key_id: str | None
-    retry_schedule: list[float] | None
-    #: jsonb, likewise: [{"id", "secret", "key_id", "expires_at"}], newest first
-    secrets: Any
-    filter: str | None
-
-    def stored_secrets(self, keyring: Keyring | None) -> list[tuple[int, Secret]]:
-        """The endpoint's secrets, opened by ``keyring``, with the ids of their
-        rows, newest first."""
-        return [
-            (
-                s["id"],
-                Secret(
-                    open_secret(keyring, Sealed(s["secret"], s["key_id"]), endpoint_id=self.id),
-                    _parse_time(s["expires_at"]),
-                    s["key_id"],
-                ),
-            )
-            for s in _json(self.secrets)
-        ]
-
-    def endpoint(self, keyring: Keyring | None) -> Endpoint:
-        return Endpoint(
-            id=self.id,
-            url=self.url,
-            description=self.description,
-            event_types=list(self.event_types),
-            secrets=[secret for _, secret in self.stored_secrets(keyring)],
-            metadata=_json(self.metadata),
-            enabled=self.enabled,
-            disabled_reason=self.disabled_reason,
-            disabled_at=self.disabled_at,
-            failure_streak=self.failure_streak,
-            failing_since=self.failing_since,
-            last_success_at=self.last_success_at,
-            max_concurrency=self.max_concurrency,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            rate_limit_per_s=self.rate_limit_per_s,
-            burst=self.rate_burst,
-            ca_bundle=self.ca_bundle,
-            client_cert=self.client_cert,
-            client_key=(
-                None if self.client_key is None else Sealed(self.client_key, self.client_key_id)
-            ),
-            filter=self.filter,
-            retry_schedule=self.retry_schedule,
-        )
 
 
 class _StoredSecret(NamedTuple):
@@ -235,10 +82,6 @@ class _Toggled(NamedTuple):
     found: int
     moved: int
     notified: None = None
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
 
 
 class Endpoints:
@@ -312,10 +155,10 @@ class Endpoints:
             stored = stored_tls(self.keyring, tls, endpoint_id)
             yield self.queries["endpoint_tls_update"], stored, None
         yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None
-        rows: list[_EndpointRow] = yield (
+        rows: list[EndpointRow] = yield (
             self.queries["endpoint_get"],
             {"id": endpoint_id},
-            _EndpointRow,
+            EndpointRow,
         )
         return rows[0].endpoint(self.keyring)
 
@@ -330,10 +173,10 @@ class Endpoints:
         return run_sync(tx, self._get_plan(endpoint_id))
 
     def _get_plan(self, endpoint_id: int) -> Plan[Endpoint | None]:
-        rows: list[_EndpointRow] = yield (
+        rows: list[EndpointRow] = yield (
             self.queries["endpoint_get"],
             {"id": endpoint_id},
-            _EndpointRow,
+            EndpointRow,
         )
         return rows[0].endpoint(self.keyring) if rows else None
 
@@ -349,7 +192,7 @@ class Endpoints:
         return run_sync(tx, self._list_plan())
 
     def _list_plan(self) -> Plan[list[Endpoint]]:
-        rows: list[_EndpointRow] = yield self.queries["endpoint_list"], {}, _EndpointRow
+        rows: list[EndpointRow] = yield self.queries["endpoint_list"], {}, EndpointRow
         return [r.endpoint(self.keyring) for r in rows]
 
     def update(
@@ -442,10 +285,10 @@ class Endpoints:
         locked = yield self.queries["endpoint_lock"], {"id": endpoint_id}, None
         if not locked:
             raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
-        rows: list[_EndpointRow] = yield (
+        rows: list[EndpointRow] = yield (
             self.queries["endpoint_get"],
             {"id": endpoint_id},
-            _EndpointRow,
+            EndpointRow,
         )
         current = rows[0].endpoint(self.keyring)
         params = {
@@ -480,7 +323,7 @@ class Endpoints:
             params = {**self._stored(new, endpoint_id), "retired": retired, "until": now + overlap}
             yield self.queries["endpoint_secret_rotate"], params, None
         yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None
-        rows = yield self.queries["endpoint_get"], {"id": endpoint_id}, _EndpointRow
+        rows = yield self.queries["endpoint_get"], {"id": endpoint_id}, EndpointRow
         return rows[0].endpoint(self.keyring)
 
     def reseal(self, tx: Any, *, limit: int = RESEAL_BATCH) -> int:
