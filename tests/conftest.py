@@ -24,6 +24,8 @@ from outbox.dsn import with_database
 from outbox.migrations import migrate
 from tests.transactions import KINDS, Tx, open_tx
 
+pytest_plugins = ["tests.tracing"]  # exporter, provider: spans recorded in memory
+
 TEMPLATE = "outbox_test_template"
 _counter = itertools.count()
 

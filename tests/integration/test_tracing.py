@@ -15,13 +15,11 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
@@ -36,21 +34,6 @@ from tests.receiver import Received, Receiver, Reply
 @pytest.fixture
 def db(database_url: str) -> Db:
     return Db(database_url)
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    yield exporter
-    exporter.shutdown()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider
-    provider.shutdown()
 
 
 def traceparent(context: SpanContext) -> str:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
-import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -18,21 +15,6 @@ from tests.jobs import job
 
 TIMEOUT = Outcome(Verdict.RETRY, None, "no complete response within 1 s", "timeout", None)
 STORED = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    yield exporter
-    exporter.shutdown()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider
-    provider.shutdown()
 
 
 def test_nothing_is_stored_without_a_recording_span(provider: TracerProvider) -> None:
