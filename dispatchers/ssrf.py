@@ -29,9 +29,13 @@ aiohttp refuses it before resolving; the httpx path's backend raises
 one reach it, so a message to such a URL fails the same way with either client.
 Enqueue refuses such URLs in the first place (:func:`outbox._message.check_url`).
 
-The module stays whole past the usual length: the policy and the hooks of both
-clients must refuse exactly the same addresses, and one page is where a reviewer
-can check that they do.
+Through a forward proxy the dispatcher connects only to the proxy, so neither
+hook sees the destination's address: :class:`ProxiedDestinations` resolves each
+destination itself and applies the same policy before the request is sent.
+
+The module stays whole past the usual length: the policy, the hooks of both
+clients and the proxied check must refuse exactly the same addresses, and one
+page is where a reviewer can check that they do.
 """
 
 from __future__ import annotations

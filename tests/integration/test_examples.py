@@ -32,6 +32,28 @@ def run_example(name: str, *args: str, env: dict[str, str] | None = None) -> str
     return result.stdout
 
 
+def drain_to_loopback(database_url: str) -> None:
+    """``outbox dispatch --drain`` on ``database_url``, the test's receivers on
+    127.0.0.1 allowed; it must exit 0."""
+    drain = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dispatchers.cli",
+            "dispatch",
+            "--database-url",
+            database_url,
+            "--drain",
+            "--allow-private-networks",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert drain.returncode == 0, drain.stderr
+
+
 def test_order_examples_write_the_order_and_its_message_together(database_url: str) -> None:
     with Receiver() as payments:
         sync_url, async_url = payments.url + "/sync", payments.url + "/async"
@@ -43,23 +65,7 @@ def test_order_examples_write_the_order_and_its_message_together(database_url: s
             "orders_async.py", "--database-url", database_url, "--payments-url", async_url
         )
         assert "order 1 committed with its outbox message" in out
-        drain = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "dispatchers.cli",
-                "dispatch",
-                "--database-url",
-                database_url,
-                "--drain",
-                "--allow-private-networks",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert drain.returncode == 0, drain.stderr
+        drain_to_loopback(database_url)
     received = sorted((r.path, r.headers["idempotency-key"]) for r in payments.requests)
     assert received == [
         ("/async", '"shop-async-order-1-charge"'),
@@ -158,23 +164,7 @@ def test_django_example_publishes_order_created_with_the_order(database_url: str
             "django_orders.py", "--database-url", database_url, "--webhook-url", partner.url
         )
         assert "order 1 created; order.created published in the same transaction" in out
-        drain = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "dispatchers.cli",
-                "dispatch",
-                "--database-url",
-                database_url,
-                "--drain",
-                "--allow-private-networks",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert drain.returncode == 0, drain.stderr
+        drain_to_loopback(database_url)
     (request,) = partner.requests
     assert request.headers["webhook-id"].startswith("order-1-created:")
     event = json.loads(request.body)
