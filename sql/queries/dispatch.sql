@@ -526,10 +526,14 @@ FROM capped
 UPDATE {schema}.messages AS m
 SET lease_until = now() + make_interval(secs => %(lease_s)s)
 FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(attempts)s AS integer[])) AS held(id, attempt)
+-- one primary key lookup per lease, as in "complete": the state is a subquery so
+-- that the plan cannot read the lease index instead, whole, as it would when
+-- the statistics were taken on an idle outbox (nothing running, the index
+-- thought empty) and the plan is kept while thousands of leases are held
 WHERE m.id = held.id
   AND m.attempts = held.attempt
   AND m.lease_owner = %(owner)s
-  AND m.state = 'running'
+  AND m.state = (SELECT 'running')
 RETURNING m.id
 
 -- name: complete
@@ -796,13 +800,15 @@ WITH expired AS (
     ON CONFLICT (message_id, attempt) DO NOTHING
 ), freed AS (
     -- slots of rescued messages, and any slot whose holder is no longer running
-    -- (a lowered cap deletes the slots above it, so there are none to trim)
+    -- (a lowered cap deletes the slots above it, so there are none to trim). One
+    -- primary key probe per held slot: a NOT EXISTS here may be planned as a hash
+    -- of every running message, built at each rescue once any slot is held.
     UPDATE {schema}.destination_slots AS s
     SET message_id = NULL
     WHERE s.message_id IN (SELECT id FROM rescued)
-       OR (s.message_id IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM {schema}.messages AS m
-            WHERE m.id = s.message_id AND m.state = 'running'))
+       OR (s.message_id IS NOT NULL
+           AND (SELECT m.state FROM {schema}.messages AS m WHERE m.id = s.message_id)
+               IS DISTINCT FROM 'running')
 )
 SELECT id, state FROM rescued
 
@@ -932,18 +938,28 @@ WHERE dh.destination = %(destination)s AND dh.state = 'probing'
 RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
 
 -- name: set_timeouts
--- Sent ahead of each statement, local to its transaction (dispatchers.db).
-SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
-       set_config('lock_timeout', %(outbox_lock_timeout)s, true),
-       set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true)
-
--- name: set_timeouts_prepared
--- set_timeouts, plus how a prepared statement is planned (dispatchers.db).
+-- Sent ahead of each statement, local to its transaction (dispatchers.db). JIT
+-- off: the dispatcher's statements are short, and a JIT-enabled server (as
+-- distributions and managed services ship PostgreSQL) would compile any whose
+-- estimated cost passes jit_above_cost, for seconds at each execution; the
+-- claim's generic plan estimates its LIMITs as a share of the table, so its cost
+-- passes the thresholds once the backlog is a few hundred messages deep.
 SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
        set_config('lock_timeout', %(outbox_lock_timeout)s, true),
        set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true),
+       set_config('jit', 'off', true)
+
+-- name: set_timeouts_prepared
+-- set_timeouts, plus how a prepared statement is planned (dispatchers.db): a
+-- generic plan, once per connection; and the size of the hot table in pages,
+-- which the plans depend on (dispatchers.db re-plans them as it grows).
+SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
+       set_config('lock_timeout', %(outbox_lock_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true),
+       set_config('jit', 'off', true),
        set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('enable_seqscan', 'off', true)
+       pg_relation_size('{schema}.messages')
+           / CAST(current_setting('block_size') AS integer) AS hot_pages
 
 -- name: waker_session
 -- The waker's session connection (dispatchers.waker, never pooled): its one

@@ -15,8 +15,8 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
 from dispatchers.jobs import Completion, Job
 from outbox import Outbox
-from outbox._queries import Prepared
 from outbox.endpoints import Endpoints
+from tests.plans import backlog, dispatcher_plan, seq_scans
 
 URL = "https://example.com/hook"
 
@@ -237,27 +237,6 @@ async def test_claim_with_a_capped_endpoint_takes_the_slots(
 # -- plans -----------------------------------------------------------------------
 
 
-def _many_messages(url: str, *, running: bool, destinations: int = 1) -> None:
-    """20,000 ready messages to ``destinations`` origins, analyzed; then, if
-    ``running``, all claimed by 50 owners without a new ANALYZE: the statistics
-    say that nothing runs, as they do after autovacuum analyzed an idle outbox."""
-    with psycopg.connect(url) as conn:
-        conn.execute(
-            "INSERT INTO outbox.messages (idempotency_key, target, destination, url, body,"
-            " content_type, max_attempts)"
-            " SELECT 'k' || g, 'https://example.com', 'https://d' || g %% %s || '.example:443',"
-            " 'https://example.com', '', 'text/plain', 5"
-            " FROM generate_series(1, 20000) AS g",
-            (destinations,),
-        )
-        conn.execute("ANALYZE outbox.messages")
-        if running:
-            conn.execute(
-                "UPDATE outbox.messages SET state = 'running', attempts = 1,"
-                " lease_owner = 'owner-' || id % 50, lease_until = now() + interval '1 minute'"
-            )
-
-
 @pytest.mark.parametrize("capped", [False, True])
 @pytest.mark.parametrize("destinations", [1, 100])
 def test_the_fair_claim_walks_the_destination_index_and_the_primary_key(
@@ -268,8 +247,9 @@ def test_the_fair_claim_walks_the_destination_index_and_the_primary_key(
     # told of a destination alone, it checks that on the same index. So does the
     # generic plan, which knows no parameter (a prepared statement's, after a few
     # runs).
-    _many_messages(database_url, running=False, destinations=destinations)
-    statement, params = Store(database_url, DispatcherConfig()).claim_statement(
+    backlog(database_url, running=False, destinations=destinations)
+    store = Store(database_url, DispatcherConfig())
+    statement, params = store.claim_statement(
         "o", 100, capped=capped, busy={"https://d0.example:443": 3}, alone="https://d0.example:443"
     )
     text = plan(database_url, statement.text, params)
@@ -277,16 +257,13 @@ def test_the_fair_claim_walks_the_destination_index_and_the_primary_key(
     assert "messages_claimable_idx" in text, text
     assert "messages_pkey" in text, text
     assert "Seq Scan on messages" not in text, text
-    body = Prepared.of(statement).prepare.split(" AS ", 1)[1]
-    with psycopg.connect(database_url) as conn:
-        rows = conn.execute("EXPLAIN (GENERIC_PLAN) " + body).fetchall()
-    generic = "\n".join(str(r[0]) for r in rows)
-    assert "Seq Scan on messages" not in generic, generic
+    generic = dispatcher_plan(database_url, store, statement, params, prepared=True)
+    assert seq_scans(generic, "messages") == [], generic
 
 
 @pytest.mark.parametrize("lean", [True, False])
 def test_completion_finds_its_rows_by_primary_key(database_url: str, lean: bool) -> None:
-    _many_messages(database_url, running=True)
+    backlog(database_url, running=True)
     store = Store(database_url, DispatcherConfig())
     now = datetime.now(UTC)
     batch = [

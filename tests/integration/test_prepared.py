@@ -95,21 +95,3 @@ async def test_the_occasional_statements_are_planned_for_their_values(store: Sto
     assert await store.work_remaining() == (0, 0, 0)
     async with store.pool.connection() as conn:
         assert await prepared_here(conn) == set()
-
-
-async def test_a_plan_made_on_an_empty_outbox_still_finds_rows_by_index(
-    database_url: str, store: Store
-) -> None:
-    # The connection keeps the plan it made at its first claim, on an empty table;
-    # the backlog that arrives later must still be reached through the indexes.
-    assert await store.claim("owner", 10) == []
-    enqueue(database_url, *(f"k{i}" for i in range(300)))
-    statement, params = store.claim_statement("owner", 10, capped=False)
-    async with store.pool.connection() as conn, conn.transaction():
-        await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        # bound client-side, as the store binds it
-        cur = psycopg.AsyncClientCursor(conn)
-        await cur.execute("EXPLAIN " + statement.prepared.execute, params)
-        text = "\n".join(str(row[0]) for row in await cur.fetchall())
-    assert "messages_pkey" in text, text
-    assert "Seq Scan on messages" not in text, text

@@ -1,0 +1,208 @@
+"""Every statement the dispatcher runs, planned as it plans it, on the server at hand.
+
+The suite runs against each server of the matrix (see ``tests/servers.py``): a
+plan that is cheap on one build can cost seconds on another. With a backlog of
+20,000 messages, each statement must reach its rows through its indexes, in the
+generic plan the dispatcher keeps per connection for the per-batch statements,
+and no execution may be JIT-compiled, even where the server has JIT on (Debian's
+and the managed services' builds): the last tests show that there, without the
+store's session statement, the claim would be.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from dispatchers.config import DispatcherConfig
+from dispatchers.db import REPLAN_FLOOR, Store
+from dispatchers.jobs import Completion
+from outbox._queries import queries_for
+from tests.plans import backlog, dispatcher_plan, indexes, jit_available, seq_scans
+
+LONE = "https://d0.example:443"
+
+
+def _batch(state: str, outcome: str) -> list[Completion]:
+    now = datetime.now(UTC)
+    return [
+        Completion(
+            id=i,
+            attempt=1,
+            state=state,
+            outcome=outcome,
+            sent=True,
+            status=200 if state == "delivered" else 500,
+            delay=0.0 if state == "delivered" else 5.0,
+            started_at=now,
+            duration_ms=3,
+        )
+        for i in range(1, 101)
+    ]
+
+
+def _claim(store: Store, *, capped: bool, alone: str | None = None) -> tuple[Any, dict[str, Any]]:
+    return store.claim_statement("owner-x", 100, capped=capped, busy={LONE: 3}, alone=alone)
+
+
+# (name, the statement and its parameters, destinations, claimed first, indexes it must use)
+PREPARED = {
+    "claim_uncapped": (
+        lambda s: _claim(s, capped=False),
+        100,
+        False,
+        {"messages_claimable_idx", "messages_pkey"},
+    ),
+    "claim_uncapped alone": (
+        lambda s: _claim(s, capped=False, alone=LONE),
+        1,
+        False,
+        {"messages_claimable_idx", "messages_pkey"},
+    ),
+    "claim": (lambda s: _claim(s, capped=True), 100, False, {"messages_claimable_idx"}),
+    "claim alone": (
+        lambda s: _claim(s, capped=True, alone=LONE),
+        1,
+        False,
+        {"messages_claimable_idx", "messages_pkey"},
+    ),
+    "complete_delivered": (
+        lambda s: s.complete_statement("owner-1", _batch("delivered", "delivered")),
+        1,
+        True,
+        {"messages_pkey"},
+    ),
+    "complete": (
+        lambda s: s.complete_statement("owner-1", _batch("ready", "retry")),
+        1,
+        True,
+        {"messages_pkey"},
+    ),
+    "renew": (
+        lambda s: (
+            s.queries["renew"],
+            {"owner": "owner-1", "lease_s": 30, "ids": list(range(1, 101)), "attempts": [1] * 100},
+        ),
+        1,
+        True,
+        {"messages_pkey"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(PREPARED))
+def test_each_prepared_statement_reaches_its_rows_by_index_without_jit(
+    database_url: str, name: str
+) -> None:
+    make, destinations, running, expected = PREPARED[name]
+    backlog(database_url, running=running, destinations=destinations)
+    store = Store(database_url, DispatcherConfig())
+    statement, params = make(store)
+    plan = dispatcher_plan(database_url, store, statement, params, prepared=True)
+    assert seq_scans(plan, "messages") == [], plan
+    assert expected <= indexes(plan), (expected, indexes(plan))
+    assert "JIT" not in plan, plan
+
+
+def test_the_claim_takes_what_it_reads_by_index_in_its_plan(database_url: str) -> None:
+    # The generic plan above is the one the dispatcher runs: it claims from the
+    # backlog (rolled back), with every message of the batch.
+    backlog(database_url, running=False, destinations=100)
+    store = Store(database_url, DispatcherConfig())
+    statement, params = _claim(store, capped=False)
+    plan = dispatcher_plan(database_url, store, statement, params, prepared=True)
+    assert plan["Plan"]["Actual Rows"] == 100, plan["Plan"]
+
+
+def _history(url: str, rows: int) -> None:
+    with psycopg.connect(url) as conn:
+        statement = queries_for("outbox")["seed_history"]
+        conn.execute(statement.query, {"target": "https://example.com", "rows": rows, "body": b""})
+        conn.execute("UPDATE outbox.delivered SET completed_at = completed_at - interval '30 days'")
+        conn.execute("ANALYZE outbox.delivered, outbox.message_keys, outbox.attempts")
+
+
+def test_the_occasional_statements_reach_their_rows_by_index_without_jit(
+    database_url: str,
+) -> None:
+    # rescue, the drain check and retention are planned at each run, for their
+    # values and the statistics of the time: a backlog with 1,000 leases expired,
+    # and a month-old history, analyzed
+    backlog(database_url, running=False)
+    _history(database_url, 20_000)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE outbox.messages SET state = 'running', attempts = 1, lease_owner = 'gone',"
+            " lease_until = now() - interval '1 minute' WHERE id <= 1000"
+        )
+        conn.execute("ANALYZE outbox.messages")
+    store = Store(database_url, DispatcherConfig())
+    q = store.queries
+    cases = {
+        "rescue": ({"limit": 1000}, {"messages_lease_idx", "messages_pkey"}),
+        "retention": (
+            # a batch small beside the history, as it is on a server that keeps one
+            {"retention_s": 7 * 86400, "limit": 100},
+            {"delivered_completed_idx", "delivered_pkey"},
+        ),
+    }
+    for name, (params, expected) in cases.items():
+        plan = dispatcher_plan(database_url, store, q[name], params, prepared=False)
+        assert seq_scans(plan, "messages") == [], (name, plan)
+        assert seq_scans(plan, "delivered") == [], (name, plan)
+        assert expected <= indexes(plan), (name, expected, indexes(plan))
+        assert "JIT" not in plan, (name, plan)
+    # The drain check counts what is due, running and scheduled: the ready
+    # messages are read whole (by index or not, the planner's call), the few
+    # running ones by the lease index.
+    plan = dispatcher_plan(database_url, store, q["work_remaining"], {}, prepared=False)
+    assert "messages_lease_idx" in indexes(plan), indexes(plan)
+    assert "JIT" not in plan, plan
+
+
+def test_on_a_server_with_jit_the_claim_would_be_compiled_without_the_session_statement(
+    database_url: str,
+) -> None:
+    # What the tests above guard against: the generic plan's estimate passes every
+    # JIT threshold once the backlog is deep, and then each claim is compiled.
+    if not jit_available(database_url):
+        pytest.skip("this server cannot JIT-compile (a build without LLVM, or jit off)")
+    backlog(database_url, running=False)
+    store = Store(database_url, DispatcherConfig())
+    statement, params = _claim(store, capped=False, alone=LONE)
+    plan = dispatcher_plan(database_url, store, statement, params, prepared=True, session=False)
+    assert "JIT" in plan, plan["Plan"]["Total Cost"]
+
+
+async def test_plans_made_on_an_empty_outbox_are_made_again_once_it_has_grown(
+    database_url: str,
+) -> None:
+    # A dispatcher started on an idle outbox plans its statements for an empty
+    # table; a backlog arriving later must not be claimed by reading it whole.
+    store = Store(database_url, DispatcherConfig())
+    await store.open()
+    await store.pool.resize(min_size=1, max_size=1)  # one connection: its plans
+    try:
+        assert await store.claim("owner", 10) == []
+        backlog(database_url, running=False)
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute(
+                "SELECT pg_relation_size('outbox.messages') / current_setting('block_size')::int"
+            ).fetchone()
+            assert row is not None and row[0] >= REPLAN_FLOOR, row
+        assert store.replans == 0
+        assert len(await store.claim("owner", 10)) == 10  # sees the growth
+        assert len(await store.claim("owner", 10)) == 10  # planned again
+        assert store.replans == 1
+        statement, params = store.claim_statement("owner", 10, capped=False)
+        async with store.pool.connection() as conn:
+            cur = psycopg.AsyncClientCursor(conn)
+            await cur.execute("EXPLAIN (FORMAT JSON) " + statement.prepared.execute, params)
+            plan = (await cur.fetchone())[0][0]  # type: ignore[index]
+        assert seq_scans(plan, "messages") == [], plan
+        assert "messages_claimable_idx" in indexes(plan), indexes(plan)
+    finally:
+        await store.close()

@@ -1,0 +1,112 @@
+"""Plans of the dispatcher's statements, made as the dispatcher makes them.
+
+:func:`backlog` fills the hot table as a busy outbox has it; :func:`dispatcher_plan`
+runs one statement under EXPLAIN ANALYZE, after the store's own session statement,
+prepared (a generic plan, as the store runs its per-batch statements) or not, in a
+transaction that is rolled back. Works on every supported server version (EXPLAIN
+(GENERIC_PLAN) would need PostgreSQL 16).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import psycopg
+
+from dispatchers.db import TIMEOUT_PARAMS, Store, timeout_values
+from outbox._queries import Statement
+
+_names = itertools.count()
+
+
+def backlog(url: str, *, messages: int = 20_000, running: bool, destinations: int = 1) -> None:
+    """``messages`` ready messages to ``destinations`` origins, analyzed; then, if
+    ``running``, all claimed by 50 owners without a new ANALYZE: the statistics say
+    that nothing runs, as they do after autovacuum analyzed an idle outbox."""
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO outbox.messages (idempotency_key, target, destination, url, body,"
+            " content_type, max_attempts)"
+            " SELECT 'k' || g, 'https://example.com', 'https://d' || g %% %s || '.example:443',"
+            " 'https://example.com', '', 'text/plain', 5"
+            " FROM generate_series(1, %s) AS g",
+            (destinations, messages),
+        )
+        conn.execute("ANALYZE outbox.messages")
+        if running:
+            conn.execute(
+                "UPDATE outbox.messages SET state = 'running', attempts = 1,"
+                " lease_owner = 'owner-' || id % 50, lease_until = now() + interval '1 minute'"
+            )
+
+
+def dispatcher_plan(
+    url: str,
+    store: Store,
+    statement: Statement,
+    params: Mapping[str, Any],
+    *,
+    prepared: bool,
+    session: bool = True,
+) -> dict[str, Any]:
+    """The plan (EXPLAIN (ANALYZE, FORMAT JSON)) of ``statement`` as ``store`` runs
+    it: after ``set_timeouts_prepared`` and prepared when ``prepared`` (so planned
+    generically, on this server, for the table as it is now), else after
+    ``set_timeouts``. Without ``session``, no session statement at all: the server's
+    own settings, as a statement of the application's would be planned."""
+    values = {**params, **dict(zip(TIMEOUT_PARAMS, timeout_values(store.config, 2.0), strict=True))}
+    first = store.queries["set_timeouts_prepared" if prepared else "set_timeouts"].text
+    with psycopg.connect(url) as conn:
+        cur = psycopg.ClientCursor(conn)
+        if session:
+            cur.execute(first, values)
+        elif prepared:
+            cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        if not prepared:
+            cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.text, values)
+            plan: dict[str, Any] = cur.fetchone()[0][0]  # type: ignore[index]
+            conn.rollback()
+            return plan
+        # A name of our own: a prepared statement outlives the rolled-back transaction.
+        this = statement.prepared
+        name = f"{this.name}_plan_{next(_names)}"
+        cur.execute(this.prepare.replace(this.name, name, 1).replace("%%", "%"))
+        cur.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + this.execute.replace(this.name, name, 1), values
+        )
+        plan = cur.fetchone()[0][0]  # type: ignore[index]
+        conn.rollback()
+        conn.execute(f"DEALLOCATE {name}")
+        return plan
+
+
+def nodes(plan: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of a JSON plan (the object EXPLAIN returns, or one of its nodes)."""
+    stack = [plan.get("Plan", plan)]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.get("Plans", []))
+
+
+def seq_scans(plan: Mapping[str, Any], table: str) -> list[str]:
+    """The aliases under which ``plan`` reads ``table`` whole."""
+    return [
+        node.get("Alias", table)
+        for node in nodes(plan)
+        if node["Node Type"] == "Seq Scan" and node.get("Relation Name") == table
+    ]
+
+
+def indexes(plan: Mapping[str, Any]) -> set[str]:
+    """The indexes ``plan`` reads."""
+    return {node["Index Name"] for node in nodes(plan) if "Index Name" in node}
+
+
+def jit_available(url: str) -> bool:
+    """Whether the server can JIT-compile (a build with LLVM, ``jit`` on)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT pg_jit_available() AND current_setting('jit') = 'on'").fetchone()
+        return bool(row and row[0])
