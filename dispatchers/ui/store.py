@@ -37,7 +37,7 @@ is written when it ends, and none runs this long."""
 _DAY = timedelta(hours=23)
 """The day chart's whole hours (the hour in progress comes from the minutes)."""
 
-_BOUNDED = "SET LOCAL statement_timeout = 5000; SET LOCAL jit = off"
+BOUNDED = "SET LOCAL statement_timeout = 5000; SET LOCAL jit = off"
 """Each statement of a page or an action runs at most 5 s: a page that cannot
 answer in time fails instead of holding a connection of the small pool. Without
 JIT: every page reads bounded windows through indexes, and on a JIT-enabled server
@@ -45,7 +45,7 @@ JIT: every page reads bounded windows through indexes, and on a JIT-enabled serv
 passes jit_above_cost is compiled at each execution, for longer than it runs. Set
 per transaction, not per connection, so that it works behind a pooler."""
 
-_READ_ONLY = "SET TRANSACTION READ ONLY; " + _BOUNDED
+READ_ONLY = "SET TRANSACTION READ ONLY; " + BOUNDED
 
 
 class Minute(NamedTuple):
@@ -154,7 +154,7 @@ class Store:
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], T], *, read_only: bool) -> T:
         with self._pool.connection() as conn:
-            conn.execute(_READ_ONLY if read_only else _BOUNDED)
+            conn.execute(READ_ONLY if read_only else BOUNDED)
             return work(conn)
 
     # -- the dashboard's own statements (sql/queries/ui.sql) ------------------------
