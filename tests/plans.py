@@ -1,10 +1,10 @@
 """Plans of the dispatcher's statements, made as the dispatcher makes them.
 
-:func:`backlog` fills the hot table as a busy outbox has it; :func:`dispatcher_plan`
-runs one statement under EXPLAIN ANALYZE, after the store's own session statement,
-prepared (a generic plan, as the store runs its per-batch statements) or not, in a
-transaction that is rolled back. Works on every supported server version (EXPLAIN
-(GENERIC_PLAN) would need PostgreSQL 16).
+:func:`backlog` fills the hot table as a busy outbox has it; :func:`explain` runs
+one statement under EXPLAIN ANALYZE, after the store's own session statement or
+under the server's settings, prepared (a generic plan, as the store runs its
+per-batch statements) or not, in a transaction that is rolled back. Works on
+every supported server version (EXPLAIN (GENERIC_PLAN) would need PostgreSQL 16).
 """
 
 from __future__ import annotations
@@ -42,26 +42,29 @@ def backlog(url: str, *, messages: int = 20_000, running: bool, destinations: in
             )
 
 
-def dispatcher_plan(
+def explain(
     url: str,
-    store: Store,
     statement: Statement,
     params: Mapping[str, Any],
     *,
     prepared: bool,
-    session: bool = True,
+    store: Store | None = None,
 ) -> dict[str, Any]:
-    """The plan (EXPLAIN (ANALYZE, FORMAT JSON)) of ``statement`` as ``store`` runs
-    it: after ``set_timeouts_prepared`` and prepared when ``prepared`` (so planned
-    generically, on this server, for the table as it is now), else after
-    ``set_timeouts``. Without ``session``, no session statement at all: the server's
-    own settings, as a statement of the application's would be planned."""
-    values = {**params, **dict(zip(TIMEOUT_PARAMS, timeout_values(store.config, 2.0), strict=True))}
-    first = store.queries["set_timeouts_prepared" if prepared else "set_timeouts"].text
+    """The plan (EXPLAIN (ANALYZE, FORMAT JSON)) of ``statement``, in a transaction
+    that is rolled back. Prepared when ``prepared``: a generic plan, made on this
+    server for the tables as they are now (as the store plans its per-batch
+    statements, and as PostgreSQL may plan an application's statements once its
+    driver prepares them). After ``store``'s session statement when given
+    (``set_timeouts_prepared`` or ``set_timeouts``), else under the server's own
+    settings, as a statement runs in the application's transaction."""
+    values = dict(params)
     with psycopg.connect(url) as conn:
         cur = psycopg.ClientCursor(conn)
-        if session:
-            cur.execute(first, values)
+        if store is not None:
+            bounds = timeout_values(store.config, 2.0)
+            values.update(zip(TIMEOUT_PARAMS, bounds, strict=True))
+            first = store.queries["set_timeouts_prepared" if prepared else "set_timeouts"]
+            cur.execute(first.text, values)
         elif prepared:
             cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         if not prepared:

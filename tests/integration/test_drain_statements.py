@@ -16,7 +16,7 @@ from dispatchers.db import Store
 from dispatchers.jobs import Completion, Job
 from outbox import Outbox
 from outbox.endpoints import Endpoints
-from tests.plans import backlog, dispatcher_plan, seq_scans
+from tests.plans import backlog, explain, seq_scans
 
 URL = "https://example.com/hook"
 
@@ -257,7 +257,7 @@ def test_the_fair_claim_walks_the_destination_index_and_the_primary_key(
     assert "messages_claimable_idx" in text, text
     assert "messages_pkey" in text, text
     assert "Seq Scan on messages" not in text, text
-    generic = dispatcher_plan(database_url, store, statement, params, prepared=True)
+    generic = explain(database_url, statement, params, prepared=True, store=store)
     assert seq_scans(generic, "messages") == [], generic
 
 

@@ -1,4 +1,5 @@
-"""Every statement the dispatcher runs, planned as it plans it, on the server at hand.
+"""Every statement the dispatcher and the library run, planned as they are, on the
+server at hand.
 
 The suite runs against each server of the matrix (see ``tests/servers.py``): a
 plan that is cheap on one build can cost seconds on another. With a backlog of
@@ -6,13 +7,16 @@ plan that is cheap on one build can cost seconds on another. With a backlog of
 generic plan the dispatcher keeps per connection for the per-batch statements,
 and no execution may be JIT-compiled, even where the server has JIT on (Debian's
 and the managed services' builds): the last tests show that there, without the
-store's session statement, the claim would be.
+store's session statement, the claim would be. The library runs in the
+application's transaction, whose settings it leaves alone: its statements must
+stay below the server's JIT thresholds there, planned for their values or
+generically.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 import pytest
@@ -20,8 +24,10 @@ import pytest
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import REPLAN_FLOOR, Store
 from dispatchers.jobs import Completion
+from outbox import Outbox
 from outbox._queries import queries_for
-from tests.plans import backlog, dispatcher_plan, indexes, jit_available, seq_scans
+from outbox.endpoints import Endpoints
+from tests.plans import backlog, explain, indexes, jit_available, seq_scans
 
 LONE = "https://d0.example:443"
 
@@ -101,7 +107,7 @@ def test_each_prepared_statement_reaches_its_rows_by_index_without_jit(
     backlog(database_url, running=running, destinations=destinations)
     store = Store(database_url, DispatcherConfig())
     statement, params = make(store)
-    plan = dispatcher_plan(database_url, store, statement, params, prepared=True)
+    plan = explain(database_url, statement, params, prepared=True, store=store)
     assert seq_scans(plan, "messages") == [], plan
     assert expected <= indexes(plan), (expected, indexes(plan))
     assert "JIT" not in plan, plan
@@ -113,7 +119,7 @@ def test_the_claim_takes_what_it_reads_by_index_in_its_plan(database_url: str) -
     backlog(database_url, running=False, destinations=100)
     store = Store(database_url, DispatcherConfig())
     statement, params = _claim(store, capped=False)
-    plan = dispatcher_plan(database_url, store, statement, params, prepared=True)
+    plan = explain(database_url, statement, params, prepared=True, store=store)
     assert plan["Plan"]["Actual Rows"] == 100, plan["Plan"]
 
 
@@ -150,7 +156,7 @@ def test_the_occasional_statements_reach_their_rows_by_index_without_jit(
         ),
     }
     for name, (params, expected) in cases.items():
-        plan = dispatcher_plan(database_url, store, q[name], params, prepared=False)
+        plan = explain(database_url, q[name], params, prepared=False, store=store)
         assert seq_scans(plan, "messages") == [], (name, plan)
         assert seq_scans(plan, "delivered") == [], (name, plan)
         assert expected <= indexes(plan), (name, expected, indexes(plan))
@@ -158,7 +164,7 @@ def test_the_occasional_statements_reach_their_rows_by_index_without_jit(
     # The drain check counts what is due, running and scheduled: the ready
     # messages are read whole (by index or not, the planner's call), the few
     # running ones by the lease index.
-    plan = dispatcher_plan(database_url, store, q["work_remaining"], {}, prepared=False)
+    plan = explain(database_url, q["work_remaining"], {}, prepared=False, store=store)
     assert "messages_lease_idx" in indexes(plan), indexes(plan)
     assert "JIT" not in plan, plan
 
@@ -173,7 +179,7 @@ def test_on_a_server_with_jit_the_claim_would_be_compiled_without_the_session_st
     backlog(database_url, running=False)
     store = Store(database_url, DispatcherConfig())
     statement, params = _claim(store, capped=False, alone=LONE)
-    plan = dispatcher_plan(database_url, store, statement, params, prepared=True, session=False)
+    plan = explain(database_url, statement, params, prepared=True)
     assert "JIT" in plan, plan["Plan"]["Total Cost"]
 
 
@@ -206,3 +212,45 @@ async def test_plans_made_on_an_empty_outbox_are_made_again_once_it_has_grown(
         assert "messages_claimable_idx" in indexes(plan), indexes(plan)
     finally:
         await store.close()
+
+
+class _Recording(psycopg.Cursor[Any]):
+    """A cursor that keeps what the library executes through it."""
+
+    seen: ClassVar[list[tuple[bytes, dict[str, Any]]]] = []
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> _Recording:
+        _Recording.seen.append((query, params))
+        super().execute(query, params, **kwargs)
+        return self
+
+
+def test_the_librarys_statements_stay_below_the_jit_thresholds_in_the_applications_session(
+    database_url: str,
+) -> None:
+    # A backlog, 300 endpoints of which 100 take the event; what enqueue and
+    # publish execute is recorded, then planned under the server's own settings.
+    backlog(database_url, running=False)
+    with psycopg.connect(database_url) as conn:
+        for i in range(300):
+            event_type = "order.created" if i % 3 == 0 else "other"
+            Endpoints().add(conn, url=f"https://e{i}.example/hook", event_types=[event_type])
+        conn.execute("ANALYZE")
+    box = Outbox()
+    _Recording.seen.clear()
+    with psycopg.connect(database_url, cursor_factory=_Recording) as conn:
+        box.enqueue(conn, url="https://x.example/a", idempotency_key="lib-1", json={"a": 1})
+        box.publish(conn, "order.created", {"a": 1}, idempotency_key="event-1")
+    by_query = {q[name].query: q[name] for q in [box.queries] for name in q.names()}
+    ran = [(by_query[query], params) for query, params in _Recording.seen if query in by_query]
+    assert {statement.name for statement, _ in ran} >= {"enqueue_notify", "publish_notify"}, ran
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT current_setting('jit_above_cost')::float").fetchone()
+        assert row is not None
+        threshold = row[0]
+    for statement, params in ran:
+        for prepared in (False, True):
+            plan = explain(database_url, statement, params, prepared=prepared)
+            assert "JIT" not in plan, (statement.name, prepared, plan)
+            cost = plan["Plan"]["Total Cost"]
+            assert cost < threshold / 10, (statement.name, prepared, cost)
