@@ -36,6 +36,9 @@ class Machine:
     platform: str
     python: str
     postgres: str | None
+    #: "on" (the server JIT-compiles costly statements; the dispatcher turns it off
+    #: for its own), "off" (set off on the server) or "unavailable" (a build without it)
+    postgres_jit: str | None
     psycopg: str | None
     httpx: str | None
     httpcore: str | None
@@ -87,6 +90,10 @@ def run(
     with database(database_url) as db:
         with connect(db.url, autocommit=True) as conn:
             server_version = conn.info.parameter_status("server_version")
+            jit = conn.execute(
+                "SELECT CASE WHEN NOT pg_jit_available() THEN 'unavailable'"
+                " ELSE current_setting('jit') END"
+            ).fetchone()
         bench = Bench(db, settings, progress)
         try:
             for name in scenarios:
@@ -105,6 +112,7 @@ def run(
         platform=platform.platform(),
         python=platform.python_version(),
         postgres=server_version,
+        postgres_jit=jit[0] if jit else None,
         psycopg=_version("psycopg"),
         httpx=_version("httpx"),
         httpcore=_version("httpcore"),
@@ -141,7 +149,8 @@ def main(
         load = m.load_average_before
         print(
             f"outbox bench: {m.cpus} CPUs, {m.platform}, Python {m.python}, "
-            f"PostgreSQL {m.postgres} ({report.database}), psycopg {m.psycopg}, "
+            f"PostgreSQL {m.postgres} ({report.database}, JIT {m.postgres_jit}), "
+            f"psycopg {m.psycopg}, "
             f"httpx {m.httpx}, event loop {m.event_loop}"
             + (f" {m.uvloop}" if m.uvloop else "")
             + (f", load average {load[0]:.1f} at start" if load else "")

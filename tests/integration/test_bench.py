@@ -141,6 +141,13 @@ def test_every_scenario_reports_plausible_figures(
         "memory",
     ]
     assert report["machine"]["event_loop"] == loops.resolve("auto")  # uvloop where installed
+    with psycopg.connect(database_url) as conn:
+        version = conn.info.parameter_status("server_version")
+        (jit,) = conn.execute(
+            "SELECT CASE WHEN pg_jit_available() THEN current_setting('jit')"
+            " ELSE 'unavailable' END"
+        ).fetchone() or (None,)
+    assert (report["machine"]["postgres"], report["machine"]["postgres_jit"]) == (version, jit)
 
     http = results["drain-http"]
     assert http["delivered"] == 150
