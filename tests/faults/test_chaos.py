@@ -418,7 +418,7 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
         thawed.set()
 
         # 3. Stop and restart PostgreSQL under everyone's feet.
-        if pg_server.embedded is not None:
+        if pg_server.restartable:
             wait_until(
                 lambda: (
                     scalar(
@@ -431,11 +431,11 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
                 processes=procs,
             )
             try:
-                pg_server.embedded.stop()
+                pg_server.stop()
                 chaos.restarts += 1
                 time.sleep(3.0)  # an outage, not a wait: every dispatcher meets it (db_error)
             finally:
-                pg_server.embedded.start()
+                pg_server.start()
             before = delivered_count(database_url)
             wait_until(
                 lambda: delivered_count(database_url) >= before + 100,
