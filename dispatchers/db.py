@@ -51,7 +51,9 @@ TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idl
 each statement in the same message: local to its implicit transaction, so no session
 state is left behind (PgBouncer in transaction mode is fine)."""
 
-_PREPARED = frozenset({"claim", "claim_uncapped", "complete", "complete_delivered", "renew"})
+_PREPARED = frozenset(
+    {"claim", "claim_uncapped", "claim_lone", "complete", "complete_delivered", "renew"}
+)
 """The statements run per batch, prepared (see ``Store._run``). The occasional ones
 (rescue, retention, the drain check) are planned at each run, for their values:
 a generic plan of the retention batch joined whole tables instead of looking
@@ -304,17 +306,26 @@ class Store:
         return rows, pages
 
     def claim_statement(
-        self, owner: str, limit: int, *, capped: bool, busy: Busy = None, alone: str | None = None
+        self,
+        owner: str,
+        limit: int,
+        *,
+        capped: bool,
+        busy: Busy = None,
+        alone: str | None = None,
+        lone: bool = False,
     ) -> tuple[Statement, dict[str, Any]]:
         """The claim statement and its parameters: ``claim`` if some destination may
-        have a policy, else the cheaper ``claim_uncapped``. ``busy`` counts
+        have a policy, else the cheaper ``claim_uncapped``, or with ``lone`` the
+        short ``claim_lone`` for the destination ``alone``. ``busy`` counts
         the requests in flight per destination, which leave that much less room
         there under the bound per destination; ``alone`` names the destination
         the last claim found alone with ready messages, which the statement takes
         from by a plain scan while that still holds."""
         busy = busy or {}
+        name = "claim" if capped else "claim_lone" if lone else "claim_uncapped"
         return (
-            self.queries["claim" if capped else "claim_uncapped"],
+            self.queries[name],
             {
                 "owner": owner,
                 "limit": limit,
@@ -334,15 +345,27 @@ class Store:
         flight per destination) included, unless one is alone with ready messages
         (``alone``: the one the last claim found so, see :meth:`claim_statement`).
 
-        ``claim_uncapped`` first, which passes over the messages of destinations
-        with a policy (a cap or a rate limit) and says whether there are any; if so,
-        the rest is claimed with ``claim`` (which takes their slots), and so is
-        every claim for :data:`CAPPED_RECHECK` seconds. ``claim`` also says when
-        the next rate slot of a rate-limited destination frees: :attr:`rate_wait`.
+        ``claim_lone`` first when the destination ``alone`` has room under the
+        bound: while it still is alone and has no policy, nothing else is needed.
+        Otherwise (it says so and takes nothing) ``claim_uncapped``, which passes
+        over the messages of destinations with a policy (a cap or a rate limit) and
+        says whether there are any; if so, the rest is claimed with ``claim``
+        (which takes their slots), and so is every claim for
+        :data:`CAPPED_RECHECK` seconds. ``claim`` also says when the next rate slot
+        of a rate-limited destination frees: :attr:`rate_wait`.
         """
         jobs: list[Job] = []
         self.rate_wait = None
         if time.monotonic() >= self._capped_until:
+            if alone is not None and (busy or {}).get(alone, 0) < self.config.per_destination:
+                rows = await self._run(
+                    *self.claim_statement(owner, limit, capped=False, alone=alone, lone=True),
+                    self._job_row,
+                    timeouts=self._claim_timeouts,
+                )
+                if not rows or rows[-1] is not None:
+                    return [job for job in rows if isinstance(job, Job)]
+                alone = None  # no longer alone, or not the short way's: the general claim
             rows = await self._run(
                 *self.claim_statement(owner, limit, capped=False, busy=busy, alone=alone),
                 self._job_row,

@@ -21,20 +21,45 @@ from outbox._queries import Statement
 _names = itertools.count()
 
 
-def backlog(url: str, *, messages: int = 20_000, running: bool, destinations: int = 1) -> None:
-    """``messages`` ready messages to ``destinations`` origins, analyzed; then, if
-    ``running``, all claimed by 50 owners without a new ANALYZE: the statistics say
-    that nothing runs, as they do after autovacuum analyzed an idle outbox."""
+def backlog(
+    url: str,
+    *,
+    messages: int = 20_000,
+    running: bool,
+    destinations: int = 1,
+    endpoints: int = 0,
+) -> None:
+    """``messages`` ready messages to ``destinations`` origins, or with ``endpoints``
+    webhooks to that many endpoints in turn, analyzed; then, if ``running``, all
+    claimed by 50 owners without a new ANALYZE: the statistics say that nothing
+    runs, as they do after autovacuum analyzed an idle outbox."""
     with psycopg.connect(url) as conn:
-        conn.execute(
-            "INSERT INTO outbox.messages (idempotency_key, target, destination, url, body,"
-            " content_type, max_attempts)"
-            " SELECT 'k' || g, 'https://example.com', 'https://d' || g %% %s || '.example:443',"
-            " 'https://example.com', '', 'text/plain', 5"
-            " FROM generate_series(1, %s) AS g",
-            (destinations, messages),
-        )
-        conn.execute("ANALYZE outbox.messages")
+        if endpoints:
+            conn.execute(
+                "INSERT INTO outbox.endpoints (url)"
+                " SELECT 'https://e' || g || '.example/hook' FROM generate_series(1, %s) AS g",
+                (endpoints,),
+            )
+            conn.execute(
+                "INSERT INTO outbox.messages (idempotency_key, target, destination, endpoint_id,"
+                " body, content_type, max_attempts)"
+                " SELECT 'k' || g, 'endpoint:' || e.id, 'endpoint:' || e.id, e.id, '',"
+                " 'application/json', 5"
+                " FROM generate_series(1, %s) AS g"
+                " JOIN (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n"
+                "       FROM outbox.endpoints) AS e ON e.n = g %% %s",
+                (messages, endpoints),
+            )
+        else:
+            conn.execute(
+                "INSERT INTO outbox.messages (idempotency_key, target, destination, url, body,"
+                " content_type, max_attempts)"
+                " SELECT 'k' || g, 'https://example.com', 'https://d' || g %% %s || '.example:443',"
+                " 'https://example.com', '', 'text/plain', 5"
+                " FROM generate_series(1, %s) AS g",
+                (destinations, messages),
+            )
+        conn.execute("ANALYZE outbox.messages, outbox.endpoints")
         if running:
             conn.execute(
                 "UPDATE outbox.messages SET state = 'running', attempts = 1,"

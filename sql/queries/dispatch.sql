@@ -19,24 +19,26 @@
 -- its ordering key (its destination's policy, if any, is "policy_room"'s and
 -- "policy_slots"' to apply). A webhook message whose endpoint was disabled
 -- after it was written waits (the disable pauses the rows it can see; this
--- catches the ones committed later).
+-- catches the ones committed later). The endpoint is one primary key probe per
+-- message looked at: a subquery that yields a value, where an EXISTS may be
+-- planned as a hash of every endpoint, built at each claim (a generic plan
+-- expects a share of the table to be looked at, not the batch).
 m.state = 'ready'
 AND m.available_at <= now()
-AND (m.endpoint_id IS NULL OR EXISTS (
-        SELECT 1 FROM {schema}.endpoints AS e
-        WHERE e.id = m.endpoint_id AND e.enabled))
+AND (m.endpoint_id IS NULL OR (
+        SELECT e.enabled FROM {schema}.endpoints AS e WHERE e.id = m.endpoint_id))
 AND {ordering_key_free}
 
 -- fragment: unpoliced
 -- A message of a destination without a policy: an endpoint without a cap or a
--- rate limit, or an origin without a row in destination_policies (one probe of
--- its primary key; none there, none to find).
-(m.endpoint_id IS NULL OR EXISTS (
-    SELECT 1 FROM {schema}.endpoints AS e
-    WHERE e.id = m.endpoint_id AND e.enabled
-      AND e.max_concurrency IS NULL AND e.rate_limit_per_s IS NULL))
-AND (m.endpoint_id IS NOT NULL OR NOT EXISTS (
-    SELECT 1 FROM {schema}.destination_policies AS p WHERE p.destination = m.destination))
+-- rate limit, or an origin without a row in destination_policies. One probe of
+-- a primary key each, as in "claimable" (and not an EXISTS, for the same reason).
+(m.endpoint_id IS NULL OR (
+    SELECT e.enabled AND e.max_concurrency IS NULL AND e.rate_limit_per_s IS NULL
+    FROM {schema}.endpoints AS e WHERE e.id = m.endpoint_id))
+AND (m.endpoint_id IS NOT NULL OR (
+    SELECT p.destination FROM {schema}.destination_policies AS p
+    WHERE p.destination = m.destination) IS NULL)
 
 -- fragment: claimable_uncapped
 -- A message "claim_uncapped" may take: as "claimable", of a destination without
@@ -306,7 +308,14 @@ SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.destination IN (SELECT destination FROM probes) AS probe,
        CAST(NULL AS double precision) AS rate_wait_s
 FROM claimed AS c
-LEFT JOIN {schema}.endpoints AS e ON e.id = c.endpoint_id
+-- one primary key probe per claimed message: a plain join may be planned as a
+-- hash of every endpoint (OFFSET 0 keeps the subquery apart, so it is not)
+LEFT JOIN LATERAL (
+    SELECT e.url, e.ca_bundle, e.client_cert, e.client_key, e.client_key_id, e.retry_schedule
+    FROM {schema}.endpoints AS e
+    WHERE e.id = c.endpoint_id
+    OFFSET 0
+) AS e ON true
 -- the signing secrets still in force (several during a rotation), newest first,
 -- as stored, with the ids of the keys that sealed them (NULL: plain text)
 LEFT JOIN LATERAL (
@@ -520,6 +529,62 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM capped
 
+-- name: claim_lone
+-- "claim_uncapped" the short way, for the destination the dispatcher's last
+-- claim found alone with ready messages (%(alone)s), while it still is and
+-- takes no policy: its first due messages, locked as they are read from the
+-- destination index, without listing destinations or taking turns. What the
+-- general claim would take then, at a fraction of its cost (its plan sets up
+-- every pass whatever runs). It takes nothing, and returns one row of NULLs,
+-- when the general claim must decide instead: another destination has ready
+-- messages (two index probes), a hold or a breaker is on this one, or it has a
+-- policy (its messages need slots). The dispatcher leaves room under its bound
+-- per destination before it asks.
+WITH deferred AS (
+    SELECT (SELECT max(m.destination) FROM {schema}.messages AS m
+            WHERE m.state = 'ready' AND m.destination < %(alone)s) IS NOT NULL
+        OR (SELECT min(m.destination) FROM {schema}.messages AS m
+            WHERE m.state = 'ready' AND m.destination > %(alone)s) IS NOT NULL
+        OR NOT {health_alone}
+        OR EXISTS (SELECT 1 FROM {schema}.destination_policies AS p
+                   WHERE p.destination = %(alone)s)
+        OR EXISTS (SELECT 1 FROM {schema}.endpoints AS e
+                   WHERE e.id = CASE WHEN starts_with(%(alone)s, 'endpoint:')
+                                     THEN CAST(substr(%(alone)s, 10) AS bigint) END
+                     AND (e.max_concurrency IS NOT NULL OR e.rate_limit_per_s IS NOT NULL))
+        AS deferred
+), lone AS (
+    SELECT m.id
+    FROM {schema}.messages AS m
+    WHERE m.destination = %(alone)s
+      AND {claimable_uncapped}
+      AND NOT (SELECT deferred FROM deferred)
+    ORDER BY m.available_at, m.id
+    LIMIT %(limit)s
+    FOR UPDATE OF m SKIP LOCKED
+), claimed AS (
+    -- by primary key, as in "claim"
+    UPDATE {schema}.messages AS m
+    SET state = 'running',
+        lease_owner = %(owner)s,
+        lease_until = now() + make_interval(secs => %(lease_s)s),
+        attempts = m.attempts + 1
+    WHERE m.id = ANY (ARRAY(SELECT id FROM lone))
+    RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
+              m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
+              m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
+), probes AS (
+    -- none: a destination with a breaker is the general claim's
+    SELECT CAST(NULL AS text) AS destination WHERE false
+)
+({claimed_rows}
+ ORDER BY c.available_at, c.id)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM deferred
+WHERE deferred
+
 -- name: renew
 -- One heartbeat for every lease a dispatcher holds. A row missing from the result
 -- is a lost lease (rescued, re-claimed, or completed by someone else).
@@ -598,7 +663,10 @@ WITH outcome AS (
                            THEN now() END,
         updated_at = now()
     FROM health AS h
-    WHERE e.id = h.endpoint_id
+    -- by primary key, from an array, as in "claim": joined to "health" alone, the
+    -- plan may read every endpoint into a hash at each flush
+    WHERE e.id = ANY (ARRAY(SELECT endpoint_id FROM health))
+      AND e.id = h.endpoint_id
       AND (h.gone OR NOT h.any_success OR NOT e.enabled OR e.failure_streak > 0
            OR e.last_success_at IS NULL OR e.last_success_at <= now() - interval '10 seconds')
     RETURNING e.id, e.enabled, e.disabled_at = now() AS newly_disabled, e.disabled_reason

@@ -3,8 +3,9 @@ and the plans that keep every drain statement's cost proportional to its batch."
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -15,6 +16,7 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
 from dispatchers.jobs import Completion, Job
 from outbox import Outbox
+from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from tests.plans import backlog, explain, seq_scans
 
@@ -232,6 +234,114 @@ async def test_claim_with_a_capped_endpoint_takes_the_slots(
     assert query(database_url, "SELECT state FROM outbox.messages WHERE id = %s", second) == [
         ("ready",)
     ]
+
+
+# -- the short way, for a destination alone ----------------------------------------
+
+HERE = "https://example.com:443"  # the destination of URL
+
+
+async def prepared_names(store: Store) -> set[str]:
+    async with store.pool.connection() as conn:
+        cur = await conn.execute("SELECT name FROM pg_prepared_statements")
+        return {str(row[0]) for row in await cur.fetchall()}
+
+
+async def test_a_destination_alone_is_claimed_the_short_way(
+    database_url: str, store: Store
+) -> None:
+    await store.pool.resize(min_size=1, max_size=1)  # one connection: its statements
+    ids = enqueue(database_url, *(f"k{i}" for i in range(5)))
+    before = store.round_trips
+    assert [j.id for j in await store.claim("owner-a", 3, alone=HERE)] == ids[:3]
+    assert [j.id for j in await store.claim("owner-a", 3, alone=HERE)] == ids[3:]
+    assert await store.claim("owner-a", 3, alone=HERE) == []  # nothing due: nothing more
+    assert store.round_trips == before + 3
+    names = await prepared_names(store)
+    assert store.queries["claim_lone"].prepared.name in names
+    assert store.queries["claim_uncapped"].prepared.name not in names
+
+
+async def test_the_short_way_defers_to_the_fair_claim_once_another_destination_is_due(
+    database_url: str, store: Store
+) -> None:
+    here = enqueue(database_url, *(f"k{i}" for i in range(5)))
+    with psycopg.connect(database_url) as conn:
+        there = Outbox().enqueue(conn, url="https://other.example/x", idempotency_key="o", json={})
+    before = store.round_trips
+    claimed = [j.id for j in await store.claim("owner-a", 4, alone=HERE)]
+    assert sorted(claimed) == sorted([*here[:3], there])  # shared, in turns
+    assert store.round_trips == before + 2
+
+
+async def test_the_short_way_defers_while_a_hold_is_on_its_destination(
+    database_url: str, store: Store
+) -> None:
+    enqueue(database_url, "a", "b")
+    query(
+        database_url,
+        "INSERT INTO outbox.destination_health (destination, state, blocked_until)"
+        " VALUES (%s, 'held', now() + interval '1 hour') RETURNING 1",
+        HERE,
+    )
+    before = store.round_trips
+    assert await store.claim("owner-a", 10, alone=HERE) == []
+    assert store.round_trips == before + 2  # the fair claim also passes it over
+
+
+async def test_the_short_way_defers_to_the_slots_of_a_destination_with_a_policy(
+    database_url: str, store: Store
+) -> None:
+    first, _ = enqueue(database_url, "a", "b")
+    with psycopg.connect(database_url) as conn:
+        Destinations().set(conn, URL, max_concurrency=1)
+    before = store.round_trips
+    # the short way defers, the cheap claim says a policy exists, "claim" takes a slot
+    assert [j.id for j in await store.claim("owner-a", 10, alone=HERE)] == [first]
+    assert store.round_trips == before + 3
+    assert query(database_url, "SELECT message_id FROM outbox.destination_slots") == [(first,)]
+
+
+def _taken(url: str, statement: Any, params: dict[str, Any]) -> list[int]:
+    """The ids ``statement`` claims now, in a transaction rolled back."""
+    with psycopg.connect(url) as conn:
+        rows = psycopg.ClientCursor(conn).execute(statement.text, params).fetchall()
+        conn.rollback()
+    return [row[0] for row in rows if row[0] is not None]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_short_way_takes_what_the_fair_claim_takes_for_a_destination_alone(
+    database_url: str, seed: int
+) -> None:
+    # A destination alone with a mixed backlog: ordering keys (some held back by an
+    # earlier message that runs), messages due later, some running already.
+    rng = random.Random(seed)
+    with psycopg.connect(database_url) as conn:
+        box = Outbox()
+        for i in range(rng.randint(5, 40)):
+            box.enqueue(
+                conn,
+                url=URL,
+                idempotency_key=f"m{i}",
+                json={"i": i},
+                # the first due at once, with no key: something to take
+                ordering_key=rng.choice([None, None, "a", "b", "c"]) if i else None,
+                available_at=datetime.now(UTC)
+                + timedelta(hours=rng.choice([0, 0, 0, 1]) if i else 0),
+            )
+        conn.execute(
+            "UPDATE outbox.messages SET state = 'running', attempts = 1, lease_owner = 'x',"
+            " lease_until = now() + interval '1 minute' WHERE id %% %s = 0",
+            (rng.randint(2, 6),),
+        )
+    store = Store(database_url, DispatcherConfig())
+    limit = rng.randint(1, 20)
+    lone, lone_params = store.claim_statement("o", limit, capped=False, alone=HERE, lone=True)
+    fair, fair_params = store.claim_statement("o", limit, capped=False, alone=HERE)
+    taken = _taken(database_url, lone, lone_params)
+    assert taken == _taken(database_url, fair, fair_params)
+    assert taken  # the first message at least
 
 
 # -- plans -----------------------------------------------------------------------

@@ -50,8 +50,12 @@ def _batch(state: str, outcome: str) -> list[Completion]:
     ]
 
 
-def _claim(store: Store, *, capped: bool, alone: str | None = None) -> tuple[Any, dict[str, Any]]:
-    return store.claim_statement("owner-x", 100, capped=capped, busy={LONE: 3}, alone=alone)
+def _claim(
+    store: Store, *, capped: bool, alone: str | None = None, lone: bool = False
+) -> tuple[Any, dict[str, Any]]:
+    return store.claim_statement(
+        "owner-x", 100, capped=capped, busy={LONE: 3}, alone=alone, lone=lone
+    )
 
 
 # (name, the statement and its parameters, destinations, claimed first, indexes it must use)
@@ -64,6 +68,12 @@ PREPARED = {
     ),
     "claim_uncapped alone": (
         lambda s: _claim(s, capped=False, alone=LONE),
+        1,
+        False,
+        {"messages_claimable_idx", "messages_pkey"},
+    ),
+    "claim_lone": (
+        lambda s: _claim(s, capped=False, alone=LONE, lone=True),
         1,
         False,
         {"messages_claimable_idx", "messages_pkey"},
@@ -99,16 +109,28 @@ PREPARED = {
 }
 
 
+@pytest.mark.parametrize("webhooks", [False, True], ids=["plain", "webhooks"])
 @pytest.mark.parametrize("name", list(PREPARED))
 def test_each_prepared_statement_reaches_its_rows_by_index_without_jit(
-    database_url: str, name: str
+    database_url: str, name: str, webhooks: bool
 ) -> None:
+    # plain messages to their origins, or webhooks to 2,000 endpoints: the
+    # endpoints are looked up one by one, never read whole
     make, destinations, running, expected = PREPARED[name]
-    backlog(database_url, running=running, destinations=destinations)
+    backlog(
+        database_url,
+        running=running,
+        destinations=destinations,
+        endpoints=2000 if webhooks else 0,
+    )
     store = Store(database_url, DispatcherConfig())
     statement, params = make(store)
+    if webhooks and "alone" in params:
+        params["alone"] = params["alone"] and "endpoint:1"
     plan = explain(database_url, statement, params, prepared=True, store=store)
     assert seq_scans(plan, "messages") == [], plan
+    if webhooks:
+        assert seq_scans(plan, "endpoints") == [], plan
     assert expected <= indexes(plan), (expected, indexes(plan))
     assert "JIT" not in plan, plan
 
