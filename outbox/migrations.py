@@ -89,7 +89,8 @@ def migrate(
             with conn.transaction():
                 run("migrate_lock_timeout")
                 run("migrate_lock", key=_lock_key(schema))
-                run("schema_create")
+                if not run("schema_exists", schema=schema):
+                    run("schema_create")
                 run("migrations_create")
                 checksum = run("migration_checksum", version=migration.version)
                 if checksum is not None:

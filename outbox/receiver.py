@@ -335,7 +335,13 @@ class Inbox:
         if exists[0]:
             return
         yield self._queries["inbox_lock"], {"lock": self._lock_key}, None
-        yield self._queries["schema_create"], {}, None
+        schema: list[bool] = yield (
+            self._queries["schema_exists"],
+            {"schema": self.schema},
+            scalar,
+        )
+        if not schema[0]:
+            yield self._queries["schema_create"], {}, None
         yield self._queries["inbox_create_table"], {}, None
 
     def _claim_plan(self, key: str) -> Plan[bool]:

@@ -1,6 +1,6 @@
 -- The migrations runner's own bookkeeping (outbox.migrations): the lock that
 -- serialises runners, and the table of applied versions in "{schema}".
--- schema_create and table_exists serve the receiver's inbox too.
+-- schema_exists, schema_create and table_exists serve the receiver's inbox too.
 
 -- name: migrate_lock_timeout
 -- Another runner may hold the lock for as long as its migration takes.
@@ -8,6 +8,12 @@ SET LOCAL lock_timeout = '60s'
 
 -- name: migrate_lock
 SELECT pg_advisory_xact_lock(%(key)s)
+
+-- name: schema_exists
+-- Asked before "schema_create": PostgreSQL checks the privilege to create a
+-- schema in the database before IF NOT EXISTS, so a role that owns its schema
+-- but may create none (as on a managed service) must not ask for one.
+SELECT to_regnamespace(quote_ident(%(schema)s)) IS NOT NULL
 
 -- name: schema_create
 CREATE SCHEMA IF NOT EXISTS {schema}
