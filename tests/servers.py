@@ -340,9 +340,14 @@ class StockServer:
     Its superuser ``postgres`` is trusted over TCP from 127.0.0.1, as is every role.
     """
 
-    def __init__(self, installation: Installation, *, name: str | None = None) -> None:
+    def __init__(
+        self, installation: Installation, *, name: str | None = None, durable: bool = False
+    ) -> None:
         self.installation = installation
         self.name = name or f"pg{installation.version}"
+        #: keep the build's durability (fsync, synchronous commit), as users run it;
+        #: else :data:`THROWAWAY`, for the tests' speed
+        self.durable = durable
         self.user = run_as()
         self.dir = Path(tempfile.mkdtemp(prefix=f"outbox-{self.name}-"))
         self.data = self.dir / "data"
@@ -407,7 +412,7 @@ class StockServer:
                 f"{self.name}: initdb failed (exit {done.returncode})\n"
                 f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
             )
-        settings = {**MANAGED, **THROWAWAY}
+        settings = MANAGED if self.durable else {**MANAGED, **THROWAWAY}
         with open(self.data / "postgresql.conf", "a", encoding="utf-8") as conf:
             conf.write("\n# the test suite's throwaway server (tests/servers.py)\n")
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
