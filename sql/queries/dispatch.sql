@@ -108,11 +108,12 @@ EXISTS (
 -- One row if some destination has a policy: an endpoint with a cap or a rate
 -- limit, or a row in destination_policies ("claim_uncapped" passed over their
 -- messages, which "claim" takes with their slots).
-SELECT 1 FROM {schema}.endpoints
-WHERE max_concurrency IS NOT NULL OR rate_limit_per_s IS NOT NULL
-UNION ALL
-SELECT 1 FROM {schema}.destination_policies
-LIMIT 1
+-- Two probes, each planned on its own: under one LIMIT, a plan may count on the
+-- second table to answer and read every endpoint for the first.
+SELECT 1
+WHERE EXISTS (SELECT 1 FROM {schema}.endpoints
+              WHERE max_concurrency IS NOT NULL OR rate_limit_per_s IS NOT NULL)
+   OR EXISTS (SELECT 1 FROM {schema}.destination_policies)
 
 -- fragment: policy_room
 -- "policed": the destinations in line for a claim ("listed" and "alone") that

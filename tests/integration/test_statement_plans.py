@@ -1,8 +1,8 @@
 """Every statement the dispatcher and the library run, planned as they are, on the
 server at hand.
 
-The suite runs against each server of the matrix (see ``tests/servers.py``): a
-plan that is cheap on one build can cost seconds on another. With a backlog of
+These run on every server installed (14 to 18, see ``tests/servers.py``), whatever
+the run's choice: a plan that is cheap on one build can cost seconds on another. With a backlog of
 20,000 messages, each statement must reach its rows through its indexes, in the
 generic plan the dispatcher keeps per connection for the per-batch statements,
 and no execution may be JIT-compiled, even where the server has JIT on (Debian's
@@ -28,6 +28,8 @@ from outbox import Outbox
 from outbox._queries import queries_for
 from outbox.endpoints import Endpoints
 from tests.plans import backlog, explain, indexes, jit_available, seq_scans
+
+pytestmark = pytest.mark.every_server  # each installed version, not only the run's
 
 LONE = "https://d0.example:443"
 

@@ -366,6 +366,7 @@ def _plan(db: Db, name: str, **params: object) -> str:
     return plan
 
 
+@pytest.mark.every_server
 def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) -> None:
     # on tables as a busy outbox has them, with their statistics: a month of
     # history, a backlog, some of it running
