@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 DATABASE_FIXTURES = frozenset(
-    {"pg_server", "template_url", "database_url", "empty_database_url", "tx"}
+    {"pg_server", "server_pool", "template_url", "database_url", "empty_database_url", "tx"}
 )
 
 
