@@ -4,6 +4,10 @@ Every statement runs in its own short transaction whose timeouts are set with
 ``set_config(..., is_local => true)``: no session state and no startup parameters,
 so the dispatcher works behind PgBouncer in transaction mode. The statements
 themselves live in ``sql/queries/dispatch.sql``.
+
+The module stays whole: one ``Store._run`` decides how every statement is sent (its
+session statement, preparing and re-planning, the deadline on its answer), and each
+method around it is a thin wrapper of one statement, its parameters and its rows.
 """
 
 from __future__ import annotations
@@ -54,41 +58,30 @@ state is left behind (PgBouncer in transaction mode is fine)."""
 _PREPARED = frozenset(
     {"claim", "claim_uncapped", "claim_lone", "complete", "complete_delivered", "renew"}
 )
-"""The statements run per batch, prepared (see ``Store._run``). The occasional ones
-(rescue, retention, the drain check) are planned at each run, for their values:
-a generic plan of the retention batch joined whole tables instead of looking
-its rows up. A prepared statement is sent after ``set_timeouts_prepared``: the
-timeouts, plus how it is planned. Once per connection, with a generic plan: custom plans
-(PostgreSQL's default for the first five executions, and whenever it guesses they
-pay) cost more to make than the claim and completion statements cost to run
-(3.4 ms to plan the claim, against 1 to 2 ms to run it for 100 messages).
+"""The statements run per batch, prepared (see ``Store._run``); the occasional ones
+(rescue, retention, the drain check) are planned at each run, for their values. A
+prepared statement goes after ``set_timeouts_prepared`` (the timeouts, and a generic
+plan, once per connection: planning the claim costs more than running it).
 
 A generic plan is made for the hot table's size at the time, which swings between
-empty and a backlog of millions: planned while it was nearly empty (a dispatcher
-started on an idle outbox), the claim reads the whole table, dead rows included,
-at every claim. So each connection's plans are made again once the table has grown
-past :data:`REPLAN_GROWTH` times the size they were made at (and past
-:data:`REPLAN_FLOOR` pages), which ``set_timeouts_prepared`` reports with each
-execution. From a few dozen pages up, every statement's plan reaches its rows
-through the indexes (``tests/integration/test_statement_plans.py``), and stays so as
-the table grows; a plan made for a large table stays good as it shrinks. The
-server re-plans too, whenever autovacuum analyzes the table, but only that often.
-No planner switch forces the indexes (``enable_seqscan = off`` did, by adding a
-cost of 10^10 to the alternative: past every JIT threshold on PostgreSQL up to 17)."""
+empty and a backlog of millions: made while it was nearly empty, the claim would
+read the whole table at every claim. So a connection's plans are made again once
+``set_timeouts_prepared`` reports the table :data:`REPLAN_GROWTH` times past the size
+they were made for (and past :data:`REPLAN_FLOOR` pages); from there up, every plan
+reaches its rows by index (``tests/integration/test_statement_plans.py``). No planner
+switch forces the indexes: ``enable_seqscan = off`` did, by adding 10^10 to the
+alternative's cost, past every JIT threshold up to PostgreSQL 17."""
 
 REPLAN_GROWTH = 4
-"""A connection's prepared plans are made again when the hot table has grown this
-many times past the size (in pages) they were planned for."""
+"""Plans are made again when the hot table has grown this many times (in pages)..."""
 
 REPLAN_FLOOR = 64
-"""...and past this many pages (512 KiB): below it, reading the whole table costs
-less than a millisecond, and plans of every size reach the rows by index above it."""
+"""...and past this many pages (512 KiB): read whole, fewer cost under a millisecond."""
 
 
 def stale_plan(planned_pages: int, pages: int) -> bool:
-    """Whether a plan made when the hot table had ``planned_pages`` pages should be made
-    again now that it has ``pages``."""
-    return pages >= REPLAN_GROWTH * max(planned_pages, REPLAN_FLOOR // REPLAN_GROWTH)
+    """Whether a plan made for ``planned_pages`` pages is to be made again at ``pages``."""
+    return pages >= max(REPLAN_GROWTH * planned_pages, REPLAN_FLOOR)
 
 
 def timeout_values(config: DispatcherConfig, statement_timeout: float) -> tuple[str, str, str]:

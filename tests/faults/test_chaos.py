@@ -80,6 +80,14 @@ DISPATCH_ARGS = (
     # held whole, its one destination would wait most of the run; what this
     # test checks (leases, rescue, dedupe) needs every message through in time
     "--no-retry-after-holds",
+    # while PostgreSQL restarts, the receiver (whose inbox is there) answers 503:
+    # the breaker opens, as it should, and its probes meet the outage too; at the
+    # default back-off (5 s, doubling to 40 s after three failed probes) the
+    # destination could stay shut past the time this test waits for deliveries
+    "--breaker-backoff",
+    "1",
+    "--breaker-backoff-max",
+    "2",
     "--log-level",
     "debug",  # "claimed" events: who claimed which attempt
 )
