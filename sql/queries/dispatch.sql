@@ -294,6 +294,29 @@ CAST(COALESCE(e.retry_schedule,
                    WHERE t.event_type = c.event_type)
               END) AS double precision[]) AS retry_schedule
 
+-- fragment: claimed
+-- The messages of "taken" (ids), now running under %(owner)s's lease, attempts + 1:
+-- the fencing token every later write of this claim must match. By primary key,
+-- from an array: joined to the CTE instead, the planner may hash the whole table
+-- to find a batch of rows.
+claimed AS (
+    UPDATE {schema}.messages AS m
+    SET state = 'running',
+        lease_owner = %(owner)s,
+        lease_until = now() + make_interval(secs => %(lease_s)s),
+        attempts = m.attempts + 1
+    WHERE m.id = ANY (ARRAY(SELECT id FROM taken))
+    RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
+              m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
+              m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
+)
+
+-- fragment: no_job
+-- A row of NULLs in the shape of "claimed_rows": a claim's signal that the
+-- dispatcher must claim the rest another way (see "claim_uncapped", "claim_lone").
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+
 -- fragment: claimed_rows
 -- The rows a claim hands the dispatcher, read by column name in
 -- dispatchers.jobs.job_rows: each claimed message with its endpoint's URL,
@@ -422,19 +445,9 @@ WITH RECURSIVE {destinations_due}, {policy_room}, heads AS (
     SELECT id, endpoint_id, available_at, destination FROM lone
     UNION ALL
     SELECT id, endpoint_id, available_at, destination FROM turns
-), {policy_slots}, claimed AS (
-    -- by primary key, from an array: joined to the CTE instead, the planner
-    -- may hash the whole table to find a batch of rows
-    UPDATE {schema}.messages AS m
-    SET state = 'running',
-        lease_owner = %(owner)s,
-        lease_until = now() + make_interval(secs => %(lease_s)s),
-        attempts = m.attempts + 1
-    WHERE m.id = ANY (ARRAY(SELECT id FROM admitted))
-    RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
-              m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
-), {health_probed}
+), {policy_slots}, taken AS (
+    SELECT id FROM admitted
+), {claimed}, {health_probed}
 ({claimed_rows}
  ORDER BY c.available_at, c.id)
 UNION ALL
@@ -511,23 +524,13 @@ WITH RECURSIVE {destinations_due}, heads AS (
     SELECT id FROM turns
 ), capped AS (
     {policed_exists}
-), claimed AS (
-    -- by primary key, as in "claim"
-    UPDATE {schema}.messages AS m
-    SET state = 'running',
-        lease_owner = %(owner)s,
-        lease_until = now() + make_interval(secs => %(lease_s)s),
-        attempts = m.attempts + 1
-    WHERE m.id = ANY (ARRAY(SELECT id FROM candidates))
-    RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
-              m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
-), {health_probed}
+), taken AS (
+    SELECT id FROM candidates
+), {claimed}, {health_probed}
 ({claimed_rows}
  ORDER BY c.available_at, c.id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+{no_job}
 FROM capped
 
 -- name: claim_lone
@@ -563,26 +566,16 @@ WITH deferred AS (
     ORDER BY m.available_at, m.id
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
-), claimed AS (
-    -- by primary key, as in "claim"
-    UPDATE {schema}.messages AS m
-    SET state = 'running',
-        lease_owner = %(owner)s,
-        lease_until = now() + make_interval(secs => %(lease_s)s),
-        attempts = m.attempts + 1
-    WHERE m.id = ANY (ARRAY(SELECT id FROM lone))
-    RETURNING m.id, m.idempotency_key, m.url, m.method, m.headers, m.body, m.content_type,
-              m.attempts, m.max_attempts, m.endpoint_id, m.event_type, m.created_at,
-              m.retry_base, m.available_at, m.ordering_key, m.destination, m.trace_context
-), probes AS (
+), taken AS (
+    SELECT id FROM lone
+), {claimed}, probes AS (
     -- none: a destination with a breaker is the general claim's
     SELECT CAST(NULL AS text) AS destination WHERE false
 )
 ({claimed_rows}
  ORDER BY c.available_at, c.id)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+{no_job}
 FROM deferred
 WHERE deferred
 
