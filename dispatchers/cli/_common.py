@@ -23,6 +23,7 @@ import contextlib
 import importlib.util
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -147,6 +148,40 @@ def add_secrets_key_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MAX_KEY_FILE = 64 * 1024
+"""The most a ``--secrets-key-file`` may hold: about a thousand keys."""
+
+
+def read_small_file(path: str, field: str, *, limit: int, encoding: str = "utf-8") -> str:
+    """The text of the regular file ``path``, at most ``limit`` bytes.
+
+    Every file a command reads comes through here, so none can make it read
+    forever (``/dev/zero``), wait on a writer (a FIFO) or fill memory: anything
+    but a regular file, a file over ``limit`` bytes or one not in ``encoding`` is
+    a :class:`UsageError` naming ``field`` (exit 2), and nothing is read past the
+    limit. The file is opened without blocking and checked by its descriptor, so
+    it is the file read that was checked."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UsageError(f"{field}: cannot read {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{field}: {path} is not a regular file")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as file:
+        try:
+            data = file.read(limit + 1)
+        except OSError as exc:
+            raise UsageError(f"{field}: cannot read {path}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise UsageError(f"{field}: {path} is larger than {limit:,} bytes")
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError:
+        raise UsageError(f"{field}: {path} is not {encoding.upper()} text") from None
+
+
 def keyring(args: argparse.Namespace) -> Keyring | None:
     """The keyring of ``--secrets-key-file``, else of ``OUTBOX_SECRETS_KEY``, else
     None. A file that cannot be read, or anything but keys in it (or in the
@@ -155,12 +190,7 @@ def keyring(args: argparse.Namespace) -> Keyring | None:
     path = getattr(args, "secrets_key_file", None)
     if path is not None:
         field = "--secrets-key-file"
-        try:
-            with open(path, encoding="ascii") as file:
-                text = file.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "it is not ASCII text"
-            raise UsageError(f"{field}: cannot read {path}: {reason}") from None
+        text = read_small_file(path, field, limit=MAX_KEY_FILE, encoding="ascii")
     else:
         field = SECRETS_KEY_VARIABLE
         text = os.environ.get(SECRETS_KEY_VARIABLE, "")
