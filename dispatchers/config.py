@@ -351,7 +351,8 @@ class DispatcherConfig:
         metadata=option(
             "serve Prometheus /metrics, /healthz (200 while the database answers, "
             "else 503) and /livez (200 while the process runs) on this port; 0 picks "
-            "a free one (the started event names it)",
+            "a free one (the started event names it); with --processes N, process i "
+            "serves on PORT+i",
             values="port",
             metavar="PORT",
         ),

@@ -241,35 +241,46 @@ class Dispatcher:
         database was failing.
         """
         config = self.config
-        await self._store.open()
         if config.metrics_port is not None:
-            self.metrics_server = await serve(
-                self.metrics,
-                host=config.metrics_host,
-                port=config.metrics_port,
-                healthy=self.healthy,
-            )
-        self._report.started(
-            schema=config.schema,
-            owner=self.owner,
-            concurrency=config.concurrency,
-            wakeups="listen" if config.listen else "poll",
-            poll_interval_s=config.poll_interval,
-            event_loop=loops.running(),
-            http_client=config.http_client,
-            proxy=None if config.proxy is None else str(config.proxy),  # credentials masked
-            **(urls(self.metrics_server) if self.metrics_server is not None else {}),
-        )
-        helpers = [asyncio.create_task(self._outcomes.run(), name="outbox-flusher")]
-        helpers += [
-            asyncio.create_task(s.run(), name=f"outbox-{type(s).__name__.lower()}")
-            for s in self._services
-        ]
-        if self._waker is not None:
-            helpers.append(asyncio.create_task(self._waker.run(), name="outbox-waker"))
-        if drain:
-            helpers.append(asyncio.create_task(self._watch_drain(), name="outbox-drain-watch"))
+            # Bound first, before anything needs undoing: a port already taken
+            # fails the start in one line rather than leaving a pool behind.
+            try:
+                self.metrics_server = await serve(
+                    self.metrics,
+                    host=config.metrics_host,
+                    port=config.metrics_port,
+                    healthy=self.healthy,
+                )
+            except OSError as exc:
+                raise DispatcherFailed(
+                    f"cannot serve metrics on {config.metrics_host} port {config.metrics_port}:"
+                    f" {os.strerror(exc.errno) if exc.errno else exc}"
+                ) from None
+        helpers: list[asyncio.Task[Any]] = []
         try:
+            await self._store.open()
+            self._report.started(
+                schema=config.schema,
+                owner=self.owner,
+                concurrency=config.concurrency,
+                wakeups="listen" if config.listen else "poll",
+                poll_interval_s=config.poll_interval,
+                event_loop=loops.running(),
+                http_client=config.http_client,
+                proxy=None if config.proxy is None else str(config.proxy),  # credentials masked
+                **(urls(self.metrics_server) if self.metrics_server is not None else {}),
+            )
+            helpers.append(asyncio.create_task(self._outcomes.run(), name="outbox-flusher"))
+            helpers += [
+                asyncio.create_task(s.run(), name=f"outbox-{type(s).__name__.lower()}")
+                for s in self._services
+            ]
+            if self._waker is not None:
+                helpers.append(asyncio.create_task(self._waker.run(), name="outbox-waker"))
+            if drain:
+                helpers.append(
+                    asyncio.create_task(self._watch_drain(), name="outbox-drain-watch")
+                )
             self._draining = drain
             drained = await self._claim_loop(drain=drain)
             if drain and not drained:

@@ -39,9 +39,26 @@ def child_argv(argv: Sequence[str], database_url: str) -> list[str]:
     return [*out, "--database-url", database_url]
 
 
-def supervise(argv: Sequence[str], database_url: str, processes: int, *, drain: bool) -> int:
-    """Run ``processes`` children until they all exit; return the exit code."""
-    command = [sys.executable, "-m", "dispatchers.cli", *child_argv(argv, database_url)]
+def supervise(
+    argv: Sequence[str],
+    database_url: str,
+    processes: int,
+    *,
+    drain: bool,
+    metrics_port: int | None = None,
+) -> int:
+    """Run ``processes`` children until they all exit; return the exit code.
+
+    With a ``metrics_port`` other than 0, child ``i`` (from 0) serves its metrics
+    on ``metrics_port + i``, a restarted child on the port of the one it replaces:
+    one port cannot be bound by several processes."""
+    base = [sys.executable, "-m", "dispatchers.cli", *child_argv(argv, database_url)]
+
+    def command(index: int) -> list[str]:
+        if not metrics_port:
+            return base
+        return [*base, "--metrics-port", str(metrics_port + index)]  # the last one counts
+
     children: list[subprocess.Popen[bytes]] = []
     forwarded: list[int] = []  # the signals received, each passed on to every child
     passed: dict[int, int] = {}  # per child pid, how many of them it was sent
@@ -64,10 +81,10 @@ def supervise(argv: Sequence[str], database_url: str, processes: int, *, drain: 
     previous = {sig: signal.signal(sig, received) for sig in (signal.SIGTERM, signal.SIGINT)}
     failed = 0
     try:
-        for _ in range(processes):
+        for index in range(processes):
             if forwarded:
                 break  # stopping: start no more
-            children.append(subprocess.Popen(command))  # noqa: S603
+            children.append(subprocess.Popen(command(index)))  # noqa: S603
         while any(child.poll() is None for child in children):
             pass_on()
             time.sleep(0.2)
@@ -88,7 +105,7 @@ def supervise(argv: Sequence[str], database_url: str, processes: int, *, drain: 
                     break
                 restarts.append(now)
                 print(f"outbox dispatch: a child exited {code}; restarting it", file=sys.stderr)
-                children[index] = subprocess.Popen(command)  # noqa: S603
+                children[index] = subprocess.Popen(command(index))  # noqa: S603
         # A child that the forwarded signal ended before its dispatcher installed
         # handlers had claimed nothing, whether the signal killed it (-signum) or
         # the command line's own handler exited (128 + signum): a clean stop too.

@@ -147,6 +147,11 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
     from dispatchers.watchdog import DispatcherFailed
 
     config = config_from_args(args)
+    if config.metrics_port and config.metrics_port + args.processes - 1 > 65535:
+        raise UsageError(
+            f"--metrics-port: {args.processes} processes serve on ports {config.metrics_port}"
+            f" to {config.metrics_port + args.processes - 1}, past 65535"
+        )
     log = EventLog(format=args.log_format, level=args.log_level)
     log.capture_logging()
     resolve_event_loop(config.event_loop)  # a missing uvloop fails here, once, not per child
@@ -156,7 +161,13 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
         if args.processes > 1:
             from dispatchers.supervisor import supervise
 
-            status = supervise(args.argv, db.url, args.processes, drain=args.drain)
+            status = supervise(
+                args.argv,
+                db.url,
+                args.processes,
+                drain=args.drain,
+                metrics_port=config.metrics_port,
+            )
             return ExitCode.of_child(status)
         stats = run_dispatcher(db.url, config, drain=args.drain, log=log)
     except DispatcherFailed as exc:

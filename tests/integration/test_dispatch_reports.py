@@ -5,8 +5,10 @@ went dead."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 
 from dispatchers.cli import main
 from dispatchers.cli._exit import ExitCode
-from tests.processes import Fleet, enqueue_many, wait_until
+from tests.processes import Fleet, enqueue_many, query, wait_until
 from tests.receiver import Received, Receiver, Reply
 
 RELAXED = ("--request-timeout", "2", "--lease", "9")
@@ -90,3 +92,66 @@ def test_a_drain_exits_3_and_counts_the_dead_when_messages_went_dead(
     assert "2 message(s) went dead" in captured.err
     dead = [json.loads(line) for line in captured.out.splitlines() if '"dead"' in line]
     assert len([e for e in dead if e["event"] == "dead"]) == 2
+
+
+@pytest.mark.parametrize("drain", [False, True], ids=["run", "drain"])
+def test_a_metrics_port_in_use_ends_the_start_in_one_line(
+    database_url: str, fleet: Fleet, drain: bool
+) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        args = [*RELAXED, "--metrics-port", str(port), *(["--drain"] if drain else [])]
+        proc = fleet.start(database_url, *args)
+        assert proc.wait(timeout=60) == ExitCode.FAILURE, proc.describe()
+    lines = proc.stderr().strip().splitlines()
+    assert lines == [
+        f"outbox dispatch: cannot serve metrics on 127.0.0.1 port {port}: Address already in use"
+    ], proc.describe()
+    assert not [e for e in proc.events() if e["event"] == "started"]
+    # it failed before connecting: no session of it was left on the server
+    assert not query(
+        database_url,
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+        (proc.name,),
+    )
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports on 127.0.0.1 free just now."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = probe.getsockname()[1]
+        if first + count > 65536:
+            continue
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(first, first + count):
+                    taken = stack.enter_context(socket.socket())
+                    taken.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return first
+    raise AssertionError(f"no {count} consecutive free ports in 50 tries")
+
+
+def test_each_process_serves_its_metrics_on_a_port_of_its_own(
+    database_url: str, fleet: Fleet
+) -> None:
+    first = free_ports(2)
+    proc = fleet.start(database_url, *RELAXED, "--processes", "2", "--metrics-port", str(first))
+
+    def answering() -> bool:
+        for port in (first, first + 1):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=5) as r:
+                    assert r.status == 200
+            except OSError:
+                return False
+        return True
+
+    wait_until(answering, timeout=60, what="both children's /livez", processes=[proc])
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == ExitCode.OK, proc.describe()
