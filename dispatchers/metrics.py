@@ -84,15 +84,33 @@ class Metrics:
 PATHS = ("/metrics", "/healthz", "/livez")
 """What :func:`serve` answers: Prometheus metrics, database health, liveness."""
 
+MAX_CONNECTIONS = 64
+"""Connections :func:`serve` holds at once; one past it is closed on arrival. A
+scrape or probe takes one for a moment, so the bound is reached only by clients
+that hold theirs open (headers sent a byte at a time): they cannot take the
+descriptors the dispatcher needs for its database and its deliveries."""
+
+HEADER_SECONDS = 5.0
+"""How long a connection may take to send its request's headers."""
+
 
 async def serve(
     metrics: Metrics, *, host: str, port: int, healthy: Callable[[], bool]
 ) -> asyncio.Server:
-    """Start the /metrics and /healthz server on the running loop."""
+    """Start the /metrics, /healthz and /livez server on the running loop: at most
+    :data:`MAX_CONNECTIONS` at once, each closed unless its headers arrive within
+    :data:`HEADER_SECONDS`."""
+
+    open_connections = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal open_connections
+        if open_connections >= MAX_CONNECTIONS:
+            writer.close()
+            return
+        open_connections += 1
         try:
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(HEADER_SECONDS):
                 request = await reader.readuntil(b"\r\n\r\n")
             path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b""
             if path == b"/metrics":
@@ -110,10 +128,12 @@ async def serve(
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             )
             writer.write(head.encode("ascii") + body)
-            await writer.drain()
+            async with asyncio.timeout(HEADER_SECONDS):  # nor hold it by not reading
+                await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
             pass
         finally:
+            open_connections -= 1
             writer.close()
 
     return await asyncio.start_server(handle, host, port, limit=16 * 1024)

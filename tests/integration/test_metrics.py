@@ -8,7 +8,9 @@ import re
 
 import httpx
 import psycopg
+import pytest
 
+from dispatchers import metrics as metrics_module
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
 from outbox import Outbox
@@ -61,3 +63,78 @@ async def test_metrics_change_as_messages_are_delivered(database_url: str) -> No
     assert sample(after, "outbox_claims_total") >= 2
     assert sample(after, "outbox_in_flight") == 0
     assert sample(after, "outbox_lease_lost_total") == 0
+
+
+async def closed(reader: asyncio.StreamReader) -> bool:
+    """Whether the server closed the connection (an end or a reset) without a word."""
+    try:
+        return await reader.read() == b""
+    except ConnectionResetError:
+        return True
+
+
+async def probe(port: int) -> bytes:
+    """What the server answers a whole request for /livez (b"" when it hangs up)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+        async with asyncio.timeout(30):
+            return await reader.read()
+    except ConnectionResetError:
+        return b""
+    finally:
+        writer.close()
+
+
+async def test_clients_that_hold_connections_open_cannot_take_the_metrics_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metrics_module, "HEADER_SECONDS", 600.0)  # longer than the test
+    server = await metrics_module.serve(
+        metrics_module.Metrics(), host="127.0.0.1", port=0, healthy=lambda: True
+    )
+    port = server.sockets[0].getsockname()[1]
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        # more clients than the bound, each sending part of its headers and no more
+        for _ in range(metrics_module.MAX_CONNECTIONS + 20):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /livez HTTP/1.1\r\nHost: x\r\n")
+            held.append((reader, writer))
+        # those past the bound are closed on arrival, long before their headers' time
+        async with asyncio.timeout(30):
+            extra = held[metrics_module.MAX_CONNECTIONS :]
+            assert all(await asyncio.gather(*(closed(reader) for reader, _ in extra)))
+        assert await probe(port) == b""  # full: a whole request is turned away too
+        for _, writer in held:
+            writer.close()
+        # once they let go, the server answers again
+        deadline = asyncio.get_running_loop().time() + 30
+        while not (answer := await probe(port)):
+            assert asyncio.get_running_loop().time() < deadline, "never answered again"
+            await asyncio.sleep(0.05)
+        assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"alive\n")
+    finally:
+        for _, writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_client_that_never_ends_its_headers_is_hung_up_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metrics_module, "HEADER_SECONDS", 0.5)
+    server = await metrics_module.serve(
+        metrics_module.Metrics(), host="127.0.0.1", port=0, healthy=lambda: True
+    )
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET /livez HTTP/1.1\r\nHost: x\r\n")
+        async with asyncio.timeout(30):
+            assert await closed(reader)
+    finally:
+        writer.close()
+        server.close()
+        await server.wait_closed()
