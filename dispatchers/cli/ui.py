@@ -2,42 +2,91 @@
 
 Safe by default: it binds 127.0.0.1, and any other address needs a login token
 (``--token-file``, else ``$OUTBOX_UI_TOKEN``) or the command refuses to start.
-``--read-only`` serves the pages and no action at all.
+``--read-only`` serves the pages and no action at all. Sealed signing secrets
+open with the keys of ``--secrets-key-file`` (else ``$OUTBOX_SECRETS_KEY``);
+without them the pages still serve, showing such secrets as sealed.
+
+``--host`` is checked before anything starts: a bracketed IPv6 address and a
+name with the root's trailing dot are taken as meant, anything that does not
+resolve is refused naming the option, and without a token every address it
+resolves to must be loopback.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import os
+import socket
 import sys
 
 from dispatchers.cli._common import (
     Commands,
     UsageError,
     add_database_options,
+    add_secrets_key_option,
+    keyring,
     port,
+    read_small_file,
     require_extra,
     resolve_database,
 )
 from dispatchers.cli._exit import ExitCode
+from dispatchers.ui.limits import (
+    BODY_TIMEOUT,
+    ENDPOINTS_PAGE,
+    HEADER_TIMEOUT,
+    MAX_CONNECTIONS,
+    SIGN_IN_ATTEMPTS,
+    TABLE_ROWS,
+)
+from outbox.sealing import Keyring
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
+
+MAX_TOKEN_FILE = 4096
+"""The most a ``--token-file`` may hold."""
 
 
 def _token(args: argparse.Namespace) -> str | None:
     """The login token: the file's first line, else ``$OUTBOX_UI_TOKEN``, else none."""
     if args.token_file is None:
         return os.environ.get("OUTBOX_UI_TOKEN") or None
-    try:
-        with open(args.token_file, encoding="utf-8") as file:
-            token = file.readline().strip()
-    except OSError as exc:
-        raise UsageError(f"--token-file: cannot read {args.token_file}: {exc.strerror}") from None
+    text = read_small_file(args.token_file, "--token-file", limit=MAX_TOKEN_FILE)
+    token = text.split("\n", 1)[0].strip()
     if not token:
         raise UsageError(f"--token-file: {args.token_file} holds no token")
+    if not token.isprintable():
+        raise UsageError(f"--token-file: the first line of {args.token_file} is not printable")
     return token
+
+
+def _host(given: str, *, port: int, token: bool) -> str:
+    """The address to listen on, as ``--host`` gives it: an IPv6 address without
+    its brackets, a name without the root's dot. Refused (naming ``--host``) if
+    it holds spaces or does not resolve; without a token, unless every address
+    it resolves to is loopback."""
+    host = given
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host.endswith(".") and not host.endswith(".."):
+        host = host[:-1]
+    if not host or not host.isprintable() or any(c.isspace() for c in host):
+        raise UsageError(f"--host: {given!r} is not an address or a host name")
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else "not a host name"
+        raise UsageError(f"--host: cannot listen on {given!r}: {reason}") from None
+    addresses = {str(info[4][0]) for info in found}
+    if not token and not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        raise UsageError(
+            f"--host: refusing to serve {given} without a token: give --token-file "
+            "or set OUTBOX_UI_TOKEN (or bind 127.0.0.1)"
+        )
+    return host
 
 
 def _label(url: str) -> str:
@@ -50,10 +99,17 @@ def _label(url: str) -> str:
 
 
 def serve_dashboard(
-    url: str, *, schema: str, host: str, port: int, read_only: bool, token: str | None
+    url: str,
+    *,
+    schema: str,
+    host: str,
+    port: int,
+    read_only: bool,
+    token: str | None,
+    keys: Keyring | None = None,
 ) -> None:
     """Serve the dashboard of ``schema`` in the database at ``url`` until
-    interrupted, saying on stderr where."""
+    interrupted, saying on stderr where; ``keys`` open sealed signing secrets."""
     from dispatchers.log import EventLog
     from dispatchers.ui.app import serve
     from dispatchers.ui.auth import Guard
@@ -67,6 +123,7 @@ def serve_dashboard(
         templates=templates(),
         read_only=read_only,
         database=_label(url),
+        keyring=keys,
     )
 
     def started(address: str) -> None:
@@ -87,14 +144,17 @@ def cmd_ui(args: argparse.Namespace) -> ExitCode:
             file=sys.stderr,
         )
         return ExitCode.USAGE
+    host = _host(args.host, port=args.port, token=token is not None)
+    keys = keyring(args)
     db = resolve_database(args)
     serve_dashboard(
         db.url,
         schema=args.schema,
-        host=args.host,
+        host=host,
         port=args.port,
         read_only=args.read_only,
         token=token,
+        keys=keys,
     )
     return ExitCode.OK
 
@@ -108,9 +168,15 @@ def add_parser(commands: Commands) -> None:
         "backlog, attempts per minute, dispatchers and endpoints at a glance; find a "
         "message and see every attempt; retry or purge dead letters; disable or enable "
         "endpoints. It binds "
-        f"{DEFAULT_HOST} by default; another address needs a token.",
+        f"{DEFAULT_HOST} by default; another address needs a token. It holds at most "
+        f"{MAX_CONNECTIONS} connections at once (past that, a 503), gives each "
+        f"{HEADER_TIMEOUT:g} s to send a request's headers and {BODY_TIMEOUT:g} s to send "
+        f"its form, and allows {SIGN_IN_ATTEMPTS} sign-in attempts a minute per address. Lists are "
+        f"paged: {ENDPOINTS_PAGE} endpoints a page; the overview shows the first "
+        f"{TABLE_ROWS} of each table and links to the rest.",
     )
     add_database_options(p)
+    add_secrets_key_option(p)
     p.add_argument(
         "--host",
         default=DEFAULT_HOST,

@@ -10,7 +10,9 @@ build step, no CDN. The parts:
 - :mod:`~dispatchers.ui.views`: the pages and actions;
 - :mod:`~dispatchers.ui.dashboard`: what every request shares, and rendering;
 - :mod:`~dispatchers.ui.store`: the database, read-only for pages;
-- :mod:`~dispatchers.ui.charts`: per-minute charts as SVG (pure).
+- :mod:`~dispatchers.ui.charts`: per-minute charts as SVG (pure);
+- :mod:`~dispatchers.ui.fields`: what a query string or a form may hold (pure);
+- :mod:`~dispatchers.ui.limits`: the bounds on connections, sign-ins and pages.
 
 The dispatcher never imports this package, nor this package the CLI.
 """

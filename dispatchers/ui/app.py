@@ -6,19 +6,37 @@ POST to one is a 405, not a refusal by a handler that might be forgotten).
 Every response carries a Content-Security-Policy that allows scripts and styles
 from the dashboard itself only, so no value from the database can run as script
 even if one escaped a template.
+
+The server bounds what a connection can hold (:class:`~dispatchers.ui.dashboard.Limits`):
+at most so many connections at once (past that, a 503 and the connection closed),
+a deadline for a request's headers and one for its form. Running out of file
+descriptors, or refusing connections, is logged at most once a minute, never a
+traceback per connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
+import psycopg
 from aiohttp import web
 
+from dispatchers.log import EventLog
 from dispatchers.ui import endpoint_pages, views
 from dispatchers.ui.auth import COOKIE
-from dispatchers.ui.dashboard import DASHBOARD, SESSION, Dashboard, set_session
+from dispatchers.ui.dashboard import (
+    DASHBOARD,
+    SESSION,
+    Dashboard,
+    read_form,
+    render,
+    set_session,
+)
+from outbox.sealing import SealBroken, SecretKeyMissing
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -51,7 +69,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         sid, fresh = guard.new_session()
     request[SESSION] = sid
     if request.method == "POST":
-        form = await request.post()
+        form = await read_form(request)
         given = form.get("csrf")
         if not guard.accepts_csrf(sid, given if isinstance(given, str) else None):
             raise web.HTTPForbidden(text="missing or wrong CSRF token; reload the page")
@@ -59,6 +77,33 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if fresh is not None:
         set_session(response, fresh)
     return response
+
+
+@web.middleware
+async def _refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """What a handler could not do, as a page that says why, not a 500: a secret
+    sealed under a key the dashboard was not given (409), and a value the
+    database cannot take (400; the fields are checked first, so this is a
+    last resort, classified by SQLSTATE class 22)."""
+    try:
+        return await handler(request)
+    except SecretKeyMissing as exc:
+        message = (
+            f"This endpoint's signing secret is sealed under key {exc.key_id}, which this "
+            "dashboard was not given: start outbox ui with --secrets-key-file (or "
+            "OUTBOX_SECRETS_KEY) holding that key to make this change."
+        )
+        return render(request, "error.html", status=409, message=message)
+    except SealBroken as exc:
+        message = (
+            f"This endpoint's signing secret does not open under key {exc.key_id}: it was "
+            "altered or copied from another endpoint. Rotate it with outbox endpoints."
+        )
+        return render(request, "error.html", status=409, message=message)
+    except psycopg.errors.DataError as exc:
+        request.app[DASHBOARD].log.event("ui_bad_value", path=request.path, sqlstate=exc.sqlstate)
+        message = "A value of this request is one the database cannot take."
+        return render(request, "error.html", status=400, message=message)
 
 
 async def _headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -72,7 +117,7 @@ async def _headers(request: web.Request, response: web.StreamResponse) -> None:
 
 def build_app(dashboard: Dashboard) -> web.Application:
     """The application: pages always, actions unless read-only."""
-    app = web.Application(middlewares=[_guard], client_max_size=64 * 1024)
+    app = web.Application(middlewares=[_guard, _refusals], client_max_size=64 * 1024)
     app[DASHBOARD] = dashboard
     app.on_response_prepare.append(_headers)
     app.router.add_get("/", views.overview)
@@ -110,10 +155,21 @@ async def serve(
     """Serve until cancelled; ``started`` gets the URL once the socket listens and
     the day chart is read."""
     await asyncio.to_thread(dashboard.store.open)
-    runner = web.AppRunner(build_app(dashboard), access_log=None)
+    limits = dashboard.limits
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(_LoopErrors(dashboard.log, previous))
+    # keepalive_timeout is the header deadline: aiohttp closes a connection that
+    # has not sent a whole request this long after it opened or was last answered
+    runner = web.AppRunner(
+        build_app(dashboard), access_log=None, keepalive_timeout=limits.header_timeout
+    )
     try:
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        if runner.server is None:  # setup() made it
+            raise RuntimeError("the dashboard's server was not set up")
+        gate = _Gate(runner.server, cap=limits.max_connections, log=dashboard.log)
+        site = _Site(runner, host, port, gate)
         await site.start()
         bound = runner.addresses[0]
         url = f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}/"
@@ -124,7 +180,120 @@ async def serve(
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
+        loop.set_exception_handler(previous)
         await asyncio.to_thread(dashboard.store.close)
+
+
+class _Throttled:
+    """An event logged at most once per ``every`` seconds, with how many times it
+    happened since it was last logged."""
+
+    def __init__(self, log: EventLog, event: str, *, every: float = 60.0) -> None:
+        self._log = log
+        self._event = event
+        self._every = every
+        self._unlogged = 0
+        self._logged_at: float | None = None
+
+    def note(self, **fields: Any) -> None:
+        self._unlogged += 1
+        now = time.monotonic()
+        if self._logged_at is not None and now - self._logged_at < self._every:
+            return
+        self._log.event(self._event, times=self._unlogged, **fields)
+        self._unlogged, self._logged_at = 0, now
+
+
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past the cap: answered 503 and closed, nothing read."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        cast(asyncio.Transport, transport).write(_BUSY)
+        transport.close()
+
+
+class _Gate:
+    """The listening socket's protocol factory: aiohttp's server while it holds
+    fewer than ``cap`` connections, else :class:`_Refused`.
+
+    aiohttp counts a connection once it is made, a step after the factory is
+    called; a burst of connections accepted together would all see the count
+    before any is made. So those handed over since the loop last settled are
+    counted too, until the connections they became are counted instead (two
+    turns of the loop: one for their ``connection_made``, queued as each is
+    accepted, one for this count's reset, queued behind them)."""
+
+    def __init__(self, server: web.Server, *, cap: int, log: EventLog) -> None:
+        self._server = server
+        self._cap = cap
+        self._handed = 0
+        self._refusals = _Throttled(log, "ui_connections_refused")
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        if len(self._server.connections) + self._handed >= self._cap:
+            self._refusals.note(cap=self._cap)
+            return _Refused()
+        if self._handed == 0:
+            loop = asyncio.get_running_loop()
+            loop.call_soon(loop.call_soon, self._settle)
+        self._handed += 1
+        return self._server()
+
+    def _settle(self) -> None:
+        self._handed = 0
+
+
+class _Site(web.BaseSite):
+    """aiohttp's TCP site, listening with :class:`_Gate` as protocol factory."""
+
+    __slots__ = ("_gate", "_host", "_port")
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, gate: _Gate) -> None:
+        super().__init__(runner)
+        self._host = host
+        self._port = port
+        self._gate = gate
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._gate, self._host, self._port, backlog=self._backlog, reuse_address=True
+        )
+
+
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+class _LoopErrors:
+    """The event loop's exception handler while the dashboard serves: running out
+    of file descriptors (the loop then pauses accepting, and retries) is logged
+    at most once a minute, without a traceback; anything else goes to the
+    handler that was there before."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        previous: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None,
+    ) -> None:
+        self._previous = previous
+        self._exhausted = _Throttled(log, "ui_out_of_file_descriptors")
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS:
+            self._exhausted.note(error=exc.strerror)
+        elif self._previous is not None:
+            self._previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
 
 
 async def _warm(dashboard: Dashboard) -> None:

@@ -14,9 +14,13 @@ middleware in :mod:`dispatchers.ui.app` applies them to requests.
 - Every POST carries a CSRF token derived from the session id with the same
   key, checked in constant time: a form of another origin can neither read it
   nor, with SameSite=Strict, send the cookie it belongs to.
-- Wrong tokens are counted per client address (:class:`SignInLimit`): a few a
-  minute, then the address is refused until the oldest ages out, so a token
-  cannot be guessed at the speed of HTTP.
+- Sign-in attempts are counted per client address (:class:`SignInLimit`): a
+  few a minute, then the address is refused until the oldest ages out, so a
+  token cannot be guessed at the speed of HTTP. An attempt is counted when it
+  starts, before its token is read, so attempts sent together are counted
+  together: no more than the limit is ever judged, however many are in flight.
+- Every comparison is of bytes, so a value with any character (a cookie, a
+  form field) is refused, never an error.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
+
+from dispatchers.ui.limits import SIGN_IN_ATTEMPTS, SIGN_IN_WINDOW
 
 COOKIE = "outbox_ui"
 """The name of the session cookie."""
@@ -64,9 +70,23 @@ def token_id(token: str) -> str:
     return "token:" + hashlib.sha256(token.encode()).hexdigest()[:8]
 
 
+def _same(given: str, expected: str) -> bool:
+    """Whether two strings are equal, compared in constant time as UTF-8 bytes
+    (:func:`hmac.compare_digest` refuses a ``str`` that is not ASCII)."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
+
+
 class SignInLimit:
-    """At most ``failures`` wrong tokens per client address in any ``window``
-    seconds, counted in memory (a restart forgets them, as it forgets sessions).
+    """At most ``failures`` sign-in attempts per client address in any ``window``
+    seconds that did not succeed, counted in memory (a restart forgets them, as
+    it forgets sessions).
+
+    An attempt is counted as it starts (:meth:`reserve`), before the token it
+    carries is read, and forgotten only when that token was right
+    (:meth:`succeeded`): so many attempts in flight at once are each counted
+    before any is judged, and past the limit the rest are refused unread.
 
     The table holds at most ``clients`` addresses: past that, addresses whose
     failures have all aged out go first, then the longest known, so a flood of
@@ -76,8 +96,8 @@ class SignInLimit:
     def __init__(
         self,
         *,
-        failures: int = 5,
-        window: float = 60.0,
+        failures: int = SIGN_IN_ATTEMPTS,
+        window: float = SIGN_IN_WINDOW,
         clients: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -88,22 +108,28 @@ class SignInLimit:
         self._seen: dict[str, deque[float]] = {}
 
     def blocked(self, client: str) -> bool:
-        """Whether ``client`` has used up its wrong tokens for now."""
+        """Whether ``client`` has used up its attempts for now."""
         times = self._seen.get(client)
         if times is None:
             return False
         self._age(times)
         return len(times) >= self._failures
 
-    def failed(self, client: str) -> None:
-        """Count a wrong token from ``client``."""
+    def reserve(self, client: str) -> bool:
+        """Count an attempt of ``client`` that is about to be judged, unless it
+        has used up its attempts: then False, and the attempt must be refused
+        without being judged. Checking and counting are one step (no ``await``
+        between them), so concurrent attempts cannot all pass the check."""
+        if self.blocked(client):
+            return False
         times = self._seen.setdefault(client, deque(maxlen=self._failures))
         times.append(self._clock())
         if len(self._seen) > self._clients:
             self._shrink()
+        return True
 
     def succeeded(self, client: str) -> None:
-        """Forget ``client``'s wrong tokens: it gave the right one."""
+        """Forget ``client``'s attempts: it gave the right token."""
         self._seen.pop(client, None)
 
     def _age(self, times: deque[float]) -> None:
@@ -143,7 +169,7 @@ class Guard:
         """Whether ``given`` is the login token (constant time)."""
         if self._token is None:
             return False
-        return hmac.compare_digest(given.encode(), self._token.encode())
+        return _same(given, self._token)
 
     def allows_host(self, header: str | None) -> bool:
         """Whether a request's ``Host`` header may be served: any with a token;
@@ -160,7 +186,7 @@ class Guard:
         if not cookie or "." not in cookie:
             return None
         sid, signature = cookie.rsplit(".", 1)
-        if not hmac.compare_digest(signature, self._sign("session", sid)):
+        if not _same(signature, self._sign("session", sid)):
             return None
         return sid
 
@@ -170,7 +196,7 @@ class Guard:
 
     def accepts_csrf(self, sid: str, given: str | None) -> bool:
         """Whether ``given`` is session ``sid``'s CSRF token (constant time)."""
-        return given is not None and hmac.compare_digest(given, self.csrf_token(sid))
+        return given is not None and _same(given, self.csrf_token(sid))
 
     def _sign(self, purpose: str, value: str) -> str:
         return hmac.new(self._key, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
 
@@ -11,7 +13,10 @@ from aiohttp import web
 
 from dispatchers.log import EventLog
 from dispatchers.ui.auth import COOKIE, Guard
+from dispatchers.ui.limits import Limits
 from dispatchers.ui.store import Store
+from outbox.endpoints import Endpoints
+from outbox.sealing import Keyring
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,15 @@ class Dashboard:
     read_only: bool
     database: str
     """The database as the header shows it: name and host, never credentials."""
+    keyring: Keyring | None = None
+    """The keys that open sealed signing secrets; without the one a secret is
+    sealed under, its fingerprint shows as unavailable and changes that need it
+    are refused, saying so."""
+    limits: Limits = field(default_factory=Limits)
+
+    def endpoints(self) -> Endpoints:
+        """The library's endpoints of the dashboard's schema, with its keyring."""
+        return Endpoints(schema=self.store.schema, keyring=self.keyring)
 
 
 DASHBOARD = web.AppKey("dashboard", Dashboard)
@@ -62,6 +76,15 @@ def render(request: web.Request, name: str, *, status: int = 200, **context: Any
 
 def dashboard_of(request: web.Request) -> Dashboard:
     return request.app[DASHBOARD]
+
+
+async def read_form(request: web.Request) -> Mapping[str, Any]:
+    """The request's form, read within the body timeout (else 408)."""
+    try:
+        async with asyncio.timeout(dashboard_of(request).limits.body_timeout):
+            return await request.post()
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(text="the form did not arrive in time") from None
 
 
 def bad(request: web.Request, problem: ValueError) -> web.Response:

@@ -3,44 +3,114 @@ health, one endpoint's last hour, and the changes an operator makes to it
 (enable, disable, edit, rotate its secret, replay its history, send it a test
 event). They follow the
 rules of :mod:`dispatchers.ui.views`.
+
+Signing secrets are shown as fingerprints, opened with the dashboard's keyring;
+a secret sealed under a key the dashboard was not given shows as sealed, and a
+change that needs it (an edit, a rotation) is refused saying so
+(:func:`dispatchers.ui.app._refusals`), so the pages never depend on the key.
+The list is read a page at a time (:data:`~dispatchers.ui.limits.ENDPOINTS_PAGE`
+endpoints, after an id), however many endpoints there are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+from urllib.parse import urlencode
 
 from aiohttp import web
 
 from dispatchers.policy_text import format_schedule, rate_text, tls_fields
-from dispatchers.ui.dashboard import bad, dashboard_of, log_action, render
-from dispatchers.ui.fields import SPANS, BadInput, read_cap, read_since, read_text, route_id
-from outbox.admin import replay, send_test_event, status
-from outbox.endpoints import DEFAULT_ROTATION_OVERLAP, Endpoints
+from dispatchers.ui.dashboard import bad, dashboard_of, log_action, read_form, render
+from dispatchers.ui.fields import (
+    SPANS,
+    BadInput,
+    read_cap,
+    read_choice,
+    read_id,
+    read_since,
+    read_text,
+    route_id,
+)
+from dispatchers.ui.limits import ENDPOINTS_PAGE
+from outbox._endpoint_rows import Endpoint, EndpointRow, json_value
+from outbox._queries import queries_for
+from outbox._transaction import rows_plan, run_sync
+from outbox.admin import replay, send_test_event
+from outbox.endpoints import DEFAULT_ROTATION_OVERLAP
 from outbox.errors import InvalidArgument
+from outbox.sealing import Keyring, SealBroken, Sealed, SecretKeyMissing, open_secret
 from outbox.secrets import fingerprint, generate_secret
 
 DISABLED_HERE = "disabled from the dashboard"
 """The reason an endpoint disabled here is given when the operator gives none."""
 
 
+class ShownSecret(NamedTuple):
+    """A signing secret as a page shows it: its fingerprint, or why it cannot."""
+
+    fingerprint: str | None
+    key_id: str | None
+    expires_at: datetime | None
+    unavailable: str | None
+    """Why there is no fingerprint: sealed under a key not given, or broken."""
+
+
+def shown_secrets(stored: Any, endpoint_id: int, keyring: Keyring | None) -> list[ShownSecret]:
+    """The secrets of an endpoint as stored (jsonb ``[{"secret", "key_id",
+    "expires_at"}]``), each opened by ``keyring`` if it can be."""
+    shown = []
+    for s in json_value(stored):
+        key_id = s["key_id"]
+        expires = datetime.fromisoformat(s["expires_at"]) if s["expires_at"] else None
+        try:
+            text = open_secret(keyring, Sealed(s["secret"], key_id), endpoint_id=endpoint_id)
+        except SecretKeyMissing:
+            why = f"sealed under key {key_id}, which this dashboard was not given"
+            shown.append(ShownSecret(None, key_id, expires, why))
+        except SealBroken:
+            why = f"sealed under key {key_id}, but does not open: altered or copied"
+            shown.append(ShownSecret(None, key_id, expires, why))
+        else:
+            shown.append(ShownSecret(fingerprint(text), key_id, expires, None))
+    return shown
+
+
+ATTENTION = ("1",)
+"""The value of ``attention`` that lists only the endpoints that need it."""
+
+
 async def endpoints(request: web.Request) -> web.StreamResponse:
-    """Every endpoint with its health and backlog; secrets as fingerprints only."""
-    store = dashboard_of(request).store
+    """One page of the endpoints, by id, with their health and backlog; secrets as
+    fingerprints only. ``after``: the last id of the page before; ``attention=1``:
+    only those disabled, failing or with dead messages."""
+    dashboard = dashboard_of(request)
+    store = dashboard.store
+    try:
+        after = read_id(request.query, "after") or 0
+        attention = read_choice(request.query, "attention", ATTENTION) is not None
+    except BadInput as exc:
+        return bad(request, exc)
 
-    def read(conn: Any) -> tuple[Any, dict[int, dict[str, Any]], dict[int, Any]]:
-        counts = {e["id"]: e for e in status(conn, schema=store.schema)["endpoints"]}
-        return Endpoints(schema=store.schema).all(conn), counts, store.endpoints_hour(conn)
+    def read(conn: Any) -> tuple[Any, dict[int, Any]]:
+        page = store.endpoint_page(conn, after=after, attention=attention, limit=ENDPOINTS_PAGE + 1)
+        return page, store.endpoints_hour(conn)
 
-    rows, counts, hours = await store.read(read)
+    rows, hours = await store.read(read)
+    more, rows = len(rows) > ENDPOINTS_PAGE, rows[:ENDPOINTS_PAGE]
+    filters = {"attention": "1"} if attention else {}
+    following = urlencode({**filters, "after": rows[-1].id}) if more else None
     return render(
         request,
         "endpoints.html",
         rows=rows,
-        counts=counts,
-        hours=hours,
-        fingerprints={e.id: [fingerprint(s.secret) for s in e.secrets] for e in rows},
+        hours={e.id: hours[e.id] for e in rows if e.id in hours},
+        secrets={e.id: shown_secrets(e.secrets, e.id, dashboard.keyring) for e in rows},
+        attention=attention,
+        first=urlencode(filters) if after else None,
+        following=following,
+        page_size=ENDPOINTS_PAGE,
     )
 
 
@@ -52,10 +122,10 @@ async def endpoint_toggle(request: web.Request) -> web.StreamResponse:
     action = request.match_info["action"]
     try:
         endpoint_id = route_id(request)
-        reason = read_text(await request.post(), "reason") or DISABLED_HERE
+        reason = read_text(await read_form(request), "reason") or DISABLED_HERE
     except BadInput as exc:
         return bad(request, exc)
-    box = Endpoints(schema=store.schema)
+    box = dashboard.endpoints()
 
     def toggle(conn: Any) -> int:
         if action == "enable":
@@ -64,38 +134,48 @@ async def endpoint_toggle(request: web.Request) -> web.StreamResponse:
 
     count = await store.write(toggle)
     log_action(dashboard, f"endpoint_{action}", count, endpoint_id=endpoint_id)
-    raise web.HTTPSeeOther(f"/endpoints#endpoint-{endpoint_id}")
+    # the page of the list that starts with it
+    raise web.HTTPSeeOther(f"/endpoints?after={endpoint_id - 1}#endpoint-{endpoint_id}")
+
+
+def _endpoint_get(conn: Any, schema: str, endpoint_id: int) -> EndpointRow | None:
+    """The endpoint's row as stored, secrets unopened."""
+    query = queries_for(schema)["endpoint_get"]
+    rows = run_sync(conn, rows_plan(query, {"id": endpoint_id}, EndpointRow))
+    return rows[0] if rows else None
 
 
 async def endpoint(request: web.Request) -> web.StreamResponse:
     """One endpoint: its settings and health, and its last hour of attempts."""
-    store = dashboard_of(request).store
+    dashboard = dashboard_of(request)
+    store = dashboard.store
     try:
         endpoint_id = route_id(request)
     except BadInput as exc:
         return bad(request, exc)
 
-    def read(conn: Any) -> tuple[Any, Any, Any, Any]:
-        found = Endpoints(schema=store.schema).get(conn, endpoint_id)
-        if found is None:
+    def read(conn: Any) -> tuple[EndpointRow | None, Any, Any, Any]:
+        row = _endpoint_get(conn, store.schema, endpoint_id)
+        if row is None:
             return None, None, None, None
         return (
-            found,
+            row,
             store.endpoint_hour(conn, endpoint_id),
             store.endpoint_attempts(conn, endpoint_id),
             store.destination_health(conn, f"endpoint:{endpoint_id}"),
         )
 
-    found, hour, attempts, health = await store.read(read)
-    if found is None:
+    row, hour, attempts, health = await store.read(read)
+    if row is None:
         return render(request, "error.html", status=404, message=f"No endpoint {endpoint_id}.")
+    found: Endpoint = row._replace(secrets=[]).endpoint(None)  # its secrets, shown apart
     return render(
         request,
         "endpoint.html",
         endpoint=found,
         hour=hour,
         attempts=attempts,
-        fingerprints=[fingerprint(s.secret) for s in found.secrets],
+        secrets=shown_secrets(row.secrets, row.id, dashboard.keyring),
         rate=rate_text(found.rate_limit_per_s, found.burst),
         schedule=format_schedule(found.retry_schedule),
         tls=tls_fields(found),
@@ -120,14 +200,14 @@ async def endpoint_edit(request: web.Request) -> web.StreamResponse:
     for every type) and its cap (empty for none)."""
     dashboard = dashboard_of(request)
     store = dashboard.store
-    form = await request.post()
+    form = await read_form(request)
     try:
         endpoint_id = route_id(request)
         cap = read_cap(form)
         event_types = (read_text(form, "event_types") or "").replace(",", " ").split()
     except BadInput as exc:
         return bad(request, exc)
-    box = Endpoints(schema=store.schema)
+    box = dashboard.endpoints()
     try:
         await store.write(
             lambda conn: box.update(
@@ -149,21 +229,33 @@ async def endpoint_edit(request: web.Request) -> web.StreamResponse:
 async def endpoint_rotate(request: web.Request) -> web.StreamResponse:
     """Sign with a new secret; the page that answers is the only place it is
     shown (not a redirect: reloading it does not show it again, and the log
-    names its fingerprint only)."""
+    names its fingerprint only). Without a keyring where secrets are sealed, it
+    is refused: the new secret would be stored in plain text."""
     dashboard = dashboard_of(request)
     store = dashboard.store
     try:
         endpoint_id = route_id(request)
     except BadInput as exc:
         return bad(request, exc)
-    box = Endpoints(schema=store.schema)
+    box = dashboard.endpoints()
     secret = generate_secret()
+
+    def rotate(conn: Any) -> Endpoint | None:
+        if dashboard.keyring is None and store.sealed_secrets(conn):
+            return None
+        return box.rotate_secret(conn, endpoint_id, secret=secret)
+
     try:
-        rotated = await store.write(
-            lambda conn: box.rotate_secret(conn, endpoint_id, secret=secret)
-        )
+        rotated = await store.write(rotate)
     except InvalidArgument as exc:
         return bad(request, exc)
+    if rotated is None:
+        message = (
+            "Signing secrets here are sealed, and this dashboard was not given the key: "
+            "a new secret would be stored in plain text. Start outbox ui with "
+            "--secrets-key-file (or OUTBOX_SECRETS_KEY) to rotate it."
+        )
+        return render(request, "error.html", status=409, message=message)
     log_action(
         dashboard, "endpoint_rotate_secret", 1, endpoint_id=endpoint_id, new=fingerprint(secret)
     )
@@ -178,7 +270,7 @@ async def endpoint_replay(request: web.Request) -> web.StreamResponse:
     store = dashboard.store
     try:
         endpoint_id = route_id(request)
-        since = read_since(await request.post())
+        since = read_since(await read_form(request))
         if since is None:
             raise BadInput("since: required")
     except BadInput as exc:

@@ -2,7 +2,11 @@
 
 Every field is checked here before anything runs: a value that cannot be meant
 raises :class:`BadInput` naming the field, and the page answers 400 with that
-message (:func:`dispatchers.ui.dashboard.bad`).
+message (:func:`dispatchers.ui.dashboard.bad`). Every text field goes through
+:func:`read_text`, which refuses a NUL (PostgreSQL's text cannot hold one) and
+text over a thousand characters; every time is checked to have a UTC instant
+that Python and PostgreSQL can both hold, so no value from a request reaches a
+statement or a template that cannot take it.
 """
 
 from __future__ import annotations
@@ -29,12 +33,36 @@ class BadInput(ValueError):
 
 
 def read_text(fields: Mapping[str, Any], name: str) -> str | None:
+    """``name``, stripped, or None when absent or blank; at most
+    :data:`_TEXT_LIMIT` characters and without NUL (PostgreSQL's text cannot
+    hold one)."""
     value = fields.get(name)
     if not isinstance(value, str) or not value.strip():
         return None
     if len(value) > _TEXT_LIMIT:
         raise BadInput(f"{name}: longer than {_TEXT_LIMIT} characters")
+    if "\x00" in value:
+        raise BadInput(f"{name}: contains a NUL character")
     return value.strip()
+
+
+def read_choice(fields: Mapping[str, Any], name: str, choices: tuple[str, ...]) -> str | None:
+    """``name``: one of ``choices``, or None when absent."""
+    value = read_text(fields, name)
+    if value is not None and value not in choices:
+        raise BadInput(f"{name}: must be one of {', '.join(choices)}")
+    return value
+
+
+def _in_range(name: str, moment: datetime, value: str) -> datetime:
+    """``moment``, refused when its instant has no UTC time that Python can hold
+    (a time in year 1 or 9999 with an offset that crosses the year's end), so
+    that every page can show it in UTC."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise BadInput(f"{name}: {value[:40]!r} is out of range") from None
+    return moment
 
 
 def read_id(fields: Mapping[str, Any], name: str) -> int | None:
@@ -68,7 +96,7 @@ def read_since(fields: Mapping[str, Any]) -> datetime | None:
         raise BadInput(f"since: {value[:40]!r} is neither {', '.join(SPANS)} nor a time") from None
     if moment.utcoffset() is None:
         raise BadInput("since: the time has no UTC offset")
-    return moment
+    return _in_range("since", moment, value)
 
 
 def read_moment(fields: Mapping[str, Any], name: str) -> datetime | None:
@@ -81,7 +109,9 @@ def read_moment(fields: Mapping[str, Any], name: str) -> datetime | None:
         moment = datetime.fromisoformat(value)
     except ValueError:
         raise BadInput(f"{name}: {value[:40]!r} is not a time (YYYY-MM-DDTHH:MM)") from None
-    return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
+    if moment.utcoffset() is None:
+        return moment.replace(tzinfo=UTC)
+    return _in_range(name, moment, value)
 
 
 def read_webhook_id(fields: Mapping[str, Any]) -> tuple[str | None, int | None]:

@@ -6,26 +6,37 @@ worker thread on a pooled connection, so a slow query never blocks the event
 loop that serves the other requests. Every page runs in a ``READ ONLY``
 transaction: a page cannot write, whatever its code does. Only :meth:`Store.write`
 opens a transaction that can, and the dashboard never calls it in read-only mode.
+
+The dashboard's statements are those of ``sql/queries/ui.sql``, and the page of
+the endpoints list in ``pages.sql`` beside this module, bound to the schema as
+the library binds its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from outbox._inspect import DestinationHealth
-from outbox._queries import queries_for
-from outbox._transaction import rows_plan, run_sync
+from outbox._queries import Statement, parse, queries_for
+from outbox._transaction import rows_plan, run_sync, scalar
 
 T = TypeVar("T")
 
 SEARCH_LIMIT = 100
 """The most messages one search shows."""
+
+LISTED_TYPES = 10
+"""The most event types the endpoints list shows of one endpoint (its page
+shows them all)."""
 
 RECENT_ATTEMPTS = 20
 """The most attempts an endpoint's page lists."""
@@ -109,6 +120,27 @@ class RecentAttempt(NamedTuple):
     error_class: str | None
 
 
+class ListedEndpoint(NamedTuple):
+    """A row of ``ui_endpoint_page``: one endpoint of the list."""
+
+    id: int
+    url: str
+    description: str
+    event_types: list[str]
+    """The first :data:`LISTED_TYPES`."""
+    event_type_count: int
+    enabled: bool
+    disabled_reason: str | None
+    failure_streak: int
+    failing_since: datetime | None
+    last_success_at: datetime | None
+    max_concurrency: int | None
+    secrets: Any
+    """jsonb: ``[{"secret", "key_id", "expires_at"}]``, as stored, newest first."""
+    pending: int
+    dead: int
+
+
 class Found(NamedTuple):
     """A row of ``ui_messages``: one message matching a search."""
 
@@ -137,6 +169,7 @@ class Store:
             open=False,
             kwargs={"connect_timeout": 10},
         )
+        self._pages = _pages(schema)
 
     def open(self) -> None:
         self._pool.open(wait=True, timeout=15)
@@ -224,6 +257,20 @@ class Store:
     def owners(self, conn: psycopg.Connection[Any]) -> list[Owner]:
         return run_sync(conn, rows_plan(queries_for(self.schema)["ui_dispatchers"], {}, Owner))
 
+    def endpoint_page(
+        self, conn: psycopg.Connection[Any], *, after: int, attention: bool, limit: int
+    ) -> list[ListedEndpoint]:
+        """Up to ``limit`` endpoints after id ``after``, by id (those that need
+        attention only, if asked)."""
+        params = {"after": after, "attention": attention, "limit": limit, "types": LISTED_TYPES}
+        plan = rows_plan(self._pages["ui_endpoint_page"], params, ListedEndpoint)
+        return run_sync(conn, plan)
+
+    def sealed_secrets(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether any signing secret is sealed."""
+        rows = run_sync(conn, rows_plan(self._pages["ui_sealed_secrets"], {}, scalar))
+        return bool(rows[0])
+
     def search(
         self,
         conn: psycopg.Connection[Any],
@@ -245,3 +292,18 @@ class Store:
             "limit": SEARCH_LIMIT,
         }
         return run_sync(conn, rows_plan(queries_for(self.schema)["ui_messages"], params, Found))
+
+
+@functools.cache
+def _page_sources() -> dict[str, str]:
+    return parse("pages", Path(__file__).with_name("pages.sql").read_text("utf-8"))
+
+
+def _pages(schema: str) -> dict[str, Statement]:
+    """The statements of ``pages.sql``, bound to ``schema`` (checked already: the
+    library's statements of the same schema were bound first)."""
+    queries_for(schema)  # checks the name
+    return {
+        name: Statement(name, sql.SQL(body).format(schema=sql.Identifier(schema)).as_string(None))
+        for name, body in _page_sources().items()
+    }

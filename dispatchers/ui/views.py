@@ -23,7 +23,14 @@ from aiohttp import web
 
 from dispatchers.ui.auth import Guard
 from dispatchers.ui.charts import bars, per_hour, per_minute
-from dispatchers.ui.dashboard import bad, dashboard_of, log_action, render, set_session
+from dispatchers.ui.dashboard import (
+    bad,
+    dashboard_of,
+    log_action,
+    read_form,
+    render,
+    set_session,
+)
 from dispatchers.ui.fields import (
     SPANS,
     BadInput,
@@ -34,6 +41,7 @@ from dispatchers.ui.fields import (
     read_webhook_id,
     route_id,
 )
+from dispatchers.ui.limits import TABLE_ROWS
 from outbox.admin import (
     dead_count,
     dead_list,
@@ -53,10 +61,6 @@ STATES = ("ready", "running", "paused", "dead", "delivered")
 
 DEAD_LIMIT = 100
 """The most dead messages one page lists."""
-
-TABLE_ROWS = 100
-"""The most held or policed destinations the overview lists: one row per troubled
-or policed destination keeps these few, the bound keeps the page small regardless."""
 
 
 def _notice(fields: Mapping[str, Any]) -> str | None:
@@ -103,19 +107,21 @@ async def login_page(request: web.Request) -> web.StreamResponse:
 
 
 async def login(request: web.Request) -> web.StreamResponse:
+    """Sign in with the token. The attempt is counted before its form is read
+    (:meth:`SignInLimit.reserve`), so attempts sent together cannot all pass the
+    limit while each waits for its body; past the limit it is refused unread."""
     guard: Guard = dashboard_of(request).guard
     client = request.remote or "unknown"
-    if guard.sign_ins.blocked(client):
+    if not guard.sign_ins.reserve(client):
         return render(
             request,
             "login.html",
             status=429,
             error="Too many wrong tokens from this address: wait a minute, then try again.",
         )
-    form = await request.post()
+    form = await read_form(request)
     given = form.get("token")
     if not isinstance(given, str) or not guard.accepts_token(given.strip()):
-        guard.sign_ins.failed(client)
         return render(request, "login.html", status=403, error="That is not the token.")
     guard.sign_ins.succeeded(client)
     response = web.HTTPSeeOther("/")
@@ -159,9 +165,12 @@ async def overview(request: web.Request) -> web.StreamResponse:
         day_delivered=sum(b.delivered for b in day),
         day_failed=sum(b.failed for b in day),
         owners=owners,
-        attention=attention,
+        attention=attention[:TABLE_ROWS],
+        attention_count=len(attention),
         health=snapshot["destination_health"][:TABLE_ROWS],
+        health_count=len(snapshot["destination_health"]),
         policed=snapshot["destinations"][:TABLE_ROWS],
+        policed_count=len(snapshot["destinations"]),
         now=now,
     )
 
@@ -336,7 +345,7 @@ async def dead_act(request: web.Request) -> web.StreamResponse:
     store = dashboard.store
     action = request.match_info["action"]
     try:
-        filters = _dead_filters(await request.post())
+        filters = _dead_filters(await read_form(request))
     except BadInput as exc:
         return bad(request, exc)
     selection = _selection(filters)

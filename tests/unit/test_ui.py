@@ -115,7 +115,7 @@ def test_sign_in_limit_refuses_an_address_after_its_failures_until_they_age_out(
     limit = SignInLimit(failures=3, window=60, clock=clock)
     for _ in range(3):
         assert not limit.blocked("10.0.0.1")
-        limit.failed("10.0.0.1")
+        limit.reserve("10.0.0.1")
         clock.now += 10
     assert limit.blocked("10.0.0.1")
     assert not limit.blocked("10.0.0.2")  # per address
@@ -123,7 +123,7 @@ def test_sign_in_limit_refuses_an_address_after_its_failures_until_they_age_out(
     assert limit.blocked("10.0.0.1")
     clock.now += 1  # the first failure ages out: one more try
     assert not limit.blocked("10.0.0.1")
-    limit.failed("10.0.0.1")
+    limit.reserve("10.0.0.1")
     assert limit.blocked("10.0.0.1")
     limit.succeeded("10.0.0.1")
     assert not limit.blocked("10.0.0.1")
@@ -132,12 +132,12 @@ def test_sign_in_limit_refuses_an_address_after_its_failures_until_they_age_out(
 def test_sign_in_limit_keeps_a_bounded_table() -> None:
     clock = _Clock()
     limit = SignInLimit(failures=1, window=60, clients=2, clock=clock)
-    limit.failed("a")
+    limit.reserve("a")
     clock.now += 61  # a's failure aged out: a goes first
-    limit.failed("b")
-    limit.failed("c")
+    limit.reserve("b")
+    limit.reserve("c")
     assert limit.blocked("b") and limit.blocked("c") and not limit.blocked("a")
-    limit.failed("d")  # none aged out: the longest known (b) goes
+    limit.reserve("d")  # none aged out: the longest known (b) goes
     assert not limit.blocked("b") and limit.blocked("c") and limit.blocked("d")
 
 
