@@ -5,13 +5,14 @@ destination."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from dispatchers.db import Store
-from dispatchers.jobs import Completion
+from dispatchers.jobs import Completion, Job
 from outbox import Destinations, Outbox
 from outbox.endpoints import Endpoints
 from tests.dispatching import fast_config
@@ -118,5 +119,62 @@ async def test_a_claim_takes_a_slot_of_each_kind_which_release_and_rescue_free(
             )
         assert await store.rescue() == [(capped[1], "ready")]
         assert [job.id for job in await store.claim("owner", 20)] == [capped[3]]
+    finally:
+        await store.close()
+
+
+async def test_lowering_a_cap_below_the_requests_in_flight_starts_none_until_under_it(
+    database_url: str,
+) -> None:
+    box = Outbox()
+    origin = "https://capped.example"
+    with psycopg.connect(database_url) as conn:
+        Destinations().set(conn, origin, max_concurrency=5)
+        for i in range(9):
+            box.enqueue(conn, url=f"{origin}/x", idempotency_key=f"c{i}", json={})
+    store = Store(database_url, fast_config(destination_concurrency=100))
+    await store.open()
+
+    async def finish(job: Job) -> None:
+        done = Completion(
+            job.id,
+            job.attempts,
+            "delivered",
+            "delivered",
+            sent=True,
+            status=200,
+            started_at=datetime.now(UTC),
+            duration_ms=1,
+        )
+        assert (await store.complete("owner", [done]))[0] == {job.id}
+
+    try:
+        flying = await store.claim("owner", 20)
+        assert len(flying) == 5
+        for job in flying[:2]:  # two finish: three still in flight
+            await finish(job)
+        flying = flying[2:]
+        with psycopg.connect(database_url) as conn:
+            Destinations().set(conn, origin, max_concurrency=2)
+        assert await store.claim("owner", 20) == []  # 3 in flight against a cap of 2
+        await finish(flying.pop())
+        assert await store.claim("owner", 20) == []  # 2 in flight: at the cap
+        await finish(flying.pop())
+        (taken,) = await store.claim("owner", 20)  # 1 in flight: one may start
+        flying.append(taken)
+        assert await store.claim("owner", 20) == []
+        # raised again: the new slots are free at once, the held ones stay held
+        with psycopg.connect(database_url) as conn:
+            Destinations().set(conn, origin, max_concurrency=5)
+        assert len(await store.claim("owner", 20)) == 3
+        assert (
+            scalar(
+                database_url,
+                "SELECT count(*) FROM outbox.destination_slots"
+                " WHERE destination = %s AND message_id IS NULL",
+                (origin,),
+            )
+            == 0
+        )
     finally:
         await store.close()
