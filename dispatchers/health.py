@@ -12,8 +12,11 @@ batch of healthy deliveries writes nothing more than before.
 
 What counts as a failure (:func:`is_failure`): 5xx, 408 and 429 answers,
 timeouts, connection and protocol errors. Other 4xx answers are the receiver's
-verdict on one message, not ill health of the destination, and the SSRF guard's
-refusals are ours; both count as successes of the destination.
+verdict on one message, not ill health of the destination: they count as
+successes of it. What never reached the destination (:func:`is_counted`): the
+SSRF guard's refusals, URLs the client cannot send to, our own errors, does not
+count at all: a run of refusals neither opens a breaker nor dilutes the failures
+of the requests that were sent.
 
 Everything here is pure, its clock injectable: tests drive the windows without
 waiting.
@@ -35,6 +38,7 @@ __all__ = [
     "HealthBook",
     "Transition",
     "hold_for",
+    "is_counted",
     "is_failure",
 ]
 
@@ -48,6 +52,13 @@ same destination to be written again: a burst of answers with the same
 
 _FAILING_STATUSES = frozenset({408, 429})
 """The 4xx statuses that count as failures of the destination."""
+
+_UNCOUNTED_ERRORS = frozenset(
+    {"blocked_destination", "invalid_url", "unsupported_protocol", "internal_error"}
+)
+"""The error classes of attempts that say nothing of the destination's health:
+refused by the SSRF guard or unsendable before any request, or failed in our own
+code."""
 
 _FAILING_ERRORS = frozenset({"timeout", "connect_error", "protocol_error", "network_error"})
 """The error classes of :func:`~dispatchers.outcome.classify_exception` that count
@@ -67,6 +78,11 @@ class Transition(StrEnum):
     """The probe failed: the breaker is open again, for a longer back-off."""
     HELD = "held"
     """A Retry-After holds the destination."""
+
+
+def is_counted(outcome: Outcome) -> bool:
+    """Whether an attempt's outcome speaks of its destination's health at all."""
+    return outcome.status is not None or outcome.error_class not in _UNCOUNTED_ERRORS
 
 
 def is_failure(outcome: Outcome) -> bool:
@@ -151,6 +167,8 @@ class HealthBook:
             since = now - settings.window
             self._windows = {d: w for d, w in self._windows.items() if w.newest() > since}
             self._sweep_at = now + settings.window
+        if not is_counted(outcome):
+            return False
         window = self._windows.get(destination)
         if window is None:
             window = self._windows[destination] = _Window()

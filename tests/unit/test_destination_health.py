@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dispatchers.config import BreakerSettings
-from dispatchers.health import HOLD_SLACK, HealthBook, hold_for, is_failure
+from dispatchers.health import HOLD_SLACK, HealthBook, hold_for, is_counted, is_failure
 from dispatchers.outcome import Outcome, Verdict, classify_response
 
 SETTINGS = BreakerSettings(
@@ -62,6 +62,38 @@ def test_5xx_408_429_and_transport_errors_are_failures_other_answers_are_not(
     outcome: Outcome, failed: bool
 ) -> None:
     assert is_failure(outcome) is failed
+
+
+REFUSED = Outcome(Verdict.FAILED, None, "blocked", "blocked_destination", None)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "counted"),
+    [
+        (REFUSED, False),
+        (_error("invalid_url"), False),
+        (_error("unsupported_protocol"), False),
+        (_error("internal_error"), False),
+        (_error("timeout"), True),
+        (_error("connect_error"), True),
+        (_status(200), True),
+        (_status(404), True),
+        (_status(503), True),
+    ],
+)
+def test_only_attempts_that_reached_the_destination_count(outcome: Outcome, counted: bool) -> None:
+    assert is_counted(outcome) is counted
+
+
+def test_refusals_of_the_ssrf_guard_do_not_dilute_the_failures_that_open_a_breaker() -> None:
+    book = HealthBook(SETTINGS, clock=Clock())
+    # ten refusals: counted as successes they would keep 4 failures of 14 below one half
+    assert [book.note("d", REFUSED) for _ in range(10)] == [False] * 10
+    assert [book.note("d", DOWN) for _ in range(3)] == [False] * 3
+    assert book.note("d", DOWN) is True  # 4 of 4 sent requests failed
+    assert len(book) == 0  # and the refusals alone never put it in the book
+    assert [book.note("e", REFUSED) for _ in range(20)] == [False] * 20
+    assert len(book) == 0
 
 
 def test_a_hold_is_the_retry_after_of_a_429_or_503_within_the_cap() -> None:
