@@ -19,6 +19,7 @@ from outbox._message import (
     encode_body,
 )
 from outbox._queries import Queries, queries_for
+from outbox._storable import check_json
 from outbox._tracing import current_trace_context
 from outbox._transaction import Plan, run_async, run_sync, scalar, schema_required
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
@@ -278,6 +279,8 @@ class Outbox:
             raise InvalidMessage(
                 "idempotency_key", f"is longer than {MAX_EVENT_KEY} characters (events)"
             )
+        # bounded before it is encoded, and before endpoint filters walk it
+        check_json(payload, "payload", text=False, max_values=self.max_body_bytes // 2 + 2)
         envelope = {
             "type": event_type,
             "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),

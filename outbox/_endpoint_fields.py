@@ -9,9 +9,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from outbox._storable import check_json, check_text
 from outbox.errors import InvalidMessage
 
 MAX_DESCRIPTION = 1000
+MAX_METADATA_BYTES = 64 * 1024
+"""The most an endpoint's metadata may take, as JSON: notes about the endpoint,
+not data."""
 _EVENT_TYPE = re.compile(r"^[\x21-\x7e]{1,255}\Z")
 
 
@@ -42,15 +46,22 @@ def check_subscriptions(values: object) -> list[str]:
 
 
 def check_metadata(metadata: object) -> dict[str, Any]:
+    """A mapping that is JSON PostgreSQL stores as ``jsonb``: at most
+    :data:`~outbox._storable.MAX_JSON_DEPTH` deep, no NUL character nor lone
+    surrogate in a key or string, at most :data:`MAX_METADATA_BYTES` encoded."""
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
         raise InvalidMessage("metadata", "must be a mapping")
+    value = dict(metadata)
+    check_json(value, "metadata", max_values=MAX_METADATA_BYTES // 2 + 2)
     try:
-        json.dumps(metadata, allow_nan=False)
+        encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidMessage("metadata", f"is not JSON serialisable ({exc})") from None
-    return dict(metadata)
+    if len(encoded.encode()) > MAX_METADATA_BYTES:
+        raise InvalidMessage("metadata", f"is more than {MAX_METADATA_BYTES:,} bytes of JSON")
+    return value
 
 
 def check_max_concurrency(value: object) -> int | None:
@@ -61,7 +72,9 @@ def check_max_concurrency(value: object) -> int | None:
     return value
 
 
-def check_description(value: object) -> str:
+def check_description(value: object, field: str = "description") -> str:
+    """Free text of at most :data:`MAX_DESCRIPTION` characters that PostgreSQL
+    can store (the description, and the reason an endpoint was disabled)."""
     if not isinstance(value, str) or len(value) > MAX_DESCRIPTION:
-        raise InvalidMessage("description", f"must be a string of at most {MAX_DESCRIPTION}")
-    return value
+        raise InvalidMessage(field, f"must be a string of at most {MAX_DESCRIPTION} characters")
+    return check_text(value, field)

@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from outbox._arguments import check_budget, check_id, check_since
+from outbox._message import MAX_KEY_LENGTH
 from outbox._queries import queries_for
+from outbox._storable import check_text
 from outbox._transaction import Plan, rows_plan, run_sync, scalar_plan
 from outbox.defaults import DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.errors import InvalidArgument
@@ -159,8 +161,10 @@ def replay_event(
     """
     if not isinstance(event_key, str) or not event_key:
         raise InvalidArgument("event_key", "must be a non-empty string")
+    if len(event_key) > MAX_KEY_LENGTH:
+        raise InvalidArgument("event_key", f"is longer than {MAX_KEY_LENGTH} characters")
     params = {
-        "event_key": event_key,
+        "event_key": check_text(event_key, "event_key", error=InvalidArgument),
         "endpoint_id": check_id(endpoint_id, "endpoint_id"),
         "budget": check_budget(budget),
     }

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, NamedTuple
 
+from outbox._arguments import check_id
 from outbox._endpoint_fields import (
-    MAX_DESCRIPTION,
     check_description,
     check_max_concurrency,
     check_metadata,
@@ -34,6 +34,7 @@ from outbox._message import check_url
 from outbox._policy_fields import RateChange, changed_rate, check_rate_change, rate_fields
 from outbox._queries import Queries, queries_for
 from outbox._retry_schedule import check_retry_schedule
+from outbox._storable import check_text
 from outbox._transaction import Plan, rows_plan, run_sync, scalar
 from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import InvalidArgument, InvalidMessage
@@ -135,10 +136,11 @@ class Endpoints:
             "metadata": json.dumps(check_metadata(metadata)),
             "max_concurrency": check_max_concurrency(max_concurrency),
             **rate_fields(rate_limit, burst),
-            "filter": check_filter(filter),
+            "filter": _checked_filter(filter),
             "retry_schedule": check_retry_schedule(retry_schedule),
         }
         new = check_secret(secret) if secret is not None else generate_secret()
+        _check_pem_texts(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
         change = TlsChange.of(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
         tls = None if change is None else change.applied_to(Tls(None, None, None))
         return run_sync(tx, self._insert_plan(params, new, tls))
@@ -170,7 +172,7 @@ class Endpoints:
 
     def get(self, tx: Any, endpoint_id: int) -> Endpoint | None:
         """The endpoint, or None if there is no such id."""
-        return run_sync(tx, self._get_plan(endpoint_id))
+        return run_sync(tx, self._get_plan(check_id(endpoint_id, "endpoint_id")))
 
     def _get_plan(self, endpoint_id: int) -> Plan[Endpoint | None]:
         rows: list[EndpointRow] = yield (
@@ -241,13 +243,14 @@ class Endpoints:
             changes["max_concurrency"] = None
         changes["rate"] = check_rate_change(rate_limit, burst, clear=clear_rate_limit)
         if filter is not None:
-            changes["filter"] = check_filter(filter)
+            changes["filter"] = _checked_filter(filter)
         elif clear_filter:
             changes["filter"] = None
         if retry_schedule is not None:
             changes["retry_schedule"] = check_retry_schedule(retry_schedule)
         elif clear_retry_schedule:
             changes["retry_schedule"] = None
+        _check_pem_texts(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
         tls = TlsChange.of(
             ca_bundle=ca_bundle,
             clear_ca_bundle=clear_ca_bundle,
@@ -255,6 +258,7 @@ class Endpoints:
             client_key=client_key,
             clear_client_cert=clear_client_cert,
         )
+        endpoint_id = check_id(endpoint_id, "endpoint_id")
         return run_sync(tx, self._update_plan(endpoint_id, changes, rotate=None, tls=tls))
 
     def rotate_secret(
@@ -273,6 +277,7 @@ class Endpoints:
             raise InvalidArgument("overlap", f"must be a timedelta, not {type(overlap).__name__}")
         if not timedelta(0) <= overlap <= MAX_ROTATION_OVERLAP:
             raise InvalidArgument("overlap", f"must be from 0 to {MAX_ROTATION_OVERLAP.days} days")
+        endpoint_id = check_id(endpoint_id, "endpoint_id")
         return run_sync(tx, self._update_plan(endpoint_id, {}, rotate=(new, overlap)))
 
     def _update_plan(
@@ -387,15 +392,17 @@ class Endpoints:
 
     def disable(self, tx: Any, endpoint_id: int, *, reason: str = "disabled by an operator") -> int:
         """Disable the endpoint and pause its waiting messages; return how many."""
-        if not isinstance(reason, str) or not reason or len(reason) > MAX_DESCRIPTION:
+        if not reason:
             raise InvalidMessage("reason", "must be a non-empty string")
+        reason = check_description(reason, "reason")
+        endpoint_id = check_id(endpoint_id, "endpoint_id")
         return run_sync(tx, self._toggle_plan("endpoint_disable", endpoint_id, reason))
 
     def enable(self, tx: Any, endpoint_id: int, *, notify: bool = True) -> int:
         """Enable the endpoint, clear its failure streak and resume its paused
         messages; return how many resumed."""
         name = "endpoint_enable_notify" if notify else "endpoint_enable"
-        return run_sync(tx, self._toggle_plan(name, endpoint_id, None))
+        return run_sync(tx, self._toggle_plan(name, check_id(endpoint_id, "endpoint_id"), None))
 
     def _toggle_plan(self, name: str, endpoint_id: int, reason: str | None) -> Plan[int]:
         rows: list[_Toggled] = yield (
@@ -410,7 +417,7 @@ class Endpoints:
     def delete(self, tx: Any, endpoint_id: int) -> int:
         """Delete the endpoint; its waiting messages become dead. Returns how many
         messages it had (delivered history is kept)."""
-        return run_sync(tx, self._delete_plan(endpoint_id))
+        return run_sync(tx, self._delete_plan(check_id(endpoint_id, "endpoint_id")))
 
     def _delete_plan(self, endpoint_id: int) -> Plan[int]:
         detached = yield self.queries["endpoint_detach"], {"id": endpoint_id}, None
@@ -419,3 +426,19 @@ class Endpoints:
             raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
         yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None  # its rate slots
         return len(detached)
+
+
+def _checked_filter(value: object) -> str | None:
+    """A filter (see ``outbox._filters``), its text one PostgreSQL can store."""
+    if isinstance(value, str):
+        check_text(value, "filter")
+    return check_filter(value)
+
+
+def _check_pem_texts(**texts: object) -> None:
+    """TLS material is text PostgreSQL can store (what else it must be,
+    ``outbox._endpoint_tls`` checks): a NUL outside the PEM blocks would pass
+    the ``ssl`` module and fail at the server."""
+    for field, value in texts.items():
+        if isinstance(value, str):
+            check_text(value, field)
