@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import queue
 import re
 import subprocess
@@ -23,7 +24,9 @@ from dispatchers.log import EventLog
 from dispatchers.ui.app import serve
 from dispatchers.ui.auth import Guard
 from dispatchers.ui.dashboard import Dashboard, templates
+from dispatchers.ui.limits import Limits
 from dispatchers.ui.store import Store
+from outbox.sealing import Keyring
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +75,12 @@ class Ui:
 
 @contextlib.asynccontextmanager
 async def running(
-    database_url: str, *, token: str | None = None, read_only: bool = False
+    database_url: str,
+    *,
+    token: str | None = None,
+    read_only: bool = False,
+    keyring: Keyring | None = None,
+    limits: Limits | None = None,
 ) -> AsyncIterator[Ui]:
     """The dashboard on a free port of 127.0.0.1 until the block ends."""
     log = io.StringIO()
@@ -83,6 +91,8 @@ async def running(
         templates=templates(),
         read_only=read_only,
         database="test",
+        keyring=keyring,
+        limits=limits or Limits(),
     )
     listening: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     server = asyncio.create_task(
@@ -103,10 +113,11 @@ async def running(
 
 
 @contextlib.contextmanager
-def serving(argv: list[str], log: Path) -> Iterator[str]:
+def serving(argv: list[str], log: Path, *, env: dict[str, str] | None = None) -> Iterator[str]:
     """``outbox *argv`` (a command that ends serving the dashboard, told to listen
-    on port 0); yields the dashboard's URL once it listens, and stops the command
-    after the block. Its stdout goes to ``log``."""
+    on port 0), with ``env`` added to the environment; yields the dashboard's URL
+    once it listens, and stops the command after the block. Its stdout goes to
+    ``log``."""
     command = [sys.executable, "-m", "dispatchers.cli", *argv]
     with log.open("w") as out:
         process = subprocess.Popen(
@@ -115,6 +126,7 @@ def serving(argv: list[str], log: Path) -> Iterator[str]:
             stdout=out,
             stderr=subprocess.PIPE,
             text=True,
+            env={**os.environ, **(env or {})},
         )
     stderr = process.stderr
     assert stderr is not None

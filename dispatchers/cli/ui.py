@@ -111,7 +111,7 @@ def serve_dashboard(
     """Serve the dashboard of ``schema`` in the database at ``url`` until
     interrupted, saying on stderr where; ``keys`` open sealed signing secrets."""
     from dispatchers.log import EventLog
-    from dispatchers.ui.app import serve
+    from dispatchers.ui.app import CannotListen, serve
     from dispatchers.ui.auth import Guard
     from dispatchers.ui.dashboard import Dashboard, templates
     from dispatchers.ui.store import Store
@@ -129,7 +129,10 @@ def serve_dashboard(
     def started(address: str) -> None:
         print(f"outbox ui: serving {address}", file=sys.stderr, flush=True)
 
-    asyncio.run(serve(dashboard, host=host, port=port, started=started))
+    try:
+        asyncio.run(serve(dashboard, host=host, port=port, started=started))
+    except CannotListen as exc:
+        raise UsageError(f"--host/--port: {exc}") from None
 
 
 def cmd_ui(args: argparse.Namespace) -> ExitCode:

@@ -170,7 +170,10 @@ async def serve(
             raise RuntimeError("the dashboard's server was not set up")
         gate = _Gate(runner.server, cap=limits.max_connections, log=dashboard.log)
         site = _Site(runner, host, port, gate)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise CannotListen(f"cannot listen on {host} port {port}: {exc.strerror}") from exc
         bound = runner.addresses[0]
         url = f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}/"
         dashboard.log.event("ui_listening", url=url, read_only=dashboard.read_only)
@@ -182,6 +185,11 @@ async def serve(
         await runner.cleanup()
         loop.set_exception_handler(previous)
         await asyncio.to_thread(dashboard.store.close)
+
+
+class CannotListen(Exception):
+    """The dashboard's address cannot be listened on: the port is taken, or the
+    address is not this machine's."""
 
 
 class _Throttled:
