@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from outbox import InvalidMessage, Outbox
-from outbox._endpoint_fields import check_event_type, check_subscriptions
+from outbox._endpoint_fields import (
+    MAX_METADATA_BYTES,
+    check_event_type,
+    check_metadata,
+    check_subscriptions,
+)
+from outbox._storable import MAX_JSON_DEPTH
 from outbox.endpoints import Endpoint, Endpoints, Secret
 from outbox.secrets import (
     GENERATED_KEY_BYTES,
@@ -293,3 +299,71 @@ def test_as_dict_masks_secrets_unless_asked_and_repr_never_shows_them() -> None:
     ]
     assert secret not in repr(value)
     assert secret not in repr(Secret(secret))
+
+
+# -- metadata and payloads: bounded, and storable as jsonb -----------------------------
+
+
+def deep(depth: int, leaf: object = 1) -> object:
+    """``{"a": {"a": ... leaf}}``, ``depth`` objects deep (built without recursion)."""
+    value = leaf
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 5_000, 200_000])
+def test_metadata_nested_too_deep_is_refused_naming_it(depth: int) -> None:
+    for call in (
+        lambda: Endpoints().add(NO_TX, url="https://example.com/h", metadata=deep(depth)),
+        lambda: Endpoints().update(NO_TX, 1, metadata=deep(depth)),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidMessage, match=f"deeper than {MAX_JSON_DEPTH} levels") as refused:
+            call()
+        assert refused.value.field == "metadata"
+
+
+def test_metadata_as_deep_as_allowed_is_accepted() -> None:
+    assert check_metadata(deep(MAX_JSON_DEPTH - 1)) == deep(MAX_JSON_DEPTH - 1)
+
+
+def test_metadata_larger_than_its_bound_is_refused() -> None:
+    with pytest.raises(InvalidMessage, match="bytes of JSON"):
+        check_metadata({"a": "x" * MAX_METADATA_BYTES})
+    with pytest.raises(InvalidMessage, match=r"more than .* values"):
+        check_metadata({"a": [0] * MAX_METADATA_BYTES})
+
+
+def test_metadata_that_refers_to_itself_is_refused_without_recursing() -> None:
+    cycle: dict[str, object] = {}
+    cycle["a"] = cycle
+    cycle["b"] = cycle
+    with pytest.raises(InvalidMessage, match=r"^metadata:"):
+        check_metadata(cycle)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "where"),
+    [
+        ({"a": "\x00"}, "string at ['a']"),
+        ({"a": [1, {"b\x00": 2}]}, "key at ['a'][1]['b\\x00']"),
+        ({"a": ["\udcff"]}, "string at ['a'][0]"),
+    ],
+)
+def test_metadata_jsonb_cannot_hold_is_refused_saying_where(metadata: object, where: str) -> None:
+    with pytest.raises(InvalidMessage) as refused:
+        check_metadata(metadata)
+    assert refused.value.field == "metadata"
+    assert refused.value.problem.endswith(where)
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 5_000, 200_000])
+def test_a_payload_nested_too_deep_is_refused_before_filters_walk_it(depth: int) -> None:
+    with pytest.raises(InvalidMessage, match=f"deeper than {MAX_JSON_DEPTH}") as refused:
+        Outbox().publish(NO_TX, "order.created", deep(depth))
+    assert refused.value.field == "payload"
+
+
+def test_a_payload_with_more_values_than_its_body_could_hold_is_refused() -> None:
+    with pytest.raises(InvalidMessage, match=r"^payload: holds more than"):
+        Outbox(max_body_bytes=100).publish(NO_TX, "order.created", [[0] * 30, [0] * 30])

@@ -649,3 +649,22 @@ def test_the_destination_is_the_origin_of_the_url_in_one_spelling(
     url: str, destination: str
 ) -> None:
     assert build(url=url).destination == destination
+
+
+def nested(depth: int) -> object:
+    """A value that nests ``depth`` lists (built without recursion)."""
+    value: object = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+def test_json_nested_past_the_encoder_is_rejected_not_a_recursion_error(depth: int) -> None:
+    """A body is bytes to the outbox: deep JSON is the receiver's to refuse, but the
+    encoder's RecursionError must not escape enqueue."""
+    assert "not JSON serialisable" in rejected("json", json=nested(depth)).problem
+
+
+def test_json_nested_as_deep_as_a_receiver_parses_is_sent() -> None:
+    assert build(json=nested(200)).body == b"[" * 200 + b"]" * 200
