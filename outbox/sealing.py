@@ -122,7 +122,7 @@ def parse_keys(text: str, field: str) -> list[bytes]:
     for n, entry in enumerate(entries, 1):
         try:
             key = base64.b64decode(entry, validate=True)
-        except binascii.Error:
+        except ValueError:  # binascii.Error, or a character that is not ASCII
             raise InvalidArgument(field, f"key {n} is not valid base64") from None
         if len(key) != KEY_BYTES:
             raise InvalidArgument(
