@@ -147,3 +147,62 @@ def test_read_only_pages_offer_no_action(
         expect(page.locator("#attempts")).to_have_text("0")
         page.screenshot(path=artifacts / "read-only-endpoint.png", full_page=True)
         browser.close()
+
+
+def test_sealed_secrets_walk_the_endpoint_pages_with_the_key_and_refuse_rotation_without(
+    database_url: str, chromium: str, artifacts: Path, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from outbox.endpoints import Endpoints
+    from outbox.sealing import Keyring, generate_key
+    from outbox.secrets import fingerprint
+
+    key = generate_key()
+    keyring = Keyring.from_text(key, "test key")
+    secret = "whsec_" + "D" * 44
+    db = Db(database_url)
+    with db.tx() as conn:
+        endpoint = Endpoints(keyring=keyring).add(conn, url="https://e.com/", secret=secret).id
+    keys = tmp_path / "keys"
+    keys.write_text(key + "\n")
+    command = ["ui", "--port", "0", "--database-url", database_url]
+
+    with (
+        serving([*command, "--secrets-key-file", str(keys)], tmp_path / "ui.log") as url,
+        sync_playwright() as playwright,
+    ):
+        browser = playwright.chromium.launch(executable_path=chromium)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(20_000)
+        page.goto(url + "endpoints")
+        expect(page.get_by_text(fingerprint(secret))).to_be_visible()
+        page.get_by_role("link", name=str(endpoint), exact=True).click()
+        expect(page.locator("#secrets")).to_contain_text(fingerprint(secret))
+        page.fill('textarea[name="event_types"]', "order.created")
+        page.locator("#save").click()
+        expect(page.get_by_text("Saved.")).to_be_visible()
+        page.locator("#rotate").click()
+        rotated = page.locator("#secret").inner_text()
+        assert rotated.startswith("whsec_")
+        page.get_by_role("link", name=f"Back to endpoint {endpoint}").click()
+        expect(page.locator("#secrets")).to_contain_text(fingerprint(rotated))
+        page.screenshot(path=artifacts / "sealed-endpoint.png", full_page=True)
+        browser.close()
+
+    env = {"OUTBOX_SECRETS_KEY": ""}
+    with (
+        serving(command, tmp_path / "keyless.log", env=env) as url,
+        sync_playwright() as playwright,
+    ):
+        browser = playwright.chromium.launch(executable_path=chromium)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(20_000)
+        page.goto(url + "endpoints")
+        expect(page.get_by_text(f"sealed ({keyring.current}): unavailable").first).to_be_visible()
+        page.goto(f"{url}endpoints/{endpoint}")
+        expect(page.locator("#secrets")).to_contain_text("was not given")
+        page.locator("#rotate").click()
+        expect(page.get_by_text("--secrets-key-file")).to_be_visible()
+        page.screenshot(path=artifacts / "sealed-without-key.png", full_page=True)
+        browser.close()
