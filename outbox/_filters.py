@@ -5,22 +5,34 @@ expression, applied to the event's payload (its ``data``, as the receiver will
 read it), is truthy in JMESPath's sense: anything but ``null``, ``false``, ``""``,
 ``[]`` and ``{}`` (so ``0`` is truthy, as in JMESPath's own ``&&`` and ``||``).
 
-JMESPath reads; it cannot call out, loop or name anything but the payload, so a
-filter's cost is bounded by the expression and the payload. Both are bounded: a
-filter is at most :data:`MAX_FILTER_LENGTH` characters, a payload at most the
-``Outbox``'s ``max_body_bytes``. One construct alone copies what it selects, the
-multi-select (``[a, b]``, ``{x: a, y: b}``): chained behind flattens, each would
-multiply the size of what later steps walk, so the widths of an expression's
-multi-selects multiply to at most :data:`MAX_FAN_OUT`. Every step then walks at
-most ``MAX_FAN_OUT`` times the payload's values.
+A filter's shape is bounded when it is saved: at most :data:`MAX_FILTER_LENGTH`
+characters, and the widths of its multi-selects (``[a, b]``, ``{x: a, y: b}``,
+the one construct that copies what it selects) multiply to at most
+:data:`MAX_FAN_OUT`. Its work is bounded each time it runs, since the payload is
+the publisher's and may be hostile: one evaluation takes at most
+:data:`MAX_FILTER_STEPS` steps (an expression node applied to a value, or an
+element that a function or a flatten goes through) and builds at most
+:data:`MAX_FILTER_TEXT` characters of text. Text is what JMESPath can make far
+larger than what it reads: ``to_string`` escapes (a quote becomes two
+characters, so ``to_string(to_array(...))`` nested doubles at each layer) and
+``join`` repeats its separator between every element. Both are measured before
+the text is built (``to_string``'s length is counted on its input, a long
+string a chunk at a time), so an evaluation stops before it allocates past the
+budget. Everything else JMESPath makes (arrays and objects of references to
+the payload's values) grows at most with the payload times the fan-out, and is
+walked in steps. Steps, not a clock: a verdict must not depend on the load of
+the machine that publishes.
 
 Filters are checked before they are written (:func:`check_filter`: syntax,
 functions and their arity, the bounds), compiled once per text and process
 (:func:`compiled`), and evaluated by :class:`Verdicts`, once per distinct text
 per publish on a payload parsed once. An evaluation that fails (a function given
-a value of the wrong type, ``<`` between a number and a string) counts as no
-match and is logged, one warning per failure and without the payload, on the
-``outbox.filters`` logger.
+a value of the wrong type, ``<`` between a number and a string, ``ceil()`` of an
+infinite number, a payload nested too deep to encode or compare) or that
+exceeds its budget counts as no match and is logged, one warning per failure
+naming the filter and the event type but never the payload, on the
+``outbox.filters`` logger: one endpoint's filter never fails the publish, nor
+is an event sent to an endpoint whose filter did not pass.
 
 JMESPath comes from ``jmespath`` (the ``filters`` extra), imported with the first
 filter compiled: the library's plain install neither needs nor loads it.
@@ -31,19 +43,36 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
+from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from outbox.errors import ConfigurationError, InvalidMessage
 
 if TYPE_CHECKING:
     from jmespath.parser import ParsedResult
+    from jmespath.visitor import TreeInterpreter
 
 MAX_FILTER_LENGTH = 256
 """The longest filter accepted, in characters."""
 
 MAX_FAN_OUT = 4
 """The most that an expression's multi-selects may multiply what it walks."""
+
+MAX_FILTER_STEPS = 250_000
+"""The most steps one evaluation may take: an expression node applied to a
+value; a function call counts :data:`CALL_STEPS`, and each element (or key) that
+a function or a flatten goes through one more."""
+
+CALL_STEPS = 4
+"""The steps of a function call: checking its arguments costs as much as
+visiting three nodes."""
+
+MAX_FILTER_TEXT = 1_000_000
+"""The most characters of text one evaluation may build: the output of
+``to_string`` and ``join``, the only parts of JMESPath that can write more than
+they read."""
 
 COMPILED_CACHE = 1024
 """How many compiled filters a process keeps, by text."""
@@ -147,8 +176,155 @@ def _fan_out(tree: Mapping[str, Any]) -> int:
     return product
 
 
+class _OverBudget(Exception):
+    """An evaluation reached a bound of its budget; says which."""
+
+
+class _Budget:
+    """What one evaluation may still spend: steps, and characters of text."""
+
+    __slots__ = ("steps", "text")
+
+    def __init__(self) -> None:
+        self.steps = MAX_FILTER_STEPS
+        self.text = MAX_FILTER_TEXT
+
+    def spend(self, steps: int) -> None:
+        self.steps -= steps
+        if self.steps < 0:
+            raise _OverBudget(f"more than {MAX_FILTER_STEPS:,} steps")
+
+    def build(self, characters: int) -> None:
+        """Take ``characters`` of text, before they are built."""
+        if characters > self.text:
+            raise _OverBudget(f"more than {MAX_FILTER_TEXT:,} characters of text")
+        self.text -= characters
+
+
+# the functions whose work goes through each element (or key) of an array (or
+# object) argument: to check the elements' types, compare, sort, sum or copy them
+_WALKING = frozenset(
+    {"avg", "contains", "join", "keys", "map", "max", "max_by", "merge", "min", "min_by"}
+    | {"reverse", "sort", "sort_by", "sum", "values"}
+)
+
+_CHUNK = 1 << 16
+"""Strings longer than this are measured a chunk at a time, so that measuring
+one never builds more than twelve times this (a character beyond the BMP is
+written as two ``\\u`` escapes)."""
+
+
+def _string_length(text: str, room: int) -> int:
+    """The length of ``text`` as a JSON string in ASCII (``to_string``'s quoting),
+    measured no further than past ``room``."""
+    if len(text) + 2 > room:
+        return len(text) + 2  # escapes only lengthen it
+    if len(text) <= _CHUNK:
+        return len(encode_basestring_ascii(text))
+    length = 2
+    for start in range(0, len(text), _CHUNK):
+        length += len(encode_basestring_ascii(text[start : start + _CHUNK])) - 2
+        if length > room:
+            break
+    return length
+
+
+def _json_length(value: object, budget: _Budget) -> int:
+    """The length of ``to_string(value)`` (compact JSON in ASCII, as jmespath
+    writes it), counted without building it: a step per element and key gone
+    through, and no further than past the text left in ``budget``."""
+    room = budget.text
+    length = 0
+    pending = [value]
+    while pending and length <= room:
+        item = pending.pop()
+        if isinstance(item, str):
+            length += _string_length(item, room - length)
+        elif item is None or item is True:
+            length += 4
+        elif item is False:
+            length += 5
+        elif isinstance(item, int):
+            length += len(int.__repr__(item))
+        elif isinstance(item, float):
+            finite = math.isfinite(item)  # else json writes NaN, Infinity or -Infinity
+            length += len(float.__repr__(item) if finite else json.dumps(item))
+        elif isinstance(item, list):
+            budget.spend(len(item))
+            length += len(item) + 1 if item else 2  # brackets and commas
+            pending.extend(item)
+        elif isinstance(item, dict):
+            budget.spend(2 * len(item))
+            length += 2 * len(item) + 1 if item else 2  # braces, colons and commas
+            pending.extend(str(key) for key in item)
+            pending.extend(item.values())
+        else:  # anything else (an &expression) is written as the string of its str()
+            length += _string_length(str(item), room - length)
+    return length
+
+
+@functools.cache
+def _interpreter() -> Callable[[_Budget], TreeInterpreter]:
+    """JMESPath's interpreter, metered: each visit of a node is a step, and so
+    is each element a function or a flatten goes through; ``to_string`` and
+    ``join`` take their text from the budget before they build it."""
+    _jmespath()
+    from jmespath import functions, visitor
+
+    class Functions(functions.Functions):
+        def __init__(self, budget: _Budget) -> None:
+            self._budget = budget
+
+        def call_function(self, function_name: str, resolved_args: Iterable[Any]) -> Any:
+            args = list(resolved_args)
+            walked = 0
+            if function_name in _WALKING:
+                walked = sum(len(a) for a in args if isinstance(a, list | dict))
+            self._budget.spend(CALL_STEPS - 1 + walked)  # its node's visit was one
+            return super().call_function(function_name, args)
+
+        # as jmespath's own, the length of the text taken from the budget first
+        @functions.signature({"types": []})
+        def _func_to_string(self, arg: object) -> str:
+            if isinstance(arg, str):
+                return arg
+            self._budget.build(_json_length(arg, self._budget))
+            return json.dumps(arg, separators=(",", ":"), default=str)
+
+        @functions.signature({"types": ["string"]}, {"types": ["array-string"]})
+        def _func_join(self, separator: str, array: list[str]) -> str:
+            self._budget.build(len(separator) * max(len(array) - 1, 0) + sum(map(len, array)))
+            return separator.join(array)
+
+    class Interpreter(visitor.TreeInterpreter):
+        def __init__(self, budget: _Budget) -> None:
+            super().__init__(visitor.Options(custom_functions=Functions(budget)))
+            self._budget = budget
+
+        def visit(self, node: Any, *args: Any, **kwargs: Any) -> Any:
+            self._budget.spend(1)
+            return super().visit(node, *args, **kwargs)
+
+        def visit_flatten(self, node: Any, value: Any) -> Any:
+            flat = super().visit_flatten(node, value)
+            if flat is not None:  # gone through, element by element: no larger than what it read
+                self._budget.spend(len(flat))
+            return flat
+
+    return Interpreter
+
+
+def evaluate(expression: ParsedResult, payload: object) -> Any:
+    """``expression`` applied to ``payload`` within a fresh budget; raises
+    ``_OverBudget`` where the budget runs out, before building past it."""
+    return _interpreter()(_Budget()).visit(expression.parsed, payload)
+
+
 def _truthy(value: object) -> bool:
     return value is not None and value is not False and value not in ("", [], {})
+
+
+_UNREAD = object()  # the payload before the first filter met reads it
 
 
 class Verdicts:
@@ -163,7 +339,7 @@ class Verdicts:
     def __init__(self, data: bytes, event_type: str) -> None:
         self._data = data
         self._event_type = event_type
-        self._payload: Any = None
+        self._payload: Any = _UNREAD
         self.evaluated: list[str] = []
         self.matched: list[str] = []
 
@@ -172,32 +348,42 @@ class Verdicts:
         that no longer compiles) does not match, and is logged."""
         judged = set(self.evaluated)
         new = [t for t in dict.fromkeys(texts) if t not in judged]
-        if not new:
-            return
-        if not self.evaluated:
-            self._payload = json.loads(self._data)
         for text in new:
             self.evaluated.append(text)
             if self._passes(text):
                 self.matched.append(text)
 
     def _passes(self, text: str) -> bool:
-        jmespath = _jmespath()
+        jmespath = _jmespath()  # a ConfigurationError (no extra) is raised, not a verdict
         try:
-            return _truthy(compiled(text).search(self._payload))
-        except (jmespath.exceptions.JMESPathError, TypeError, InvalidMessage) as exc:
+            if self._payload is _UNREAD:
+                self._payload = json.loads(self._data)
+            return _truthy(evaluate(compiled(text), self._payload))
+        except _OverBudget as exc:
+            self._failed(text, f"over budget: {exc}")
+        except (
+            jmespath.exceptions.JMESPathError,
+            TypeError,
+            ValueError,
+            ArithmeticError,
+            RecursionError,
+        ) as exc:
             # a function given a value of the wrong type (JMESPathTypeError), an
             # ordering of a number and a string (TypeError, from the comparison
-            # itself), a stored filter that no longer compiles. The exception's
-            # text may quote the payload: name its class and the function only
+            # itself), ceil() of an infinite or NaN number (OverflowError,
+            # ValueError), a payload nested too deep to read, or for to_string
+            # or == (RecursionError), a stored filter that no longer compiles
+            # (InvalidMessage). The exception's text may quote the payload:
+            # name its class and the function only
             function = getattr(exc, "function_name", None)
-            log.warning(
-                "an endpoint filter failed on an event of type %s (%s%s) and counts "
-                "as no match: %r",
-                self._event_type,
-                type(exc).__name__,
-                f" in {function}()" if function else "",
-                text,
-                extra={"event_type": self._event_type, "filter": text},
-            )
-            return False
+            self._failed(text, type(exc).__name__ + (f" in {function}()" if function else ""))
+        return False
+
+    def _failed(self, text: str, why: str) -> None:
+        log.warning(
+            "an endpoint filter failed on an event of type %s (%s) and counts as no match: %r",
+            self._event_type,
+            why,
+            text,
+            extra={"event_type": self._event_type, "filter": text},
+        )
