@@ -11,7 +11,14 @@ import pytest
 from dispatchers.cli import build_parser
 from dispatchers.ui.auth import Guard, SignInLimit, host_of, is_loopback, token_id
 from dispatchers.ui.charts import Bucket, bars, per_hour, per_minute
-from dispatchers.ui.fields import BadInput, read_cap, read_moment, read_webhook_id
+from dispatchers.ui.fields import (
+    BadInput,
+    read_cap,
+    read_moment,
+    read_since,
+    read_text,
+    read_webhook_id,
+)
 
 NOW = datetime(2024, 5, 1, 12, 30, 42, tzinfo=UTC)
 
@@ -216,3 +223,32 @@ def test_a_cap_is_a_whole_number_in_range(value: str) -> None:
     assert read_cap({"cap": " "}) is None and read_cap({"cap": "10000"}) == 10000
     with pytest.raises(BadInput, match="cap"):
         read_cap({"cap": value})
+
+
+def test_sign_in_attempts_are_counted_as_they_start_so_none_passes_the_limit_in_flight() -> None:
+    limit = SignInLimit(failures=3, window=60, clock=_Clock())
+    started = [limit.reserve("10.0.0.1") for _ in range(10)]  # none judged yet
+    assert started == [True] * 3 + [False] * 7
+    limit.succeeded("10.0.0.1")  # one of them was right: the address starts afresh
+    assert limit.reserve("10.0.0.1")
+
+
+@pytest.mark.parametrize("name", ["key", "event_type", "webhook_id", "reason"])
+def test_a_text_field_with_a_nul_is_refused_naming_it(name: str) -> None:
+    with pytest.raises(BadInput, match=f"{name}: contains a NUL"):
+        read_text({name: "a\x00b"}, name)
+
+
+@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+23:59", "9999-12-31T23:59-23:59"])
+def test_a_time_whose_instant_is_out_of_range_is_refused(value: str) -> None:
+    with pytest.raises(BadInput, match=r"since: .* is out of range"):
+        read_since({"since": value})
+    with pytest.raises(BadInput, match=r"from: .* is out of range"):
+        read_moment({"from": value}, "from")
+
+
+def test_the_guard_refuses_a_csrf_token_or_cookie_of_any_character() -> None:
+    guard = Guard(token=None)
+    sid, _ = guard.new_session()
+    assert not guard.accepts_csrf(sid, "\u00e9\x00")
+    assert guard.session_id("x.\u00e9") is None and guard.session_id("x.\udcff") is None
