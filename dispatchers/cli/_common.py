@@ -25,7 +25,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
@@ -37,7 +37,7 @@ from dispatchers.embedded import Database, configured_url, embedded_path, resolv
 from dispatchers.policy_text import UNIT_SECONDS, format_duration
 from outbox._arguments import MAX_ID
 from outbox.defaults import DEFAULT_SCHEMA, MAX_RETRY_DELAY, MAX_RETRY_SCHEDULE, MAX_SPAN
-from outbox.errors import OutboxError
+from outbox.errors import InvalidArgument, OutboxError
 from outbox.sealing import Keyring
 
 T = TypeVar("T")
@@ -207,6 +207,20 @@ def transaction(args: argparse.Namespace) -> Iterator[psycopg.Connection[Any]]:
     db = resolve_database(args)
     with psycopg.connect(db.url, connect_timeout=10) as conn:
         yield conn
+
+
+@contextlib.contextmanager
+def naming_options(options: Mapping[str, str]) -> Iterator[None]:
+    """An argument the library refuses (:class:`~outbox.errors.InvalidArgument`,
+    naming its field) is a usage error that names the option that gave it too,
+    from ``options`` (field to option): ``metadata: ... (--metadata)``."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        option = options.get(exc.field)
+        if option is None:
+            raise
+        raise UsageError(f"{exc.field}: {exc.problem} ({option})") from None
 
 
 def confirm(args: argparse.Namespace, action: str, question: Callable[[], str]) -> bool:

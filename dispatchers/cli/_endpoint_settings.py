@@ -22,12 +22,36 @@ from dispatchers.cli._common import (
     require_extra,
     retry_schedule,
 )
-from dispatchers.cli._endpoint_tls import add_tls_options
+from dispatchers.cli._endpoint_tls import add_tls_options, pem_texts
 from dispatchers.cli.destinations import rate_options
+from outbox._endpoint_fields import MAX_METADATA_BYTES, check_metadata
 from outbox._filters import MAX_FILTER_LENGTH, check_filter
+from outbox._storable import check_text
 from outbox.errors import InvalidMessage
 
-__all__ = ["add_settings_options", "parse_metadata", "settings"]
+__all__ = ["OPTIONS", "add_settings_options", "parse_metadata", "settings"]
+
+OPTIONS = {
+    "url": "--url",
+    "event_types": "--event-type",
+    "description": "--description",
+    "metadata": "--metadata",
+    "max_concurrency": "--max-concurrency",
+    "rate_limit": "--rate-limit",
+    "burst": "--burst",
+    "retry_schedule": "--retry-schedule",
+    "secret": "--secret",
+    "reason": "--reason",
+    "overlap": "--overlap",
+}
+"""The option of ``outbox endpoints`` that gives each field of
+:class:`~outbox.endpoints.Endpoints` (the TLS ones are
+:mod:`~dispatchers.cli._endpoint_tls`'s), named when the field is refused."""
+
+MAX_METADATA_TEXT = 6 * MAX_METADATA_BYTES
+"""The longest ``--metadata`` read: its JSON, stored, is at most
+:data:`~outbox._endpoint_fields.MAX_METADATA_BYTES`, and no character of it takes
+more than six to write (``\\u00e9``)."""
 
 _UPDATE_OPTIONS = {
     "--url": "url",
@@ -148,9 +172,7 @@ def settings(args: argparse.Namespace, *, update: bool) -> dict[str, Any]:
         "burst": args.burst,
         "filter": _payload_filter(args.filter),
         "retry_schedule": args.retry_schedule,
-        "ca_bundle": args.ca_bundle,
-        "client_cert": args.client_cert,
-        "client_key": args.client_key,
+        **pem_texts(args),
     }
     if update:
         if args.all_event_types:
@@ -168,21 +190,36 @@ def settings(args: argparse.Namespace, *, update: bool) -> dict[str, Any]:
 
 
 def parse_metadata(text: str | None) -> dict[str, Any] | None:
-    """``--metadata``: a JSON object, or None when not given."""
+    """``--metadata``: a JSON object that :class:`~outbox.endpoints.Endpoints`
+    stores, or None when not given; else a usage error naming the option. The
+    text is bounded before it is parsed, and nesting is refused whether the
+    parser or the check finds it first."""
     if text is None:
         return None
+    if len(text) > MAX_METADATA_TEXT:
+        raise _refused(f"is longer than {MAX_METADATA_TEXT:,} characters")
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise _refused("nests too deep") from None
     except ValueError as exc:
-        raise InvalidMessage("metadata", f"is not valid JSON ({exc})") from None
+        raise _refused(f"is not valid JSON ({exc})") from None
     if not isinstance(value, dict):
-        raise InvalidMessage("metadata", "must be a JSON object")
-    return value
+        raise _refused("must be a JSON object")
+    try:
+        return check_metadata(value)
+    except InvalidMessage as exc:
+        raise _refused(exc.problem) from None
+
+
+def _refused(problem: str) -> UsageError:
+    return UsageError(f"metadata: {problem} (--metadata)")
 
 
 def _payload_filter(text: str | None) -> str | None:
     """``--filter``, checked before any connection is made (refused naming the
     option, and the character at fault)."""
     if text is not None:
+        check_text(text, "--filter")
         require_extra("filters")
     return check_filter(text, "--filter")

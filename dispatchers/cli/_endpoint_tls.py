@@ -1,9 +1,12 @@
 """The TLS options of ``outbox endpoints add`` and ``update``: a CA bundle, a
 client certificate and its key, each read from a PEM file.
 
-The files are read here and checked by :mod:`outbox._endpoint_tls` before
-anything is written; refused material is a usage error naming its option. Only
-digests of the PEM texts are ever shown, and of the key only how it is stored.
+The files are read here (:func:`pem_texts`, through
+:func:`~dispatchers.cli._common.read_small_file`: a regular file of ASCII text,
+at most :data:`~outbox._endpoint_tls.MAX_PEM` bytes) and checked by
+:mod:`outbox._endpoint_tls` before anything is written; a file that cannot be
+read, or refused material, is a usage error naming its option. Only digests of
+the PEM texts are ever shown, and of the key only how it is stored.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dispatchers.cli._common import UsageError
+from dispatchers.cli._common import UsageError, read_small_file
 from outbox._endpoint_tls import MAX_PEM
 from outbox.errors import InvalidArgument
 
@@ -26,14 +29,19 @@ _TLS_OPTIONS = {
 """The option that gives each TLS argument of an endpoint."""
 
 
-def pem_file(path: str) -> str:
-    """The PEM text of the file ``path`` (checked by :mod:`outbox._endpoint_tls`)."""
-    try:
-        with open(path, encoding="ascii") as file:
-            return file.read(MAX_PEM + 1)
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not PEM text"
-        raise argparse.ArgumentTypeError(f"cannot read {path}: {reason}") from None
+_FILES = ("ca_bundle", "client_cert", "client_key")
+"""The TLS options that name a PEM file (their destinations)."""
+
+
+def pem_texts(args: argparse.Namespace) -> dict[str, str | None]:
+    """The PEM text of each TLS file option given (checked by
+    :mod:`outbox._endpoint_tls`), None for those not given."""
+    return {
+        name: None
+        if (path := getattr(args, name)) is None
+        else read_small_file(path, _TLS_OPTIONS[name], limit=MAX_PEM, encoding="ascii")
+        for name in _FILES
+    }
 
 
 @contextmanager
@@ -51,19 +59,16 @@ def add_tls_options(p: argparse.ArgumentParser, *, update: bool) -> None:
     """The options of ``add`` (and, with ``update``, of ``update``) that set TLS material."""
     p.add_argument(
         "--ca-bundle",
-        type=pem_file,
         metavar="FILE",
         help="PEM certificates its deliveries verify against, instead of the system's roots",
     )
     p.add_argument(
         "--client-cert",
-        type=pem_file,
         metavar="FILE",
         help="PEM client certificate (and chain) its deliveries present; with --client-key",
     )
     p.add_argument(
         "--client-key",
-        type=pem_file,
         metavar="FILE",
         help="the client certificate's unencrypted PEM private key, sealed at rest "
         "with a key configured",

@@ -32,10 +32,11 @@ from dispatchers.cli._common import (
     hours,
     integer,
     keyring,
+    naming_options,
     resolve_database,
     transaction,
 )
-from dispatchers.cli._endpoint_settings import add_settings_options, settings
+from dispatchers.cli._endpoint_settings import OPTIONS, add_settings_options, settings
 from dispatchers.cli._endpoint_tls import naming_tls_options
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
@@ -91,7 +92,7 @@ def _endpoints(args: argparse.Namespace) -> Endpoints:
 def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
     chosen = settings(args, update=False)
     endpoints = _endpoints(args)
-    with naming_tls_options(), transaction(args) as conn:
+    with naming_options({**OPTIONS, "url": "URL"}), naming_tls_options(), transaction(args) as conn:
         ep = endpoints.add(conn, url=args.url, secret=args.secret, **chosen)
     secret = ep.secrets[0].secret
     emit(
@@ -158,7 +159,7 @@ def cmd_endpoints_show(args: argparse.Namespace) -> ExitCode:
 def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
     chosen = settings(args, update=True)
     endpoints = _endpoints(args)
-    with naming_tls_options(), transaction(args) as conn:
+    with naming_options(OPTIONS), naming_tls_options(), transaction(args) as conn:
         ep = endpoints.update(conn, args.id, **chosen)
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
@@ -168,7 +169,7 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
 
 def cmd_endpoints_disable(args: argparse.Namespace) -> ExitCode:
     endpoints = _endpoints(args)
-    with transaction(args) as conn:
+    with naming_options(OPTIONS), transaction(args) as conn:
         paused = endpoints.disable(conn, args.id, reason=args.reason)
     emit(
         args,
@@ -207,7 +208,7 @@ def cmd_endpoints_test(args: argparse.Namespace) -> ExitCode:
 def cmd_endpoints_rotate_secret(args: argparse.Namespace) -> ExitCode:
     overlap = timedelta(hours=args.overlap)
     endpoints = _endpoints(args)
-    with transaction(args) as conn:
+    with naming_options(OPTIONS), transaction(args) as conn:
         ep = endpoints.rotate_secret(conn, args.id, secret=args.secret, overlap=overlap)
     new = ep.secrets[0].secret
     previous = [s.expires_at for s in ep.secrets[1:] if s.expires_at is not None]

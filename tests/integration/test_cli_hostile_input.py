@@ -8,9 +8,14 @@ that pass reach the statements that write.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,10 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatchers.cli import main
+from dispatchers.cli._common import MAX_KEY_FILE
 from outbox import Outbox
+from outbox._endpoint_tls import MAX_PEM
 from outbox.endpoints import Endpoints
 from tests.hostile import HOSTILE, URLS
 
+ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("endpoints", "destination_slots", "messages", "message_keys", "delivered", "attempts")
 
 HOSTILE_PROPERTY = settings(
@@ -207,3 +215,173 @@ def test_a_malformed_database_url_is_refused_in_one_line(
 ) -> None:
     filled = [part.replace("{}", "1") for part in argv]
     assert assert_clean(cli, filled, database_url=url) == 2
+
+
+# -- what PostgreSQL cannot store, and JSON nested past any parser -------------------------
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        "[" * 5_000,
+        '{"a":' * 5_000,
+        '{"a":' * 200 + "1" + "}" * 200,
+        '{"a":"\\u0000"}',
+        '{"\\u0000":1}',
+        '{"a":["\\ud800"]}',
+        '{"a":' + json.dumps("x" * 70_000) + "}",
+        " " * 500_000,
+    ],
+    ids=["5000 [", "5000 {", "200 levels", "nul", "nul key", "surrogate", "70 KB", "spaces"],
+)
+@pytest.mark.parametrize("action", [["add", "https://example.com/h"], ["update", "1"]])
+def test_metadata_nested_or_unstorable_is_one_line_naming_the_option(
+    cli: Cli, action: list[str], metadata: str
+) -> None:
+    before = cli.tables()
+    code, out, err = cli("endpoints", *action, "--metadata", metadata)
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and err.startswith(f"outbox endpoints {action[0]}: metadata: ")
+    assert err.endswith(" (--metadata)\n"), err
+    assert cli.tables() == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["endpoints", "add", "https://example.com/h", "--description", "d\udcff"],
+        ["endpoints", "update", "1", "--description", "\udcff"],
+        ["endpoints", "disable", "1", "--reason", "r\udcff"],
+        ["endpoints", "update", "1", "--filter", "a == '\udcff'"],
+        ["endpoints", "add", "https://example.com/h", "--event-type", "\udcff"],
+        ["endpoints", "update", "1", "--url", "https://example.com/\udcff"],
+        ["endpoints", "rotate-secret", "1", "--secret", "whsec_\udcff"],
+    ],
+    ids=lambda argv: " ".join(argv[:2] + [a for a in argv if a.startswith("--")]),
+)
+def test_arguments_that_are_not_utf8_are_one_line_naming_the_option(
+    cli: Cli, argv: list[str]
+) -> None:
+    """Bytes in ``argv`` that are not UTF-8 reach Python as lone surrogates: the
+    library refuses them before the database does (psycopg could not encode them)."""
+    option = next(a for a in argv if a.startswith("--"))
+    before = cli.tables()
+    code, out, err = cli(*argv)
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and option in err, err
+    assert cli.tables() == before
+
+
+def test_an_event_key_that_is_not_utf8_is_one_line(cli: Cli) -> None:
+    assert assert_clean(cli, ["replay", "--endpoint=1", "--event", "evt\udcff"]) == 2
+
+
+def test_a_process_given_bytes_that_are_not_utf8_exits_2_in_one_line(database_url: str) -> None:
+    """The same through a real ``argv`` and environment (no traceback, no database
+    error): a description, and the variable that lists the secrets keys."""
+    for argv, env in (
+        ([b"endpoints", b"add", b"https://example.com/h", b"--description", b"d\xff"], {}),
+        ([b"endpoints", b"list"], {b"OUTBOX_SECRETS_KEY": b"\xff"}),
+    ):
+        result = subprocess.run(
+            [os.fsencode(sys.executable), b"-m", b"dispatchers.cli", *argv,
+             b"--database-url", database_url.encode()],
+            cwd=ROOT, env={**os.environb, **env}, stdin=subprocess.DEVNULL,
+            capture_output=True, timeout=60,
+        )  # fmt: skip
+        err = result.stderr.decode(errors="replace")
+        assert (result.returncode, result.stdout) == (2, b""), err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert ("--description" if env == {} else "OUTBOX_SECRETS_KEY") in err, err
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM outbox.endpoints").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("keys", "problem"),
+    [
+        ("\udcff", "key 1 is not valid base64"),
+        ("not base64!", "key 1 is not valid base64"),
+        ("QUJD", "key 1 must be 32 bytes of base64, not 3"),
+        (base64.b64encode(b"k" * 32).decode() + ",QUJD", "key 2 must be 32 bytes of base64, not 3"),
+        (",,", "holds no key"),
+    ],
+)
+def test_a_secrets_key_variable_that_holds_no_keys_is_one_line_naming_it(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, keys: str, problem: str
+) -> None:
+    monkeypatch.setenv("OUTBOX_SECRETS_KEY", keys)
+    code, out, err = cli("endpoints", "list")
+    assert (code, out) == (2, "")
+    assert err == f"outbox endpoints list: OUTBOX_SECRETS_KEY: {problem}\n"
+
+
+def test_empty_entries_between_keys_are_passed_over(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = base64.b64encode(b"1" * 32).decode(), base64.b64encode(b"2" * 32).decode()
+    monkeypatch.setenv("OUTBOX_SECRETS_KEY", f",{first},, ,{second},")
+    code, _, err = cli("endpoints", "rekey", "--json")
+    assert code == 0, err
+
+
+# -- files: a regular file, bounded, in its encoding -------------------------------------
+
+
+def hostile_file(kind: str, tmp_path: Path, limit: int) -> str:
+    """A path that is not a small text file, of ``kind``."""
+    if kind == "dev-zero":
+        return "/dev/zero"
+    if kind == "directory":
+        return str(tmp_path)
+    if kind == "missing":
+        return str(tmp_path / "missing")
+    path = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(path)  # no writer: a read would wait for ever
+    elif kind == "oversized":
+        path.write_bytes(b"A" * (limit + 1))
+    elif kind == "binary":
+        path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    return str(path)
+
+
+FILE_PROBLEMS = {
+    "dev-zero": "is not a regular file",
+    "directory": "is not a regular file",
+    "fifo": "is not a regular file",
+    "missing": "cannot read",
+    "oversized": "is larger than",
+    "binary": "is not ASCII text",
+}
+ADD = ["endpoints", "add", "https://example.com/h"]
+FILE_OPTIONS = {
+    "--secrets-key-file": (["endpoints", "list"], MAX_KEY_FILE),
+    "--ca-bundle": (ADD, MAX_PEM),
+    "--client-cert": ([*ADD, "--client-key={empty}"], MAX_PEM),
+    "--client-key": ([*ADD, "--client-cert={empty}"], MAX_PEM),
+}
+"""Each option that names a file, the command line it is given in (with a file
+its option needs beside it, ``{empty}``: read fine), and its limit in bytes."""
+
+
+@pytest.mark.parametrize("kind", list(FILE_PROBLEMS))
+@pytest.mark.parametrize("option", list(FILE_OPTIONS))
+def test_a_file_option_refuses_what_is_not_a_small_text_file_in_one_line(
+    tmp_path: Path, option: str, kind: str
+) -> None:
+    """Each in a process of its own, with a timeout: a FIFO or /dev/zero read
+    would hang or fill memory. Nothing is read from the database: the files are
+    read first (its URL names no server)."""
+    argv, limit = FILE_OPTIONS[option]
+    path = hostile_file(kind, tmp_path, limit)
+    (tmp_path / "empty").touch()
+    argv = [part.replace("{empty}", str(tmp_path / "empty")) for part in argv]
+    result = subprocess.run(
+        [sys.executable, "-m", "dispatchers.cli", *argv, f"{option}={path}",
+         "--database-url", "postgresql://outbox@127.0.0.1:1/none"],
+        cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f": {option}: " in result.stderr and FILE_PROBLEMS[kind] in result.stderr
