@@ -1,8 +1,12 @@
 """Endpoints that filter on the payload: ``publish`` writes a message for the
-endpoints whose filter the payload passes, on every transaction kind, and a
-filter refused when it is saved writes nothing."""
+endpoints whose filter the payload passes, on every transaction kind, a filter
+refused when it is saved writes nothing, and a filter that runs over its budget
+on a payload misses that event alone."""
 
 from __future__ import annotations
+
+import logging
+import tracemalloc
 
 import psycopg
 import pytest
@@ -78,3 +82,38 @@ def test_a_refused_filter_writes_nothing_and_an_update_can_clear_it(database_url
         cleared = endpoints.update(conn, saved.id, clear_filter=True)
     assert (changed.filter, cleared.filter) == ("amount > `2`", None)
     assert changed.as_dict()["filter"] == "amount > `2`"
+
+
+def test_a_filter_over_budget_misses_the_event_and_the_others_still_get_it(
+    database_url: str, observer: Observer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # saved as valid: each layer JSON-encodes the one inside, escaping every
+    # quote, so the text doubles twelve times (512 million characters unbounded)
+    doubling = "to_string(to_array(" * 12 + "a" + "))" * 12
+    endpoints = Endpoints()
+    with psycopg.connect(database_url) as conn:
+        for name, payload_filter in [("hostile", doubling), ("plain", "a"), ("all", None)]:
+            endpoints.add(
+                conn,
+                url=f"https://{name}.example.com/",
+                event_types=["order.paid"],
+                filter=payload_filter,
+            )
+        conn.commit()
+        box = Outbox()
+        tracemalloc.start()
+        try:
+            with caplog.at_level(logging.WARNING, logger="outbox.filters"):
+                ids = box.publish(conn, "order.paid", {"a": '"' * 125_000})
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        conn.commit()
+
+    assert recipients(observer, ids) == {"https://plain.example.com/", "https://all.example.com/"}
+    assert [r.getMessage() for r in caplog.records if r.name == "outbox.filters"] == [
+        "an endpoint filter failed on an event of type order.paid (over budget: more than "
+        f"1,000,000 characters of text) and counts as no match: {doubling!r}"
+    ]
+    # the publish's own copies of a 250 KB payload, and no more than a few MB besides
+    assert peak < 32 * 1024 * 1024
