@@ -9,6 +9,13 @@ parsed: the URL the HTTP clients are given has none, and :class:`Proxy` shows
 itself with them masked, so neither a log line, an error nor a ``repr`` can carry
 them.
 
+Everything either HTTP client would refuse once started is refused when the URL
+is parsed, naming it: the host as delivery URLs must write it
+(:func:`outbox._message.check_url`), and credentials that, percent-decoded, are
+printable ASCII (what httpx's proxy takes; a character outside ASCII can be
+given in neither client's form) with no ``:`` in the user name (Basic
+authentication could not tell where the name ends, and aiohttp refuses one).
+
 The SSRF guard still applies to the destination (see
 :class:`~dispatchers.ssrf.ProxiedDestinations`); the proxy's own address may be
 anything, a private one included, since reaching it is the point.
@@ -16,14 +23,17 @@ anything, a private one included, since reaching it is the point.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
-from outbox.errors import ConfigurationError
+from outbox._message import check_url
+from outbox.errors import ConfigurationError, InvalidMessage
 
 __all__ = ["Proxy"]
 
 _MASK = "***"
+_PRINTABLE = re.compile(rb"[\x20-\x7e]*")
 
 
 @dataclass(frozen=True)
@@ -45,27 +55,40 @@ class Proxy:
         with nothing after the port but an optional ``/``."""
         if not isinstance(text, str):
             raise ConfigurationError(f"proxy: must be a URL, not {type(text).__name__}")
-        parts = urlsplit(text.strip())
         shown = _masked(text.strip())
+        try:
+            parts = urlsplit(text.strip())
+        except ValueError:
+            raise ConfigurationError(f"proxy: {shown} is not a valid URL") from None
+        try:
+            port = parts.port
+        except ValueError:
+            raise ConfigurationError(f"proxy: {shown} has an invalid port") from None
         if parts.scheme != "http":
             raise ConfigurationError(
                 f"proxy: {shown} must be an http:// URL (https destinations go through "
                 "it in a CONNECT tunnel, so TLS still runs end to end)"
             )
-        try:
-            port = parts.port
-        except ValueError:
-            raise ConfigurationError(f"proxy: {shown} has an invalid port") from None
         host = parts.hostname
         if not host:
             raise ConfigurationError(f"proxy: {shown} names no host")
         if parts.path not in ("", "/") or parts.query or parts.fragment:
             raise ConfigurationError(f"proxy: {shown} must have no path, query or fragment")
         netloc = f"[{host}]" if ":" in host else host
-        url = f"http://{netloc}:{port or 80}"
+        url = f"http://{netloc}:{80 if port is None else port}"
+        try:
+            check_url(url, "proxy")
+        except InvalidMessage as exc:
+            raise ConfigurationError(f"proxy: {shown}: {exc.problem}") from None
         if parts.username is None:
             return cls(url)
-        return cls(url, unquote(parts.username), unquote(parts.password or ""))
+        username = _decoded(parts.username, "user name", shown)
+        if ":" in username:
+            raise ConfigurationError(
+                f"proxy: {shown} has a ':' in its user name (percent-encoded or not): "
+                "Basic authentication cannot carry one"
+            )
+        return cls(url, username, _decoded(parts.password or "", "password", shown))
 
     @property
     def credentials(self) -> tuple[str, str] | None:
@@ -78,6 +101,17 @@ class Proxy:
         if self.username is None:
             return self.url
         return self.url.replace("://", f"://{_MASK}@", 1)
+
+
+def _decoded(text: str, part: str, shown: str) -> str:
+    """``text`` percent-decoded, if it is printable ASCII; else a
+    :class:`ConfigurationError` naming ``part`` of the URL ``shown``."""
+    raw = unquote_to_bytes(text)
+    if not _PRINTABLE.fullmatch(raw):
+        raise ConfigurationError(
+            f"proxy: {shown} has a {part} that is not printable ASCII once percent-decoded"
+        )
+    return raw.decode("ascii")
 
 
 def _masked(text: str) -> str:

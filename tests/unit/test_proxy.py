@@ -99,3 +99,54 @@ async def test_a_destination_is_resolved_once_while_its_verdict_holds(
             await destinations.check("private.example", 443, within=1.0)
     # the allowed name once; the refused one every time (a refusal is never remembered)
     assert looked_up == ["public.example", *["private.example"] * 3]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("http://us%3Aer:hunter2@127.0.0.1:8888", "':' in its user name"),
+        ("http://user:hunter2%ff@proxy:3128", "password that is not printable ASCII"),
+        ("http://us%C3%A9r:hunter2@proxy:3128", "user name that is not printable ASCII"),
+        ("http://user:hun%0D%0Ater2@proxy:3128", "password that is not printable ASCII"),
+        ("http://user:hunter2@[::1", "is not a valid URL"),
+        ("http://user:hunter2@127.1:3128", "non-canonical form"),
+        ("http://user:hunter2@%31%32%37.0.0.1:3128", "must not percent-encode its host"),
+        ("http://user:hunter2@pro xy:3128", "spaces, control or non-ASCII"),
+        ("http://user:hunter2@proxy:0", "port 0"),
+    ],
+)
+def test_a_proxy_either_client_would_refuse_at_start_is_refused_when_parsed(
+    text: str, problem: str
+) -> None:
+    """aiohttp refuses a ':' in a Basic user name, httpx credentials outside ASCII,
+    and both a host they cannot parse: once the dispatcher has started, with a
+    traceback. Refused here, the credentials masked."""
+    with pytest.raises(ConfigurationError, match=problem) as refused:
+        Proxy.parse(text)
+    assert "hunter2" not in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "credentials"),
+    [
+        ("http://us%40er:p%3Ass%20w%25@proxy:3128", ("us@er", "p:ss w%")),
+        ("http://user:@proxy:3128", ("user", "")),
+        ("http://user@proxy:3128", ("user", "")),
+        ("http://user:a:b@proxy:3128", ("user", "a:b")),
+    ],
+)
+def test_percent_encoded_credentials_are_decoded_once(
+    text: str, credentials: tuple[str, str]
+) -> None:
+    assert Proxy.parse(text).credentials == credentials
+
+
+def test_dispatch_refuses_a_proxy_whose_user_name_holds_a_colon_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["dispatch", "--proxy", "http://us%3Aer:pw@127.0.0.1:8888"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.count("\n") == 1 and "argument --proxy:" in err and "':' in its user name" in err
+    assert "pw@" not in err
