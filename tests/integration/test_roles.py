@@ -34,7 +34,7 @@ from outbox.endpoints import Endpoints
 from outbox.roles import ROLES
 from tests.conftest import PgServer
 from tests.dispatching import fast_config
-from tests.receiver import Receiver
+from tests.receiver import Receiver, Reply
 
 _counter = itertools.count()
 
@@ -287,6 +287,57 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
     refused(as_dispatcher, "DELETE FROM outbox.destination_slots")
     refused(as_dispatcher, "UPDATE outbox.endpoints SET retry_schedule = '{1}'")
     refused(as_dispatcher, "INSERT INTO outbox.event_types VALUES ('a', '{1}')")
+
+
+async def test_dispatcher_disables_an_endpoint_that_is_gone_and_cannot_enable_it_again(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The dispatcher writes the column enabled (to disable); a column privilege
+    cannot tell the values apart, a trigger refuses it the other way."""
+    grant_all(database_url, roles, capsys)
+    with Receiver(lambda _: Reply(status=410)) as gone, psycopg.connect(database_url) as conn:
+        endpoint = Endpoints().add(conn, url=gone.url + "/hooks")
+        Outbox().publish(conn, "order.paid", {"n": 1}, idempotency_key="evt")
+        conn.commit()
+        as_dispatcher = roles.urls["dispatcher"]
+        async with asyncio.timeout(30):
+            await Dispatcher(as_dispatcher, fast_config(), log=NullLog()).run(drain=True)
+    assert len(gone.requests) == 1
+    with psycopg.connect(database_url) as conn:
+        disabled = Endpoints().require(conn, endpoint.id)
+    assert not disabled.enabled
+    assert disabled.disabled_reason == "the endpoint answered 410 Gone"
+
+    # the column is granted (the dispatcher disables): the refusal is the trigger's
+    with psycopg.connect(database_url) as conn:
+        granted = conn.execute(
+            "SELECT has_column_privilege(%s, 'outbox.endpoints', 'enabled', 'UPDATE')",
+            (roles.names["dispatcher"],),
+        ).fetchone()
+    assert granted == (True,)
+    enable = "UPDATE outbox.endpoints SET enabled = true WHERE id = %s"
+    refused(as_dispatcher, enable, endpoint.id)
+    refused(
+        as_dispatcher,
+        "UPDATE outbox.endpoints SET enabled = true, disabled_at = NULL, disabled_reason = NULL,"
+        " failure_streak = 0 WHERE id = %s",
+        endpoint.id,
+    )
+    refused(roles.urls["producer"], enable, endpoint.id)
+    with psycopg.connect(as_dispatcher) as conn:
+        # health it may still record on the disabled endpoint, and disabling is not enabling
+        conn.execute(
+            "UPDATE outbox.endpoints SET failure_streak = 0, enabled = false WHERE id = %s",
+            (endpoint.id,),
+        )
+    code, _, err = outbox(
+        roles.urls["operator"], "endpoints", "enable", str(endpoint.id), capsys=capsys
+    )
+    assert code == 0, err
+    with psycopg.connect(database_url) as conn:
+        assert Endpoints().require(conn, endpoint.id).enabled
+        conn.execute(enable.replace("true", "false"), (endpoint.id,))
+        conn.execute(enable, (endpoint.id,))  # the schema's owner may too
 
 
 def test_operator_runs_the_admin_commands_and_cannot_change_the_schema(
