@@ -6,26 +6,37 @@ Four roles share an outbox schema:
   granted nothing here;
 - a **producer** (the application) enqueues and publishes: it inserts messages,
   their keys and the record of each event, takes ids from the messages sequence
-  and reads endpoints' subscriptions. It cannot read signing secrets, nor change
-  a message once written;
+  and reads endpoints' subscriptions (their id, state, event types and filter).
+  It reads no other column of an endpoint (no URL, no TLS material, no signing
+  secret), and cannot change a message once written, nor read one back;
 - a **dispatcher** claims, renews, completes and rescues messages, trims history
-  and old event records, reads signing secrets and retry schedules, and records
-  endpoint health. It cannot change an
-  endpoint's URL, subscriptions or secrets, nor write a message;
+  and old event records, reads signing secrets, TLS material and retry
+  schedules, and records endpoint health. It writes only the state, lease and
+  outcome columns of a message (never its URL, headers, body or key), and only
+  the health columns of an endpoint; it may disable an endpoint but not enable
+  one (migration 0020: only a role that may change an endpoint's URL may);
 - an **operator** runs the admin commands (endpoints, dead letters, replay,
-  status), which between them read and write every table of the outbox; it cannot
-  change the schema.
+  status, the dashboard), which between them read and write every table of the
+  outbox; it cannot change the schema.
 
-:func:`grants` returns the statements: for each role, first every privilege it
-holds in the schema is revoked, then what it needs is granted. Applying them again
-after a migration (as the owner) leaves each role with exactly the privileges of
-the schema's new version.
+:data:`PRIVILEGES` is the one table of what each role holds: role, table (or
+sequence), privilege, columns. :func:`grants` turns it into statements, and the
+tests try every privilege on every column of the live schema as each role
+against it. :data:`TABLES` lists every column of every table as of the newest
+migration: a migration that adds a column adds it there, after deciding which
+role may read or write it (a privilege on the :data:`WHOLE_TABLE` gets it at
+once; a list of columns does not).
+
+For each role, first every privilege it holds in the schema is revoked, then
+what it needs is granted. Applying them again after a migration (as the owner)
+leaves each role with exactly the privileges of the schema's new version.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 from psycopg import sql
 
@@ -33,109 +44,235 @@ from outbox._queries import check_schema_name, queries_for
 from outbox._transaction import Plan, run_sync
 from outbox.errors import InvalidArgument
 
-__all__ = ["ROLES", "check_roles", "grants"]
+__all__ = [
+    "PRIVILEGES",
+    "ROLES",
+    "SEQUENCES",
+    "TABLES",
+    "WHOLE_TABLE",
+    "check_roles",
+    "grants",
+    "holds",
+]
 
 ROLES = ("producer", "dispatcher", "operator")
 """The roles :func:`grants` knows, in the order it grants them."""
 
+WHOLE_TABLE: Final = "*"
+"""A privilege on the table itself, not on a list of its columns: every column,
+those a later migration adds too. DELETE and a sequence's USAGE have no other form."""
 
-@dataclass(frozen=True)
-class _Grant:
-    """Privileges on one table (or sequence), on some of its columns if named."""
+Columns = tuple[str, ...] | Literal["*"]
 
-    privileges: tuple[str, ...]
-    on: str
-    columns: tuple[str, ...] = ()
-    sequence: bool = False
-
-
-_ENDPOINT_HEALTH = (
-    "enabled",
-    "disabled_reason",
-    "disabled_at",
-    "failure_streak",
-    "failing_since",
-    "last_success_at",
-    "updated_at",
-)
-"""The columns of endpoints that the dispatcher's completions write."""
-
-_ALL = ("SELECT", "INSERT", "UPDATE", "DELETE")
-_DATA_TABLES = (
-    "messages",
-    "delivered",
-    "message_keys",
-    "attempts",
-    "endpoints",
-    "endpoint_secrets",
-    "events",
-    "destination_policies",
-    "destination_slots",
-    "rate_slots",
-    "event_types",
-    "destination_health",
-)
-
-_NEEDS: dict[str, tuple[_Grant, ...]] = {
-    "producer": (
-        _Grant(("INSERT",), "messages"),
-        # the id that enqueue and publish return (INSERT ... RETURNING id)
-        _Grant(("SELECT",), "messages", ("id",)),
-        _Grant(("SELECT", "INSERT"), "message_keys"),
-        # publish records each event once, and reads it when published again
-        _Grant(("SELECT", "INSERT"), "events"),
-        # publish fans out to the subscribed endpoints
-        _Grant(("SELECT",), "endpoints"),
-        # a message's id is taken for its key first (nextval)
-        _Grant(("USAGE",), "messages_id_seq", sequence=True),
+TABLES: Final[Mapping[str, tuple[str, ...]]] = {
+    "messages": (
+        "id", "idempotency_key", "target", "endpoint_id", "url", "method", "headers",
+        "body", "content_type", "event_type", "ordering_key", "state", "attempts",
+        "max_attempts", "available_at", "lease_owner", "lease_until", "last_error",
+        "last_status", "created_at", "completed_at", "retry_base", "destination",
+        "trace_context",
     ),
-    "dispatcher": (
-        _Grant(("SELECT", "UPDATE", "DELETE"), "messages"),
-        # retention locks the rows it removes (FOR UPDATE needs UPDATE on a column)
-        _Grant(("SELECT", "INSERT", "DELETE"), "delivered"),
-        _Grant(("UPDATE",), "delivered", ("completed_at",)),
-        _Grant(("SELECT", "DELETE"), "message_keys"),
-        # retention removes old events, locking them first (as for delivered)
-        _Grant(("SELECT", "DELETE"), "events"),
-        _Grant(("UPDATE",), "events", ("created_at",)),
-        _Grant(("SELECT", "INSERT", "DELETE"), "attempts"),
-        _Grant(("SELECT",), "endpoints"),
-        _Grant(("UPDATE",), "endpoints", _ENDPOINT_HEALTH),
-        _Grant(("SELECT",), "endpoint_secrets"),
-        # the policies of plain destinations are read; the claim takes (and
-        # completion frees) every destination's slots, locking them first
-        _Grant(("SELECT",), "destination_policies"),
-        _Grant(("SELECT",), "destination_slots"),
-        _Grant(("UPDATE",), "destination_slots", ("message_id",)),
-        _Grant(("SELECT",), "rate_slots"),
-        _Grant(("UPDATE",), "rate_slots", ("next_at",)),
-        # a claim reads the retry schedule of each webhook's event type
-        _Grant(("SELECT",), "event_types"),
-        # breakers and holds: claims take probes, outcomes open and close them
-        _Grant(_ALL, "destination_health"),
-        # the schema's version, which a dispatcher checks before it starts
-        _Grant(("SELECT",), "schema_migrations"),
+    "delivered": (
+        "id", "idempotency_key", "target", "endpoint_id", "url", "method", "headers",
+        "body", "content_type", "event_type", "ordering_key", "attempts", "max_attempts",
+        "last_status", "created_at", "completed_at",
     ),
-    "operator": (
-        # endpoints add inserts ids from identity columns, which needs no grant on
-        # their sequences
-        *(_Grant(_ALL, table) for table in _DATA_TABLES),
+    "message_keys": ("target", "idempotency_key", "message_id", "created_at", "digest"),
+    "attempts": (
+        "message_id", "attempt", "owner", "started_at", "duration_ms", "status", "outcome",
+        "error_class", "error", "response_excerpt",
     ),
+    "endpoints": (
+        "id", "url", "description", "event_types", "metadata", "enabled",
+        "disabled_reason", "disabled_at", "failure_streak", "failing_since",
+        "last_success_at", "max_concurrency", "rate_limit_per_s", "created_at",
+        "updated_at", "rate_burst", "ca_bundle", "client_cert", "client_key",
+        "client_key_id", "filter", "retry_schedule",
+    ),
+    "endpoint_secrets": ("id", "endpoint_id", "secret", "expires_at", "created_at", "key_id"),
+    "events": ("event_key", "event_type", "digest", "message_ids", "created_at"),
+    "destination_policies": (
+        "destination", "max_concurrency", "rate_limit_per_s", "rate_burst", "created_at",
+        "updated_at",
+    ),
+    "destination_slots": ("destination", "slot", "message_id"),
+    "rate_slots": ("destination", "slot", "period", "next_at"),
+    "event_types": ("event_type", "retry_schedule", "created_at", "updated_at"),
+    "destination_health": (
+        "destination", "state", "blocked_until", "failed_probes", "probe_owner", "opened_at",
+        "reason", "updated_at",
+    ),
+    "schema_migrations": ("version", "name", "checksum", "applied_at"),
+}  # fmt: skip
+"""Every column of every table of the schema, in the order of their migrations."""
+
+SEQUENCES: Final = ("messages_id_seq", "endpoints_id_seq", "endpoint_secrets_id_seq")
+"""Every sequence of the schema (an identity column's is used without a grant)."""
+
+_EVERYTHING: Final[Mapping[str, Columns]] = {
+    privilege: WHOLE_TABLE for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE")
 }
 
+PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
+    # enqueue.sql, and nothing else: enqueue, publish and their look-ups after a
+    # conflict
+    "producer": {
+        "messages": {
+            "INSERT": (
+                "id", "idempotency_key", "target", "destination", "endpoint_id", "url",
+                "method", "headers", "body", "content_type", "event_type", "ordering_key",
+                "state", "max_attempts", "available_at", "trace_context",
+            ),
+            # the id that enqueue returns (INSERT ... RETURNING id), and no other
+            "SELECT": ("id",),
+        },
+        # the key is inserted first; after a conflict, its message and digest are read
+        "message_keys": {
+            "INSERT": ("target", "idempotency_key", "message_id", "digest"),
+            "SELECT": ("target", "idempotency_key", "message_id", "digest"),
+        },
+        # publish records each event once, and reads it when published again
+        "events": {
+            "INSERT": ("event_key", "event_type", "digest", "message_ids"),
+            "SELECT": ("event_key", "digest", "message_ids"),
+        },
+        # publish fans out to the enabled endpoints subscribed, through their
+        # filters: not their URL, TLS material or anything else
+        "endpoints": {"SELECT": ("id", "enabled", "event_types", "filter")},
+        # a message's id is taken for its key first (nextval)
+        "messages_id_seq": {"USAGE": WHOLE_TABLE},
+    },
+    # dispatch.sql: claim, renew, complete, rescue, retention, health, preflight
+    "dispatcher": {
+        "messages": {
+            # a claim reads what it delivers, and completion moves whole rows to
+            # the history (RETURNING m.*)
+            "SELECT": WHOLE_TABLE,
+            # state, lease and outcome: never what a message says or where it goes
+            "UPDATE": (
+                "state", "attempts", "available_at", "lease_owner", "lease_until",
+                "last_error", "last_status", "completed_at",
+            ),
+            "DELETE": WHOLE_TABLE,
+        },
+        "delivered": {
+            "INSERT": (
+                "id", "idempotency_key", "target", "endpoint_id", "url", "method", "headers",
+                "body", "content_type", "event_type", "ordering_key", "attempts",
+                "max_attempts", "last_status", "created_at", "completed_at",
+            ),
+            "SELECT": ("id", "target", "idempotency_key", "completed_at"),
+            # retention locks the rows it removes (FOR UPDATE needs UPDATE on a column)
+            "UPDATE": ("completed_at",),
+            "DELETE": WHOLE_TABLE,
+        },
+        "message_keys": {
+            "SELECT": ("target", "idempotency_key", "message_id"),
+            "DELETE": WHOLE_TABLE,
+        },
+        "attempts": {
+            "INSERT": (
+                "message_id", "attempt", "owner", "started_at", "duration_ms", "status",
+                "outcome", "error_class", "error", "response_excerpt",
+            ),
+            # which outcomes an earlier try recorded (recorded_attempts)
+            "SELECT": ("message_id", "attempt", "owner", "outcome"),
+            "DELETE": WHOLE_TABLE,
+        },
+        # retention removes old events, locking them first (as for delivered)
+        "events": {
+            "SELECT": ("event_key", "created_at"),
+            "UPDATE": ("created_at",),
+            "DELETE": WHOLE_TABLE,
+        },
+        "endpoints": {
+            # where and how to deliver, whether to, and its health; not its
+            # subscriptions, filter, description or metadata
+            "SELECT": (
+                "id", "url", "enabled", "disabled_reason", "disabled_at", "failure_streak",
+                "failing_since", "last_success_at", "max_concurrency", "rate_limit_per_s",
+                "ca_bundle", "client_cert", "client_key", "client_key_id", "retry_schedule",
+            ),
+            # health: a completion extends or clears the failure streak, and
+            # disables (enabled false) on 410 Gone or a long failure; enabling
+            # again is refused by a trigger (migration 0020)
+            "UPDATE": (
+                "enabled", "disabled_reason", "disabled_at", "failure_streak",
+                "failing_since", "last_success_at", "updated_at",
+            ),
+        },
+        # signing: the secrets in force, newest first, with the keys that sealed them
+        "endpoint_secrets": {"SELECT": ("id", "endpoint_id", "secret", "key_id", "expires_at")},
+        # whether a plain destination has a policy; the claim takes (and
+        # completion frees) its slots, locking them first
+        "destination_policies": {"SELECT": ("destination",)},
+        "destination_slots": {
+            "SELECT": ("destination", "slot", "message_id"),
+            "UPDATE": ("message_id",),
+        },
+        "rate_slots": {
+            "SELECT": ("destination", "slot", "period", "next_at"),
+            "UPDATE": ("next_at",),
+        },
+        # a claim reads the retry schedule of each webhook's event type
+        "event_types": {"SELECT": ("event_type", "retry_schedule")},
+        # breakers and holds: claims take probes, outcomes open and close them
+        "destination_health": {
+            "SELECT": (
+                "destination", "state", "blocked_until", "failed_probes", "probe_owner",
+                "reason",
+            ),
+            "INSERT": ("destination", "state", "blocked_until", "opened_at", "reason"),
+            "UPDATE": (
+                "state", "blocked_until", "failed_probes", "probe_owner", "opened_at",
+                "reason", "updated_at",
+            ),
+            "DELETE": WHOLE_TABLE,
+        },
+        # the schema's version, which a dispatcher checks before it starts; on the
+        # whole table, as its check asks (preflight_schema: has_table_privilege)
+        "schema_migrations": {"SELECT": WHOLE_TABLE},
+    },
+    # admin.sql, endpoints.sql, destinations.sql, event_types.sql, slots.sql,
+    # ui.sql: every row of every table; not the migrations' record
+    "operator": {
+        **{table: _EVERYTHING for table in TABLES if table != "schema_migrations"},
+        # replay of an event, and a test event, take ids for their new messages;
+        # endpoints add takes its id from an identity column (no grant needed)
+        "messages_id_seq": {"USAGE": WHOLE_TABLE},
+    },
+}  # fmt: skip
+"""What each role holds: role, table (or sequence), privilege, the columns it covers."""
 
-def _grant(schema: str, role: str, grant: _Grant) -> sql.Composed:
-    if grant.columns:
-        columns = sql.SQL(", ").join(map(sql.Identifier, grant.columns))
-        privileges = sql.SQL(", ").join(
-            sql.SQL("{} ({})").format(sql.SQL(p), columns) for p in grant.privileges
-        )
-    else:
-        privileges = sql.SQL(", ").join(map(sql.SQL, grant.privileges))
-    kind = sql.SQL("SEQUENCE" if grant.sequence else "TABLE")
-    return sql.SQL("GRANT {} ON {} {} TO {}").format(
-        privileges, kind, sql.Identifier(schema, grant.on), sql.Identifier(role)
+
+def holds(kind: str, table: str, privilege: str, column: str | None = None) -> bool:
+    """Whether :data:`PRIVILEGES` grants the role of ``kind`` ``privilege`` on
+    ``table``, on ``column`` when one is named (any column will do otherwise)."""
+    columns = PRIVILEGES[kind].get(table, {}).get(privilege)
+    if columns is None:
+        return False
+    return columns == WHOLE_TABLE or column is None or column in columns
+
+
+def _grants_on(
+    schema: str, role: str, table: str, held: Mapping[str, Columns]
+) -> list[sql.Composed]:
+    """One statement for the privileges on the whole of ``table``, and one per
+    privilege granted on some of its columns."""
+    kind = sql.SQL("SEQUENCE" if table in SEQUENCES else "TABLE")
+    target = sql.SQL("ON {} {} TO {}").format(
+        kind, sql.Identifier(schema, table), sql.Identifier(role)
     )
+    whole = [privilege for privilege, columns in held.items() if columns == WHOLE_TABLE]
+    statements = []
+    if whole:
+        privileges = sql.SQL(", ").join(map(sql.SQL, whole))
+        statements.append(sql.SQL("GRANT {} {}").format(privileges, target))
+    for privilege, columns in held.items():
+        if columns != WHOLE_TABLE:
+            names = sql.SQL(", ").join(map(sql.Identifier, columns))
+            statements.append(sql.SQL("GRANT {} ({}) {}").format(sql.SQL(privilege), names, target))
+    return statements
 
 
 def grants(
@@ -148,8 +285,8 @@ def grants(
     """The statements that give each named role exactly what it needs in ``schema``.
 
     Pure: nothing is read or run. Role and schema names may be any text; they are
-    quoted as identifiers. The statements are built from parts (privileges that
-    are this module's constants, and identifiers) with :mod:`psycopg.sql`, not
+    quoted as identifiers. The statements are built from parts (privileges and
+    tables of :data:`PRIVILEGES`, and identifiers) with :mod:`psycopg.sql`, not
     written in a ``.sql`` file: their roles and tables vary with the call.
     """
     check_schema_name(schema)
@@ -166,8 +303,9 @@ def grants(
             sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}").format(**parts),
             sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA {schema} FROM {role}").format(**parts),
             sql.SQL("GRANT USAGE ON SCHEMA {schema} TO {role}").format(**parts),
-            *(_grant(schema, role, grant) for grant in _NEEDS[kind]),
         ]
+        for table, held in PRIVILEGES[kind].items():
+            statements += _grants_on(schema, role, table, held)
     return [statement.as_string(None) for statement in statements]
 
 

@@ -40,12 +40,15 @@ def add_parser(commands: Commands) -> None:
         "roles",
         help="grant existing roles exactly what a producer, dispatcher or operator needs",
         description="Print the SQL that gives each named role exactly the privileges its "
-        "use needs in the outbox schema, or run it with --apply. The roles must exist. "
-        "A producer (the application) enqueues and publishes, and cannot read signing "
-        "secrets nor change a message; a dispatcher delivers, and cannot change an "
-        "endpoint's URL or secrets; an operator runs the admin commands. The owner of "
-        "the schema runs `outbox migrate` and this command; run it again after each "
-        "migration.",
+        "statements need in the outbox schema, table by table and column by column, or "
+        "run it with --apply. The roles must exist. A producer (the application) "
+        "enqueues and publishes: of an endpoint it reads the subscriptions alone (no URL, "
+        "TLS material nor signing secret), and it cannot read back nor change a message; "
+        "a dispatcher delivers: it writes a message's state, lease and outcome, never "
+        "what it says, and an endpoint's health, never its URL, subscriptions or secrets, "
+        "and it may disable an endpoint but not enable it; an operator runs the admin "
+        "commands and the dashboard. The owner of the schema runs `outbox migrate` and "
+        "this command; run it again after each migration.",
     )
     add_database_options(p)
     for kind in ROLES:

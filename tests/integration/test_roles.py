@@ -15,12 +15,14 @@ import json
 import os
 import secrets
 from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 import pytest
+import trustme
 from psycopg import sql
 from standardwebhooks.webhooks import Webhook
 
@@ -35,6 +37,7 @@ from outbox.roles import ROLES
 from tests.conftest import PgServer
 from tests.dispatching import fast_config
 from tests.receiver import Receiver, Reply
+from tests.transactions import KINDS, open_tx
 
 _counter = itertools.count()
 
@@ -54,8 +57,10 @@ class Roles:
     urls: dict[str, str]
 
 
-@pytest.fixture
-def roles(pg_server: PgServer, database_url: str) -> Iterator[Roles]:
+@contextmanager
+def made_roles(pg_server: PgServer, database_url: str) -> Iterator[Roles]:
+    """A LOGIN role of each kind on the test server, dropped (with what it owns or
+    was granted in the test's database) at the end."""
     run = f"{os.getpid()}_{next(_counter)}"
     names = {kind: f"outbox_{kind}_{run}" for kind in ROLES}
     password = secrets.token_hex(16)
@@ -74,6 +79,12 @@ def roles(pg_server: PgServer, database_url: str) -> Iterator[Roles]:
             conn.execute(sql.SQL("DROP OWNED BY {}").format(everyone))
         with pg_server.admin() as admin:
             admin.execute(sql.SQL("DROP ROLE {}").format(everyone))
+
+
+@pytest.fixture
+def roles(pg_server: PgServer, database_url: str) -> Iterator[Roles]:
+    with made_roles(pg_server, database_url) as made:
+        yield made
 
 
 def outbox(url: str, *argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -100,11 +111,12 @@ def refused(url: str, statement: str, *params: Any) -> None:
 
 
 def can(database_url: str, role: str, privilege: str, table: str) -> bool:
-    """Whether ``role`` holds ``privilege`` on ``table`` (asked as the superuser: a
-    role without usage of the schema cannot even name the table)."""
+    """Whether ``role`` holds ``privilege`` on ``table``, or on one of its columns at
+    least (asked as the superuser: a role without usage of the schema cannot even
+    name the table)."""
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
-            "SELECT has_table_privilege(%s, %s, %s)", (role, table, privilege)
+            "SELECT has_any_column_privilege(%s, %s, %s)", (role, table, privilege)
         ).fetchone()
     return bool(row and row[0])
 
@@ -124,7 +136,19 @@ def test_roles_prints_the_grants_and_applies_nothing_without_apply(
     code, out, err = outbox(database_url, "roles", "--producer", producer, capsys=capsys)
 
     assert code == 0, err
-    assert f'GRANT INSERT ON TABLE "outbox"."messages" TO "{producer}";' in out.splitlines()
+    lines = out.splitlines()
+    # the columns enqueue and publish write, and no state beyond the first
+    assert (
+        'GRANT INSERT ("id", "idempotency_key", "target", "destination", "endpoint_id", "url",'
+        ' "method", "headers", "body", "content_type", "event_type", "ordering_key", "state",'
+        ' "max_attempts", "available_at", "trace_context") ON TABLE "outbox"."messages"'
+        f' TO "{producer}";'
+    ) in lines
+    # the subscriptions of endpoints, not their URL, TLS material nor anything else
+    assert (
+        f'GRANT SELECT ("id", "enabled", "event_types", "filter") ON TABLE "outbox"."endpoints"'
+        f' TO "{producer}";'
+    ) in lines
     assert "endpoint_secrets" not in out  # never named: nothing granted, nothing to revoke
     assert not can(database_url, producer, "INSERT", "outbox.messages")
 
@@ -221,6 +245,80 @@ def test_producer_enqueues_and_publishes_and_reads_no_secret_nor_changes_a_messa
     refused(as_producer, "UPDATE outbox.endpoints SET url = 'https://attacker.example/'")
 
 
+@pytest.mark.parametrize("kind", KINDS)
+async def test_producer_enqueues_and_publishes_through_filters_in_every_kind_of_transaction(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """psycopg and SQLAlchemy, sync and async: each key given twice (the second
+    time read back), and an event through the filters of two endpoints."""
+    grant_all(database_url, roles, capsys)
+    with psycopg.connect(database_url) as conn:
+        Endpoints().add(conn, url="https://small.example/", filter="amount < `10`")
+        big = Endpoints().add(conn, url="https://big.example/", filter="amount >= `10`")
+    box = Outbox()
+    async with AsyncExitStack() as stack:
+        tx = await open_tx(kind, roles.urls["producer"], stack)
+        ids = [
+            await tx.call(
+                box.enqueue, box.enqueue_async, url="https://example.com/", idempotency_key="k",
+                json={"n": 1},
+            )
+            for _ in range(2)
+        ]  # fmt: skip
+        events = [
+            await tx.call(
+                box.publish, box.publish_async, "order.paid", {"amount": 20},
+                idempotency_key="evt",
+            )
+            for _ in range(2)
+        ]  # fmt: skip
+        await tx.commit()
+    assert ids[0] == ids[1]
+    assert events[0] == events[1] and len(events[0]) == 1
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT endpoint_id FROM outbox.messages WHERE id = %s", events[0])
+        assert row.fetchone() == (big.id,)
+
+
+def test_producer_publishes_to_an_mtls_endpoint_and_reads_none_of_its_tls_material(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The client key is stored in plain text without a sealing key: the producer,
+    which reads endpoints to fan out, reads their subscriptions and nothing else."""
+    grant_all(database_url, roles, capsys)
+    ca = trustme.CA()
+    issued = ca.issue_cert("dispatcher.example")
+    cert = "".join(blob.bytes().decode() for blob in issued.cert_chain_pems)
+    key = issued.private_key_pem.bytes().decode()
+    with psycopg.connect(database_url) as conn:
+        endpoint = Endpoints().add(
+            conn,
+            url="https://partner.example/hooks",
+            event_types=["order.*"],
+            ca_bundle=ca.cert_pem.bytes().decode(),
+            client_cert=cert,
+            client_key=key,
+            metadata={"team": "billing"},
+        )
+        stored = conn.execute(
+            "SELECT client_key FROM outbox.endpoints WHERE id = %s", (endpoint.id,)
+        ).fetchone()
+    assert stored == (key,)  # plain text: only the grant keeps it from the producer
+    as_producer = roles.urls["producer"]
+
+    with psycopg.connect(as_producer) as conn:
+        (message,) = Outbox().publish(conn, "order.paid", {"n": 1}, idempotency_key="evt")
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT endpoint_id FROM outbox.messages WHERE id = %s", (message,))
+        assert row.fetchone() == (endpoint.id,)
+
+    for column in ("client_key", "client_cert", "client_key_id", "ca_bundle", "url"):
+        refused(as_producer, f"SELECT {column} FROM outbox.endpoints")
+    refused(as_producer, "SELECT * FROM outbox.endpoints")
+    refused(as_producer, "SELECT metadata, description FROM outbox.endpoints")
+    refused(as_producer, "SELECT secret FROM outbox.endpoint_secrets")
+
+
 async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets(
     database_url: str, roles: Roles, receiver: Receiver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -287,6 +385,16 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
     refused(as_dispatcher, "DELETE FROM outbox.destination_slots")
     refused(as_dispatcher, "UPDATE outbox.endpoints SET retry_schedule = '{1}'")
     refused(as_dispatcher, "INSERT INTO outbox.event_types VALUES ('a', '{1}')")
+    # what a message says and where it goes
+    refused(as_dispatcher, "UPDATE outbox.messages SET url = 'https://attacker.example/'")
+    refused(as_dispatcher, "UPDATE outbox.messages SET body = 'x'")
+    refused(as_dispatcher, "UPDATE outbox.messages SET headers = '{}'")
+    refused(as_dispatcher, "UPDATE outbox.messages SET endpoint_id = NULL")
+    refused(as_dispatcher, "UPDATE outbox.messages SET max_attempts = 100")
+    refused(as_dispatcher, "UPDATE outbox.delivered SET body = 'x'")
+    # an endpoint's subscriptions and TLS material
+    refused(as_dispatcher, "SELECT event_types, filter FROM outbox.endpoints")
+    refused(as_dispatcher, "UPDATE outbox.endpoints SET client_key = NULL, client_cert = NULL")
 
 
 async def test_dispatcher_disables_an_endpoint_that_is_gone_and_cannot_enable_it_again(
@@ -370,6 +478,11 @@ def test_operator_runs_the_admin_commands_and_cannot_change_the_schema(
         )
     assert [m["id"] for m in admin("dead", "list")] == [dead]
     admin("messages", "show", str(dead))
+    # an old event to an endpoint subscribed since, and a test event: new messages,
+    # whose ids come from the messages sequence
+    later = admin("endpoints", "add", receiver.url + "/later")["id"]
+    assert admin("replay", "--endpoint", str(later), "--event", "evt")["created"]
+    admin("endpoints", "test", str(later))
     admin("dead", "retry", str(dead))
     with psycopg.connect(database_url) as conn:
         conn.execute(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from outbox.errors import ConfigurationError
-from outbox.roles import grants
+from outbox.roles import PRIVILEGES, ROLES, SEQUENCES, TABLES, WHOLE_TABLE, grants, holds
 from tests.errors import invalid_argument
 
 
@@ -30,20 +30,30 @@ def test_the_producer_is_granted_nothing_on_secrets_and_no_update_of_messages() 
 def test_the_dispatcher_updates_only_the_health_columns_of_endpoints() -> None:
     on_endpoints = [s for s in grants("outbox", dispatcher="d") if '"endpoints"' in s]
     assert on_endpoints == [
-        'GRANT SELECT ON TABLE "outbox"."endpoints" TO "d"',
+        # where and how to deliver, and its health: not its subscriptions nor filter
+        'GRANT SELECT ("id", "url", "enabled", "disabled_reason", "disabled_at",'
+        ' "failure_streak", "failing_since", "last_success_at", "max_concurrency",'
+        ' "rate_limit_per_s", "ca_bundle", "client_cert", "client_key", "client_key_id",'
+        ' "retry_schedule") ON TABLE "outbox"."endpoints" TO "d"',
         'GRANT UPDATE ("enabled", "disabled_reason", "disabled_at", "failure_streak",'
         ' "failing_since", "last_success_at", "updated_at") ON TABLE "outbox"."endpoints"'
         ' TO "d"',
     ]
     on_secrets = [s for s in grants("outbox", dispatcher="d") if "endpoint_secrets" in s]
-    assert on_secrets == ['GRANT SELECT ON TABLE "outbox"."endpoint_secrets" TO "d"']
+    assert on_secrets == [
+        'GRANT SELECT ("id", "endpoint_id", "secret", "key_id", "expires_at")'
+        ' ON TABLE "outbox"."endpoint_secrets" TO "d"'
+    ]
 
 
 def test_the_producer_records_events_and_the_dispatcher_only_prunes_them() -> None:
     statements = grants("outbox", producer="p", dispatcher="d")
     assert [s for s in statements if '"events"' in s] == [
-        'GRANT SELECT, INSERT ON TABLE "outbox"."events" TO "p"',
-        'GRANT SELECT, DELETE ON TABLE "outbox"."events" TO "d"',
+        'GRANT INSERT ("event_key", "event_type", "digest", "message_ids")'
+        ' ON TABLE "outbox"."events" TO "p"',
+        'GRANT SELECT ("event_key", "digest", "message_ids") ON TABLE "outbox"."events" TO "p"',
+        'GRANT DELETE ON TABLE "outbox"."events" TO "d"',
+        'GRANT SELECT ("event_key", "created_at") ON TABLE "outbox"."events" TO "d"',
         # retention locks the rows it removes: FOR UPDATE needs UPDATE on a column
         'GRANT UPDATE ("created_at") ON TABLE "outbox"."events" TO "d"',
     ]
@@ -51,8 +61,8 @@ def test_the_producer_records_events_and_the_dispatcher_only_prunes_them() -> No
 
 def test_operators_write_event_types_settings_and_the_dispatcher_only_reads_them() -> None:
     statements = grants("outbox", producer="p", dispatcher="d", operator="o")
-    assert [s for s in statements if '"event_types"' in s] == [
-        'GRANT SELECT ON TABLE "outbox"."event_types" TO "d"',
+    assert [s for s in statements if '"outbox"."event_types"' in s] == [
+        'GRANT SELECT ("event_type", "retry_schedule") ON TABLE "outbox"."event_types" TO "d"',
         'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "outbox"."event_types" TO "o"',
     ]
 
@@ -75,5 +85,86 @@ def test_no_role_no_statement_and_one_role_for_two_uses_is_refused() -> None:
 def test_the_dispatcher_writes_destination_health_and_the_producer_never_sees_it() -> None:
     statements = grants("outbox", producer="p", dispatcher="d")
     assert [s for s in statements if "destination_health" in s] == [
-        'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "outbox"."destination_health" TO "d"'
+        'GRANT DELETE ON TABLE "outbox"."destination_health" TO "d"',
+        'GRANT SELECT ("destination", "state", "blocked_until", "failed_probes", "probe_owner",'
+        ' "reason") ON TABLE "outbox"."destination_health" TO "d"',
+        'GRANT INSERT ("destination", "state", "blocked_until", "opened_at", "reason")'
+        ' ON TABLE "outbox"."destination_health" TO "d"',
+        'GRANT UPDATE ("state", "blocked_until", "failed_probes", "probe_owner", "opened_at",'
+        ' "reason", "updated_at") ON TABLE "outbox"."destination_health" TO "d"',
     ]
+
+
+def _columns_held(kind: str, table: str) -> set[str]:
+    """Every column of ``table`` that the role of ``kind`` may read or write."""
+    return {
+        column
+        for privilege in ("SELECT", "INSERT", "UPDATE")
+        for column in TABLES[table]
+        if holds(kind, table, privilege, column)
+    }
+
+
+def test_the_producer_reads_the_subscriptions_of_endpoints_and_no_secret_material() -> None:
+    assert _columns_held("producer", "endpoints") == {"id", "enabled", "event_types", "filter"}
+    assert _columns_held("producer", "endpoint_secrets") == set()
+    assert _columns_held("producer", "messages") == set(TABLES["messages"]) - {
+        # written by the dispatcher alone; enqueue names none of them
+        "attempts", "retry_base", "lease_owner", "lease_until", "last_error", "last_status",
+        "created_at", "completed_at",
+    }  # fmt: skip
+    assert [c for c in TABLES["messages"] if holds("producer", "messages", "SELECT", c)] == ["id"]
+    assert not holds("producer", "messages", "UPDATE")
+    assert not holds("producer", "messages", "DELETE")
+
+
+def test_the_dispatcher_writes_the_state_of_a_message_and_never_what_it_says() -> None:
+    updated = [c for c in TABLES["messages"] if holds("dispatcher", "messages", "UPDATE", c)]
+    assert updated == [
+        "state", "attempts", "available_at", "lease_owner", "lease_until", "last_error",
+        "last_status", "completed_at",
+    ]  # fmt: skip
+    assert not holds("dispatcher", "messages", "INSERT")
+    written = {c for c in TABLES["endpoints"] if holds("dispatcher", "endpoints", "UPDATE", c)}
+    assert written == {
+        "enabled", "disabled_reason", "disabled_at", "failure_streak", "failing_since",
+        "last_success_at", "updated_at",
+    }  # fmt: skip
+    assert not holds("dispatcher", "endpoints", "INSERT")
+    assert not holds("dispatcher", "endpoints", "DELETE")
+    assert not holds("dispatcher", "endpoint_secrets", "UPDATE")
+
+
+def test_the_operator_holds_every_table_but_the_migrations_record_and_the_id_sequence() -> None:
+    for table in TABLES:
+        for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE"):
+            assert holds("operator", table, privilege) is (table != "schema_migrations")
+    assert holds("operator", "messages_id_seq", "USAGE")
+    assert not holds("operator", "endpoints_id_seq", "USAGE")
+
+
+def test_the_privileges_name_only_tables_columns_and_privileges_of_the_schema() -> None:
+    for kind, tables in PRIVILEGES.items():
+        assert kind in ROLES
+        for table, held in tables.items():
+            if table in SEQUENCES:
+                assert held == {"USAGE": WHOLE_TABLE}, (kind, table)
+                continue
+            assert table in TABLES, (kind, table)
+            for privilege, columns in held.items():
+                assert privilege in ("SELECT", "INSERT", "UPDATE", "DELETE"), (kind, table)
+                if columns == WHOLE_TABLE:
+                    continue
+                assert privilege != "DELETE", (kind, table)  # a table's alone
+                assert columns, (kind, table, privilege)
+                assert len(set(columns)) == len(columns), (kind, table, privilege)
+                assert set(columns) <= set(TABLES[table]), (kind, table, privilege)
+
+
+def test_holds_reads_a_whole_table_grant_as_every_column_and_a_list_as_its_own() -> None:
+    assert holds("dispatcher", "messages", "SELECT", "body")
+    assert holds("dispatcher", "messages", "UPDATE", "state")
+    assert not holds("dispatcher", "messages", "UPDATE", "body")
+    assert holds("dispatcher", "messages", "UPDATE")  # on some column
+    assert not holds("producer", "endpoint_secrets", "SELECT")
+    assert not holds("producer", "no_such_table", "SELECT")
