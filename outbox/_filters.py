@@ -60,7 +60,7 @@ MAX_FILTER_LENGTH = 256
 MAX_FAN_OUT = 4
 """The most that an expression's multi-selects may multiply what it walks."""
 
-MAX_FILTER_STEPS = 250_000
+MAX_FILTER_STEPS = 100_000
 """The most steps one evaluation may take: an expression node applied to a
 value; a function call counts :data:`CALL_STEPS`, and each element (or key) that
 a function or a flatten goes through one more."""
@@ -256,7 +256,7 @@ def _json_length(value: object, budget: _Budget) -> int:
         elif isinstance(item, dict):
             budget.spend(2 * len(item))
             length += 2 * len(item) + 1 if item else 2  # braces, colons and commas
-            pending.extend(str(key) for key in item)
+            pending.extend(item)  # keys: strings, in JSON and in JMESPath
             pending.extend(item.values())
         else:  # anything else (an &expression) is written as the string of its str()
             length += _string_length(str(item), room - length)
