@@ -10,25 +10,29 @@ characters, and the widths of its multi-selects (``[a, b]``, ``{x: a, y: b}``,
 the one construct that copies what it selects) multiply to at most
 :data:`MAX_FAN_OUT`. Its work is bounded each time it runs, since the payload is
 the publisher's and may be hostile: one evaluation takes at most
-:data:`MAX_FILTER_STEPS` steps (an expression node applied to a value, or an
-element that a function or a flatten goes through) and builds at most
-:data:`MAX_FILTER_TEXT` characters of text. Text is what JMESPath can make far
-larger than what it reads: ``to_string`` escapes (a quote becomes two
-characters, so ``to_string(to_array(...))`` nested doubles at each layer) and
-``join`` repeats its separator between every element. Both are measured before
-the text is built (``to_string``'s length is counted on its input, a long
-string a chunk at a time), so an evaluation stops before it allocates past the
-budget. Everything else JMESPath makes (arrays and objects of references to
-the payload's values) grows at most with the payload times the fan-out, and is
-walked in steps. Steps, not a clock: a verdict must not depend on the load of
-the machine that publishes.
+:data:`MAX_FILTER_STEPS` steps (an expression node applied to a value; a
+function call four; an element that a function or a flatten goes through) and
+builds at most :data:`MAX_FILTER_TEXT` characters of text. Text is what
+JMESPath can make far larger than what it reads: ``to_string`` escapes (a quote
+becomes two characters, so ``to_string(to_array(...))`` nested doubles at each
+layer) and ``join`` repeats its separator between every element. Both are
+measured before the text is built (``to_string``'s length is counted on its
+input, a long string a chunk at a time), so an evaluation stops before it
+allocates past the budget. Everything else JMESPath makes (arrays and objects
+of references to the payload's values) is built a step at a time. Work that
+steps do not count runs in C on a value that exists already (``==`` of two
+structures, ``contains`` in a string, a slice): per node of the expression, at
+most the payload's size (or the text's) times the fan-out. Each distinct filter has a budget of
+its own, so one filter's hostility costs no other endpoint its event; and it
+counts steps, not time, so a verdict does not depend on the load of the
+machine that publishes.
 
 Filters are checked before they are written (:func:`check_filter`: syntax,
 functions and their arity, the bounds), compiled once per text and process
 (:func:`compiled`), and evaluated by :class:`Verdicts`, once per distinct text
 per publish on a payload parsed once. An evaluation that fails (a function given
 a value of the wrong type, ``<`` between a number and a string, ``ceil()`` of an
-infinite number, a payload nested too deep to encode or compare) or that
+infinite number, a payload nested too deep to read, encode or compare) or that
 exceeds its budget counts as no match and is logged, one warning per failure
 naming the filter and the event type but never the payload, on the
 ``outbox.filters`` logger: one endpoint's filter never fails the publish, nor
