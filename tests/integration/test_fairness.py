@@ -87,11 +87,11 @@ async def test_a_hanging_destination_holds_no_more_than_its_bound(db: Db) -> Non
         try:
             async with running(db, config):
                 await wait_until(lambda: len(healthy.requests) >= 12 and holding.held == 3)
-                held_then = holding.held
         finally:
             holding.release()
-    assert held_then == 3
+    # the bound was reached and never passed, while the other destination was served
     assert holding.peak == 3
+    assert len(healthy.requests) == 12
 
 
 async def test_an_ordering_key_keeps_its_order_across_destinations(db: Db) -> None:

@@ -10,6 +10,7 @@ dependencies are checked separately, from the wheel's metadata.
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import os
 import subprocess
@@ -280,3 +281,37 @@ def test_the_plain_install_migrates_and_names_the_extra_a_command_needs(
     assert filtering.stderr.strip().splitlines() == [
         "outbox: endpoints add needs the 'filters' extra: pip install 'outbox[filters]'"
     ]
+
+
+_IMPORTS = textwrap.dedent(
+    """
+    import json, sys
+    import psycopg
+    import outbox
+
+    box = outbox.Outbox()
+    with psycopg.connect(sys.argv[1]) as conn:
+        box.enqueue(conn, url="https://api.example.com/x", idempotency_key="k-1", json={})
+        box.publish(conn, "order.paid", {"id": 1}, idempotency_key="e-1")
+        conn.rollback()
+    print(json.dumps(sorted(m.split(".")[0] for m in sys.modules)))
+    """
+)
+
+
+def test_enqueue_and_publish_load_no_extra_where_every_extra_is_installed(
+    database_url: str, tmp_path: Path
+) -> None:
+    # The plain install cannot show a guarded import (there is nothing to find);
+    # here every extra is importable, so any import on this path would show.
+    installed = [m for m in RUNTIME_ONLY if importlib.util.find_spec(m) is not None]
+    assert {"opentelemetry", "sqlalchemy", "aiohttp", "cryptography"} <= set(installed)
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS, database_url],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not set(json.loads(done.stdout)) & set(installed)

@@ -447,8 +447,10 @@ def test_concurrent_publishes_of_one_key_return_the_same_ids(
         ids = db.box.publish(first, "order.created", {}, idempotency_key="evt-race")
         # the second transaction waits on the first one's event...
         racing = pool.submit(publish_again)
-        deadline = time.monotonic() + 5
-        while not _waiting_on_a_lock(db) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while not _waiting_on_a_lock(db):
+            assert not racing.done(), racing.result()  # it must wait, not finish
+            assert time.monotonic() < deadline, "the second publish never waited on a lock"
             time.sleep(0.02)
         assert not racing.done()
         first.commit()
