@@ -7,26 +7,22 @@ loop that serves the other requests. Every page runs in a ``READ ONLY``
 transaction: a page cannot write, whatever its code does. Only :meth:`Store.write`
 opens a transaction that can, and the dashboard never calls it in read-only mode.
 
-The dashboard's statements are those of ``sql/queries/ui.sql``, and the page of
-the endpoints list in ``pages.sql`` beside this module, bound to the schema as
-the library binds its own.
+The dashboard's statements are those of ``sql/queries/ui.sql``, bound to the
+schema as the library binds its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
-from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from outbox._inspect import DestinationHealth
-from outbox._queries import Statement, parse, queries_for
+from outbox._queries import queries_for
 from outbox._transaction import rows_plan, run_sync, scalar
 
 T = TypeVar("T")
@@ -169,7 +165,6 @@ class Store:
             open=False,
             kwargs={"connect_timeout": 10},
         )
-        self._pages = _pages(schema)
 
     def open(self) -> None:
         self._pool.open(wait=True, timeout=15)
@@ -263,12 +258,12 @@ class Store:
         """Up to ``limit`` endpoints after id ``after``, by id (those that need
         attention only, if asked)."""
         params = {"after": after, "attention": attention, "limit": limit, "types": LISTED_TYPES}
-        plan = rows_plan(self._pages["ui_endpoint_page"], params, ListedEndpoint)
+        plan = rows_plan(queries_for(self.schema)["ui_endpoint_page"], params, ListedEndpoint)
         return run_sync(conn, plan)
 
     def sealed_secrets(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether any signing secret is sealed."""
-        rows = run_sync(conn, rows_plan(self._pages["ui_sealed_secrets"], {}, scalar))
+        rows = run_sync(conn, rows_plan(queries_for(self.schema)["ui_sealed_secrets"], {}, scalar))
         return bool(rows[0])
 
     def search(
@@ -292,18 +287,3 @@ class Store:
             "limit": SEARCH_LIMIT,
         }
         return run_sync(conn, rows_plan(queries_for(self.schema)["ui_messages"], params, Found))
-
-
-@functools.cache
-def _page_sources() -> dict[str, str]:
-    return parse("pages", Path(__file__).with_name("pages.sql").read_text("utf-8"))
-
-
-def _pages(schema: str) -> dict[str, Statement]:
-    """The statements of ``pages.sql``, bound to ``schema`` (checked already: the
-    library's statements of the same schema were bound first)."""
-    queries_for(schema)  # checks the name
-    return {
-        name: Statement(name, sql.SQL(body).format(schema=sql.Identifier(schema)).as_string(None))
-        for name, body in _page_sources().items()
-    }
