@@ -41,6 +41,7 @@ from typing import Any, Final, Literal
 from psycopg import sql
 
 from outbox._queries import check_schema_name, queries_for
+from outbox._storable import check_text
 from outbox._transaction import Plan, run_sync
 from outbox.errors import InvalidArgument
 
@@ -292,6 +293,8 @@ def grants(
     check_schema_name(schema)
     named = {"producer": producer, "dispatcher": dispatcher, "operator": operator}
     given = [(kind, role) for kind, role in named.items() if role is not None]
+    for kind, role in given:
+        check_text(role, kind, error=InvalidArgument)  # a NUL cannot be sent, quoted or not
     for i, (kind, role) in enumerate(given):
         for other, same in given[:i]:
             if same == role:
@@ -327,6 +330,8 @@ def check_roles(tx: Any, schema: str, roles: dict[str, str]) -> None:
 
 
 def _check_plan(schema: str, roles: dict[str, str]) -> Plan[None]:
+    for kind, name in roles.items():
+        check_text(name, kind, error=InvalidArgument)
     names = list(roles.values())
     found: list[_Role] = yield (
         queries_for(schema)["roles_lookup"],

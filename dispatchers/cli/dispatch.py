@@ -23,6 +23,7 @@ from dispatchers.cli._common import (
     UsageError,
     add_database_options,
     add_secrets_key_option,
+    integer,
     keyring,
     parse_duration,
     port,
@@ -117,6 +118,10 @@ def add_config_options(parser: argparse._ActionsContainer) -> None:
             )
 
 
+MAX_PROCESSES = 256
+"""The most ``--processes`` starts: one per core of a large host, with room to spare."""
+
+
 def config_from_args(args: argparse.Namespace) -> DispatcherConfig:
     """The :class:`DispatcherConfig` named by parsed ``outbox dispatch`` options."""
     values = {f.name: getattr(args, f.name) for f, _ in _options()}
@@ -208,10 +213,10 @@ def add_parser(commands: Commands) -> None:
     add_secrets_key_option(p)
     p.add_argument(
         "--processes",
-        type=positive_int,
+        type=integer(1, MAX_PROCESSES),
         default=1,
         help="run this many dispatcher processes on this host (one core each); they "
-        "share the work as separate hosts would (default: 1)",
+        f"share the work as separate hosts would (default: 1, at most {MAX_PROCESSES})",
     )
     p.add_argument(
         "--drain",

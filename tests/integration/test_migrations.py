@@ -354,9 +354,17 @@ CATALOG = {
         ORDER BY 1, 4
     """,
     "functions": """
-        SELECT p.proname, pg_get_function_identity_arguments(p.oid)
+        SELECT p.proname, pg_get_function_identity_arguments(p.oid), p.prosrc
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = %(schema)s ORDER BY 1, 2
+    """,
+    "triggers": """
+        SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid)
+        FROM pg_trigger t
+        JOIN pg_class c ON c.oid = t.tgrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND NOT t.tgisinternal
+        ORDER BY 1, 2
     """,
 }
 

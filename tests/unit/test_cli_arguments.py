@@ -164,6 +164,7 @@ def test_spans_stop_at_a_hundred_years(parse: Callable[[str], object]) -> None:
         (["dispatch", "--retry-cap", "1e308"], "--retry-cap"),
         (["dispatch", "--retention", "999999999w"], "--retention"),
         (["dispatch", "--metrics-port", "70000"], "--metrics-port"),
+        (["dispatch", "--processes", "1000000"], "--processes"),
         (["dead", "list", "--since", "999999999w"], "--since"),
         (["replay", "--endpoint", "1", "--since", "999999999w"], "--since"),
         (["endpoints", "rotate-secret", "1", "--overlap", "1e308"], "--overlap"),

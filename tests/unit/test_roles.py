@@ -74,6 +74,12 @@ def test_role_names_are_quoted_as_identifiers() -> None:
     )
 
 
+@pytest.mark.parametrize("name", ["app\x00", "app\udcff"])
+def test_a_role_name_that_cannot_be_sent_is_refused_naming_its_kind(name: str) -> None:
+    with invalid_argument("producer"):
+        grants("outbox", producer=name)
+
+
 def test_no_role_no_statement_and_one_role_for_two_uses_is_refused() -> None:
     assert grants("outbox") == []
     with invalid_argument("operator"):
