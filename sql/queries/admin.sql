@@ -205,12 +205,19 @@ WITH event AS (
     FROM {schema}.message_keys AS k
     WHERE k.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint)
       AND k.idempotency_key = %(event_key)s || ':' || CAST(%(endpoint_id)s AS bigint)
+), ordered AS MATERIALIZED (
+    -- the event's ordering key locked before the id is drawn, as publish does
+    -- (enqueue.sql, "ordered"): its id then follows the key's commit order
+    SELECT pg_advisory_xact_lock(hashtextextended(s.ordering_key, hashtext('{schema}')))
+    FROM source AS s
+    WHERE s.ordering_key IS NOT NULL AND NOT EXISTS (SELECT FROM existing)
 ), new_key AS (
     INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
     SELECT 'endpoint:' || CAST(%(endpoint_id)s AS bigint),
            %(event_key)s || ':' || CAST(%(endpoint_id)s AS bigint),
            nextval('{schema}.messages_id_seq')
     FROM source
+    CROSS JOIN (SELECT count(*) FROM ordered) AS after_lock
     WHERE NOT EXISTS (SELECT FROM existing)
     ON CONFLICT (target, idempotency_key) DO NOTHING
     RETURNING target, idempotency_key, message_id

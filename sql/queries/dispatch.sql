@@ -6,13 +6,16 @@
 
 -- fragment: ordering_key_free
 -- A message with an ordering key waits while an earlier message of the same key
--- is ready, running or paused; a dead one no longer holds its successors back.
+-- is ready, running or paused, and while any other of the key is running: one
+-- moved back from the history (a replay keeps its id) or retried from dead may
+-- be earlier than one already sent. A dead one holds no successor back.
 (m.ordering_key IS NULL OR NOT EXISTS (
     SELECT 1
-    FROM {schema}.messages AS earlier
-    WHERE earlier.ordering_key = m.ordering_key
-      AND earlier.id < m.id
-      AND earlier.state IN ('ready', 'running', 'paused')))
+    FROM {schema}.messages AS other
+    WHERE other.ordering_key = m.ordering_key
+      AND other.id <> m.id
+      AND other.state IN ('ready', 'running', 'paused')
+      AND (other.id < m.id OR other.state = 'running')))
 
 -- fragment: claimable
 -- A message "claim" may take: due, its endpoint (if any) enabled, and free of

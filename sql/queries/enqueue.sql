@@ -4,6 +4,20 @@
 -- "{notify}" is empty in a statement and the wake-up call in its "_notify" twin;
 -- parameters use psycopg's %(name)s style (translated for SQLAlchemy's text()).
 
+-- fragment: ordered
+-- Messages of one ordering key are delivered in id order; for that to be the
+-- order in which their transactions commit, a producer of a key takes a
+-- transaction-scoped advisory lock on it (per schema) before it draws an id,
+-- so a second producer of the key waits here until the first commits or rolls
+-- back. Without an ordering key the WHERE is false: no lock, nothing to wait
+-- for. The statements below draw their ids from a row of
+-- "SELECT count(*) FROM ordered", which exists only once this has run.
+ordered AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(hashtextextended(k.ordering_key, hashtext('{schema}')))
+    FROM (SELECT CAST(%(ordering_key)s AS text) AS ordering_key) AS k
+    WHERE k.ordering_key IS NOT NULL
+)
+
 -- name: enqueue
 -- trace_context is the enqueuing span's W3C context (outbox/_tracing.py), or NULL.
 -- Insert the key first: if (target, key) exists already, the key insert does
@@ -16,10 +30,10 @@
 -- {notify} is either empty or a pg_notify call with a constant payload (so that
 -- PostgreSQL folds all notifications of one transaction into one), made only
 -- when a dispatcher is waiting for it (outbox._queries.Queries explains how).
-WITH new_key AS (
+WITH {ordered}, new_key AS (
     INSERT INTO {schema}.message_keys (target, idempotency_key, message_id, digest)
-    VALUES (%(target)s, %(idempotency_key)s, nextval('{schema}.messages_id_seq'),
-            %(digest)s)
+    SELECT %(target)s, %(idempotency_key)s, nextval('{schema}.messages_id_seq'), %(digest)s
+    FROM (SELECT count(*) FROM ordered) AS after_lock
     ON CONFLICT (target, idempotency_key) DO NOTHING
     RETURNING message_id
 ), new_message AS (
@@ -82,7 +96,7 @@ WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
 -- (unevaluated) for the caller to judge and publish again. Without filters, a
 -- publish is this one statement; with them, two. A filter changed between the
 -- two is returned again, never passed unjudged.
-WITH subscribed AS (
+WITH {ordered}, subscribed AS (
     SELECT e.id, e.filter,
            'endpoint:' || e.id AS target,
            %(event_key)s || ':' || e.id AS idempotency_key
@@ -102,6 +116,7 @@ WITH subscribed AS (
     SELECT s.id, s.target, s.idempotency_key, k.message_id IS NULL AS fresh,
            COALESCE(k.message_id, nextval('{schema}.messages_id_seq')) AS message_id
     FROM subscribed AS s
+    CROSS JOIN (SELECT count(*) FROM ordered) AS after_lock
     LEFT JOIN {schema}.message_keys AS k USING (target, idempotency_key)
     WHERE s.filter IS NULL OR s.filter = ANY (CAST(%(matched)s AS text[]))
 ), new_event AS (
