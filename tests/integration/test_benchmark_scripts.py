@@ -110,3 +110,9 @@ def test_ui_pages_fills_the_schema_and_times_every_page(database_url: str) -> No
     )
     timed = re.findall(r"^(/\S*)\s+median\s+[\d.]+ ms\s+max\s+[\d.]+ ms$", out, re.MULTILINE)
     assert "/" in timed and "/endpoints" in timed and len(timed) >= 10, out
+
+
+def test_ordering_cost_prints_a_row_per_variant(database_url: str) -> None:
+    out = run("ordering_cost.py", "--database-url", database_url, "-n", "20", "--rounds", "1")
+    for variant in ("no key", "a key", "two producers, two keys", "two producers, one key"):
+        assert re.search(rf"^{variant}\s+\d+\s+\d+\s+\d+$", out, re.MULTILINE), out
