@@ -41,6 +41,7 @@ import secrets
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -573,13 +574,17 @@ def run_dispatcher(
     *,
     drain: bool = False,
     log: EventLog | None = None,
+    stopped: Callable[[], bool] | None = None,
 ) -> Stats:
     """Run a dispatcher on a fresh event loop (of the kind ``config.event_loop``
-    names) with SIGTERM/SIGINT handlers."""
+    names) with SIGTERM/SIGINT handlers; ``stopped`` says whether a stop was asked
+    for before they were installed (the dispatcher then stops at once)."""
 
     async def main() -> Stats:
         dispatcher = Dispatcher(conninfo, config, log=log)
         dispatcher.install_signal_handlers()
+        if stopped is not None and stopped():
+            dispatcher.stop()
         return await dispatcher.run(drain=drain)
 
     return loops.run(main(), event_loop=config.event_loop)

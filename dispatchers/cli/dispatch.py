@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import inspect
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -145,6 +146,11 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
     the dispatcher cannot use, or a failure that stops it, is one line on stderr
     and :attr:`ExitCode.FAILURE`; a drain during which messages went dead ends
     with :attr:`ExitCode.DEAD_AFTER_DRAIN`."""
+    # SIGTERM while starting (imports, the embedded server, the checks) is noted
+    # and honoured once the dispatcher runs: it stops before claiming anything
+    # and exits 0, as a SIGTERM later would, rather than 143.
+    terminated: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
     require_extra("dispatcher")
     from dispatchers.dispatcher import run_dispatcher
     from dispatchers.loop import resolve as resolve_event_loop
@@ -163,6 +169,9 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
     db = resolve_database(args)
     try:
         check_database(db.url, config)
+        if terminated:
+            print("outbox dispatch: stopped before it started", file=sys.stderr)
+            return ExitCode.OK
         if args.processes > 1:
             from dispatchers.supervisor import supervise
 
@@ -174,7 +183,9 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
                 metrics_port=config.metrics_port,
             )
             return ExitCode.of_child(status)
-        stats = run_dispatcher(db.url, config, drain=args.drain, log=log)
+        stats = run_dispatcher(
+            db.url, config, drain=args.drain, log=log, stopped=lambda: bool(terminated)
+        )
     except DispatcherFailed as exc:
         print(f"outbox dispatch: {exc}", file=sys.stderr)
         return ExitCode.FAILURE

@@ -9,12 +9,14 @@ import contextlib
 import json
 import signal
 import socket
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dispatchers.cli import main
 from dispatchers.cli._exit import ExitCode
@@ -155,3 +157,81 @@ def test_each_process_serves_its_metrics_on_a_port_of_its_own(
     wait_until(answering, timeout=60, what="both children's /livez", processes=[proc])
     proc.signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == ExitCode.OK, proc.describe()
+
+
+class HeldDoor:
+    """A TCP door to the test's database that lets the first connection in, tells
+    when it has, and relays its bytes only once :meth:`open` is called: a client
+    held at its first connection, for as long as a test needs. Threads, bounded."""
+
+    def __init__(self, database_url: str) -> None:
+        info = conninfo_to_dict(database_url)
+        host, port = str(info.get("host") or "/tmp"), int(info.get("port") or 5432)
+        self.upstream: tuple[int, Any] = (
+            (socket.AF_UNIX, f"{host}/.s.PGSQL.{port}")
+            if host.startswith("/")
+            else (socket.AF_INET, (host, port))
+        )
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = make_conninfo(database_url, host="127.0.0.1", port=self.port)
+        self.knocked = threading.Event()
+        self._open = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._threads = [threading.Thread(target=self._serve, daemon=True)]
+        self._threads[0].start()
+
+    def _serve(self) -> None:
+        self.listener.settimeout(60)
+        try:
+            client, _ = self.listener.accept()
+        except OSError:
+            return
+        self._sockets.append(client)
+        self.knocked.set()
+        self._open.wait(60)
+        server = socket.socket(self.upstream[0])
+        self._sockets.append(server)
+        server.connect(self.upstream[1])
+        for source, sink in ((client, server), (server, client)):
+            pump = threading.Thread(target=self._pump, args=(source, sink), daemon=True)
+            self._threads.append(pump)
+            pump.start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        source.settimeout(60)
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def open(self) -> None:
+        self._open.set()
+
+    def close(self) -> None:
+        self._open.set()
+        self.listener.close()
+        for thread in self._threads:
+            thread.join(10)
+        for sock in self._sockets:
+            sock.close()
+
+
+def test_sigterm_while_a_dispatcher_starts_stops_it_cleanly_before_it_claims(
+    database_url: str, fleet: Fleet
+) -> None:
+    enqueue_many(database_url, "http://127.0.0.1:9/never", ["waits"])
+    door = HeldDoor(database_url)
+    try:
+        proc = fleet.start(door.url, *RELAXED, "--drain")
+        # it is checking the database, its handlers not yet those of the loop
+        assert door.knocked.wait(60), proc.describe()
+        proc.signal(signal.SIGTERM)
+        door.open()
+        assert proc.wait(timeout=60) == ExitCode.OK, proc.describe()
+    finally:
+        door.close()
+    assert "stopped before it started" in proc.stderr(), proc.describe()
+    assert query(database_url, "SELECT state, attempts FROM outbox.messages") == [("ready", 0)]
