@@ -248,3 +248,108 @@ async def test_without_holds_a_retry_after_delays_only_its_message(db: Db) -> No
     assert db.query("SELECT idempotency_key FROM outbox.messages") == [("first",)]
     assert db.query("SELECT 1 FROM outbox.destination_health") == []
     assert "destination_held" not in [e["event"] for e in _events(stream)]
+
+
+async def test_failed_probes_in_a_row_double_the_back_off_up_to_its_cap(db: Db) -> None:
+    destination = "https://down.example:443"
+    db.query(
+        "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
+        " VALUES (%s, 'open', now(), now()) RETURNING 1",
+        destination,
+    )
+    store = Store(db.url, fast_config())
+    await store.open()
+    blocked = []
+    try:
+        for _ in range(5):
+            # the probe is ours (as a claim makes it), then it fails
+            db.query(
+                "UPDATE outbox.destination_health SET state = 'probing', probe_owner = 'me'"
+                " WHERE destination = %s RETURNING 1",
+                destination,
+            )
+            row = await store.health(
+                "health_reopen",
+                destination=destination,
+                owner="me",
+                backoff_s=10.0,
+                backoff_max_s=70.0,
+                hold_s=0.0,
+            )
+            assert row is not None and row.state == "open"
+            ((seconds, failed),) = db.query(
+                "SELECT extract(epoch FROM blocked_until - now()), failed_probes"
+                " FROM outbox.destination_health WHERE destination = %s",
+                destination,
+            )
+            blocked.append((round(float(seconds) / 10) * 10, failed))
+        # a probe whose lease another owner took changes nothing
+        db.query(
+            "UPDATE outbox.destination_health SET state = 'probing', probe_owner = 'other'"
+            " WHERE destination = %s RETURNING 1",
+            destination,
+        )
+        assert (
+            await store.health(
+                "health_reopen",
+                destination=destination,
+                owner="me",
+                backoff_s=10.0,
+                backoff_max_s=70.0,
+                hold_s=0.0,
+            )
+            is None
+        )
+        # a Retry-After the probe was answered with outlasts the back-off
+        db.query(
+            "UPDATE outbox.destination_health SET probe_owner = 'me' WHERE destination = %s"
+            " RETURNING 1",
+            destination,
+        )
+        await store.health(
+            "health_reopen",
+            destination=destination,
+            owner="me",
+            backoff_s=10.0,
+            backoff_max_s=70.0,
+            hold_s=600.0,
+        )
+        ((held,),) = db.query(
+            "SELECT extract(epoch FROM blocked_until - now())"
+            " FROM outbox.destination_health WHERE destination = %s",
+            destination,
+        )
+    finally:
+        await store.close()
+    # twice as long after each failed probe, from twice the back-off, up to the cap
+    assert blocked == [(20, 1), (40, 2), (70, 3), (70, 4), (70, 5)]
+    assert 590 < float(held) <= 600
+
+
+async def test_a_probe_whose_dispatcher_vanished_is_taken_again_once_its_lease_passed(
+    db: Db,
+) -> None:
+    destination = "https://down.example:443"
+    waiting = [db.enqueue("https://down.example/x", f"down-{i}") for i in range(3)]
+    db.query(
+        "INSERT INTO outbox.destination_health"
+        " (destination, state, blocked_until, opened_at, probe_owner)"
+        " VALUES (%s, 'probing', now() + interval '1 hour', now(), 'gone') RETURNING 1",
+        destination,
+    )
+    store = Store(db.url, fast_config(destination_concurrency=100))
+    await store.open()
+    try:
+        assert await store.claim("me", 10) == []  # its prober's lease still runs
+        db.query(
+            "UPDATE outbox.destination_health SET blocked_until = now() - interval '1 second'"
+            " WHERE destination = %s RETURNING 1",
+            destination,
+        )
+        (job,) = await store.claim("me", 10)  # one probe, taken over
+    finally:
+        await store.close()
+    assert job.probe and job.id == waiting[0]
+    assert db.query(
+        "SELECT state, probe_owner, blocked_until > now() FROM outbox.destination_health"
+    ) == [("probing", "me", True)]
