@@ -12,6 +12,7 @@ import io
 import json
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -20,8 +21,11 @@ import pytest
 from dispatchers.cli import main
 from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
+from dispatchers.jobs import Completion
 from dispatchers.log import EventLog
+from outbox import Outbox
 from outbox.admin import status
+from outbox.endpoints import Endpoints
 from tests.dispatching import Db, fast_config, running, wait_until
 from tests.receiver import Received, Receiver, Reply
 
@@ -137,7 +141,9 @@ async def test_a_failing_destination_opens_its_breaker_probes_and_closes(
     ]
 
 
-async def test_a_retry_after_holds_the_destination_for_every_dispatcher(db: Db) -> None:
+async def test_a_retry_after_holds_the_destination_for_every_dispatcher(
+    db: Db, capsys: pytest.CaptureFixture[str]
+) -> None:
     arrived: list[float] = []  # wall-clock times, comparable with the database's
 
     def limited_once(req: Received) -> Reply:
@@ -152,11 +158,21 @@ async def test_a_retry_after_holds_the_destination_for_every_dispatcher(db: Db) 
         config = fast_config()
         stream = io.StringIO()
         log = EventLog(stream=stream, format="json")
-        async with running(db, config, log=log), running(db, config, log=log):
+        async with running(db, config, log=log) as one, running(db, config, log=log) as two:
             await _poll(lambda: _health(db, destination) == ("held", 0))
             (until,) = db.query(
                 "SELECT extract(epoch FROM blocked_until) FROM outbox.destination_health"
             )[0]
+            # held: a line of outbox status, and counted once, by the one that held it
+            assert main(["status", "--database-url", db.url]) == 0
+            assert f"held: {destination} until " in capsys.readouterr().out
+            held = [
+                d.metrics.registry.get_sample_value(
+                    "outbox_destination_health_transitions_total", {"transition": "held"}
+                )
+                for d in (one, two)
+            ]
+            assert sorted(held, key=lambda v: v or 0.0) in ([None, 1.0], [0.0, 1.0])
             for i in range(4):
                 db.enqueue(receiver.url, f"later-{i}")
             await asyncio.to_thread(receiver.wait_for, 6, 15)
@@ -353,3 +369,47 @@ async def test_a_probe_whose_dispatcher_vanished_is_taken_again_once_its_lease_p
     assert db.query(
         "SELECT state, probe_owner, blocked_until > now() FROM outbox.destination_health"
     ) == [("probing", "me", True)]
+
+
+async def test_a_failed_probe_extends_its_endpoints_failure_streak(db: Db) -> None:
+    # waiting does not heal an endpoint: only a success clears its streak, so a
+    # probe that fails counts as the failure it is
+    box = Outbox()
+    with psycopg.connect(db.url) as conn:
+        endpoint = Endpoints().add(conn, url="https://down.example/hook")
+        box.publish(conn, "order.paid", {"n": 1})
+    destination = f"endpoint:{endpoint.id}"
+    db.query(
+        "UPDATE outbox.endpoints SET failure_streak = 4, failing_since = now()"
+        " WHERE id = %s RETURNING 1",
+        endpoint.id,
+    )
+    db.query(
+        "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
+        " VALUES (%s, 'open', now() - interval '1 second', now()) RETURNING 1",
+        destination,
+    )
+    store = Store(db.url, fast_config())
+    await store.open()
+    try:
+        (probe,) = await store.claim("me", 10)
+        assert probe.probe
+        failed = Completion(
+            probe.id,
+            probe.attempts,
+            "ready",
+            "retry",
+            sent=True,
+            delay=60.0,
+            status=503,
+            started_at=datetime.now(UTC),
+            duration_ms=5,
+            endpoint_id=endpoint.id,
+        )
+        assert (await store.complete("me", [failed]))[0] == {probe.id}
+    finally:
+        await store.close()
+    assert db.query(
+        "SELECT failure_streak, failing_since IS NOT NULL FROM outbox.endpoints WHERE id = %s",
+        endpoint.id,
+    ) == [(5, True)]
