@@ -57,14 +57,12 @@ def rekey(
     monkeypatch.delenv("OUTBOX_SECRETS_KEY", raising=False)
     keys = tmp_path / "keys"
     keys.write_text(f"{KEY_B}\n{KEY_A}\n")
+    where = ["--secrets-key-file", str(keys), "--database-url", database_url]
 
     def run(*argv: str) -> tuple[int, str, str]:
         capsys.readouterr()
         try:
-            code = main(
-                ["endpoints", "rekey", *argv, "--secrets-key-file", str(keys)]
-                + ["--database-url", database_url]
-            )
+            code = main(["endpoints", "rekey", *argv, *where])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         out, err = capsys.readouterr()
