@@ -1,0 +1,118 @@
+"""The fences of the dispatcher's writes, each alone, at the Store level against
+real PostgreSQL: an outcome or a heartbeat is applied only by the owner of the
+lease *and* for its current attempt, whichever statement writes it (``complete``
+for a batch with any outcome but a sent success, ``complete_delivered`` for one
+of sent successes only, ``renew``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+
+from dispatchers.db import Store
+from dispatchers.jobs import Completion
+from tests.dispatching import Db, fast_config
+
+
+@pytest.fixture
+def db(database_url: str) -> Db:
+    return Db(database_url)
+
+
+@pytest.fixture
+async def store(db: Db) -> AsyncIterator[Store]:
+    store = Store(db.url, fast_config())
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def delivered(mid: int, attempt: int) -> Completion:
+    return Completion(
+        mid, attempt, "delivered", "delivered", sent=True, status=200,
+        started_at=datetime.now(UTC), duration_ms=1,
+    )  # fmt: skip
+
+
+def retry(mid: int, attempt: int) -> Completion:
+    return Completion(
+        mid, attempt, "ready", "retry", sent=True, status=503, delay=60.0,
+        error="HTTP 503", started_at=datetime.now(UTC), duration_ms=1,
+    )  # fmt: skip
+
+
+def dead(mid: int, attempt: int) -> Completion:
+    return Completion(
+        mid, attempt, "dead", "failed", sent=True, status=400,
+        error="HTTP 400", started_at=datetime.now(UTC), duration_ms=1,
+    )  # fmt: skip
+
+
+def state(db: Db, mid: int) -> list[tuple[object, ...]]:
+    return db.query("SELECT state, lease_owner, attempts FROM outbox.messages WHERE id = %s", mid)
+
+
+def history(db: Db) -> list[tuple[object, ...]]:
+    return db.query("SELECT id, attempts FROM outbox.delivered ORDER BY id")
+
+
+async def test_another_owner_at_the_same_attempt_number_is_fenced_out_by_owner(
+    db: Db, store: Store
+) -> None:
+    taken = db.enqueue("https://example.com/x", "taken")
+    mine = db.enqueue("https://example.com/y", "mine")
+    assert {j.id: j.attempts for j in await store.claim("owner-a", 2)} == {taken: 1, mine: 1}
+    # owner-a gives `taken` back unsent (its attempt refunded); owner-b claims it,
+    # at the same attempt number owner-a had
+    released = Completion(taken, 1, "ready", "released", sent=False)
+    assert (await store.complete("owner-a", [released]))[0] == {taken}
+    (job,) = await store.claim("owner-b", 1)
+    assert (job.id, job.attempts) == (taken, 1)
+    # owner-a's stale outcomes for attempt 1 (a write retried after its answer
+    # was lost) match the attempt but not the owner: none applies
+    assert await store.complete("owner-a", [delivered(taken, 1)]) == (set(), {})  # delivered
+    assert state(db, taken) == [("running", "owner-b", 1)]
+    mixed = [delivered(taken, 1), retry(mine, 1)]
+    assert (await store.complete("owner-a", mixed))[0] == {mine}  # complete, "done"
+    assert state(db, taken) == [("running", "owner-b", 1)]
+    assert await store.complete("owner-a", [dead(taken, 1)]) == (set(), {})  # "updated"
+    assert state(db, taken) == [("running", "owner-b", 1)]
+    assert history(db) == []
+    assert db.query("SELECT message_id, attempt, outcome FROM outbox.attempts") == [
+        (mine, 1, "retry")
+    ]
+    assert await store.renew("owner-a", [(taken, 1)]) == set()
+    assert await store.renew("owner-b", [(taken, 1)]) == {taken}
+    # the owner's own outcome applies
+    assert (await store.complete("owner-b", [delivered(taken, 1)]))[0] == {taken}
+    assert history(db) == [(taken, 1)]
+
+
+async def test_an_earlier_attempt_of_the_same_owner_is_fenced_out_by_attempt(
+    db: Db, store: Store
+) -> None:
+    again = db.enqueue("https://example.com/x", "again")
+    mine = db.enqueue("https://example.com/y", "mine")
+    assert {j.id for j in await store.claim("owner-a", 2)} == {again, mine}
+    # `again`'s lease expires, the rescuer returns it, the same owner claims it:
+    # attempt 2 under the same owner name
+    db.expire(again)
+    assert await store.rescue() == [(again, "ready")]
+    (job,) = await store.claim("owner-a", 1)
+    assert (job.id, job.attempts) == (again, 2)
+    assert await store.complete("owner-a", [delivered(again, 1)]) == (set(), {})
+    assert state(db, again) == [("running", "owner-a", 2)]
+    mixed = [delivered(again, 1), retry(mine, 1)]
+    assert (await store.complete("owner-a", mixed))[0] == {mine}
+    assert state(db, again) == [("running", "owner-a", 2)]
+    assert await store.complete("owner-a", [dead(again, 1)]) == (set(), {})
+    assert state(db, again) == [("running", "owner-a", 2)]
+    assert history(db) == []
+    assert await store.renew("owner-a", [(again, 1)]) == set()
+    assert await store.renew("owner-a", [(again, 2)]) == {again}
+    assert (await store.complete("owner-a", [delivered(again, 2)]))[0] == {again}
+    assert history(db) == [(again, 2)]
