@@ -70,9 +70,9 @@ def publisher(kind: str, url: str, interleaver: Interleaver) -> Iterator[Any]:
 
     event.listen(engine, "after_cursor_execute", after_cursor_execute)
     try:
-        with engine.connect() as conn:
-            yield conn
-            conn.commit()
+        with engine.connect() as connection:
+            yield connection
+            connection.commit()
     finally:
         engine.dispose()
 
