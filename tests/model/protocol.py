@@ -111,19 +111,22 @@ def _set_producer(s: State, p: int, producer: Producer) -> State:
 
 
 def _free_slots_of(s: State, c: Config, ids: set[int], *, trim: bool = False) -> State:
-    """ "freed" of "complete" and "rescue": the slots of these messages (and, with
-    ``trim``, as in rescue, of any holder no longer running), free again. With
-    Repair.RESEAT_ON_FREE, each passes instead to a running message that holds
-    none (a cap change left it without one), by id."""
+    """The "freed" CTE of "complete" and "rescue": the slots of these messages
+    (and, with ``trim``, as in rescue, of any holder no longer running), free
+    again. With Repair.RESEAT_UNSEATED, each passes instead to a running message
+    that holds none, by id."""
     running = {m.id for m in s.msgs if m.state == "running"}
     slots = [None if h in ids or (trim and h not in running) else h for h in s.slots]
-    if Repair.RESEAT_ON_FREE in c.repairs:
-        seated = set(slots)
-        unseated = [m for m in sorted(running) if m not in seated]
-        for n, holder in enumerate(slots):
-            if holder is None and unseated:
-                slots[n] = unseated.pop(0)
+    if Repair.RESEAT_UNSEATED in c.repairs:
+        _seat(slots, [m for m in sorted(running) if m not in slots])
     return s._replace(slots=tuple(slots))
+
+
+def _seat(slots: list[int | None], holders: list[int]) -> None:
+    """The k-th of ``holders`` takes the k-th free slot, while there is one."""
+    free = [n for n, holder in enumerate(slots) if holder is None]
+    for n, holder in zip(free, holders, strict=False):
+        slots[n] = holder
 
 
 # -- producers: enqueue.sql --------------------------------------------------------
@@ -322,7 +325,7 @@ def _complete(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) 
         m, verdict = cleared._replace(state="ready", open=m.open | {f.attempt}), "released"
     elif f.phase == "ok":
         m, verdict = cleared._replace(state="delivered"), "delivered"
-    elif m.attempts >= m.max_attempts:
+    elif f.attempt >= m.max_attempts:  # the verdict the dispatcher made from its claim
         m, verdict = cleared._replace(state="dead", ever_dead=True), "dead"
     else:
         m, verdict = cleared._replace(state="ready", open=m.open | {f.attempt}), "retry"
@@ -410,13 +413,14 @@ def _set_cap(s: State, c: Config, cap: int) -> Step:
     """slots.sql fragment "slots_synced" (endpoint_slots_sync /
     destination_slots_sync): slots added up to the cap, those above it deleted,
     their holders (by id) moved to the free slots kept (by slot), while any are
-    ("cap_reseated"); the rest hold none."""
+    ("cap_reseated"); the rest hold none. With Repair.RESEAT_UNSEATED, the
+    running messages that held none before take the free slots left."""
     kept = list(s.slots[:cap]) + [None] * max(0, cap - len(s.slots))
-    unseated = sorted(h for h in s.slots[cap:] if h is not None)
     if Mutation.CAP_LOWERED_WITHOUT_RESEAT not in c.mutations:
-        for n, holder in enumerate(kept):
-            if holder is None and unseated:
-                kept[n] = unseated.pop(0)
+        _seat(kept, sorted(h for h in s.slots[cap:] if h is not None))
+    if Repair.RESEAT_UNSEATED in c.repairs:
+        running = (m.id for m in s.msgs if m.state == "running")
+        _seat(kept, [m for m in running if m not in s.slots])
     s = s._replace(slots=tuple(kept), cap=cap, cap_step=s.cap_step + 1)
     return Step(f"the cap is set to {cap}", s, ())
 

@@ -31,10 +31,13 @@ class Mutation(Enum):
 class Repair(Enum):
     """A change to the protocol that the model can check before it is made."""
 
-    RESEAT_ON_FREE = "a freed slot passes to a running holder a cap change left without one"
-    """``complete``'s and ``rescue``'s "freed" hand the slot to such a holder (by
-    id) instead of freeing it, so that the free slots stay the cap less the
-    requests in flight."""
+    RESEAT_UNSEATED = "a running message that holds no slot takes the next one freed or added"
+    """A running message of a capped destination that holds no slot (a cap
+    change left it without one, or it was claimed before the cap was set) takes
+    a slot as soon as one is free: "freed" of ``complete`` and ``rescue`` hands
+    the slot to it (by id) instead of freeing it, and ``slots_synced`` seats it
+    in a free slot at or below the cap, after the holders of the slots it
+    deletes. So the free slots stay the cap less the requests in flight."""
 
 
 @dataclass(frozen=True)
