@@ -50,31 +50,33 @@ interleave with each other and with the dispatchers' claims, retries, crashes
 and rescues."""
 
 REDRIVE = Config(
-    producers=(("K",), ("K",)),
+    producers=(("K",), ("K",), ("K",)),
     committed=True,
     dispatchers=2,
     crashes=1,
-    max_attempts=1,
+    max_attempts=2,
     lease=1,
     flights=1,
     operator_retries=1,
 )
-"""Two committed messages of one key, each with one attempt, and an operator
-who may redrive a dead one (``outbox dead retry``) while a later one runs."""
+"""Three committed messages of one key, and an operator who may redrive a dead
+one (``outbox dead retry``) while a later one runs or after it was delivered."""
 
 CAP = Config(
     producers=((None,), (None,), (None,)),
     committed=True,
-    dispatchers=2,
+    dispatchers=1,
     crashes=0,
     max_attempts=1,
     lease=1,
-    flights=1,
+    flights=3,
     cap=2,
     cap_plan=(1, 2),
 )
 """Three messages to a destination whose cap of 2 an operator lowers to 1 and
-raises back to 2, at any moment, requests in flight or not."""
+raises back to 2, at any moment, requests in flight or not. One dispatcher
+holding up to three at once interleaves them as three would (the cap counts
+rows, whoever holds them), its leases running out and rescued as any."""
 
 BREAKER = Config(
     producers=((None,), (None,)),
