@@ -9,6 +9,8 @@ in any order with everything else.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tests.model.state import Config
 
 LEASES = Config(
@@ -78,6 +80,10 @@ raises back to 2, at any moment, requests in flight or not. One dispatcher
 holding up to three at once interleaves them as three would (the cap counts
 rows, whoever holds them), its leases running out and rescued as any."""
 
+CAP_SET = replace(CAP, cap=None, cap_plan=(1,))
+"""As CAP, but the destination has no cap until an operator sets one of 1, at
+any moment, requests in flight or not."""
+
 BREAKER = Config(
     producers=((None,), (None,)),
     committed=True,
@@ -97,5 +103,6 @@ ALL = {
     "ordering": ORDERING,
     "redrive": REDRIVE,
     "cap": CAP,
+    "cap set": CAP_SET,
     "breaker": BREAKER,
 }
