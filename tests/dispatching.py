@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -19,6 +20,7 @@ import psycopg
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.dispatcher import Dispatcher
+from dispatchers.jobs import Completion
 from dispatchers.log import EventLog, NullLog
 from dispatchers.retry import ExponentialBackoff, Schedule
 from outbox import Outbox
@@ -114,3 +116,19 @@ async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> No
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met in time")
         await asyncio.sleep(0.05)
+
+
+def delivered(message_id: int, attempt: int, **fields: Any) -> Completion:
+    """A 200 for ``attempt`` of ``message_id``, as a dispatcher's flush records it."""
+    return Completion(
+        message_id, attempt, "delivered", "delivered", sent=True, status=200,
+        started_at=datetime.now(UTC), duration_ms=1, **fields,
+    )  # fmt: skip
+
+
+def retried(message_id: int, attempt: int, **fields: Any) -> Completion:
+    """A 503 for ``attempt`` of ``message_id``, retried a minute later."""
+    return Completion(
+        message_id, attempt, "ready", "retry", sent=True, status=503, delay=60.0,
+        error="HTTP 503", started_at=datetime.now(UTC), duration_ms=1, **fields,
+    )  # fmt: skip

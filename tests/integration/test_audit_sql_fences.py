@@ -13,7 +13,7 @@ import pytest
 
 from dispatchers.db import Store
 from dispatchers.jobs import Completion
-from tests.dispatching import Db, fast_config
+from tests.dispatching import Db, delivered, fast_config, retried
 
 
 @pytest.fixture
@@ -29,20 +29,6 @@ async def store(db: Db) -> AsyncIterator[Store]:
         yield store
     finally:
         await store.close()
-
-
-def delivered(mid: int, attempt: int) -> Completion:
-    return Completion(
-        mid, attempt, "delivered", "delivered", sent=True, status=200,
-        started_at=datetime.now(UTC), duration_ms=1,
-    )  # fmt: skip
-
-
-def retry(mid: int, attempt: int) -> Completion:
-    return Completion(
-        mid, attempt, "ready", "retry", sent=True, status=503, delay=60.0,
-        error="HTTP 503", started_at=datetime.now(UTC), duration_ms=1,
-    )  # fmt: skip
 
 
 def dead(mid: int, attempt: int) -> Completion:
@@ -76,7 +62,7 @@ async def test_another_owner_at_the_same_attempt_number_is_fenced_out_by_owner(
     # was lost) match the attempt but not the owner: none applies
     assert await store.complete("owner-a", [delivered(taken, 1)]) == (set(), {})  # delivered
     assert state(db, taken) == [("running", "owner-b", 1)]
-    mixed = [delivered(taken, 1), retry(mine, 1)]
+    mixed = [delivered(taken, 1), retried(mine, 1)]
     assert (await store.complete("owner-a", mixed))[0] == {mine}  # complete, "done"
     assert state(db, taken) == [("running", "owner-b", 1)]
     assert await store.complete("owner-a", [dead(taken, 1)]) == (set(), {})  # "updated"
@@ -106,7 +92,7 @@ async def test_an_earlier_attempt_of_the_same_owner_is_fenced_out_by_attempt(
     assert (job.id, job.attempts) == (again, 2)
     assert await store.complete("owner-a", [delivered(again, 1)]) == (set(), {})
     assert state(db, again) == [("running", "owner-a", 2)]
-    mixed = [delivered(again, 1), retry(mine, 1)]
+    mixed = [delivered(again, 1), retried(mine, 1)]
     assert (await store.complete("owner-a", mixed))[0] == {mine}
     assert state(db, again) == [("running", "owner-a", 2)]
     assert await store.complete("owner-a", [dead(again, 1)]) == (set(), {})

@@ -12,7 +12,6 @@ import io
 import json
 import threading
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -21,12 +20,12 @@ import pytest
 from dispatchers.cli import main
 from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
-from dispatchers.jobs import Completion
 from dispatchers.log import EventLog
+from dispatchers.rows import HealthRow
 from outbox import Outbox
 from outbox.admin import status
 from outbox.endpoints import Endpoints
-from tests.dispatching import Db, fast_config, running, wait_until
+from tests.dispatching import Db, fast_config, retried, running, wait_until
 from tests.receiver import Received, Receiver, Reply
 
 BREAKER = {
@@ -275,6 +274,18 @@ async def test_failed_probes_in_a_row_double_the_back_off_up_to_its_cap(db: Db) 
     )
     store = Store(db.url, fast_config())
     await store.open()
+
+    async def reopen(hold_s: float) -> HealthRow | None:
+        """A failed probe of owner me: 10 s of back-off, doubled per failure, 70 s at most."""
+        return await store.health(
+            "health_reopen",
+            destination=destination,
+            owner="me",
+            backoff_s=10.0,
+            backoff_max_s=70.0,
+            hold_s=hold_s,
+        )
+
     blocked = []
     try:
         for _ in range(5):
@@ -284,14 +295,7 @@ async def test_failed_probes_in_a_row_double_the_back_off_up_to_its_cap(db: Db) 
                 " WHERE destination = %s RETURNING 1",
                 destination,
             )
-            row = await store.health(
-                "health_reopen",
-                destination=destination,
-                owner="me",
-                backoff_s=10.0,
-                backoff_max_s=70.0,
-                hold_s=0.0,
-            )
+            row = await reopen(hold_s=0.0)
             assert row is not None and row.state == "open"
             ((seconds, failed),) = db.query(
                 "SELECT extract(epoch FROM blocked_until - now()), failed_probes"
@@ -305,31 +309,14 @@ async def test_failed_probes_in_a_row_double_the_back_off_up_to_its_cap(db: Db) 
             " WHERE destination = %s RETURNING 1",
             destination,
         )
-        assert (
-            await store.health(
-                "health_reopen",
-                destination=destination,
-                owner="me",
-                backoff_s=10.0,
-                backoff_max_s=70.0,
-                hold_s=0.0,
-            )
-            is None
-        )
+        assert await reopen(hold_s=0.0) is None
         # a Retry-After the probe was answered with outlasts the back-off
         db.query(
             "UPDATE outbox.destination_health SET probe_owner = 'me' WHERE destination = %s"
             " RETURNING 1",
             destination,
         )
-        await store.health(
-            "health_reopen",
-            destination=destination,
-            owner="me",
-            backoff_s=10.0,
-            backoff_max_s=70.0,
-            hold_s=600.0,
-        )
+        await reopen(hold_s=600.0)
         ((held,),) = db.query(
             "SELECT extract(epoch FROM blocked_until - now())"
             " FROM outbox.destination_health WHERE destination = %s",
@@ -394,18 +381,7 @@ async def test_a_failed_probe_extends_its_endpoints_failure_streak(db: Db) -> No
     try:
         (probe,) = await store.claim("me", 10)
         assert probe.probe
-        failed = Completion(
-            probe.id,
-            probe.attempts,
-            "ready",
-            "retry",
-            sent=True,
-            delay=60.0,
-            status=503,
-            started_at=datetime.now(UTC),
-            duration_ms=5,
-            endpoint_id=endpoint.id,
-        )
+        failed = retried(probe.id, probe.attempts, endpoint_id=endpoint.id)
         assert (await store.complete("me", [failed]))[0] == {probe.id}
     finally:
         await store.close()

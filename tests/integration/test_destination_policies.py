@@ -5,7 +5,6 @@ destination."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -15,7 +14,7 @@ from dispatchers.db import Store
 from dispatchers.jobs import Completion, Job
 from outbox import Destinations, Outbox
 from outbox.endpoints import Endpoints
-from tests.dispatching import fast_config
+from tests.dispatching import delivered, fast_config
 from tests.processes import Fleet, scalar
 from tests.receiver import ConcurrencyMeter, Receiver
 
@@ -148,17 +147,7 @@ async def test_lowering_a_cap_below_the_requests_in_flight_starts_none_until_und
     await store.open()
 
     async def finish(job: Job) -> None:
-        done = Completion(
-            job.id,
-            job.attempts,
-            "delivered",
-            "delivered",
-            sent=True,
-            status=200,
-            started_at=datetime.now(UTC),
-            duration_ms=1,
-        )
-        assert (await store.complete("owner", [done]))[0] == {job.id}
+        assert (await store.complete("owner", [delivered(job.id, job.attempts)]))[0] == {job.id}
 
     try:
         flying = await store.claim("owner", 20)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -25,7 +24,7 @@ from dispatchers.jobs import Completion
 from outbox import Outbox
 from outbox.admin import replay_event, replay_message
 from outbox.endpoints import Endpoints
-from tests.dispatching import Db, drain, fast_config, running, wait_until
+from tests.dispatching import Db, delivered, drain, fast_config, running, wait_until
 from tests.receiver import Receiver
 
 KEY = "acct-1"
@@ -168,17 +167,7 @@ async def test_a_replayed_message_waits_while_a_later_one_of_its_key_is_running(
     try:
         (job,) = await store.claim("owner", 10)
         assert job.id == early
-        done = Completion(
-            job.id,
-            job.attempts,
-            "delivered",
-            "delivered",
-            sent=True,
-            status=200,
-            started_at=datetime.now(UTC),
-            duration_ms=1,
-        )
-        assert (await store.complete("owner", [done]))[0] == {early}
+        assert (await store.complete("owner", [delivered(job.id, job.attempts)]))[0] == {early}
         with psycopg.connect(db.url) as conn:
             (late,) = box.publish(conn, "order.paid", {"n": 2}, ordering_key=KEY)
         (job,) = await store.claim("owner", 10)
