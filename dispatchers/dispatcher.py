@@ -279,18 +279,16 @@ class Dispatcher:
             if self._waker is not None:
                 helpers.append(asyncio.create_task(self._waker.run(), name="outbox-waker"))
             if drain:
-                helpers.append(
-                    asyncio.create_task(self._watch_drain(), name="outbox-drain-watch")
-                )
+                helpers.append(asyncio.create_task(self._watch_drain(), name="outbox-drain-watch"))
             self._draining = drain
             drained = await self._claim_loop(drain=drain)
             if drain and not drained:
                 self._watchdog.check_interrupted()
             await self._shutdown()
         finally:
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            # cancelled again if one lets the first cancellation pass (see stop_tasks)
+            if await loops.stop_tasks(helpers):
+                self._report.internal_error("shutdown", RuntimeError("a helper did not stop"))
             for flight in self._inflight.values():
                 if flight.task is not None:
                     flight.task.cancel()
@@ -544,9 +542,7 @@ class Dispatcher:
         ]
         if running:
             _, late = await asyncio.wait(running, timeout=self.config.grace)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+            await loops.stop_tasks(late)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(5.0, 3 * self.config.statement_timeout)
         while self._outcomes and loop.time() < deadline:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any, TypeVar
 
 from outbox.errors import ConfigurationError
@@ -49,6 +49,35 @@ def resolve(name: str) -> str:
             "(pip install 'outbox[fast]') or choose 'auto' or 'asyncio'"
         )
     return "asyncio"
+
+
+async def stop_tasks(
+    tasks: Collection[asyncio.Task[Any]], *, patience: float = 0.5, within: float = 30.0
+) -> set[asyncio.Task[Any]]:
+    """Cancel ``tasks`` and wait until every one has ended; return those still
+    running after ``within`` seconds (none, unless one ignores cancellation).
+
+    One cancellation is not always enough: on Python 3.11, :func:`asyncio.wait_for`
+    (which psycopg_pool waits for a connection with) returns its result when the
+    awaited call finishes just as the cancellation arrives, and the task goes on as
+    if never cancelled. So a task still running ``patience`` seconds after its
+    cancellation is cancelled again. Each exception is retrieved (they were
+    reported where they happened).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        _, pending = await asyncio.wait(pending, timeout=min(patience, left))
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()
+    return pending
 
 
 def loop_factory(name: str) -> LoopFactory | None:
