@@ -104,6 +104,7 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "reason", "updated_at",
     ),
     "schema_migrations": ("version", "name", "checksum", "applied_at"),
+    "unseated_requests": ("message_id", "destination"),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -214,6 +215,13 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         "rate_slots": {
             "SELECT": ("destination", "slot", "period", "next_at"),
             "UPDATE": ("next_at",),
+        },
+        # a slot freed passes to a request in flight that holds none, which then
+        # leaves the list (locked first: FOR UPDATE needs UPDATE on a column)
+        "unseated_requests": {
+            "SELECT": ("message_id", "destination"),
+            "UPDATE": ("destination",),
+            "DELETE": WHOLE_TABLE,
         },
         # a claim reads the retry schedule of each webhook's event type
         "event_types": {"SELECT": ("event_type", "retry_schedule")},

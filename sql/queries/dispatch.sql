@@ -230,6 +230,41 @@ policy_candidates AS (
        OR c.id IN (SELECT id FROM permitted)
 )
 
+-- fragment: slots_passed
+-- The concurrency slots of the messages in "ending" (ids whose requests ended or
+-- were given back): each passes to a request in flight to its destination that
+-- holds none (listed in unseated_requests, lowest id first), else is freed; and
+-- the ending messages leave that list. So a destination's free slots stay its
+-- cap less its requests in flight (migration 0021). The list's rows are locked
+-- SKIP LOCKED, so that two completions never seat the same request; one lock
+-- held elsewhere leaves the slot free, which the next sync or pass corrects.
+vacated AS (
+    SELECT s.destination, s.slot,
+           row_number() OVER (PARTITION BY s.destination ORDER BY s.slot) AS n
+    FROM {schema}.destination_slots AS s
+    WHERE s.message_id IN (SELECT id FROM ending)
+), heirs AS (
+    SELECT w.destination, w.message_id,
+           row_number() OVER (PARTITION BY w.destination ORDER BY w.message_id) AS n
+    FROM (SELECT u.destination, u.message_id
+          FROM {schema}.unseated_requests AS u
+          WHERE u.destination IN (SELECT destination FROM vacated)
+            AND u.message_id NOT IN (SELECT id FROM ending)
+          FOR UPDATE SKIP LOCKED) AS w
+), freed AS (
+    UPDATE {schema}.destination_slots AS s
+    SET message_id = h.message_id
+    FROM vacated AS v
+    LEFT JOIN heirs AS h USING (destination, n)
+    WHERE s.destination = v.destination AND s.slot = v.slot
+      AND s.message_id IN (SELECT id FROM ending)
+    RETURNING h.message_id AS seated
+), unlisted AS (
+    DELETE FROM {schema}.unseated_requests AS u
+    WHERE u.message_id IN (SELECT id FROM ending)
+       OR u.message_id IN (SELECT seated FROM freed)
+)
+
 -- fragment: destinations_due
 -- The destinations a claim shares its batch across, with each one's room and
 -- share (see "claim"): "alone", "destinations" and "listed".
@@ -725,11 +760,9 @@ WITH outcome AS (
     SELECT id FROM done
     UNION ALL
     SELECT id FROM updated
-), freed AS (
-    UPDATE {schema}.destination_slots
-    SET message_id = NULL
-    WHERE message_id IN (SELECT id FROM applied)
-), recorded AS (
+), ending AS (
+    SELECT id FROM applied
+), {slots_passed}, recorded AS (
     INSERT INTO {schema}.attempts (
         message_id, attempt, owner, started_at, duration_ms, status, outcome,
         error_class, error, response_excerpt
@@ -805,11 +838,9 @@ WITH done AS (
     SET state = 'paused'
     WHERE endpoint_id = ANY (ARRAY(SELECT id FROM endpoint_update WHERE NOT enabled))
       AND state = 'ready'
-), freed AS (
-    UPDATE {schema}.destination_slots
-    SET message_id = NULL
-    WHERE message_id = ANY (ARRAY(SELECT id FROM done))
-)
+), ending AS (
+    SELECT id FROM done
+), {slots_passed}
 SELECT id, NULL AS disabled_endpoint, NULL AS reason FROM done
 
 -- name: recorded_attempts
@@ -863,18 +894,24 @@ WITH expired AS (
     JOIN rescued USING (id)
     -- informational only: never let a stray row stop the rescue of the rest
     ON CONFLICT (message_id, attempt) DO NOTHING
-), freed AS (
-    -- slots of rescued messages, and any slot whose holder is no longer running
-    -- (a lowered cap deletes the slots above it, so there are none to trim). One
-    -- primary key probe per held slot: a NOT EXISTS here may be planned as a hash
-    -- of every running message, built at each rescue once any slot is held.
-    UPDATE {schema}.destination_slots AS s
-    SET message_id = NULL
-    WHERE s.message_id IN (SELECT id FROM rescued)
-       OR (s.message_id IS NOT NULL
-           AND (SELECT m.state FROM {schema}.messages AS m WHERE m.id = s.message_id)
-               IS DISTINCT FROM 'running')
-)
+), ending AS (
+    -- rescued messages, and any other that holds a slot or waits for one and is
+    -- no longer running (ended by a statement that frees no slot). One primary
+    -- key probe per row: a NOT EXISTS here may be planned as a hash of every
+    -- running message, built at each rescue once any slot is held.
+    SELECT id FROM rescued
+    UNION
+    SELECT s.message_id
+    FROM {schema}.destination_slots AS s
+    WHERE s.message_id IS NOT NULL
+      AND (SELECT m.state FROM {schema}.messages AS m WHERE m.id = s.message_id)
+          IS DISTINCT FROM 'running'
+    UNION
+    SELECT u.message_id
+    FROM {schema}.unseated_requests AS u
+    WHERE (SELECT m.state FROM {schema}.messages AS m WHERE m.id = u.message_id)
+          IS DISTINCT FROM 'running'
+), {slots_passed}
 SELECT id, state FROM rescued
 
 -- name: work_remaining

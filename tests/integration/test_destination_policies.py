@@ -179,3 +179,71 @@ async def test_lowering_a_cap_below_the_requests_in_flight_starts_none_until_und
         )
     finally:
         await store.close()
+
+
+async def _in_flight_never_passes_the_cap(
+    database_url: str, store: Store, flying: list[Job], cap: int
+) -> None:
+    """Finish ``flying`` one at a time; after each, a claim starts a request only
+    while fewer than ``cap`` are in flight; at the end the slots are the cap, free,
+    and no request waits for one."""
+    while flying:
+        job = flying.pop(0)
+        assert (await store.complete("owner", [delivered(job.id, job.attempts)]))[0] == {job.id}
+        ready = scalar(database_url, "SELECT count(*) FROM outbox.messages WHERE state = 'ready'")
+        started = await store.claim("owner", 20)
+        # as many as the cap leaves room for, and none while it is full
+        assert len(started) == min(ready, max(0, cap - len(flying))), (flying, started)
+        flying += started
+    assert scalar(database_url, "SELECT count(*) FROM outbox.messages") == 0  # all delivered
+    slots = "SELECT count(*) FROM outbox.destination_slots WHERE message_id IS NULL"
+    assert scalar(database_url, slots) == cap  # the test's only destination
+    assert scalar(database_url, "SELECT count(*) FROM outbox.unseated_requests") == 0
+
+
+async def test_no_claim_starts_while_the_cap_is_full_after_it_is_lowered_below_every_free_slot(
+    database_url: str,
+) -> None:
+    """The holders of the slots a lowered cap deletes, with no free slot left to
+    move to, still count: each slot freed passes to one of them."""
+    box = Outbox()
+    origin = "https://lowered.example"
+    with psycopg.connect(database_url) as conn:
+        Destinations().set(conn, origin, max_concurrency=3)
+        for i in range(6):
+            box.enqueue(conn, url=f"{origin}/x", idempotency_key=f"l{i}", json={})
+    store = Store(database_url, fast_config(destination_concurrency=100))
+    await store.open()
+    try:
+        flying = await store.claim("owner", 20)
+        assert len(flying) == 3  # every slot held
+        with psycopg.connect(database_url) as conn:
+            Destinations().set(conn, origin, max_concurrency=1)
+        assert await store.claim("owner", 20) == []
+        assert scalar(database_url, "SELECT count(*) FROM outbox.unseated_requests") == 2
+        await _in_flight_never_passes_the_cap(database_url, store, flying, cap=1)
+    finally:
+        await store.close()
+
+
+async def test_no_claim_starts_while_the_cap_is_full_after_it_is_set_on_requests_in_flight(
+    database_url: str,
+) -> None:
+    """Requests claimed before their destination had a cap count against the cap
+    once it is set."""
+    box = Outbox()
+    origin = "https://newly-capped.example"
+    with psycopg.connect(database_url) as conn:
+        for i in range(7):
+            box.enqueue(conn, url=f"{origin}/x", idempotency_key=f"n{i}", json={})
+    store = Store(database_url, fast_config(destination_concurrency=100))
+    await store.open()
+    try:
+        flying = await store.claim("owner", 3)
+        assert len(flying) == 3  # no cap yet
+        with psycopg.connect(database_url) as conn:
+            Destinations().set(conn, origin, max_concurrency=2)
+        assert await store.claim("owner", 20) == []
+        await _in_flight_never_passes_the_cap(database_url, store, flying, cap=2)
+    finally:
+        await store.close()

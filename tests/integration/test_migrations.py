@@ -38,6 +38,7 @@ TABLES = {
     "destination_policies",
     "destination_slots",
     "rate_slots",
+    "unseated_requests",
     "event_types",
     "destination_health",
     "schema_migrations",

@@ -56,7 +56,6 @@ from tests.model.state import (
     Msg,
     Mutation,
     Producer,
-    Repair,
     State,
 )
 
@@ -111,13 +110,13 @@ def _set_producer(s: State, p: int, producer: Producer) -> State:
 
 
 def _free_slots_of(s: State, c: Config, ids: set[int], *, trim: bool = False) -> State:
-    """The "freed" CTE of "complete" and "rescue": the slots of these messages
-    (and, with ``trim``, as in rescue, of any holder no longer running), free
-    again. With Repair.RESEAT_UNSEATED, each passes instead to a running message
-    that holds none, by id."""
+    """The "slots_passed" fragment of "complete" and "rescue": the slots of these
+    messages (and, with ``trim``, as in rescue, of any holder no longer running)
+    each pass to a running message that holds none (listed in
+    unseated_requests), lowest id first, or are free again."""
     running = {m.id for m in s.msgs if m.state == "running"}
     slots = [None if h in ids or (trim and h not in running) else h for h in s.slots]
-    if Repair.RESEAT_UNSEATED in c.repairs:
+    if s.cap is not None and Mutation.UNSEATED_NOT_COUNTED not in c.mutations:
         _seat(slots, [m for m in sorted(running) if m not in slots])
     return s._replace(slots=tuple(slots))
 
@@ -413,12 +412,13 @@ def _set_cap(s: State, c: Config, cap: int) -> Step:
     """slots.sql fragment "slots_synced" (endpoint_slots_sync /
     destination_slots_sync): slots added up to the cap, those above it deleted,
     their holders (by id) moved to the free slots kept (by slot), while any are
-    ("cap_reseated"); the rest hold none. With Repair.RESEAT_UNSEATED, the
-    running messages that held none before take the free slots left."""
+    ("cap_reseated"), then the running messages that held none before; the rest
+    are listed in unseated_requests ("cap_listed": in the model, every running
+    message that holds no slot is on that list)."""
     kept = list(s.slots[:cap]) + [None] * max(0, cap - len(s.slots))
     if Mutation.CAP_LOWERED_WITHOUT_RESEAT not in c.mutations:
         _seat(kept, sorted(h for h in s.slots[cap:] if h is not None))
-    if Repair.RESEAT_UNSEATED in c.repairs:
+    if Mutation.UNSEATED_NOT_COUNTED not in c.mutations:
         running = (m.id for m in s.msgs if m.state == "running")
         _seat(kept, [m for m in running if m not in s.slots])
     s = s._replace(slots=tuple(kept), cap=cap, cap_step=s.cap_step + 1)

@@ -26,18 +26,10 @@ class Mutation(Enum):
     """``slots_synced`` without ``cap_reseated``."""
     PROBE_WHILE_PROBING = "a probe taken while another probe's lease runs"
     """``health_probes`` takes a probing row whatever its ``blocked_until``."""
-
-
-class Repair(Enum):
-    """A change to the protocol that the model can check before it is made."""
-
-    RESEAT_UNSEATED = "a running message that holds no slot takes the next one freed or added"
-    """A running message of a capped destination that holds no slot (a cap
-    change left it without one, or it was claimed before the cap was set) takes
-    a slot as soon as one is free: "freed" of ``complete`` and ``rescue`` hands
-    the slot to it (by id) instead of freeing it, and ``slots_synced`` seats it
-    in a free slot at or below the cap, after the holders of the slots it
-    deletes. So the free slots stay the cap less the requests in flight."""
+    UNSEATED_NOT_COUNTED = "a request in flight without a slot is not counted"
+    """Before migration 0021: "slots_passed" frees a slot rather than passing it to
+    a running message that holds none, and ``slots_synced`` seats only the holders
+    of the slots it deletes (not the requests claimed before the cap was set)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +56,6 @@ class Config:
     :param operator_retries: how many times ``outbox dead retry`` may redrive a
         dead message.
     :param mutations: the seeded bugs in force.
-    :param repairs: the repairs in force.
     """
 
     producers: tuple[tuple[str | None, ...], ...] = ((None,), (None,))
@@ -81,13 +72,10 @@ class Config:
     backoff: int = 1
     operator_retries: int = 0
     mutations: frozenset[Mutation] = frozenset()
-    repairs: frozenset[Repair] = frozenset()
 
-    def but(self, *changes: Mutation | Repair) -> Config:
-        """This configuration with ``changes`` (seeded bugs, repairs) in force."""
-        mutations = {m for m in changes if isinstance(m, Mutation)}
-        repairs = {r for r in changes if isinstance(r, Repair)}
-        return replace(self, mutations=self.mutations | mutations, repairs=self.repairs | repairs)
+    def but(self, *mutations: Mutation) -> Config:
+        """This configuration with ``mutations`` (seeded bugs) in force."""
+        return replace(self, mutations=self.mutations | set(mutations))
 
 
 class Msg(NamedTuple):
