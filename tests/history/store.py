@@ -1,0 +1,67 @@
+"""A history written to JSON and read back, so that a run's checks can be run
+again, and their evidence read, without running it again
+(``python -m tests.history --recheck DIR/history.json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tests.history.history import (
+    AttemptRow,
+    Destination,
+    Fault,
+    FinalMessage,
+    HealthEvent,
+    History,
+    MessageEvent,
+    PolicyChange,
+    Process,
+    Request,
+    SlotEvent,
+    Timing,
+    Txn,
+    Write,
+)
+
+_ROWS: dict[str, type[Any]] = {
+    "destinations": Destination,
+    "requests": Request,
+    "message_events": MessageEvent,
+    "health_events": HealthEvent,
+    "slot_events": SlotEvent,
+    "attempts": AttemptRow,
+    "finals": FinalMessage,
+    "processes": Process,
+    "faults": Fault,
+    "policies": PolicyChange,
+}
+
+
+def dump(history: History, path: Path) -> None:
+    path.write_text(json.dumps(dataclasses.asdict(history)), encoding="utf-8")
+
+
+def load(path: Path) -> History:
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    fields: dict[str, Any] = {
+        "seed": raw["seed"],
+        "timing": Timing(**raw["timing"]),
+        "effects": Counter(raw["effects"]),
+        "notes": tuple(raw["notes"]),
+        "txns": tuple(
+            Txn(
+                **{
+                    **t,
+                    "writes": tuple(Write(**{**w, "ids": tuple(w["ids"])}) for w in t["writes"]),
+                }
+            )
+            for t in raw["txns"]
+        ),
+    }
+    for name, kind in _ROWS.items():
+        fields[name] = tuple(kind(**row) for row in raw[name])
+    return History(**fields)

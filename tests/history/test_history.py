@@ -1,0 +1,75 @@
+"""The history checker's short mode: one seeded run of the real system (dispatcher
+processes, PostgreSQL, receivers on 127.0.0.1) under every fault, every
+invariant checked (see :mod:`tests.history`).
+
+It takes about half a minute per server on two busy cores: about 14 s of
+traffic, then the time for every committed message to be delivered or dead.
+Every wait is bounded and fails loudly. A failure names its seed; run it again
+with ``python -m tests.history --short --seed N -v``, and its recorded history
+(``history.json`` in the test's directory, printed) is checked again by
+``python -m tests.history --recheck PATH``. ``OUTBOX_HISTORY_SEED`` picks another
+seed. The one violation expected for now is the known defect of a cap changed
+while requests are in flight; if it is the only one, the test is an expected
+failure that names it, and any other violation fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PgServer
+from tests.history.checks import check, facts
+from tests.history.report import outcome
+from tests.history.run import run
+from tests.history.store import dump
+
+SEED = 1
+"""The CI seed; the plan of a short run has every fault whatever the seed."""
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(300)
+def test_a_short_seeded_history_keeps_every_invariant(
+    pg_server: PgServer, database_url: str, tmp_path: Path
+) -> None:
+    if pg_server.name == "external":
+        pytest.skip("the checks compare the server's clock with this host's: a local server only")
+    seed = int(os.environ.get("OUTBOX_HISTORY_SEED", SEED))
+    started = time.monotonic()
+    history = run(
+        seed,
+        database_url,
+        tmp_path,
+        server=pg_server if pg_server.restartable else None,
+        short=True,
+        progress=lambda line: print(f"history: {line}", flush=True),
+    )
+    violations = check(history)
+    dump(history, tmp_path / "history.json")
+    result = outcome(history, violations, time.monotonic() - started, facts(history))
+    print(result.line())
+    for note in history.notes:
+        print(f"note: {note}")
+    reproduce = (
+        f"\nreproduce: python -m tests.history --short --seed {seed} -v"
+        f"\nrecheck: python -m tests.history --recheck {tmp_path / 'history.json'}"
+    )
+    unexpected = [v for v in violations if v.known is None]
+    assert not unexpected, "\n".join(v.describe(seed) for v in unexpected) + reproduce
+    # every fault was injected (what each one led to is printed, not asserted: a
+    # victim may hold no lease at the moment it is killed)
+    wanted = {"kill", "freeze", "term", "cap_change", "rate_change", "breaker"}
+    if pg_server.restartable:
+        wanted.add("db_restart")
+    assert wanted <= {f.kind for f in history.faults}, history.faults
+    assert result.messages > 50, result.line()
+    if violations:
+        pytest.xfail(
+            "seed {}: only the known defect: {}{}".format(
+                seed, "\n".join(v.describe(seed) for v in violations), reproduce
+            )
+        )
