@@ -1,5 +1,6 @@
 """Destination concurrency slots at the Store level against real PostgreSQL: the
-rescue frees a slot whose holder is no longer running, whatever left it held."""
+rescue frees a slot whose holder is no longer running, whatever left it held, and
+passes an expired holder's slot to a request in flight that holds none."""
 
 from __future__ import annotations
 
@@ -37,5 +38,56 @@ async def test_a_rescue_frees_a_slot_whose_holder_no_longer_runs(database_url: s
         assert await store.rescue() == []  # no lease expired...
         # ...but the stray slot is free again
         assert [job.id for job in await store.claim("owner", 10)] == [second]
+    finally:
+        await store.close()
+
+
+async def test_a_rescue_passes_an_expired_holders_slot_to_a_request_without_one(
+    database_url: str,
+) -> None:
+    """A lowered cap leaves a request in flight without a slot (listed); when the
+    slot holder's lease expires, the rescue passes its slot to the listed request
+    rather than freeing it; when that one's lease expires too, the slot is free
+    and the list empty."""
+    box = Outbox()
+    with psycopg.connect(database_url) as conn:
+        Destinations().set(conn, ORIGIN, max_concurrency=2)
+        ids = [
+            box.enqueue(conn, url=f"{ORIGIN}/x", idempotency_key=f"e{i}", json={}) for i in range(3)
+        ]
+    store = Store(database_url, fast_config(destination_concurrency=100))
+    await store.open()
+
+    def expire(message_id: int) -> None:
+        with psycopg.connect(database_url) as conn:
+            conn.execute(
+                "UPDATE outbox.messages SET lease_until = now() - interval '1 second'"
+                " WHERE id = %s",
+                (message_id,),
+            )
+
+    def seats() -> tuple[list[tuple[int, int | None]], list[int]]:
+        with psycopg.connect(database_url) as conn:
+            slots = conn.execute(
+                "SELECT slot, message_id FROM outbox.destination_slots ORDER BY slot"
+            ).fetchall()
+            listed = conn.execute(
+                "SELECT message_id FROM outbox.unseated_requests ORDER BY message_id"
+            ).fetchall()
+        return [(s, m) for s, m in slots], [m for (m,) in listed]
+
+    try:
+        assert [job.id for job in await store.claim("owner", 10)] == ids[:2]
+        with psycopg.connect(database_url) as conn:
+            Destinations().set(conn, ORIGIN, max_concurrency=1)
+        assert seats() == ([(1, ids[0])], [ids[1]])
+        expire(ids[0])
+        assert await store.rescue() == [(ids[0], "ready")]
+        assert seats() == ([(1, ids[1])], [])  # passed on, not freed
+        assert await store.claim("owner", 10) == []  # one in flight: at the cap
+        expire(ids[1])
+        assert sorted(await store.rescue()) == [(ids[1], "ready")]
+        assert seats() == ([(1, None)], [])
+        assert len(await store.claim("owner", 10)) == 1
     finally:
         await store.close()
