@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
-from dispatchers.health import HealthBook, Transition, hold_for, is_failure
+from dispatchers.health import HealthBook, Transition, hold_for, is_counted, is_failure
 from dispatchers.jobs import Job
 from dispatchers.outcome import Outcome
 from dispatchers.reporting import Reporter
@@ -79,7 +79,11 @@ class Breakers:
             )
 
     async def _probed(self, destination: str, outcome: Outcome, hold: float | None) -> None:
-        """The probe's outcome closes the breaker, or opens it again for longer."""
+        """The probe's outcome closes the breaker, or opens it again for longer; a
+        probe that never reached the destination gives its turn back."""
+        if not is_counted(outcome):
+            await self._write(Transition.PROBE_RETURNED, "health_unprobe", destination=destination)
+            return
         if not is_failure(outcome):
             if await self._write(Transition.CLOSED, "health_close", destination=destination):
                 self.book.forget(destination)

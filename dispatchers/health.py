@@ -16,7 +16,8 @@ verdict on one message, not ill health of the destination: they count as
 successes of it. What never reached the destination (:func:`is_counted`): the
 SSRF guard's refusals, URLs the client cannot send to, our own errors, does not
 count at all: a run of refusals neither opens a breaker nor dilutes the failures
-of the requests that were sent.
+of the requests that were sent, and a probe of that kind neither closes nor
+reopens one (it gives its turn back).
 
 Everything here is pure, its clock injectable: tests drive the windows without
 waiting.
@@ -78,6 +79,9 @@ class Transition(StrEnum):
     """The probe failed: the breaker is open again, for a longer back-off."""
     HELD = "held"
     """A Retry-After holds the destination."""
+    PROBE_RETURNED = "probe_returned"
+    """The probe never reached the destination (:func:`is_counted`): the breaker
+    stays open, and the next claim takes another probe at once."""
 
 
 def is_counted(outcome: Outcome) -> bool:

@@ -39,6 +39,7 @@ EVENT_LEVELS = {
     "breaker_probing": "info",
     "breaker_closed": "info",
     "breaker_reopened": "warning",
+    "breaker_probe_returned": "info",
     "destination_held": "warning",
 }
 

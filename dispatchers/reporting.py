@@ -258,6 +258,7 @@ _HEALTH_EVENTS = {
     Transition.CLOSED: "breaker_closed",
     Transition.REOPENED: "breaker_reopened",
     Transition.HELD: "destination_held",
+    Transition.PROBE_RETURNED: "breaker_probe_returned",
 }
 """The event logged for each transition of a destination's health."""
 

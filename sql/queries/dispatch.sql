@@ -1022,6 +1022,21 @@ WHERE dh.destination = %(destination)s AND dh.state = 'probing'
   AND dh.probe_owner = %(owner)s
 RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
 
+-- name: health_unprobe
+-- The probe %(owner)s took never reached the destination (the SSRF guard
+-- refused it, the client could not send it, or our own code failed: see
+-- dispatchers.health.is_counted), so it says nothing of the destination's
+-- health: the breaker stays open, its probe free for the next claim at once,
+-- and its count of failed probes unchanged. Fenced as "health_close".
+UPDATE {schema}.destination_health AS dh
+SET state = 'open',
+    probe_owner = NULL,
+    blocked_until = now(),
+    updated_at = now()
+WHERE dh.destination = %(destination)s AND dh.state = 'probing'
+  AND dh.probe_owner = %(owner)s
+RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
+
 -- name: health_reopen
 -- The probe %(owner)s took failed: the breaker opens again, for a back-off that
 -- doubles with each failed probe in a row, from %(backoff_s)s up to

@@ -389,3 +389,35 @@ async def test_a_failed_probe_extends_its_endpoints_failure_streak(db: Db) -> No
         "SELECT failure_streak, failing_since IS NOT NULL FROM outbox.endpoints WHERE id = %s",
         endpoint.id,
     ) == [(5, True)]
+
+
+async def test_a_probe_that_never_reached_its_destination_gives_its_turn_back(db: Db) -> None:
+    # The SSRF guard refuses both messages before any request: a refused probe
+    # says nothing of the destination's health, so it neither closes the breaker
+    # (the next message would then be sent as if it had recovered) nor reopens it
+    # for longer; the next claim takes another probe at once.
+    with Receiver() as receiver:
+        refused = [db.enqueue(receiver.url, f"refused-{i}", max_attempts=1) for i in range(2)]
+        destination = db.query("SELECT DISTINCT destination FROM outbox.messages")[0][0]
+        db.query(
+            "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
+            " VALUES (%s, 'open', now() - interval '1 second', now()) RETURNING 1",
+            destination,
+        )
+        stream = io.StringIO()
+        config = fast_config(BREAKER, allow_private_networks=False)
+        async with running(db, config, log=EventLog(stream=stream, format="json")):
+            await _poll(
+                lambda: (
+                    db.query(
+                        "SELECT count(*) FROM outbox.messages WHERE id = ANY(%s) AND state = 'dead'",
+                        refused,
+                    )
+                    == [(2,)]
+                )
+            )
+        assert receiver.requests == []
+    assert _health(db, destination) == ("open", 0)  # open, no failed probe counted
+    events = [e for e in _events(stream) if e["event"].startswith("breaker_")]
+    assert [e["event"] for e in events] == ["breaker_probing", "breaker_probe_returned"] * 2
+    assert [e["message_id"] for e in events if e["event"] == "breaker_probing"] == refused
