@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -37,7 +38,14 @@ from psycopg.rows import dict_row
 
 from dispatchers.bench import SOAK_SECONDS
 from dispatchers.bench.context import Bench
-from dispatchers.bench.env import bench_queries, connect, fresh_schema, payload, run_id
+from dispatchers.bench.env import (
+    bench_queries,
+    bench_statement,
+    connect,
+    fresh_schema,
+    payload,
+    run_id,
+)
 from dispatchers.bench.measure import MB, percentile
 from dispatchers.bench.receiver import Replies
 from dispatchers.bench.receiver_process import ReceiverProcess
@@ -47,6 +55,11 @@ from outbox import Outbox
 
 DISPATCH = (sys.executable, "-m", "dispatchers.cli", "dispatch")
 STOP_TIMEOUT = DispatcherConfig.grace + 20.0
+
+READY_TIMEOUT = 60.0
+"""Seconds a restarted dispatcher may take to connect (its interpreter start
+included) before it is stopped anyway: a SIGTERM before the command has set its
+handlers kills it (exit -15), which says nothing about how it stops."""
 """Seconds a dispatcher may take to exit after SIGTERM: its grace period, and time
 to release what it holds."""
 DRAIN_TIMEOUT = 120.0
@@ -123,19 +136,37 @@ class _Producer:
 
 
 class _Dispatcher:
-    """One ``outbox dispatch`` process; its stderr goes to a file, shown if it fails."""
+    """One ``outbox dispatch`` process; its stderr goes to a file, shown if it fails.
+    Its sessions carry ``name`` as their application name."""
 
-    def __init__(self, argv: list[str], log: Path) -> None:
+    def __init__(self, argv: list[str], log: Path, name: str) -> None:
         self.argv = argv
         self.log = log
+        self.name = name
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        env = {**os.environ, "PGAPPNAME": self.name}
         with open(self.log, "ab") as err:
             # our own interpreter and module, with fixed arguments
             self.process = subprocess.Popen(  # noqa: S603
-                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
+                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env
             )
+
+    def wait_connected(self, url: str, timeout: float) -> bool:
+        """Wait until the process has a session on the server (it has started, and
+        stops on SIGTERM as the command does); False if it exited or ``timeout``
+        passed first."""
+        deadline = time.monotonic() + timeout
+        with connect(url, autocommit=True) as conn:
+            while self.exit_code() is None and time.monotonic() < deadline:
+                row = conn.execute(
+                    bench_statement("sessions_named"), {"name": self.name}
+                ).fetchone()
+                if row is not None and row[0] > 0:
+                    return True
+                time.sleep(0.05)
+        return False
 
     def exit_code(self) -> int | None:
         return None if self.process is None else self.process.poll()
@@ -192,7 +223,8 @@ class _Run:
             *(("--http-client", s.http_client) if s.http_client else ()),
         ]
         self.fleet = [
-            _Dispatcher(argv, logs / f"dispatcher-{n + 1}.log") for n in range(s.soak_dispatchers)
+            _Dispatcher(argv, logs / f"dispatcher-{n + 1}.log", f"{self.prefix}dispatcher-{n + 1}")
+            for n in range(s.soak_dispatchers)
         ]
         self.failures: list[str] = []
         self.restart_stops: list[float] = []
@@ -256,6 +288,7 @@ class _Run:
     def restart_last(self) -> None:
         """SIGTERM the last dispatcher, wait for it to exit, start it again."""
         dispatcher = self.fleet[-1]
+        dispatcher.wait_connected(self.bench.db.url, READY_TIMEOUT)
         began = time.monotonic()
         code = dispatcher.stop(STOP_TIMEOUT)
         self.restart_stops.append(time.monotonic() - began)

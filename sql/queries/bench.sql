@@ -135,6 +135,11 @@ FROM {schema}.messages
 WHERE idempotency_key = ANY(%(keys)s)
 GROUP BY state
 
+-- name: sessions_named
+-- How many sessions a process has open, by the application name it was given
+-- (PGAPPNAME): the soak waits for a restarted dispatcher's before stopping it.
+SELECT count(*) FROM pg_stat_activity WHERE application_name = %(name)s
+
 -- name: analyze_messages
 -- Fresh planner statistics for a seeded backlog, as production would have.
 ANALYZE {schema}.messages
