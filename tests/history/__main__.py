@@ -61,6 +61,10 @@ def one(
     name = f"history_{seed}_{os.getpid()}"
     started = time.monotonic()
     directory = workdir / f"seed-{seed}"
+    again = 1
+    while directory.exists():  # the same seed run again
+        again += 1
+        directory = workdir / f"seed-{seed}-{again}"
     directory.mkdir()
     try:
         url = pg.create_database(name, template=pg.template)

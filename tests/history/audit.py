@@ -16,9 +16,10 @@ them, so the record holds exactly the committed changes. Each row carries:
   the harness names its sessions (``PGAPPNAME``), so every write is attributed.
 
 Tables recorded: ``messages`` (every insert, claim, renewal, completion, rescue,
-release), ``destination_health`` (breakers and holds) and ``destination_slots``
-(who holds which concurrency slot). A renewal is one row per lease per heartbeat:
-a short run writes a few thousand rows.
+release), ``destination_health`` (breakers and holds), ``destination_slots``
+(who holds which concurrency slot) and, where it exists, ``unseated_requests``.
+A renewal is one row per lease per heartbeat: a short run writes a few thousand
+rows.
 """
 
 from __future__ import annotations
@@ -173,12 +174,40 @@ FOR EACH ROW EXECUTE FUNCTION {audit}.slot_event();
 """
 
 
+_UNSEATED = """
+CREATE FUNCTION {audit}.unseated_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO {audit}.slot_events (op, destination, slot, new_holder)
+        VALUES ('listed', NEW.destination, 0, NEW.message_id);
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO {audit}.slot_events (op, destination, slot, old_holder)
+        VALUES ('delisted', OLD.destination, 0, OLD.message_id);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER history_unseated_events
+AFTER INSERT OR DELETE ON {outbox}.unseated_requests
+FOR EACH ROW EXECUTE FUNCTION {audit}.unseated_event();
+"""
+"""Where the schema has ``unseated_requests`` (requests in flight that wait for a
+concurrency slot, migration 0021), its changes go to ``slot_events`` as slot 0:
+``listed`` and ``delisted``, with the request as holder."""
+
+
 def install(url: str, *, schema: str = "outbox") -> None:
     """Create the record's schema, tables and triggers in the database at ``url``
     (migrated to ``schema``), in one transaction."""
-    statement = _DDL.format(audit=sql.Identifier(AUDIT).as_string(), outbox=_quoted(schema))
+    names = {"audit": sql.Identifier(AUDIT).as_string(), "outbox": _quoted(schema)}
     with psycopg.connect(url, application_name="history-harness") as conn:
-        conn.execute(statement.encode())
+        conn.execute(_DDL.format(**names).encode())
+        row = conn.execute(
+            "SELECT to_regclass(%s)", (f"{_quoted(schema)}.unseated_requests",)
+        ).fetchone()
+        if row is not None and row[0] is not None:
+            conn.execute(_UNSEATED.format(**names).encode())
 
 
 def _quoted(name: str) -> str:

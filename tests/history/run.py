@@ -201,7 +201,7 @@ class Harness:
         d = self.destinations[name]
         if not initial and cap is not None:
             self.burst(d)
-            self.while_busy(d)
+            self.while_busy(d, least=min(2, previous.cap or 2) if previous else 2)
         before = time.time()
         with psycopg.connect(self.url, application_name="history-harness") as conn:
             if d.kind == "plain":

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CAP_CHANGE_DEFECT = (
-    "the known defect of a cap changed while requests are in flight: a request left "
-    "without a slot is not counted, so one more may start "
-    "(tests/unit/test_protocol_model.py::test_no_claim_starts_while_the_cap_is_full)"
+    "a cap changed while requests to the destination were in flight, and one of them "
+    "still ran when a claim exceeded the cap: the case of the protocol model's cap "
+    "scenarios (tests/unit/test_protocol_model.py)"
 )
-"""Why a cap violation is expected, for now, when a request in flight across a cap
-change is still running at the claim that exceeded the cap."""
+"""The context of a cap violation that a cap change under running requests led to:
+what the protocol model's cap scenarios cover, and the known defect of such a
+change (a request left without a slot must still be counted)."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,6 @@ class Violation:
         head = f"[{self.check}]" + (f" seed {seed}:" if seed is not None else "")
         lines = [f"{head} {self.message}"]
         if self.known:
-            lines.append(f"    (expected: {self.known})")
+            lines.append(f"    (known: {self.known})")
         lines.extend(f"    {line}" for line in self.evidence)
         return "\n".join(lines)

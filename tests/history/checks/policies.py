@@ -108,15 +108,36 @@ def cap_at_receiver(f: Facts) -> list[Violation]:
                     "cap_at_receiver",
                     f"{d.name}: {len(together)} requests in flight at {when(x.start)} under a "
                     f"cap of {cap} (in force between {when(lo)} and {when(hi)})",
-                    tuple(show_tie(y.tie) for y in together)
-                    + tuple(
-                        f"cap {v.cap} set {when(v.change.before)}..{when(v.change.after)}"
-                        for v in listed
+                    (
+                        *(show_tie(y.tie) for y in together),
+                        *(
+                            f"cap {v.cap} set {when(v.change.before)}..{when(v.change.after)}"
+                            for v in listed
+                        ),
+                        *_slots(f, d.destination, lo - 1.0, hi),
                     ),
                     known=_cap_change_defect(f, d.destination, listed, lo, hi),
                 )
             )
     return out
+
+
+def _slots(f: Facts, destination: str, lo: float, hi: float) -> list[str]:
+    """The claims, lease ends and slot changes at ``destination`` between ``lo``
+    and ``hi``, in order: what shows how a cap was exceeded."""
+    lines: list[tuple[float, str]] = []
+    for lease in f.leases_at(destination):
+        if lo <= lease.claimed_at <= hi:
+            lines.append((lease.claimed_at, f"claim m{lease.message_id} by {lease.app}"))
+        if lease.ended_at is not None and lo <= lease.ended_at <= hi:
+            lines.append((lease.ended_at, f"end m{lease.message_id} ({lease.end})"))
+    for e in f.history.slot_events:
+        if e.destination == destination and lo <= e.at <= hi:
+            what = "unseated list" if e.slot == 0 else f"slot {e.slot}"
+            lines.append(
+                (e.at, f"{what} {e.op}: {e.old_holder} -> {e.new_holder} by {e.app} xid {e.xid}")
+            )
+    return [f"{when(t)} {line}" for t, line in sorted(lines)]
 
 
 def _cap_change_defect(
