@@ -138,10 +138,15 @@ policed AS (
                       WHERE s.destination = d.destination)
     ) AS r ON true
     LEFT JOIN LATERAL (
-        SELECT (SELECT count(*)
-                FROM (SELECT 1 FROM {schema}.destination_slots AS s
-                      WHERE s.destination = d.destination AND s.message_id IS NULL
-                      LIMIT %(limit)s) AS f) AS free
+        -- none while a request in flight there waits for a slot ("cap_free")
+        SELECT CASE WHEN EXISTS (SELECT 1 FROM {schema}.unseated_requests AS u
+                                 WHERE u.destination = d.destination)
+                    THEN 0
+                    ELSE (SELECT count(*)
+                          FROM (SELECT 1 FROM {schema}.destination_slots AS s
+                                WHERE s.destination = d.destination AND s.message_id IS NULL
+                                LIMIT %(limit)s) AS f)
+               END AS free
         WHERE EXISTS (SELECT 1 FROM {schema}.destination_slots AS s
                       WHERE s.destination = d.destination)
     ) AS c ON true
@@ -202,7 +207,13 @@ policy_candidates AS (
         LIMIT w.n
         FOR UPDATE SKIP LOCKED
     ) AS f
+    -- No free slot is taken while a request in flight there waits for one (listed
+    -- in unseated_requests, migration 0021). Normally a slot that frees passes to
+    -- it and none is free meanwhile; but a completion that ran beside the cap
+    -- change that listed it saw no one waiting and freed its slot.
     WHERE w.capped
+      AND NOT EXISTS (SELECT 1 FROM {schema}.unseated_requests AS u
+                      WHERE u.destination = w.destination)
 ), permitted AS (
     SELECT pc.id, pc.destination, r.slot AS rate_slot, k.slot AS cap_slot
     FROM policy_candidates AS pc
@@ -236,8 +247,10 @@ policy_candidates AS (
 -- holds none (listed in unseated_requests, lowest id first), else is freed; and
 -- the ending messages leave that list. So a destination's free slots stay its
 -- cap less its requests in flight (migration 0021). The list's rows are locked
--- SKIP LOCKED, so that two completions never seat the same request; one lock
--- held elsewhere leaves the slot free, which the next sync or pass corrects.
+-- SKIP LOCKED, so that two completions never seat the same request. A slot freed
+-- while someone waits (a list row locked elsewhere, or written by a cap change
+-- this statement cannot see yet) is not taken by a claim ("cap_free") until the
+-- list is empty: the destination may run below its cap for a while, never above.
 vacated AS (
     SELECT s.destination, s.slot,
            row_number() OVER (PARTITION BY s.destination ORDER BY s.slot) AS n

@@ -1,6 +1,7 @@
 """Destination concurrency slots at the Store level against real PostgreSQL: the
 rescue frees a slot whose holder is no longer running, whatever left it held, and
-passes an expired holder's slot to a request in flight that holds none."""
+passes an expired holder's slot to a request in flight that holds none; no claim
+takes a free slot while such a request waits for one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import psycopg
 from dispatchers.db import Store
 from outbox import Outbox
 from outbox.destinations import Destinations
-from tests.dispatching import fast_config
+from tests.dispatching import delivered, fast_config
+from tests.processes import scalar
 
 ORIGIN = "https://capped.example"
 
@@ -89,5 +91,37 @@ async def test_a_rescue_passes_an_expired_holders_slot_to_a_request_without_one(
         assert sorted(await store.rescue()) == [(ids[1], "ready")]
         assert seats() == ([(1, None)], [])
         assert len(await store.claim("owner", 10)) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_slot_freed_beside_the_cap_change_that_lists_a_request_is_not_taken(
+    database_url: str,
+) -> None:
+    """A cap lowered while a completion runs: the cap change lists the requests
+    above the new cap, and the completion, which cannot see that list yet, frees
+    its slot to nobody. No claim takes that slot while a request waits for one."""
+    box = Outbox()
+    with psycopg.connect(database_url) as conn:
+        Destinations().set(conn, ORIGIN, max_concurrency=3)
+        for i in range(5):
+            box.enqueue(conn, url=f"{ORIGIN}/x", idempotency_key=f"r{i}", json={})
+    store = Store(database_url, fast_config(destination_concurrency=100))
+    await store.open()
+    try:
+        first, *others = await store.claim("owner", 3)
+        assert len(others) == 2
+        with psycopg.connect(database_url) as operator:  # one transaction, open
+            Destinations().set(operator, ORIGIN, max_concurrency=1)
+            # the completion of the request in the slot the cap keeps, meanwhile
+            done = delivered(first.id, first.attempts)
+            assert (await store.complete("owner", [done]))[0] == {first.id}
+        # both committed: two requests in flight, listed, and the kept slot free
+        assert scalar(database_url, "SELECT count(*) FROM outbox.unseated_requests") == 2
+        assert await store.claim("owner", 10) == []  # 2 in flight against a cap of 1
+        for job in others:
+            assert (await store.complete("owner", [delivered(job.id, job.attempts)]))[0] == {job.id}
+        assert scalar(database_url, "SELECT count(*) FROM outbox.unseated_requests") == 0
+        assert len(await store.claim("owner", 10)) == 1  # none waits: the slot is taken
     finally:
         await store.close()
