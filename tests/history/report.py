@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tests.history.checks import CHECKS, Facts, facts
-from tests.history.checks.policies import _flights, versions
+from tests.history.checks.policies import in_flight, versions
 from tests.history.history import History
 from tests.history.violation import Violation
 from tests.history.workload import FAULT_KINDS
@@ -71,7 +71,7 @@ def exercised(f: Facts) -> Counter[str]:
     for d in h.destinations:
         caps = [v.cap for v in versions(f, d.name) if v.cap is not None]
         if caps:
-            flights = _flights(f, d.name)
+            flights = in_flight(f, d.name)
             out["at_cap"] += sum(
                 1
                 for x in flights

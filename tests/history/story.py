@@ -268,7 +268,7 @@ class Story:
                 URL,
                 old,
                 new,
-                None,
+                self.health[-1].new_blocked_until if self.health else None,
                 T0 + until,
             )
         )

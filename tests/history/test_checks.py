@@ -266,8 +266,26 @@ def test_one_probe_at_a_time_catches_a_second_probe_while_the_first_runs() -> No
     s.end(4.1, 1, "delivered")
     s.end(4.1, 2, "delivered", app="d2")
     messages = found(s, "one_probe_at_a_time")
-    assert any("a probe claimed while another probe's lease ran" in m for m in messages)
+    assert any("from state probing blocked until" in m for m in messages)
     assert any("two probe requests at the receiver at once" in m for m in messages)
+
+
+def test_a_probe_answered_but_not_yet_written_is_no_longer_in_flight() -> None:
+    # the prober writes the probe's answer (open again) and freezes before its
+    # outcome batch: the next probe, once the back-off passes, is no second one
+    s = Story()
+    s.commit(1.0, (1, "k1", None), (2, "k2", None))
+    s.breaker(2.0, None, "open", until=3.0)
+    s.breaker(3.5, "open", "probing", until=6.5, xid=500)
+    s.claim(3.5, 1, xid=500, txn_start=3.49, lease=3.0)
+    s.request(1, 3.55, 3.6, status=503)
+    s.breaker(3.65, "probing", "open", until=4.0)
+    s.breaker(4.1, "open", "probing", until=7.1, xid=501)
+    s.claim(4.1, 2, app="d2", xid=501, txn_start=4.09)
+    s.request(2, 4.15, 4.2)
+    s.end(4.3, 2, "delivered", app="d2")
+    s.end(7.0, 1, "rescued", app="d2")
+    assert found(s, "one_probe_at_a_time") == []
 
 
 def test_one_probe_at_a_time_catches_a_probe_claim_of_two_messages() -> None:

@@ -39,10 +39,15 @@ class Settings:
     statement_timeout: float = 0.9
     dispatchers: int = 3
     concurrency: int = 8
+    http_client: str = "aiohttp"
+    listen: bool = True
+    key_format: str = "structured"
 
     def args(self) -> list[str]:
         third = f"{self.statement_timeout:g}"
         return [
+            *("--http-client", self.http_client, "--idempotency-key-format", self.key_format),
+            *(() if self.listen else ("--no-listen",)),
             *("--lease", f"{self.lease:g}"),
             *("--request-timeout", f"{self.request_timeout:g}"),
             *("--connect-timeout", f"{min(0.5, self.request_timeout):g}"),
@@ -128,6 +133,7 @@ def plan(seed: int, *, short: bool = False) -> Plan:
         faults = frozenset(FAULT_KINDS)
         traffic, producers, txns = 14.0, 3, 22
     else:
+        variant = random.Random(f"{seed}:variant")
         lease = rng.choice((2.0, 3.0))
         timeout = 0.6 if lease == 2.0 else 0.8
         settings = Settings(
@@ -136,6 +142,10 @@ def plan(seed: int, *, short: bool = False) -> Plan:
             statement_timeout=0.6 if lease == 2.0 else 0.9,
             dispatchers=rng.choice((2, 3, 3)),
             concurrency=rng.choice((4, 8, 16)),
+            # drawn apart, so that adding these kept every seed's plan as it was
+            http_client=variant.choice(("aiohttp", "aiohttp", "httpx")),
+            listen=variant.random() < 0.8,
+            key_format=variant.choice(("structured", "raw")),
         )
         faults = frozenset(k for k in FAULT_KINDS if rng.random() < 0.75)
         traffic, producers, txns = rng.uniform(14, 24), rng.choice((2, 3, 4)), rng.randint(18, 36)
