@@ -127,3 +127,38 @@ def test_a_claim_held_back_by_a_rate_limit_claims_again_when_its_slot_frees() ->
     assert c.next_claim(on_duty=False, notified=False) == pytest.approx(8.0 + POLL)
     c.claimed(0, 64, 9.0)  # the next claim met no limit: polls again
     assert c.next_claim(on_duty=False, notified=False) == pytest.approx(9.0 + POLL)
+
+
+# --- boundaries that mutation testing found unpinned ------------------------------------
+
+
+def test_exactly_one_message_per_window_is_not_yet_busy() -> None:
+    c = Cadence(window=1.0, poll_interval=5.0, horizon=1.0)
+    c.claimed(1, 64, 0.0)  # a rate of one per second, one per window
+    assert c.busy is False
+
+
+def test_a_busy_dispatcher_stays_busy_down_to_half_a_message_per_window() -> None:
+    c = Cadence(window=1.0, poll_interval=5.0, horizon=1.0, busy=True, rate=0.5, last_claim=0.0)
+    c.claimed(0, 64, 0.0)  # empty, and the rate is exactly one per two windows
+    assert c.busy is True
+
+
+def test_a_busy_dispatcher_between_half_and_one_message_per_window_stays_busy() -> None:
+    c = Cadence(window=1.0, poll_interval=5.0, horizon=1.0, busy=True, rate=1.0, last_claim=0.0)
+    c.claimed(0, 64, 0.0)
+    assert c.busy is True
+
+
+def test_without_a_window_a_dispatcher_is_never_busy() -> None:
+    c = Cadence(window=0.0, poll_interval=5.0)
+    for now in range(5):
+        c.claimed(64, 64, float(now))
+    assert c.busy is False
+
+
+def test_empty_claims_stretch_the_timer_at_most_sixteen_doublings() -> None:
+    c = Cadence(window=0.001, poll_interval=1000.0, busy=True)
+    for _ in range(20):
+        c.claimed(0, 64, 0.0)
+    assert c.next_claim(on_duty=True, notified=False) == pytest.approx(0.001 * 2**16)

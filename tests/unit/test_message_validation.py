@@ -8,7 +8,7 @@ produce exactly the bytes, content type and method that will be sent.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 import pytest
@@ -17,6 +17,9 @@ from outbox import InvalidMessage, Outbox, OutboxError
 from outbox._digest import request_digest
 from outbox._message import (
     EARLIEST_AVAILABLE_AT,
+    MAX_HEADER_NAME,
+    MAX_HEADER_VALUE,
+    MAX_HEADERS,
     MAX_SCHEDULE_AHEAD,
     MAX_URL_LENGTH,
     NewMessage,
@@ -668,3 +671,122 @@ def test_json_nested_past_the_encoder_is_rejected_not_a_recursion_error(depth: i
 
 def test_json_nested_as_deep_as_a_receiver_parses_is_sent() -> None:
     assert build(json=nested(200)).body == b"[" * 200 + b"]" * 200
+
+
+# -- what each refusal says, and the bounds that are kept ---------------------------
+
+
+class _NoOffset(tzinfo):
+    """A time zone that knows no offset: as naive as no time zone at all."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+    def dst(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+    def tzname(self, dt: datetime | None) -> str | None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"url": 42}, "url: must be a string, not int"),
+        ({"url": ""}, "url: must not be empty"),
+        ({"url": "ftp://example.com/"}, "url: must use the http or https scheme"),
+        (
+            {"url": "https://user:pw@example.com/"},
+            "url: must not contain credentials (user:password@); use headers",
+        ),
+        ({"url": "https:///path"}, "url: must include a host"),
+        ({"url": "https://exa%6dple.com/"}, "url: must not percent-encode its host"),
+        ({"url": "https://example.com:0/"}, "url: port 0 is not a valid destination"),
+        (
+            {"url": "https://example.com/#top"},
+            "url: must not contain a fragment (#...); it is never sent",
+        ),
+        ({"idempotency_key": 42}, "idempotency_key: must be a string, not int"),
+        ({"idempotency_key": ""}, "idempotency_key: must not be empty"),
+        (
+            {"idempotency_key": "caf\u00e9"},
+            "idempotency_key: must contain only printable ASCII characters",
+        ),
+        ({"idempotency_key": " x"}, "idempotency_key: must not start or end with a space"),
+        ({"headers": [("X-A", "1")]}, "headers: must be a mapping of header names to values"),
+        ({"headers": {"": "1"}}, "headers: header names must be non-empty strings"),
+        ({"headers": {"X A": "1"}}, "headers[X A]: is not a valid HTTP header name"),
+        ({"headers": {"Host": "x"}}, "headers[Host]: is set by the outbox itself"),
+        (
+            {"headers": {"Content-Type": "x"}},
+            "headers[Content-Type]: is set by the outbox itself (use content_type=)",
+        ),
+        ({"headers": {"X-A": "1", "x-a": "2"}}, "headers[x-a]: is given more than once"),
+        ({"headers": {"X-A": 1}}, "headers[X-A]: value must be a string"),
+        (
+            {"headers": {"X-A": "v" * (MAX_HEADER_VALUE + 1)}},
+            f"headers[X-A]: value is longer than {MAX_HEADER_VALUE}",
+        ),
+        (
+            {"headers": {"X-A": "a\nb"}},
+            "headers[X-A]: value must be printable ASCII (no CR, LF or other control characters)",
+        ),
+        ({"json": {"a": 1}, "body": b"x"}, "json: give exactly one of json= or body="),
+        ({"json": None, "body": "\udc80"}, "body: is not valid Unicode text"),
+        ({"json": None, "body": 42}, "body: must be bytes or str, not int"),
+        (
+            {"content_type": "nonsense"},
+            "content_type: must be a media type such as application/json",
+        ),
+        ({"max_attempts": "3"}, "max_attempts: must be an integer"),
+        ({"available_at": "2030-01-01"}, "available_at: must be a datetime"),
+        (
+            {"available_at": datetime(2030, 1, 1)},
+            "available_at: must be timezone-aware (naive datetimes are ambiguous)",
+        ),
+        (
+            {"available_at": datetime(2030, 1, 1, tzinfo=_NoOffset())},
+            "available_at: must be timezone-aware (naive datetimes are ambiguous)",
+        ),
+    ],
+)
+def test_each_refusal_says_what_is_wrong(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidMessage) as refused:
+        build(**overrides)
+    assert str(refused.value) == message
+
+
+def test_headers_at_their_bounds_are_kept() -> None:
+    many = {f"X-H{i}": "v" for i in range(MAX_HEADERS)}
+    assert build(headers=many).headers == many
+    longest = {"X" * MAX_HEADER_NAME: "v" * MAX_HEADER_VALUE}
+    assert build(headers=longest).headers == longest
+
+
+def test_a_content_type_of_255_characters_is_kept_and_of_256_refused() -> None:
+    longest = "application/" + "x" * (255 - len("application/"))
+    assert build(content_type=longest).content_type == longest
+    rejected("content_type", content_type=longest + "x")
+
+
+def test_a_key_may_start_and_end_with_any_printable_character_but_a_space() -> None:
+    assert build(idempotency_key="X-1-X").idempotency_key == "X-1-X"
+
+
+def test_no_headers_are_written_as_an_empty_json_object() -> None:
+    assert build().params()["headers"] == "{}"
+
+
+class _Frozen(datetime):
+    """The clock of outbox._message, stopped at a moment."""
+
+    @classmethod
+    def now(cls, tz: tzinfo | None = None) -> _Frozen:
+        return cls(2030, 1, 1, tzinfo=UTC)
+
+
+def test_available_at_exactly_the_furthest_ahead_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("outbox._message.datetime", _Frozen)
+    furthest = _Frozen.now(UTC) + MAX_SCHEDULE_AHEAD
+    assert build(available_at=furthest).available_at == furthest
+    rejected("available_at", available_at=furthest + timedelta(microseconds=1))

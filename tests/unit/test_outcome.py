@@ -506,3 +506,49 @@ def test_redriven_message_restarts_its_schedule_from_the_budget_base() -> None:
     # without the base, the same attempt would wait at the end of the schedule
     plain = decide(retry, attempts=9, max_attempts=16, policy=schedule)
     assert plain.delay == 1800.0
+
+
+# --- boundaries and texts that mutation testing found unpinned -------------------------
+
+
+def test_the_abort_error_names_the_status_it_came_with() -> None:
+    outcome = classify_response(400, {ABORT_HEADER: "true"}, now=NOW)
+    assert outcome.error == (
+        "the receiver stopped retries (HTTP 400 Bad Request with Outbox-Abort: true)"
+    )
+
+
+def test_retry_after_is_measured_from_the_current_time_when_no_now_is_given() -> None:
+    assert classify_response(503, {"Retry-After": "120"}).retry_after == 120.0
+
+
+def test_every_3xx_up_to_399_is_a_redirect() -> None:
+    assert classify_response(399, {}, now=NOW) == Outcome(
+        Verdict.FAILED, 399, "redirect not followed (HTTP 399)", "redirect", None
+    )
+
+
+def _chain(depth: int) -> BaseException:
+    """A ``BlockedDestination`` as the cause of ``depth`` wrapping errors."""
+    exc: BaseException = BlockedDestination(BLOCKED_TEXT)
+    for _ in range(depth):
+        wrapper = httpx.ConnectError("wrapped")
+        wrapper.__cause__ = exc
+        exc = wrapper
+    return exc
+
+
+def test_the_chain_walk_inspects_sixteen_exceptions_and_no_more() -> None:
+    assert classify_exception(_chain(15)).error_class == "blocked_destination"  # the 16th
+    assert classify_exception(_chain(16)).error_class == "connect_error"  # the 17th
+
+
+def test_an_exception_met_twice_does_not_end_the_walk() -> None:
+    twice = OSError("refused")
+    group = ExceptionGroup("connect", [twice, twice, BlockedDestination(BLOCKED_TEXT)])
+    assert classify_exception(group).error_class == "blocked_destination"
+
+
+def test_error_text_of_exactly_500_chars_is_kept_whole() -> None:
+    outcome = classify_exception(BlockedDestination("h" * 500))
+    assert outcome.error == "h" * 500

@@ -7,6 +7,7 @@ import pytest
 
 from outbox._policy_fields import (
     DEFAULT_MAX_BURST,
+    MAX_BURST,
     RateChange,
     changed_rate,
     check_rate_change,
@@ -93,3 +94,38 @@ def test_a_destination_that_is_not_an_http_url_is_refused(given: object) -> None
     with pytest.raises(InvalidMessage) as refused:
         check_destination(given)
     assert refused.value.field == "destination"
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "message"),
+    [
+        ("20", None, "rate_limit: must be a number, not str"),
+        (0, None, "rate_limit: must be from 0.001 to 10000 requests per second"),
+        (20, 0, "burst: must be an integer from 1 to 100"),
+        (None, 5, "burst: needs a rate limit"),
+    ],
+)
+def test_a_bad_rate_limit_or_burst_is_refused_saying_why(
+    rate: object, burst: object, message: str
+) -> None:
+    with pytest.raises(InvalidMessage) as refused:
+        rate_fields(rate, burst)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("burst", [1, MAX_BURST])
+def test_a_burst_from_1_to_the_largest_is_taken(burst: int) -> None:
+    assert rate_fields(20, burst) == {"rate_limit": 20.0, "burst": burst}
+
+
+@pytest.mark.parametrize("burst", ["3", 2.5, True])
+def test_an_update_refuses_a_burst_that_is_not_an_integer(burst: object) -> None:
+    with pytest.raises(InvalidMessage) as refused:
+        check_rate_change(None, burst, clear=False)
+    assert str(refused.value) == f"burst: must be an integer from 1 to {MAX_BURST}"
+
+
+def test_an_update_refuses_a_limit_both_given_and_removed_saying_so() -> None:
+    with pytest.raises(InvalidMessage) as refused:
+        check_rate_change(5, None, clear=True)
+    assert str(refused.value) == "rate_limit: give a rate limit or remove it, not both"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +17,7 @@ from dispatchers.retry import (
     ExponentialBackoff,
     RetryPolicy,
     Schedule,
+    bounded_delay,
     parse_retry_after,
 )
 from outbox.errors import ConfigurationError
@@ -360,3 +361,104 @@ def test_parse_retry_after_ignores_absurdly_distant_values(value: str) -> None:
 def test_parse_retry_after_requires_aware_now() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         parse_retry_after("120", now=datetime(2015, 10, 21, 7, 26))
+
+
+# --- boundaries and texts that mutation testing found unpinned -------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ExponentialBackoff(base=-1.0), "base must be > 0, got -1.0"),
+        (lambda: ExponentialBackoff(factor=0.5), "factor must be >= 1, got 0.5"),
+        (
+            lambda: ExponentialBackoff(base=10.0, cap=5.0),
+            f"cap must be from base to {MAX_DELAY:g}, got 5.0",
+        ),
+        (lambda: ExponentialBackoff(jitter=1.0), "jitter must be in [0, 1), got 1.0"),
+        (
+            lambda: ExponentialBackoff(max_retry_after=-1.0),
+            f"max_retry_after must be from 0 to {MAX_DELAY:g}, got -1.0",
+        ),
+        (lambda: Schedule(delays=()), "delays must be non-empty, got ()"),
+        (
+            lambda: Schedule(delays=(5.0, -1.0)),
+            f"delays must be from 0 to {MAX_DELAY:g}, got (5.0, -1.0)",
+        ),
+        (lambda: Schedule(delays=(5.0,), jitter=1.0), "jitter must be in [0, 1), got 1.0"),
+    ],
+)
+def test_an_invalid_setting_is_refused_saying_the_rule_and_the_value(
+    make: Callable[[], object], message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        make()
+    assert str(refused.value) == message
+
+
+def test_the_longest_delay_is_allowed_everywhere_a_delay_is_set() -> None:
+    backoff = ExponentialBackoff(cap=MAX_DELAY, max_retry_after=MAX_DELAY, jitter=0.0)
+    assert backoff.delay(100) == MAX_DELAY
+    schedule = Schedule(delays=(MAX_DELAY,), jitter=0.0, max_retry_after=MAX_DELAY)
+    assert schedule.delay(1, retry_after=math.inf) == MAX_DELAY
+
+
+def test_a_schedule_without_jitter_waits_its_delays_exactly() -> None:
+    assert Schedule(delays=(5.0, 300.0), jitter=0.0).delay(2) == 300.0
+
+
+def _no_random() -> float:
+    raise AssertionError("a policy without jitter draws no random number")
+
+
+def test_a_policy_without_jitter_draws_no_random_number() -> None:
+    assert ExponentialBackoff(jitter=0.0, random=_no_random).delay(3) == 8.0
+    assert Schedule(delays=(5.0,), jitter=0.0, random=_no_random).delay(1) == 5.0
+
+
+@pytest.mark.parametrize(("r", "expected"), [(5.0, 12.0), (-3.0, 8.0)])
+def test_a_random_source_out_of_range_is_held_to_the_jitter_bounds(
+    r: float, expected: float
+) -> None:
+    delay = ExponentialBackoff(base=10.0, jitter=0.2, random=lambda: r).delay(1)
+    assert delay == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("retry_after", [0.0, -5.0])
+def test_a_retry_after_of_zero_or_less_leaves_a_short_delay_alone(retry_after: float) -> None:
+    schedule = Schedule(delays=(0.5,), jitter=0.0)
+    assert schedule.delay(1, retry_after=retry_after) == 0.5
+
+
+@pytest.mark.parametrize(
+    ("delay", "held"),
+    [(0.5, 0.5), (0.0, 0.0), (-1.0, 0.0), (-math.inf, 0.0), (math.nan, 0.0), (math.inf, MAX_DELAY)],
+)
+def test_bounded_delay_holds_a_delay_from_zero_to_the_longest(delay: float, held: float) -> None:
+    assert bounded_delay(delay) == held
+
+
+class _NoOffset(tzinfo):
+    """A time zone that knows no offset: as naive as no time zone at all."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+    def dst(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+    def tzname(self, dt: datetime | None) -> str | None:
+        return None
+
+
+def test_parse_retry_after_refuses_a_now_whose_time_zone_has_no_offset() -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_retry_after("120", now=datetime(2015, 10, 21, 7, 26, tzinfo=_NoOffset()))
+    assert str(refused.value) == "now must be timezone-aware"
+
+
+def test_parse_retry_after_reads_up_to_20_digits_and_refuses_longer_unread() -> None:
+    """Reading a number is bounded: 20 digits are read (leading zeros included),
+    a longer run of digits is refused as absurd without converting it."""
+    assert parse_retry_after("0" * 17 + "120", now=NOW) == 120.0
+    assert parse_retry_after("0" * 18 + "120", now=NOW) is None

@@ -1,0 +1,414 @@
+"""Hand-made mutants of the SQL the project loads, each against the tests that must notice.
+
+``python -m tests.mutation.sql_mutants [NAME ...]`` (``--list`` names them): the
+tree (code, tests and ``sql/``) is copied once into a temporary directory, so
+that the SQL and the tests that judge it are of one moment while the working
+tree changes; then for each mutant, one at a time, one statement of the copy's
+SQL is changed (a fence removed, a bound moved, a lock dropped), and the
+mutant's set of integration tests runs in the copy, its statements loaded from
+the copy's ``sql/`` through the ``tests.mutation.sql_copy`` plugin, which points
+the loader there. The working tree is never written.
+
+Killed: a test failed, and it is named. Survived: every test passed, so nothing
+pins down what the mutated text does; write the test that does, or, when no
+test can tell the mutant apart, say why in its ``equivalent``. Not applicable:
+the text to change is no longer in the statement (the SQL changed since the
+mutant was written; update it). A mutant that changes only comments (which the
+loader strips) is refused as not applicable too. Each set of tests runs once on
+the unchanged copy first: a set that fails there fails the run.
+
+Exits 1 when a mutant not marked equivalent survived, a mutant did not apply, or a
+set failed on the unchanged copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from outbox._queries import parse
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAPSHOT = ("outbox", "dispatchers", "sql", "tests", "pyproject.toml")
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
+PLUGIN = "tests.mutation.sql_copy"
+ENV = "OUTBOX_SQL_COPY"
+_HEADER = re.compile(r"^-- (?:name|fragment):[ \t]*(\w+)[ \t]*$", re.MULTILINE)
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
+
+IT = "tests/integration/"
+
+FENCES = (
+    f"{IT}test_audit_sql_fences.py",
+    f"{IT}test_audit_sql_mutants.py",
+    f"{IT}test_drain_statements.py::test_lean_completion_is_fenced_by_owner_attempt_and_state",
+    f"{IT}test_dispatcher.py::test_stale_outcome_of_another_owner_changes_nothing",
+    f"{IT}test_dispatcher.py::test_stale_outcome_of_the_same_owner_is_fenced_by_attempt",
+    f"{IT}test_dispatcher.py::test_a_claim_that_commits_after_the_stop_signal_is_released_unsent",
+    f"{IT}test_maintenance.py",
+)
+"""What fences the dispatcher's writes: completion, renewal, release, rescue."""
+
+HEALTH = (
+    f"{IT}test_destination_health.py",
+    f"{IT}test_audit_sql_mutants.py",
+    f"{IT}test_drain_statements.py::test_the_short_way_defers_while_a_hold_is_on_its_destination",
+)
+"""Circuit breakers and holds: open, hold, probe, close, reopen."""
+
+SLOTS = (
+    f"{IT}test_audit_sql_slots.py",
+    f"{IT}test_audit_sql_mutants.py",
+    f"{IT}test_destination_policies.py::test_a_claim_takes_a_slot_of_each_kind_which_release_and_rescue_free",
+    f"{IT}test_destination_policies.py::test_lowering_a_cap_below_the_requests_in_flight_starts_none_until_under_it",
+    f"{IT}test_destination_policies.py::test_no_claim_starts_while_the_cap_is_full_after_it_is_lowered_below_every_free_slot",
+    f"{IT}test_destination_policies.py::test_no_claim_starts_while_the_cap_is_full_after_it_is_set_on_requests_in_flight",
+    f"{IT}test_endpoint_cap.py::test_lowering_the_cap_removes_free_slots",
+    f"{IT}test_drain_statements.py::test_claim_with_a_capped_endpoint_takes_the_slots",
+    f"{IT}test_drain_statements.py::test_lean_completion_updates_endpoints_and_slots_as_the_general_one_does",
+)
+"""Concurrency and rate slots: kept in step with the policies, taken, passed on, freed.
+(The two-process tests of test_destination_policies are left out: they take a
+minute each, and the dispatcher processes they start may import the working
+tree rather than the copy.)"""
+
+ORDERING = (
+    f"{IT}test_ordering_keys.py",
+    f"{IT}test_audit_sql_mutants.py",
+    f"{IT}test_dispatcher.py::test_ordering_key_delivers_one_at_a_time_in_id_order",
+    f"{IT}test_dispatcher.py::test_dead_message_does_not_block_its_ordering_key",
+    f"{IT}test_dispatcher.py::test_claim_respects_ordering_and_batch_limit",
+)
+"""Ordering keys: the producers' lock, and the claim's predicate."""
+
+SETS = {"fences": FENCES, "health": HEALTH, "slots": SLOTS, "ordering": ORDERING}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """``old`` replaced by ``new`` in the statement or fragment ``section`` of
+    ``file`` (in ``sql/queries``), where ``old`` must occur exactly once. Runs of
+    whitespace in ``old`` match any run of whitespace."""
+
+    name: str
+    file: str
+    section: str
+    old: str
+    new: str
+    tests: str
+    """The name of the set of tests in :data:`SETS`."""
+    equivalent: str = ""
+    """Why no test can tell the mutant apart, when none can: it survives, and is
+    reported with the reason instead of failing the run."""
+
+    def apply(self, text: str) -> str | None:
+        """The file's text with the mutation made, or None if ``old`` is not in
+        the section exactly once."""
+        starts = [(m.start(), m.group(1)) for m in _HEADER.finditer(text)]
+        bounds = [
+            (start, starts[i + 1][0] if i + 1 < len(starts) else len(text))
+            for i, (start, name) in enumerate(starts)
+            if name == self.section
+        ]
+        if len(bounds) != 1:
+            return None
+        ((start, end),) = bounds
+        pattern = re.compile(r"\s+".join(map(re.escape, self.old.split())))
+        found = list(pattern.finditer(text, start, end))
+        if len(found) != 1:
+            return None
+        (match,) = found
+        return text[: match.start()] + self.new + text[match.end() :]
+
+
+def _mutants() -> list[Mutant]:
+    out: list[Mutant] = []
+
+    def add(
+        name: str, file: str, section: str, old: str, new: str, tests: str, equivalent: str = ""
+    ) -> None:
+        out.append(Mutant(name, file, section, old, new, tests, equivalent))
+
+    d = "dispatch.sql"
+    # -- the fences of completion and renewal, each alone -------------------------
+    owner, attempt, running = (
+        "AND m.lease_owner = %(owner)s",
+        "AND m.attempts = o.attempt",
+        "AND m.state = (SELECT 'running')",
+    )
+    for cte, tail in (("done", "AND o.state = 'delivered'"), ("updated", "AND o.state <>")):
+        fence = f"WHERE m.id = o.id {attempt} {owner} {running} {tail}"
+        add(f"complete_{cte}_owner", d, "complete", fence,
+            f"WHERE m.id = o.id {attempt} {running} {tail}", "fences")  # fmt: skip
+        add(f"complete_{cte}_attempt", d, "complete", fence,
+            f"WHERE m.id = o.id {owner} {running} {tail}", "fences")  # fmt: skip
+        add(f"complete_{cte}_running", d, "complete", fence,
+            f"WHERE m.id = o.id {attempt} {owner} {tail}", "fences")  # fmt: skip
+    fence = f"WHERE m.id = o.id {attempt} {owner} {running} RETURNING"
+    add("complete_delivered_owner", d, "complete_delivered", fence,
+        f"WHERE m.id = o.id {attempt} {running} RETURNING", "fences")  # fmt: skip
+    add("complete_delivered_attempt", d, "complete_delivered", fence,
+        f"WHERE m.id = o.id {owner} {running} RETURNING", "fences")  # fmt: skip
+    add("complete_delivered_running", d, "complete_delivered", fence,
+        f"WHERE m.id = o.id {attempt} {owner} RETURNING", "fences")  # fmt: skip
+    add("renew_owner", d, "renew", owner, "", "fences")
+    add("renew_attempt", d, "renew", "AND m.attempts = held.attempt", "", "fences")
+    add("renew_running", d, "renew", running, "", "fences")
+    add("release_keeps_the_attempt", d, "complete",
+        "attempts = CASE WHEN o.sent THEN m.attempts ELSE m.attempts - 1 END",
+        "attempts = m.attempts", "fences")  # fmt: skip
+    add("rescue_running", d, "rescue", "WHERE state = 'running' AND lease_until < now()",
+        "WHERE lease_until < now()", "fences")  # fmt: skip
+    add("rescue_spent", d, "rescue",
+        "SET state = CASE WHEN m.attempts >= m.max_attempts",
+        "SET state = CASE WHEN m.attempts > m.max_attempts", "fences")  # fmt: skip
+
+    # -- circuit breakers and holds ------------------------------------------------
+    probe_fence = "AND dh.probe_owner = %(owner)s"
+    only_probing = (
+        "a probe owner implies 'probing': the table's CHECK ((state = 'probing') ="
+        " (probe_owner IS NOT NULL)), which test_only_a_probing_breaker_has_a_probe_owner pins"
+    )
+    for statement in ("health_close", "health_reopen"):
+        add(f"{statement}_owner", d, statement, probe_fence, "", "health")
+        add(f"{statement}_probing", d, statement, "AND dh.state = 'probing'", "", "health",
+            only_probing)  # fmt: skip
+    doubled = "%(backoff_s)s * power(2, LEAST(dh.failed_probes + 1, 30))"
+    add("health_reopen_not_doubled", d, "health_reopen", doubled,
+        "%(backoff_s)s * power(2, 1)", "health")  # fmt: skip
+    add("health_reopen_uncapped", d, "health_reopen",
+        f"LEAST({doubled}, %(backoff_max_s)s)", doubled, "health")  # fmt: skip
+    add("health_reopen_no_hold", d, "health_reopen", "%(backoff_max_s)s), %(hold_s)s))",
+        "%(backoff_max_s)s), 0))", "health")  # fmt: skip
+    add("health_reopen_not_counted", d, "health_reopen",
+        "failed_probes = dh.failed_probes + 1", "failed_probes = dh.failed_probes",
+        "health")  # fmt: skip
+    add("probe_lease_none", d, "health_probed",
+        "blocked_until = now() + make_interval(secs => %(lease_s)s)",
+        "blocked_until = now()", "health")  # fmt: skip
+    add("probe_before_backoff", d, "health_probes",
+        "AND dh.state <> 'held' AND dh.blocked_until <= now()",
+        "AND dh.state <> 'held'", "health")  # fmt: skip
+    add("probe_takes_a_batch", d, "destinations_due",
+        "WHEN probe.destination IS NOT NULL THEN 1",
+        "WHEN probe.destination IS NOT NULL THEN %(limit)s", "health")  # fmt: skip
+    add("held_claimed_during_hold", d, "health_admitted",
+        "(dh.state = 'held' AND dh.blocked_until <= now())", "(dh.state = 'held')",
+        "health")  # fmt: skip
+    add("health_open_reopens", d, "health_open", "WHERE dh.state = 'held'", "", "health")
+    add("health_open_shortens_hold", d, "health_open",
+        "GREATEST(dh.blocked_until, excluded.blocked_until)", "excluded.blocked_until",
+        "health")  # fmt: skip
+    add("health_hold_shortens", d, "health_hold",
+        "WHERE dh.blocked_until < excluded.blocked_until", "", "health")  # fmt: skip
+    add("health_alone_ignores_open", d, "health_alone",
+        "AND (dh.blocked_until > now() OR dh.state <> 'held')",
+        "AND dh.blocked_until > now()", "health")  # fmt: skip
+
+    # -- slots ---------------------------------------------------------------------
+    s = "slots.sql"
+    add("cap_removed_keeps_one_more", s, "slots_synced",
+        "s.slot > COALESCE(b.max_concurrency, 0)",
+        "s.slot > COALESCE(b.max_concurrency, 0) + 1", "slots")  # fmt: skip
+    add("cap_seats_one_fewer", s, "slots_synced",
+        "generate_series(1, COALESCE(b.max_concurrency, 0))",
+        "generate_series(1, COALESCE(b.max_concurrency, 0) - 1)", "slots")  # fmt: skip
+    add("cap_waiting_forgets_unslotted", s, "slots_synced",
+        "WHERE NOT EXISTS (SELECT 1 FROM {schema}.destination_slots AS s"
+        " WHERE s.message_id = m.id)",
+        "WHERE false", "slots")  # fmt: skip
+    add("cap_listed_none", s, "slots_synced",
+        "WHERE w.message_id NOT IN (SELECT message_id FROM cap_seated)", "WHERE false",
+        "slots")  # fmt: skip
+    add("cap_reseated_none", s, "slots_synced",
+        "WHERE c.present AND s.destination = c.destination",
+        "WHERE false AND s.destination = c.destination", "slots")  # fmt: skip
+    add("cap_unlisted_keeps_uncapped", s, "slots_synced",
+        "AND (b.max_concurrency IS NULL OR u.message_id IN",
+        "AND (u.message_id IN", "slots")  # fmt: skip
+    add("rate_period_of_one", s, "slots_synced",
+        "make_interval(secs => b.rate_burst / b.rate_limit_per_s)",
+        "make_interval(secs => 1 / b.rate_limit_per_s)", "slots")  # fmt: skip
+    add("rate_removed_keeps_one_more", s, "slots_synced",
+        "s.slot > COALESCE(b.rate_burst, 0)", "s.slot > COALESCE(b.rate_burst, 0) + 1",
+        "slots")  # fmt: skip
+    add("rate_kept_period_unchanged", s, "slots_synced",
+        "DO UPDATE SET period = EXCLUDED.period", "DO NOTHING", "slots")  # fmt: skip
+    add("rate_change_grants_a_burst", s, "slots_synced",
+        "DO UPDATE SET period = EXCLUDED.period",
+        "DO UPDATE SET period = EXCLUDED.period, next_at = now()", "slots")  # fmt: skip
+    add("slot_freed_not_passed", d, "slots_passed", "SET message_id = h.message_id",
+        "SET message_id = NULL", "slots")  # fmt: skip
+    add("slot_passed_to_the_ending", d, "slots_passed",
+        "AND u.message_id NOT IN (SELECT id FROM ending)", "", "slots")  # fmt: skip
+    add("complete_frees_no_slot", d, "complete", "ending AS ( SELECT id FROM applied )",
+        "ending AS ( SELECT id FROM applied WHERE false )", "slots")  # fmt: skip
+    add("complete_delivered_frees_no_slot", d, "complete_delivered",
+        "ending AS ( SELECT id FROM done )", "ending AS ( SELECT id FROM done WHERE false )",
+        "slots")  # fmt: skip
+    add("rescue_frees_only_rescued", d, "rescue",
+        "FROM {schema}.destination_slots AS s WHERE s.message_id IS NOT NULL",
+        "FROM {schema}.destination_slots AS s WHERE false", "slots")  # fmt: skip
+    add("rescue_keeps_ended_unseated", d, "rescue",
+        "FROM {schema}.unseated_requests AS u WHERE (SELECT",
+        "FROM {schema}.unseated_requests AS u WHERE false AND (SELECT", "slots")  # fmt: skip
+    add("claim_takes_a_held_slot", d, "policy_slots",
+        "WHERE s.destination = w.destination AND s.message_id IS NULL",
+        "WHERE s.destination = w.destination", "slots")  # fmt: skip
+    add("claim_takes_a_rate_slot_early", d, "policy_slots",
+        "WHERE s.destination = w.destination AND s.next_at <= now()",
+        "WHERE s.destination = w.destination", "slots")  # fmt: skip
+
+    # -- ordering keys ---------------------------------------------------------------
+    e = "enqueue.sql"
+    add("ordering_key_ignored", d, "ordering_key_free",
+        "(m.ordering_key IS NULL OR NOT EXISTS", "(true OR NOT EXISTS", "ordering")  # fmt: skip
+    add("ordering_later_running_ignored", d, "ordering_key_free",
+        "AND (other.id < m.id OR other.state = 'running')", "AND other.id < m.id",
+        "ordering")  # fmt: skip
+    add("ordering_paused_ignored", d, "ordering_key_free",
+        "other.state IN ('ready', 'running', 'paused')", "other.state IN ('ready', 'running')",
+        "ordering")  # fmt: skip
+    add("ordering_dead_holds", d, "ordering_key_free",
+        "other.state IN ('ready', 'running', 'paused')",
+        "other.state IN ('ready', 'running', 'paused', 'dead')", "ordering")  # fmt: skip
+    add("ordered_no_lock", e, "ordered", "WHERE k.ordering_key IS NOT NULL", "WHERE false",
+        "ordering")  # fmt: skip
+    add("ordered_one_lock_for_every_key", e, "ordered",
+        "hashtextextended(k.ordering_key,", "hashtextextended('',", "ordering")  # fmt: skip
+    add("enqueue_id_before_the_lock", e, "enqueue",
+        "FROM (SELECT count(*) FROM ordered) AS after_lock", "", "ordering")  # fmt: skip
+    add("publish_id_before_the_lock", e, "publish",
+        "CROSS JOIN (SELECT count(*) FROM ordered) AS after_lock", "", "ordering")  # fmt: skip
+    return out
+
+
+MUTANTS = {m.name: m for m in _mutants()}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # "killed", "survived", "not applicable", "error"
+    detail: str
+    seconds: float
+
+
+def _copy() -> Path:
+    """A snapshot of the tree in a temporary directory: the SQL to mutate, and the
+    code and tests to run against it, all of one moment (the working tree may
+    change while the mutants run)."""
+    work = Path(tempfile.mkdtemp(prefix="outbox-sql-mutant-"))
+    for part in SNAPSHOT:
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, work / part, ignore=IGNORED)
+        else:
+            shutil.copy2(ROOT / part, work / part)
+    return work
+
+
+def _pytest(work: Path, tests: Sequence[str], log: Path) -> tuple[int, str]:
+    """Run ``tests`` in the snapshot ``work`` (its packages come first on the path),
+    the statements loaded from its ``sql/``."""
+    env = {**os.environ, ENV: str(work / "sql"), "OUTBOX_TEST_SERVERS": "embedded"}
+    env.pop("PYTHONPATH", None)
+    command = [
+        sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider",
+        "-n", "0", "-q", "-rfE", "--timeout", "90", *tests,
+    ]  # fmt: skip
+    with log.open("w") as out:
+        run = subprocess.run(command, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return run.returncode, log.read_text(errors="replace")
+
+
+def _applied(mutant: Mutant, sql: Path) -> tuple[str, str] | None:
+    """The text of the mutant's file in ``sql``, and the text with the mutation
+    made; None when it does not apply or changes no statement (only comments)."""
+    original = (sql / "queries" / mutant.file).read_text("utf-8")
+    mutated = mutant.apply(original)
+    if mutated is None or parse(mutant.file, mutated) == parse(mutant.file, original):
+        return None
+    return original, mutated
+
+
+def run_mutant(mutant: Mutant, work: Path) -> Verdict:
+    start = time.monotonic()
+    path = work / "sql" / "queries" / mutant.file
+    texts = _applied(mutant, work / "sql")
+    if texts is None:
+        why = f"{mutant.old!r} is not once in {mutant.section}, or only in comments"
+        return Verdict("not applicable", why, 0.0)
+    original, mutated = texts
+    path.write_text(mutated, "utf-8")
+    try:
+        code, output = _pytest(work, SETS[mutant.tests], work / f"{mutant.name}.log")
+    finally:
+        path.write_text(original, "utf-8")
+    seconds = time.monotonic() - start
+    if code == 0:
+        return Verdict("survived", "", seconds)
+    if code == 1:
+        failed = sorted(set(_FAILED.findall(output)))
+        return Verdict("killed", ", ".join(f.removeprefix(IT) for f in failed), seconds)
+    return Verdict("error", f"pytest exited {code}:\n{output[-2000:]}", seconds)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.mutation.sql_mutants", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("names", nargs="*", metavar="NAME", help="default: every mutant")
+    parser.add_argument("--list", action="store_true", help="name the mutants and their sets")
+    parser.add_argument("--keep", action="store_true", help="keep the copy and the logs")
+    parser.add_argument(
+        "--check", action="store_true", help="only check that each mutant applies; run no test"
+    )
+    args = parser.parse_args(argv)
+    if args.list:
+        for m in MUTANTS.values():
+            print(f"{m.name:36} {m.tests:9} {m.file}:{m.section}")
+        return 0
+    unknown = sorted(set(args.names) - set(MUTANTS))
+    if unknown:
+        parser.error(f"unknown mutant(s) {', '.join(unknown)}; --list names them")
+    chosen = [MUTANTS[n] for n in args.names] if args.names else list(MUTANTS.values())
+    if args.check:
+        stale = [m.name for m in chosen if _applied(m, ROOT / "sql") is None]
+        for name in stale:
+            print(f"{name:36} not applicable")
+        return 1 if stale else 0
+    work = _copy()
+    failed = False
+    try:
+        for name in dict.fromkeys(m.tests for m in chosen):
+            code, output = _pytest(work, SETS[name], work / f"unchanged-{name}.log")
+            if code != 0:
+                print(f"set {name} fails on the unchanged SQL (exit {code}):\n{output[-3000:]}")
+                return 1
+            print(f"set {name}: passes on the unchanged SQL", flush=True)
+        for mutant in chosen:
+            verdict = run_mutant(mutant, work)
+            status, detail = verdict.status, verdict.detail
+            if status == "survived" and mutant.equivalent:
+                status, detail = "survived, equivalent", mutant.equivalent
+            failed = failed or status not in ("killed", "survived, equivalent")
+            detail = f": {detail}" if detail else ""
+            print(f"{mutant.name:36} {status} ({verdict.seconds:.0f} s){detail}", flush=True)
+    finally:
+        if args.keep:
+            print(f"kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
