@@ -192,7 +192,8 @@ class HealthBook:
         written); if so, it is the one this book asked for now."""
         now = self._clock()
         until = now + seconds
-        if self._held_until.get(destination, 0.0) + HOLD_SLACK > until:
+        earlier = self._held_until.get(destination)
+        if earlier is not None and earlier + HOLD_SLACK > until:
             return False
         self._held_until = {d: u for d, u in self._held_until.items() if u > now}
         self._held_until[destination] = until
