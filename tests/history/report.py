@@ -53,7 +53,8 @@ class Outcome:
 def exercised(f: Facts) -> Counter[str]:
     """How much of what the checks look for the run produced: rolled-back and
     ambiguous commits, shared keys, ordered messages, inbox duplicates, leases that
-    ran out, requests sent after their lease ended, breakers opened and probed,
+    ran out, leases their dispatchers found lost (a fenced-out owner that tried to
+    go on), requests sent after their lease ended, breakers opened and probed,
     holds, and arrivals that found a capped destination at its cap."""
     h = f.history
     out: Counter[str] = Counter()
@@ -64,6 +65,7 @@ def exercised(f: Facts) -> Counter[str]:
     out["ordered"] = len(f.ordering_keys())
     out["inbox_duplicates"] = sum(1 for r in h.requests if r.effect == "duplicate")
     out["lease_expired"] = sum(1 for ls in f.leases.values() for x in ls if x.end == "rescued")
+    out["leases_lost"] = sum(p.events.get("lease_lost", 0) for p in h.processes)
     out["late_sends"] = sum(1 for t in f.ties if t.late)
     out["breaker_opened"] = sum(1 for e in h.health_events if e.new_state == "open")
     out["probes"] = sum(1 for e in h.health_events if e.new_state == "probing")
