@@ -2,7 +2,8 @@
 when the clause doing it is taken out or changed (``python -m
 tests.mutation.sql_mutants`` changes each clause in a copy and runs these):
 the state fence of every completion, renewal and rescue, alone; the breaker's
-statements; the slots kept in step with a cap."""
+statements; the ordering predicate's paused messages; the slots kept in step
+with a policy and passed on as requests end."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from dispatchers.db import Store
 from dispatchers.jobs import Completion
 from outbox import Outbox
+from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from tests.dispatching import Db, delivered, fast_config, retried
 
@@ -192,3 +194,114 @@ async def test_a_paused_message_holds_back_the_later_messages_of_its_key(
         Endpoints().disable(conn, endpoint.id)
     assert db.query("SELECT state FROM outbox.messages WHERE id <> %s", later) == [("paused",)]
     assert await store.claim("me", 10) == []
+
+
+# -- slots kept in step with a policy, and passed on ----------------------------------
+
+ORIGIN = "https://capped.example"
+
+
+def scalar(db: Db, sql: str, *params: object) -> object:
+    ((value,),) = db.query(sql, *params)
+    return value
+
+
+def enqueue_many(db: Db, count: int) -> list[int]:
+    return [db.enqueue(f"{ORIGIN}/x", f"k{i}") for i in range(count)]
+
+
+async def test_a_slot_that_frees_passes_to_a_waiting_request_that_still_runs(
+    db: Db, store: Store
+) -> None:
+    """Of the requests waiting for a slot, one that ends in the same batch as the
+    holder must not inherit its slot (it would hold it after it ended, and the
+    destination would start nothing more): the slot passes to one still in
+    flight, though it came later in the list's order."""
+    first, second, third = enqueue_many(db, 3)
+    with psycopg.connect(db.url) as conn:
+        Destinations().set(conn, ORIGIN, max_concurrency=3)
+    assert sorted(j.id for j in await store.claim("owner", 3)) == [first, second, third]
+    for cap in (2, 1):  # the holders of slots 3 and 2 are listed, in that order
+        with psycopg.connect(db.url) as conn:
+            Destinations().set(conn, ORIGIN, max_concurrency=cap)
+    assert db.query("SELECT message_id FROM outbox.destination_slots") == [(first,)]
+    assert {r[0] for r in db.query("SELECT message_id FROM outbox.unseated_requests")} == {
+        second,
+        third,
+    }
+    done = [delivered(first, 1), delivered(second, 1)]
+    assert (await store.complete("owner", done))[0] == {first, second}
+    assert db.query("SELECT message_id FROM outbox.destination_slots") == [(third,)]
+    assert db.query("SELECT message_id FROM outbox.unseated_requests") == []
+
+
+async def test_removing_a_cap_leaves_no_request_waiting_for_a_slot(db: Db, store: Store) -> None:
+    enqueue_many(db, 3)
+    with psycopg.connect(db.url) as conn:
+        Destinations().set(conn, ORIGIN, max_concurrency=3)
+    assert len(await store.claim("owner", 3)) == 3
+    with psycopg.connect(db.url) as conn:
+        Destinations().set(conn, ORIGIN, max_concurrency=1)
+    assert scalar(db, "SELECT count(*) FROM outbox.unseated_requests") == 2
+    with psycopg.connect(db.url) as conn:
+        Destinations().delete(conn, ORIGIN)
+    assert scalar(db, "SELECT count(*) FROM outbox.unseated_requests") == 0
+    assert scalar(db, "SELECT count(*) FROM outbox.destination_slots") == 0
+
+
+async def test_lowering_a_burst_removes_the_rate_slots_above_it(db: Db, store: Store) -> None:
+    enqueue_many(db, 5)
+    with psycopg.connect(db.url) as conn:
+        Destinations().set(conn, ORIGIN, rate_limit=0.01, burst=4)
+        Destinations().set(conn, ORIGIN, rate_limit=0.01, burst=2)
+    assert scalar(db, "SELECT count(*) FROM outbox.rate_slots") == 2
+    assert len(await store.claim("owner", 5)) == 2  # a burst of two
+
+
+async def test_a_rate_changed_takes_its_new_period_and_grants_no_fresh_burst(
+    db: Db, store: Store
+) -> None:
+    enqueue_many(db, 3)
+    with psycopg.connect(db.url) as conn:
+        Destinations().set(conn, ORIGIN, rate_limit=0.1, burst=1)
+    assert len(await store.claim("owner", 3)) == 1  # the slot is taken for 10 s
+    with psycopg.connect(db.url) as conn:
+        Destinations().set(conn, ORIGIN, rate_limit=0.01, burst=1)  # one every 100 s
+    assert scalar(db, "SELECT extract(epoch FROM period) FROM outbox.rate_slots") == 100
+    assert await store.claim("owner", 3) == []  # the taken slot is still taken
+
+
+async def test_the_rescuer_drops_a_waiting_request_that_no_longer_runs(
+    db: Db, store: Store
+) -> None:
+    """A request listed as waiting for a slot that stops running by another way
+    than a completion (here an operator's UPDATE) leaves the list at the next
+    rescue, so that no slot is ever passed to it."""
+    enqueue_many(db, 4)
+    with psycopg.connect(db.url) as conn:
+        Destinations().set(conn, ORIGIN, max_concurrency=2)
+    flying = {j.id: j for j in await store.claim("owner", 2)}
+    with psycopg.connect(db.url) as conn:
+        Destinations().set(conn, ORIGIN, max_concurrency=1)
+    ((listed,),) = db.query("SELECT message_id FROM outbox.unseated_requests")
+    db.query(
+        "UPDATE outbox.messages SET state = 'dead', lease_owner = NULL, lease_until = NULL,"
+        " completed_at = now() WHERE id = %s RETURNING id",
+        listed,
+    )
+    assert await store.rescue() == []  # no lease expired...
+    assert scalar(db, "SELECT count(*) FROM outbox.unseated_requests") == 0  # ...but it left
+    (holder,) = (j for i, j in flying.items() if i != listed)
+    assert (await store.complete("owner", [delivered(holder.id, holder.attempts)]))[0] == {
+        holder.id
+    }
+    assert len(await store.claim("owner", 2)) == 1  # its slot was freed, not passed on
+
+
+async def test_each_request_of_a_burst_takes_a_rate_slot_of_its_own(db: Db, store: Store) -> None:
+    enqueue_many(db, 4)
+    with psycopg.connect(db.url) as conn:
+        Destinations().set(conn, ORIGIN, rate_limit=0.01, burst=2)
+    taken = [len(await store.claim("owner", 1)) for _ in range(3)]
+    assert taken == [1, 1, 0]  # two slots, each taken once: the burst is spent
+    assert scalar(db, "SELECT count(*) FROM outbox.rate_slots WHERE next_at <= now()") == 0
