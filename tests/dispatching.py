@@ -126,6 +126,14 @@ def delivered(message_id: int, attempt: int, **fields: Any) -> Completion:
     )  # fmt: skip
 
 
+def failed(message_id: int, attempt: int, **fields: Any) -> Completion:
+    """A 400 for ``attempt`` of ``message_id``: dead, its attempts left unspent."""
+    return Completion(
+        message_id, attempt, "dead", "failed", sent=True, status=400,
+        error="HTTP 400", started_at=datetime.now(UTC), duration_ms=1, **fields,
+    )  # fmt: skip
+
+
 def retried(message_id: int, attempt: int, **fields: Any) -> Completion:
     """A 503 for ``attempt`` of ``message_id``, retried a minute later."""
     return Completion(

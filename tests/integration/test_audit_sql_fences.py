@@ -7,13 +7,13 @@ of sent successes only, ``renew``)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 
 import pytest
 
 from dispatchers.db import Store
 from dispatchers.jobs import Completion
 from tests.dispatching import Db, delivered, fast_config, retried
+from tests.dispatching import failed as dead
 
 
 @pytest.fixture
@@ -29,13 +29,6 @@ async def store(db: Db) -> AsyncIterator[Store]:
         yield store
     finally:
         await store.close()
-
-
-def dead(mid: int, attempt: int) -> Completion:
-    return Completion(
-        mid, attempt, "dead", "failed", sent=True, status=400,
-        error="HTTP 400", started_at=datetime.now(UTC), duration_ms=1,
-    )  # fmt: skip
 
 
 def state(db: Db, mid: int) -> list[tuple[object, ...]]:

@@ -8,17 +8,16 @@ with a policy and passed on as requests end."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 
 import psycopg
 import pytest
 
 from dispatchers.db import Store
-from dispatchers.jobs import Completion
 from outbox import Outbox
 from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from tests.dispatching import Db, delivered, fast_config, retried
+from tests.dispatching import failed as dead
 
 URL = "https://example.com/x"
 
@@ -36,13 +35,6 @@ async def store(db: Db) -> AsyncIterator[Store]:
         yield store
     finally:
         await store.close()
-
-
-def dead(mid: int, attempt: int) -> Completion:
-    return Completion(
-        mid, attempt, "dead", "failed", sent=True, status=400,
-        error="HTTP 400", started_at=datetime.now(UTC), duration_ms=1,
-    )  # fmt: skip
 
 
 def lease(db: Db, mid: int) -> list[tuple[object, ...]]:
