@@ -284,6 +284,33 @@ def still_leases(url: str, process: DispatcherProcess) -> tuple[dict[int, int]] 
     return (held,) if sessions(url, process) == before else None
 
 
+def freeze_holding(
+    url: str, process: DispatcherProcess, deadline: Deadline, procs: Sequence[DispatcherProcess]
+) -> dict[int, int]:
+    """SIGSTOP ``process`` at a moment it holds leases, and return them once the server
+    has finished every statement it had sent. A completion already on the wire when the
+    signal lands may release every lease it held; then it is thawed and tried again."""
+    for _ in range(10):
+        wait_until(
+            lambda: len(held_by(url, process)) >= 3,
+            timeout=deadline.left(30),
+            what=f"{process.name} to hold leases",
+            processes=procs,
+        )
+        assert sessions(url, process), f"{process.name}'s sessions are not named"
+        process.signal(signal.SIGSTOP)
+        (held,) = wait_until(
+            lambda: still_leases(url, process),
+            timeout=deadline.left(30),
+            what=f"the frozen {process.name}'s statements to finish",
+            processes=procs,
+        )
+        if held:
+            return held
+        process.signal(signal.SIGCONT)
+    raise AssertionError(f"{process.name} held no lease in ten tries at freezing it")
+
+
 def lease_expired_rows(url: str, process: DispatcherProcess) -> set[tuple[int, int]]:
     rows = query(
         url,
@@ -369,48 +396,27 @@ def test_chaos_kill_freeze_restart_every_key_applied_once(
         first, second, third = (fleet.start(database_url, *DISPATCH_ARGS) for _ in range(3))
         procs = [first, second, third]
 
-        # 1. SIGKILL a dispatcher that holds leases; a new one takes its place.
-        wait_until(
-            lambda: len(held_by(database_url, first)) >= 3,
-            timeout=deadline.left(30),
-            what="dispatcher-1 to hold leases",
-            processes=procs,
-        )
-        assert sessions(database_url, first), "dispatcher-1's sessions are not named"
+        # 1. SIGKILL a dispatcher that holds leases; a new one takes its place. It is
+        # stopped first, so that the leases it dies holding are known.
+        chaos.killed_rows = freeze_holding(database_url, first, deadline, procs)
         first.signal(signal.SIGKILL)
         assert first.wait(timeout=10) == -signal.SIGKILL
         chaos.kills += 1
-        # Its sessions end once the server has finished what it had in hand.
+        # Its sessions end once the server notices the closed sockets.
         wait_until(
             lambda: not sessions(database_url, first),
             timeout=deadline.left(30),
             what="the killed dispatcher's sessions to end",
             processes=procs,
         )
-        chaos.killed_rows = held_by(database_url, first)
-        assert chaos.killed_rows, "dispatcher-1 held no lease when it was killed"
         fourth = fleet.start(database_url, *DISPATCH_ARGS)
         procs.append(fourth)
 
         # 2. SIGSTOP another one until its leases have expired and been rescued.
-        wait_until(
-            lambda: len(held_by(database_url, second)) >= 3,
-            timeout=deadline.left(30),
-            what="dispatcher-2 to hold leases",
-            processes=procs,
-        )
-        assert sessions(database_url, second), "dispatcher-2's sessions are not named"
-        second.signal(signal.SIGSTOP)
+        chaos.frozen_rows = freeze_holding(database_url, second, deadline, procs)
         frozen_at = time.monotonic()
         try:
             chaos.freezes += 1
-            (chaos.frozen_rows,) = wait_until(
-                lambda: still_leases(database_url, second),
-                timeout=deadline.left(30),
-                what="the frozen dispatcher's statements to finish",
-                processes=procs,
-            )
-            assert chaos.frozen_rows, "dispatcher-2 held no lease when it was frozen"
             wanted = set(chaos.frozen_rows.items())
             wait_until(
                 lambda: wanted <= lease_expired_rows(database_url, second),

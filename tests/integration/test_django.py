@@ -120,9 +120,15 @@ async def test_from_async_code_the_transaction_runs_in_sync_to_async(observer: O
     def place_order() -> int:
         return enqueue("async-view")
 
-    await place_order()
-    assert keys(observer) == ["async-view"]
-    with pytest.raises(TypeError, match="sync_to_async"):
-        await box.enqueue_async(connection, url=URL, idempotency_key="k", json={})
-    with pytest.raises(SynchronousOnlyOperation):
-        enqueue("from-the-event-loop")
+    try:
+        await place_order()
+        assert keys(observer) == ["async-view"]
+        with pytest.raises(TypeError, match="sync_to_async"):
+            await box.enqueue_async(connection, url=URL, idempotency_key="k", json={})
+        with pytest.raises(SynchronousOnlyOperation):
+            enqueue("from-the-event-loop")
+    finally:
+        # Django's connections belong to a thread: the one sync_to_async opened lives
+        # in asgiref's executor thread and must be closed there, or the next test of
+        # this process reuses it against a database that has been dropped.
+        await sync_to_async(connections.close_all)()
