@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg.rows import BaseRowFactory, RowMaker
 
-from dispatchers.rows import columns
+from dispatchers.rows import result_names, taker
 from dispatchers.tls import TlsContexts
 from dispatchers.unsealing import OpenedSecrets
 
@@ -82,8 +82,8 @@ def job_rows(
     with a policy hold more)."""
 
     def factory(cursor: Any) -> RowMaker[Job | float | None]:
-        take = columns(cursor, _COLUMNS)
-        names = [column.name for column in cursor.description or ()]
+        names = result_names(cursor)
+        take = taker(names, _COLUMNS)
         wait = names.index("rate_wait_s") if "rate_wait_s" in names else None
 
         def make(values: Sequence[Any]) -> Job | float | None:
