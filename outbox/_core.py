@@ -14,7 +14,6 @@ from outbox._message import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_ATTEMPTS_LIMIT,
     build_message,
-    check_max_attempts,
     check_optional_key,
     encode_body,
 )
@@ -59,6 +58,16 @@ class _Published(NamedTuple):
     notified: None = None
 
 
+def _attempt_budget(name: str, value: object) -> int:
+    """A setting's attempt budget, or :class:`ConfigurationError` naming it (a setting
+    is not a message: :func:`check_max_attempts` is the message's own check)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name}: must be an integer, not {type(value).__name__}")
+    if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+        raise ConfigurationError(f"{name}: must be between 1 and {MAX_ATTEMPTS_LIMIT}")
+    return value
+
+
 class Outbox:
     """Settings for writing outbox messages. Holds no connection.
 
@@ -89,17 +98,11 @@ class Outbox:
             or (max_body_bytes < 1)
         ):
             raise ConfigurationError("max_body_bytes: must be a positive integer")
-        if (
-            isinstance(max_attempts, bool)
-            or not isinstance(max_attempts, int)
-            or not (1 <= max_attempts <= MAX_ATTEMPTS_LIMIT)
-        ):
-            raise ConfigurationError(f"max_attempts: must be between 1 and {MAX_ATTEMPTS_LIMIT}")
+        self.max_attempts = _attempt_budget("max_attempts", max_attempts)
+        self.webhook_max_attempts = _attempt_budget("webhook_max_attempts", webhook_max_attempts)
         self.schema = schema
         self.notify = bool(notify)
         self.max_body_bytes = max_body_bytes
-        self.max_attempts = max_attempts
-        self.webhook_max_attempts = check_max_attempts(webhook_max_attempts, 1)
 
     def __repr__(self) -> str:
         return f"Outbox(schema={self.schema!r}, notify={self.notify})"

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from outbox import InvalidMessage, Outbox, OutboxError
+from outbox import ConfigurationError, InvalidMessage, Outbox, OutboxError
 from outbox._digest import request_digest
 from outbox._message import (
     EARLIEST_AVAILABLE_AT,
+    MAX_ATTEMPTS_LIMIT,
     MAX_HEADER_NAME,
     MAX_HEADER_VALUE,
     MAX_HEADERS,
@@ -790,3 +791,20 @@ def test_available_at_exactly_the_furthest_ahead_is_kept(monkeypatch: pytest.Mon
     furthest = _Frozen.now(UTC) + MAX_SCHEDULE_AHEAD
     assert build(available_at=furthest).available_at == furthest
     rejected("available_at", available_at=furthest + timedelta(microseconds=1))
+
+
+@pytest.mark.parametrize("setting", ["max_attempts", "webhook_max_attempts"])
+@pytest.mark.parametrize("value", [0, -1, MAX_ATTEMPTS_LIMIT + 1, True, 2.0, "3", None])
+def test_an_outbox_attempt_budget_out_of_range_is_a_configuration_error_naming_it(
+    setting: str, value: object
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Outbox(**{setting: value})
+    assert str(caught.value).startswith(f"{setting}: must be")
+    assert not isinstance(caught.value, InvalidMessage)
+
+
+@pytest.mark.parametrize("setting", ["max_attempts", "webhook_max_attempts"])
+def test_an_outbox_attempt_budget_keeps_each_bound(setting: str) -> None:
+    assert getattr(Outbox(**{setting: 1}), setting) == 1
+    assert getattr(Outbox(**{setting: MAX_ATTEMPTS_LIMIT}), setting) == MAX_ATTEMPTS_LIMIT
