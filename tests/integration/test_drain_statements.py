@@ -344,6 +344,44 @@ def test_the_short_way_takes_what_the_fair_claim_takes_for_a_destination_alone(
     assert taken  # the first message at least
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_both_claim_forms_take_the_same_rows_where_no_destination_has_a_policy(
+    database_url: str, seed: int
+) -> None:
+    # The claim with the slots ("claim") and the one without ("claim_uncapped")
+    # share their turns across destinations: with no policy anywhere, each takes
+    # what the other would, whatever the backlog (destinations of every size,
+    # ordering keys held back by a running message, messages due later, requests
+    # in flight here) and however much is asked for.
+    rng = random.Random(seed)
+    hosts = [f"https://d{i}.example" for i in range(rng.randint(2, 6))]
+    with psycopg.connect(database_url) as conn:
+        box = Outbox()
+        for i in range(rng.randint(10, 60)):
+            box.enqueue(
+                conn,
+                url=f"{rng.choice(hosts)}/hook",
+                idempotency_key=f"m{i}",
+                json={"i": i},
+                ordering_key=rng.choice([None, None, "a", "b"]) if i else None,
+                available_at=datetime.now(UTC)
+                + timedelta(hours=rng.choice([0, 0, 0, 1]) if i else 0),
+            )
+        conn.execute(
+            "UPDATE outbox.messages SET state = 'running', attempts = 1, lease_owner = 'x',"
+            " lease_until = now() + interval '1 minute' WHERE id %% %s = 0",
+            (rng.randint(3, 7),),
+        )
+    store = Store(database_url, DispatcherConfig(destination_concurrency=rng.randint(1, 4)))
+    busy = {f"{host}:443": rng.randint(0, 2) for host in rng.sample(hosts, 2)}
+    limit = rng.randint(1, 25)
+    uncapped, uncapped_params = store.claim_statement("o", limit, capped=False, busy=busy)
+    capped, capped_params = store.claim_statement("o", limit, capped=True, busy=busy)
+    taken = _taken(database_url, uncapped, uncapped_params)
+    assert sorted(taken) == sorted(_taken(database_url, capped, capped_params))
+    assert taken  # the first message at least
+
+
 # -- plans -----------------------------------------------------------------------
 
 
