@@ -35,7 +35,7 @@ from dispatchers import loop as loops
 from dispatchers.bench import LATENCY_SECONDS
 from dispatchers.bench.baselines import pgqueuer
 from dispatchers.bench.context import Bench
-from dispatchers.bench.env import SPAWN, connect, fresh_schema, payload, run_id
+from dispatchers.bench.env import SPAWN, CpuClock, connect, fresh_schema, payload, run_id
 from dispatchers.bench.measure import percentile, ratio
 from dispatchers.bench.results import LatencyComparison, LatencyResult, LatencyRun
 from dispatchers.config import DispatcherConfig
@@ -61,14 +61,17 @@ def _produce(
     ready: Event,
     go: Event,
     out: str,
+    local: bool,
 ) -> None:
     """One producer process: message ``i`` of ``indexes`` is committed, in its own
     transaction, at ``i / rate`` seconds after the start; writes the wall time
-    (``time.time()``) right after each commit to ``out`` as JSON."""
+    (``time.time()``) right after each commit to ``out`` as JSON, and with ``local``
+    (the server runs on this machine) the CPU its server process used meanwhile."""
     box = Outbox(schema=schema, notify=True)
     commits: dict[int, float] = {}
     late = 0.0
     with connect(url) as conn:
+        backend = CpuClock(conn.info.backend_pid) if local else None
         # warm the connection and the statement cache; rolled back, never delivered
         box.enqueue(conn, url=target, idempotency_key=f"{prefix}warmup", json=payload(0))
         conn.rollback()
@@ -76,6 +79,7 @@ def _produce(
         if not go.wait(START_TIMEOUT):
             raise RuntimeError("the benchmark never said go")
         start = time.monotonic()
+        cpu_start = backend.read() if backend else None
         for i in indexes:
             delay = start + i / rate - time.monotonic()
             if delay > 0:
@@ -86,7 +90,18 @@ def _produce(
             conn.commit()
             commits[i] = time.time()
         elapsed = time.monotonic() - start
-    Path(out).write_text(json.dumps({"commits": commits, "late_max_s": late, "elapsed": elapsed}))
+        cpu_end = backend.read() if backend else None
+    backend_cpu = None if cpu_start is None or cpu_end is None else cpu_end - cpu_start
+    Path(out).write_text(
+        json.dumps(
+            {
+                "commits": commits,
+                "late_max_s": late,
+                "elapsed": elapsed,
+                "backend_cpu_s": backend_cpu,
+            }
+        )
+    )
 
 
 def _snapshot(dispatcher: Dispatcher) -> dict[str, Any]:
@@ -235,6 +250,7 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> LatencyRun:
                     readies[p],
                     go,
                     outs[p],
+                    bench.pg_clock is not None,
                 ),
                 name=f"outbox-bench-producer-{p}",
                 daemon=True,
@@ -302,6 +318,10 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> LatencyRun:
 
     cpu_dispatchers = total("cpu_s")
     pg_cpu = None if pg_start is None or pg_end is None else pg_end - pg_start
+    producers_cpu = [p.get("backend_cpu_s") for p in produced]
+    enqueue_cpu = (
+        sum(producers_cpu) if produced and None not in producers_cpu else None
+    )
     elapsed = max((p["elapsed"] for p in produced), default=None)
     return LatencyRun(
         offered_rate=rate,
@@ -322,6 +342,9 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> LatencyRun:
             None if cpu_dispatchers is None else cpu_dispatchers * 1e6
         ),
         cpu_postgres_us_per_msg=per_msg(None if pg_cpu is None else pg_cpu * 1e6),
+        cpu_postgres_producers_us_per_msg=(
+            None if enqueue_cpu is None or not commits else enqueue_cpu * 1e6 / len(commits)
+        ),
         round_trips_per_msg=per_msg(total("round_trips")),
         claims_per_msg=per_msg(claims),
         empty_claim_share=None if not claims else (total("empty_claims") or 0) / claims,

@@ -150,6 +150,12 @@ def _latency_rows(r: LatencyRun) -> list[Row]:
             ",.0f",
             target(at_most(250, "<= 250")),
         ),
+        row(
+            n,
+            "  of it the producers' transactions (enqueue, commit)",
+            r.cpu_postgres_producers_us_per_msg,
+            ",.0f",
+        ),
         row(n, "claims per msg", r.claims_per_msg, ".3f"),
         row(
             n,

@@ -278,6 +278,10 @@ class LatencyRun:
     ok: bool
     failures: list[str]
     baseline: LatencyComparison | None = field(default=None, metadata=OPTIONAL)
+    cpu_postgres_producers_us_per_msg: float | None = field(default=None, metadata=OPTIONAL)
+    """Of ``cpu_postgres_us_per_msg``, what the producers' own server processes used
+    (each message its own transaction: the enqueue and its commit); None when the
+    server does not run on this machine."""
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,8 @@ def test_every_scenario_reports_plausible_figures(
         assert -50 < run["p50_ms"] <= run["p95_ms"] <= run["p99_ms"] <= run["max_ms"]
         assert run["max_ms"] < 60_000
         assert run["cpu_dispatcher_us_per_msg"] > 0
+        # the producers' server processes are a part of the server's CPU
+        assert 0 < run["cpu_postgres_producers_us_per_msg"] <= run["cpu_postgres_us_per_msg"]
         assert run["round_trips_per_msg"] > 0
         # a claim that found something took at least one message
         assert 0 <= run["empty_claim_share"] < 1
