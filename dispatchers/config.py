@@ -18,8 +18,8 @@ would be defined twice.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Literal
 
 from dispatchers.loop import EVENT_LOOPS
 from dispatchers.proxy import Proxy
@@ -63,34 +63,6 @@ at most :data:`~outbox.defaults.MAX_SPAN`; ``port`` an integer from 0 to 65535; 
 proxy URL (:meth:`~dispatchers.proxy.Proxy.parse`); ``ratio`` a number above 0 and
 at most 1; ``text`` a string (with ``choices``, one of them)."""
 
-_COUNTS = (
-    "concurrency",
-    "batch_size",
-    "flush_batch",
-    "max_response_bytes",
-    "retention_batch",
-    "breaker_min_attempts",
-)
-_SECONDS = (
-    "lease",
-    "request_timeout",
-    "connect_timeout",
-    "flush_interval",
-    "poll_interval",
-    "rescue_interval",
-    "claim_timeout",
-    "statement_timeout",
-    "lock_timeout",
-    "idle_in_transaction_timeout",
-    "db_connect_timeout",
-    "drain_timeout",
-    "retention_interval",
-    "breaker_window",
-    "breaker_backoff",
-    "breaker_backoff_max",
-)
-_SECONDS_OR_ZERO = ("grace", "claim_window")
-_SPANS = ("disable_after", "retention")
 
 
 @dataclass(frozen=True)
@@ -111,6 +83,19 @@ class Option:
     choices: tuple[str, ...] | None
     flag: str | None
     default: str | None
+
+
+def kind(values: Values) -> dict[str, Values]:
+    """Field metadata that says what a setting offered on no command line holds
+    (an option's :class:`Option` says it for the option's setting)."""
+    return {"kind": values}
+
+
+def kind_of(setting: Field[Any]) -> Values | None:
+    """What ``setting`` holds, as its option or its :func:`kind` says; None when
+    neither does (its own checks in :meth:`DispatcherConfig.validate`)."""
+    offered = setting.metadata.get("option")
+    return offered.values if offered is not None else setting.metadata.get("kind")
 
 
 def option(
@@ -223,8 +208,8 @@ class DispatcherConfig:
             values="seconds",
         ),
     )
-    flush_interval: float = 0.05
-    flush_batch: int = 500
+    flush_interval: float = field(default=0.05, metadata=kind("seconds"))
+    flush_batch: int = field(default=500, metadata=kind("count"))
     grace: float = field(
         default=10.0,
         metadata=option("seconds in-flight deliveries get at shutdown", values="seconds_or_zero"),
@@ -257,7 +242,7 @@ class DispatcherConfig:
             "missing on a server connection is prepared again)"
         ),
     )
-    rescue_interval: float = 5.0
+    rescue_interval: float = field(default=5.0, metadata=kind("seconds"))
     drain_timeout: float = field(
         default=60.0,
         metadata=option(
@@ -279,9 +264,9 @@ class DispatcherConfig:
         default=1.0,
         metadata=option("bound on waiting for a row lock, in seconds", values="seconds"),
     )
-    idle_in_transaction_timeout: float = 5.0
-    db_connect_timeout: float = 5.0
-    max_response_bytes: int = 64 * 1024
+    idle_in_transaction_timeout: float = field(default=5.0, metadata=kind("seconds"))
+    db_connect_timeout: float = field(default=5.0, metadata=kind("seconds"))
+    max_response_bytes: int = field(default=64 * 1024, metadata=kind("count"))
     excerpt_bytes: int = 1024
     allow_private_networks: bool = field(
         default=False,
@@ -333,7 +318,7 @@ class DispatcherConfig:
     )
     retry_policy: RetryPolicy = field(default_factory=ExponentialBackoff)
     retry_statuses: frozenset[int] = frozenset({408, 425, 429})
-    disable_after: float = 5 * 24 * 3600.0
+    disable_after: float = field(default=5 * 24 * 3600.0, metadata=kind("span"))
     retention: float = field(
         default=7 * 24 * 3600.0,
         metadata=option(
@@ -344,8 +329,8 @@ class DispatcherConfig:
             metavar="SPAN",
         ),
     )
-    retention_interval: float = 60.0
-    retention_batch: int = 5000
+    retention_interval: float = field(default=60.0, metadata=kind("seconds"))
+    retention_batch: int = field(default=5000, metadata=kind("count"))
     metrics_port: int | None = field(
         default=None,
         metadata=option(
@@ -451,7 +436,11 @@ class DispatcherConfig:
     def validate(self) -> None:
         """Raise ConfigurationError naming the first setting that cannot work."""
         check_schema_name(self.schema)
-        for name in _COUNTS:
+        kinds: dict[str, list[str]] = {}
+        for setting in fields(self):
+            if setting.default is not None:  # one that may be None checks itself
+                kinds.setdefault(kind_of(setting) or "text", []).append(setting.name)
+        for name in kinds.get("count", ()):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigurationError(f"{name}: must be an integer, got {value!r}")
@@ -468,12 +457,12 @@ class DispatcherConfig:
             )
         if self.excerpt_bytes < 0 or self.excerpt_bytes > self.max_response_bytes:
             raise ConfigurationError("excerpt_bytes: must be between 0 and max_response_bytes")
-        for names, zero, most in (
-            (_SECONDS, False, MAX_SECONDS),
-            (_SECONDS_OR_ZERO, True, MAX_SECONDS),
-            (_SPANS, False, MAX_SPAN),
+        for values, zero, most in (
+            ("seconds", False, MAX_SECONDS),
+            ("seconds_or_zero", True, MAX_SECONDS),
+            ("span", False, MAX_SPAN),
         ):
-            for name in names:
+            for name in kinds.get(values, ()):
                 _check_seconds(name, getattr(self, name), zero=zero, most=most)
         if (
             isinstance(self.breaker_failure_ratio, bool)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import pytest
 
-from dispatchers.config import MAX_COUNT, MAX_SECONDS, DispatcherConfig
+from dispatchers.config import MAX_COUNT, MAX_SECONDS, DispatcherConfig, kind_of
 from outbox.defaults import MAX_SPAN
 from outbox.errors import ConfigurationError
 
@@ -104,3 +105,36 @@ def test_postgresqls_own_schemas_are_refused(schema: str) -> None:
 
 def test_the_public_schema_is_the_users_and_allowed() -> None:
     assert DispatcherConfig(schema="public").schema == "public"
+
+
+def _settings_of(*values: str) -> list[tuple[str, str]]:
+    return [
+        (setting.name, kind)
+        for setting in dataclasses.fields(DispatcherConfig)
+        if (kind := kind_of(setting)) in values and setting.default is not None
+    ]
+
+
+DISPATCHER_FIELDS = {setting.name: setting for setting in dataclasses.fields(DispatcherConfig)}
+
+
+def test_every_number_setting_says_what_it_holds() -> None:
+    # its kind is what validate() checks it by: a number without one goes unchecked
+    numbers = {
+        setting.name
+        for setting in dataclasses.fields(DispatcherConfig)
+        if setting.type in ("int", "float", "int | None", "float | None")
+    }
+    unkinded = {name for name in numbers if kind_of(DISPATCHER_FIELDS[name]) is None}
+    assert unkinded == {"excerpt_bytes"}  # checked against max_response_bytes instead
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), _settings_of("count", "seconds", "seconds_or_zero", "span")
+)
+def test_each_setting_is_held_to_the_bounds_of_its_kind(name: str, kind: str) -> None:
+    most = {"count": MAX_COUNT, "seconds": MAX_SECONDS, "seconds_or_zero": MAX_SECONDS}
+    too_small = 0 if kind in ("count", "seconds", "span") else -1
+    for value in (too_small, most.get(kind, MAX_SPAN) + 1):
+        with pytest.raises(ConfigurationError, match=rf"^{name}: "):
+            DispatcherConfig(**{name: value})
