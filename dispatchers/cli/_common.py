@@ -1,11 +1,12 @@
 """What every command shares: the database, the secrets key, one transaction,
 errors, argument types.
 
-Environment variables are read here and nowhere else. The database is the one
-given by ``--database-url``, else ``OUTBOX_DATABASE_URL``, else ``DATABASE_URL``,
-else an embedded PostgreSQL kept in ``./.outbox/pg`` (``OUTBOX_EMBEDDED_DIR``
-moves it). The keys that seal signing secrets are those listed in the file
-``--secrets-key-file`` names, else in ``OUTBOX_SECRETS_KEY``, else none.
+The database is the one given by ``--database-url``, else
+``OUTBOX_DATABASE_URL``, else ``DATABASE_URL``, else an embedded PostgreSQL kept
+in ``./.outbox/pg`` (``OUTBOX_EMBEDDED_DIR`` moves it). The keys that seal
+signing secrets are those listed in the file ``--secrets-key-file`` names, else in
+``OUTBOX_SECRETS_KEY``, else none. Every variable is read through
+:mod:`dispatchers.environment`.
 
 The argument types are the only ones on the command line (``outbox bench``
 included), so a bound means the same everywhere: a number is finite and at most
@@ -31,9 +32,11 @@ from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import psycopg
 
+from dispatchers import environment
 from dispatchers.cli._exit import ExitCode
 from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS
 from dispatchers.embedded import Database, configured_url, embedded_path, resolve
+from dispatchers.environment import SECRETS_KEY_VARIABLE
 from dispatchers.policy_text import UNIT_SECONDS, format_duration
 from outbox._arguments import MAX_ID
 from outbox.defaults import DEFAULT_SCHEMA, MAX_RETRY_DELAY, MAX_RETRY_SCHEDULE, MAX_SPAN
@@ -134,9 +137,6 @@ def resolve_database(args: argparse.Namespace) -> Database:
 
 # -- the secrets key ----------------------------------------------------------------
 
-SECRETS_KEY_VARIABLE = "OUTBOX_SECRETS_KEY"
-
-
 def add_secrets_key_option(parser: argparse.ArgumentParser) -> None:
     """``--secrets-key-file``: the keys that seal and open signing secrets."""
     parser.add_argument(
@@ -193,8 +193,8 @@ def keyring(args: argparse.Namespace) -> Keyring | None:
         text = read_small_file(path, field, limit=MAX_KEY_FILE, encoding="ascii")
     else:
         field = SECRETS_KEY_VARIABLE
-        text = os.environ.get(SECRETS_KEY_VARIABLE, "")
-        if not text.strip():
+        text = environment.secrets_key() or ""
+        if not text:
             return None
     require_extra("encryption")
     return Keyring.from_text(text, field)

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from dispatchers import environment
 from dispatchers.cli._common import Commands, UsageError, require_extra
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit, fields
@@ -47,7 +48,7 @@ def _detach(path: Path) -> str:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
-            env={**os.environ, "OUTBOX_EMBEDDED_DIR": str(path)},
+            env={**os.environ, environment.EMBEDDED_DIR_VARIABLE: str(path)},
             start_new_session=True,
         )
     deadline = time.monotonic() + READY_TIMEOUT

@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from dispatchers import environment
 from dispatchers.cli._common import (
     Commands,
     UsageError,
@@ -37,13 +37,13 @@ from dispatchers.cli._common import (
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.config import DispatcherConfig, Option, Values
+from dispatchers.environment import PROXY_VARIABLE
 from dispatchers.log import LEVELS, EventLog
 from dispatchers.policy_text import format_duration
 from dispatchers.proxy import Proxy
 from dispatchers.retry import ExponentialBackoff
 from outbox.errors import ConfigurationError
 
-PROXY_VARIABLE = "OUTBOX_PROXY"
 """The environment variable that names the proxy when ``--proxy`` does not."""
 
 
@@ -128,7 +128,7 @@ def config_from_args(args: argparse.Namespace) -> DispatcherConfig:
     values = {f.name: getattr(args, f.name) for f, _ in _options()}
     values["allow_networks"] = tuple(values["allow_networks"])
     values["connect_timeout"] = min(args.connect_timeout, args.request_timeout)
-    if values["proxy"] is None and (named := os.environ.get(PROXY_VARIABLE, "").strip()):
+    if values["proxy"] is None and (named := environment.proxy()):
         try:
             values["proxy"] = Proxy.parse(named)
         except ConfigurationError as exc:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
-import os
 import socket
 import sys
 
+from dispatchers import environment
 from dispatchers.cli._common import (
     Commands,
     UsageError,
@@ -53,7 +53,7 @@ MAX_TOKEN_FILE = 4096
 def _token(args: argparse.Namespace) -> str | None:
     """The login token: the file's first line, else ``$OUTBOX_UI_TOKEN``, else none."""
     if args.token_file is None:
-        return os.environ.get("OUTBOX_UI_TOKEN") or None
+        return environment.ui_token()
     text = read_small_file(args.token_file, "--token-file", limit=MAX_TOKEN_FILE)
     token = text.split("\n", 1)[0].strip()
     if not token:

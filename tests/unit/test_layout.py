@@ -43,3 +43,30 @@ def test_the_dispatchers_import_contract_names_every_module_of_the_core() -> Non
         if p.is_dir() and (p / "__init__.py").exists() and p.name not in OUTER
     }
     assert set(core["source_modules"]) == modules | packages
+
+
+ENVIRONMENT = ("environ", "environb", "getenv", "getenvb")
+
+
+def test_environment_variables_are_read_in_one_module() -> None:
+    # dispatchers/environment.py reads them all; a child process may be given a
+    # copy of the environment ({**os.environ, ...}), which reads nothing itself
+    readers = []
+    for path in sorted(
+        [*ROOT.joinpath("outbox").rglob("*.py"), *ROOT.joinpath("dispatchers").rglob("*.py")]
+    ):
+        if path == ROOT / "dispatchers" / "environment.py":
+            continue
+        tree = ast.parse(path.read_text())
+        copied = {
+            id(value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Dict)
+            for key, value in zip(node.keys, node.values, strict=True)
+            if key is None
+        }
+        for node in ast.walk(tree):
+            reads = isinstance(node, ast.Attribute) and node.attr in ENVIRONMENT
+            if reads and id(node) not in copied:
+                readers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert readers == []

@@ -1,0 +1,66 @@
+"""Every environment variable an ``outbox`` command reads: read here, and nowhere
+else in the runtime or the library.
+
+================================  ==================================================
+``OUTBOX_DATABASE_URL``           the database of every command without
+                                  ``--database-url``
+``DATABASE_URL``                  the same, when ``OUTBOX_DATABASE_URL`` is unset
+``OUTBOX_EMBEDDED_DIR``           the embedded server's data directory (default
+                                  ``./.outbox/pg``)
+``OUTBOX_SECRETS_KEY``            the keys that seal signing secrets, comma-separated,
+                                  when no ``--secrets-key-file`` is given
+``OUTBOX_PROXY``                  the egress proxy of ``outbox dispatch`` without
+                                  ``--proxy``
+``OUTBOX_UI_TOKEN``               the dashboard's sign-in token without
+                                  ``--token-file``
+================================  ==================================================
+
+A dispatcher run from Python (:class:`~dispatchers.config.DispatcherConfig`) and
+the library read none of them: what they use is passed to them. ``outbox bench``
+reads none either, so that a benchmark never runs against a database by accident.
+An empty variable counts as unset.
+"""
+
+from __future__ import annotations
+
+import os
+
+DATABASE_URL_VARIABLES = ("OUTBOX_DATABASE_URL", "DATABASE_URL")
+EMBEDDED_DIR_VARIABLE = "OUTBOX_EMBEDDED_DIR"
+SECRETS_KEY_VARIABLE = "OUTBOX_SECRETS_KEY"
+PROXY_VARIABLE = "OUTBOX_PROXY"
+UI_TOKEN_VARIABLE = "OUTBOX_UI_TOKEN"  # noqa: S105 (a variable's name, not a token)
+
+
+def _read(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def database_url() -> str | None:
+    """``$OUTBOX_DATABASE_URL``, else ``$DATABASE_URL``, else None."""
+    for name in DATABASE_URL_VARIABLES:
+        if value := _read(name):
+            return value
+    return None
+
+
+def embedded_dir() -> str | None:
+    """``$OUTBOX_EMBEDDED_DIR``, or None."""
+    return _read(EMBEDDED_DIR_VARIABLE)
+
+
+def secrets_key() -> str | None:
+    """``$OUTBOX_SECRETS_KEY`` when it holds more than blanks, else None."""
+    value = _read(SECRETS_KEY_VARIABLE)
+    return value if value and value.strip() else None
+
+
+def proxy() -> str | None:
+    """``$OUTBOX_PROXY`` without surrounding blanks, or None."""
+    value = (_read(PROXY_VARIABLE) or "").strip()
+    return value or None
+
+
+def ui_token() -> str | None:
+    """``$OUTBOX_UI_TOKEN``, or None."""
+    return _read(UI_TOKEN_VARIABLE)
