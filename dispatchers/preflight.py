@@ -35,6 +35,7 @@ from dispatchers.sqlstates import describe
 from dispatchers.watchdog import DatabaseUnusable, DispatcherFailed
 from outbox._queries import Queries, queries_for
 from outbox.migrations import load_migrations
+from outbox.roles import PRIVILEGES
 
 __all__ = ["SecretKeysMissing", "check_database"]
 
@@ -94,8 +95,22 @@ def _check(conn: psycopg.Connection[Any], queries: Queries, config: DispatcherCo
             f'schema "{schema}" is at version {current}, and this dispatcher needs '
             f"version {needed[-1]}; {migrate}"
         )
+    wanted = [
+        (table, privilege)
+        for table, grants in PRIVILEGES["dispatcher"].items()
+        for privilege in grants
+        if privilege != "USAGE"  # of a sequence: a dispatcher takes no id
+    ]
     missing = _rows(
-        conn, queries, "preflight_privileges", {"schema": schema}, named_row(MissingPrivilege)
+        conn,
+        queries,
+        "preflight_privileges",
+        {
+            "schema": schema,
+            "tables": [table for table, _ in wanted],
+            "privileges": [privilege for _, privilege in wanted],
+        },
+        named_row(MissingPrivilege),
     )
     if missing:
         by_table: dict[str, list[str]] = {}

@@ -1135,30 +1135,15 @@ FROM (SELECT n.oid, has_schema_privilege(n.oid, 'USAGE') AS usable
       FROM (SELECT CAST(to_regnamespace(quote_ident(%(schema)s)) AS oid) AS oid) AS n) AS ns
 
 -- name: preflight_privileges
--- At start-up, on a migrated schema: the table privileges the statements of this
--- file need that the current role lacks, one row each. SELECT ... FOR UPDATE
--- (claim, rescue, retention) needs UPDATE as well; a DELETE or UPDATE that reads
--- columns needs SELECT. The dispatcher writes no identity column, so it needs no
--- sequence. SELECT, INSERT and UPDATE may be granted on some columns only (outbox
--- roles grants the dispatcher UPDATE on the endpoints' health columns alone): any
+-- At start-up, on a migrated schema: of the table privileges a dispatcher needs
+-- (given in order: dispatchers.preflight takes them from outbox.roles, where they
+-- are listed once, with why), those the current role lacks, one row each.
+-- SELECT, INSERT and UPDATE may be granted on some columns only (outbox roles
+-- grants the dispatcher UPDATE on the endpoints' health columns alone): any
 -- column counts here, and a statement that needs another one fails when it runs.
 SELECT needed.table_name, needed.privilege
-FROM (VALUES
-    (1, 'messages', 'SELECT'), (2, 'messages', 'UPDATE'), (3, 'messages', 'DELETE'),
-    (4, 'delivered', 'SELECT'), (5, 'delivered', 'INSERT'), (6, 'delivered', 'UPDATE'),
-    (7, 'delivered', 'DELETE'),
-    (8, 'attempts', 'SELECT'), (9, 'attempts', 'INSERT'), (10, 'attempts', 'DELETE'),
-    (11, 'message_keys', 'SELECT'), (12, 'message_keys', 'DELETE'),
-    (13, 'endpoints', 'SELECT'), (14, 'endpoints', 'UPDATE'),
-    (15, 'endpoint_secrets', 'SELECT'),
-    (16, 'destination_slots', 'SELECT'), (17, 'destination_slots', 'UPDATE'),
-    (18, 'events', 'SELECT'), (19, 'events', 'UPDATE'), (20, 'events', 'DELETE'),
-    (21, 'destination_policies', 'SELECT'),
-    (22, 'rate_slots', 'SELECT'), (23, 'rate_slots', 'UPDATE'),
-    (24, 'event_types', 'SELECT'),
-    (25, 'destination_health', 'SELECT'), (26, 'destination_health', 'INSERT'),
-    (27, 'destination_health', 'UPDATE'), (28, 'destination_health', 'DELETE')
-) AS needed(n, table_name, privilege)
+FROM unnest(CAST(%(tables)s AS text[]), CAST(%(privileges)s AS text[]))
+    WITH ORDINALITY AS needed(table_name, privilege, n)
 CROSS JOIN LATERAL (
     SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))
         AS oid

@@ -170,6 +170,26 @@ def test_a_role_lacking_table_privileges_fails_naming_them(
     )
 
 
+@pytest.mark.parametrize(
+    ("table", "privileges"),
+    [
+        # the list of a slot's waiting requests (migration 0021), which a list of the
+        # dispatcher's privileges kept beside outbox.roles once missed
+        ("unseated_requests", "SELECT, UPDATE, DELETE"),
+        ("destination_health", "SELECT, INSERT, UPDATE, DELETE"),
+    ],
+)
+def test_every_table_the_dispatcher_writes_is_checked_at_start_up(
+    database_url: str, role: str, fleet: Fleet, table: str, privileges: str
+) -> None:
+    grant(database_url, role, *GRANTS, f"REVOKE ALL ON outbox.{table} FROM {{role}}")
+    proc = fleet.start(as_role(database_url, role), "--drain")
+    assert failed_fast(proc) == (
+        f'outbox dispatch: role "{role}" lacks privileges in schema "outbox": '
+        f"{privileges} on {table}; grant them to it"
+    )
+
+
 def test_a_role_that_may_not_read_the_versions_fails_naming_the_table(
     database_url: str, role: str, fleet: Fleet
 ) -> None:
