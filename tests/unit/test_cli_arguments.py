@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import re
+import tomllib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatchers.cli import build_parser, main
+from dispatchers.cli import _common, build_parser, main
 from dispatchers.cli._common import (
-    EXTRAS,
     MissingExtra,
     database_id,
+    extra_distributions,
     fraction,
     hours,
     list_of,
@@ -35,6 +38,8 @@ from dispatchers.policy_text import format_duration
 from outbox.defaults import MAX_SPAN
 from outbox.errors import ConfigurationError
 from tests.hostile import HOSTILE
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_time_accepts_offsets_z_and_spans_ago_and_rejects_naive_times() -> None:
@@ -101,10 +106,34 @@ def test_require_extra_names_the_extra_when_a_module_is_missing() -> None:
     assert str(info.value) == "needs the 'dispatcher' extra: pip install 'outbox[dispatcher]'"
 
 
+def test_each_extra_brings_what_pyproject_lists_for_it() -> None:
+    # read from the installed distribution's metadata, which the build makes from
+    # pyproject.toml: an extra that includes another brings that one's too
+    extras = tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+
+    def listed(extra: str) -> set[str]:
+        names: set[str] = set()
+        for requirement in extras[extra]:
+            name = re.match(r"[A-Za-z0-9._-]+(\[([^\]]*)\])?", requirement)
+            assert name is not None, requirement
+            if name.group(0).startswith("outbox["):
+                names |= {n for included in name.group(2).split(",") for n in listed(included)}
+            elif ";" not in requirement:  # a platform's only: not required
+                names.add(name.group(0).split("[")[0].lower())
+        return names
+
+    for extra in ("dispatcher", "embedded", "encryption", "filters", "bench", "ui"):
+        assert {n.lower() for n in extra_distributions(extra)} == listed(extra), extra
+        require_extra(extra)  # the dev install has them all
+
+
 def test_a_command_whose_extra_is_missing_says_which_in_one_line_and_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(EXTRAS, "dispatcher", ("outbox_no_such_module",))
+    wanted = {"dispatcher": ("outbox-no-such-distribution",)}
+    monkeypatch.setattr(_common, "extra_distributions", wanted.get)
     assert main(["dispatch", "--database-url", "postgresql://nowhere.invalid/x"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
