@@ -27,7 +27,7 @@ from dispatchers.log import EventLog
 from dispatchers.ui.app import serve
 from dispatchers.ui.auth import Guard
 from dispatchers.ui.dashboard import Dashboard, templates
-from dispatchers.ui.store import Store
+from dispatchers.ui.store import DashboardStore
 from outbox.migrations import migrate
 
 FILL = """
@@ -110,7 +110,7 @@ def fill(url: str, hot: int, history: int) -> None:
 
 async def measure(url: str, repeat: int) -> None:
     dashboard = Dashboard(
-        store=Store(url, schema="outbox"),
+        store=DashboardStore(url, schema="outbox"),
         guard=Guard(token=None),
         log=EventLog(stream=io.StringIO(), format="json"),
         templates=templates(),

@@ -25,7 +25,7 @@ from dispatchers.ui.app import serve
 from dispatchers.ui.auth import Guard
 from dispatchers.ui.dashboard import Dashboard, templates
 from dispatchers.ui.limits import Limits
-from dispatchers.ui.store import Store
+from dispatchers.ui.store import DashboardStore
 from outbox.sealing import Keyring
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ async def running(
     """The dashboard on a free port of 127.0.0.1 until the block ends."""
     log = io.StringIO()
     dashboard = Dashboard(
-        store=Store(database_url, schema="outbox", max_size=2),
+        store=DashboardStore(database_url, schema="outbox", max_size=2),
         guard=Guard(token=token),
         log=EventLog(stream=log, format="json"),
         templates=templates(),

@@ -4,7 +4,7 @@ One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.migrate`, :mod:`~dispatchers.cli.dispatch`,
 :mod:`~dispatchers.cli.endpoints`, :mod:`~dispatchers.cli.destinations`,
 :mod:`~dispatchers.cli.event_types`, :mod:`~dispatchers.cli.dead`,
-:mod:`~dispatchers.cli.inspect` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
+:mod:`~dispatchers.cli.queue` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
 :mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.ui` (the
 dashboard), :mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what
 they share is in :mod:`~dispatchers.cli._common` (database, argument types) and
@@ -38,8 +38,8 @@ from dispatchers.cli import (
     dispatch,
     endpoints,
     event_types,
-    inspect,
     migrate,
+    queue,
     roles,
     ui,
 )
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         destinations,
         event_types,
         dead,
-        inspect,
+        queue,
         db,
         ui,
         bench,

@@ -114,10 +114,10 @@ def serve_dashboard(
     from dispatchers.ui.app import CannotListen, serve
     from dispatchers.ui.auth import Guard
     from dispatchers.ui.dashboard import Dashboard, templates
-    from dispatchers.ui.store import Store
+    from dispatchers.ui.store import DashboardStore
 
     dashboard = Dashboard(
-        store=Store(url, schema=schema),
+        store=DashboardStore(url, schema=schema),
         guard=Guard(token=token),
         log=EventLog(),
         templates=templates(),

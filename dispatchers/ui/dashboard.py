@@ -14,7 +14,7 @@ from aiohttp import web
 from dispatchers.log import EventLog
 from dispatchers.ui.auth import COOKIE, Guard
 from dispatchers.ui.limits import Limits
-from dispatchers.ui.store import Store
+from dispatchers.ui.store import DashboardStore
 from outbox.endpoints import Endpoints
 from outbox.sealing import Keyring
 
@@ -23,7 +23,7 @@ from outbox.sealing import Keyring
 class Dashboard:
     """What the handlers share: the database, the guard, the templates, the log."""
 
-    store: Store
+    store: DashboardStore
     guard: Guard
     log: EventLog
     templates: jinja2.Environment

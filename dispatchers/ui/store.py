@@ -4,7 +4,7 @@ Pages and actions call the library's operator functions (:mod:`outbox.admin`),
 which are synchronous and run in the caller's transaction; here each runs in a
 worker thread on a pooled connection, so a slow query never blocks the event
 loop that serves the other requests. Every page runs in a ``READ ONLY``
-transaction: a page cannot write, whatever its code does. Only :meth:`Store.write`
+transaction: a page cannot write, whatever its code does. Only :meth:`DashboardStore.write`
 opens a transaction that can, and the dashboard never calls it in read-only mode.
 
 The dashboard's statements are those of ``sql/queries/ui.sql``, bound to the
@@ -151,7 +151,7 @@ class Found(NamedTuple):
     created_at: datetime
 
 
-class Store:
+class DashboardStore:
     """The dashboard's connections to one database, for one schema."""
 
     def __init__(self, url: str, *, schema: str, max_size: int = 4) -> None:

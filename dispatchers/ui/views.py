@@ -1,6 +1,6 @@
 """The pages and actions of the dashboard.
 
-A page reads in one read-only transaction (:meth:`Store.read`) through the
+A page reads in one read-only transaction (:meth:`DashboardStore.read`) through the
 library's operator functions where they answer (:func:`outbox.admin.status`,
 :func:`~outbox.admin.message_show`, the dead-letter functions), and through the
 dashboard's own statements (``sql/queries/ui.sql``) where they do not. An
