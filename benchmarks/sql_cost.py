@@ -150,7 +150,7 @@ async def drain(
             alone: dict[int | None, str | None] = dict.fromkeys(versions)
             for v, store in stores.items():
                 # a heartbeat of HELD leases, renewed RENEWALS times
-                held = await store.claim(OWNER, HELD)
+                held = (await store.claim(OWNER, HELD)).messages
                 before = cpu.read()
                 for _ in range(RENEWALS):
                     await store.renew(OWNER, [(j.id, j.attempts) for j in held])
@@ -160,7 +160,7 @@ async def drain(
                 drained = True
                 for v, store in stores.items():
                     t0 = cpu.read()
-                    jobs = await store.claim(OWNER, batch, alone=alone[v])
+                    jobs = (await store.claim(OWNER, batch, alone=alone[v])).messages
                     t1 = cpu.read()
                     if not jobs:
                         continue

@@ -27,7 +27,7 @@ import psycopg_pool
 from psycopg.rows import BaseRowFactory, TupleRow
 
 from dispatchers.config import DispatcherConfig
-from dispatchers.jobs import Completion, Job, job_rows
+from dispatchers.jobs import Claimed, ClaimResult, Completion, Signal, claim_rows
 from dispatchers.rows import (
     Completed,
     HealthRow,
@@ -38,8 +38,6 @@ from dispatchers.rows import (
     Rescued,
     named_row,
 )
-from dispatchers.tls import TlsContexts
-from dispatchers.unsealing import OpenedSecrets
 from outbox._queries import Statement, queries_for
 
 R = TypeVar("R")
@@ -130,6 +128,10 @@ class _Deadline:
         self._timer.cancel()
 
 
+def _messages(rows: Sequence[Claimed | Signal]) -> list[Claimed]:
+    return [row for row in rows if isinstance(row, Claimed)]
+
+
 class Store:
     """The statements one dispatcher runs, on a pool of a few connections."""
 
@@ -144,12 +146,6 @@ class Store:
         self._timeouts = timeout_values(config, config.statement_timeout)
         self._claim_timeouts = timeout_values(config, config.claim_timeout)
         self._capped_until = 0.0  # claim with the slots until then (see claim)
-        #: seconds from the last claim until a rate slot of a destination in
-        #: line frees (None: no rate limit held a claim back), see ``claim``
-        self.rate_wait: float | None = None
-        self.secrets = OpenedSecrets(config.keyring)
-        self.tls = TlsContexts(config.keyring)
-        self._job_row = job_rows(self.secrets, self.tls)
         # the statements prepared on each connection, and the size of the hot
         # table (pages) when each was planned (see _run)
         self._prepared: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], dict[str, int]] = (
@@ -332,7 +328,7 @@ class Store:
 
     async def claim(
         self, owner: str, limit: int, busy: Busy = None, alone: str | None = None
-    ) -> list[Job]:
+    ) -> ClaimResult:
         """Claim up to ``limit`` due messages, shared across their destinations, at
         most ``config.per_destination`` in flight to each, ``busy`` (requests in
         flight per destination) included, unless one is alone with ready messages
@@ -345,49 +341,50 @@ class Store:
         says whether there are any; if so, the rest is claimed with ``claim``
         (which takes their slots), and so is every claim for
         :data:`CAPPED_RECHECK` seconds. ``claim`` also says when the next rate slot
-        of a rate-limited destination frees: :attr:`rate_wait`.
+        of a rate-limited destination frees (:attr:`ClaimResult.rate_wait`).
         """
-        jobs: list[Job] = []
-        self.rate_wait = None
+        taken: list[Claimed] = []
         if time.monotonic() >= self._capped_until:
             if alone is not None and (busy or {}).get(alone, 0) < self.config.per_destination:
                 rows = await self._run(
                     *self.claim_statement(owner, limit, capped=False, alone=alone, lone=True),
-                    self._job_row,
+                    claim_rows,
                     timeouts=self._claim_timeouts,
                 )
-                if not rows or rows[-1] is not None:
-                    return [job for job in rows if isinstance(job, Job)]
+                if not rows or not isinstance(rows[-1], Signal):
+                    return ClaimResult(_messages(rows))
                 alone = None  # no longer alone, or not the short way's: the general claim
             rows = await self._run(
                 *self.claim_statement(owner, limit, capped=False, busy=busy, alone=alone),
-                self._job_row,
+                claim_rows,
                 timeouts=self._claim_timeouts,
             )
-            jobs = [job for job in rows if isinstance(job, Job)]
-            if len(jobs) == len(rows):
-                return jobs
+            taken = _messages(rows)
+            if len(taken) == len(rows):
+                return ClaimResult(taken)
             self._capped_until = time.monotonic() + CAPPED_RECHECK
-        if len(jobs) < limit:
+        rate_wait = None
+        if len(taken) < limit:
             busy = collections.Counter(busy or {})
-            busy.update(job.destination for job in jobs)
+            busy.update(claimed.destination for claimed in taken)
             try:
                 rows = await self._run(
                     *self.claim_statement(
-                        owner, limit - len(jobs), capped=True, busy=busy, alone=alone
+                        owner, limit - len(taken), capped=True, busy=busy, alone=alone
                     ),
-                    self._job_row,
+                    claim_rows,
                     timeouts=self._claim_timeouts,
                 )
             except Exception:
-                if not jobs:
+                if not taken:
                     raise
                 # The messages claimed already are held: hand them out now; the
                 # next claim meets the error again if it persists.
             else:
-                jobs += [job for job in rows if isinstance(job, Job)]
-                self.rate_wait = next((r for r in rows if isinstance(r, float)), None)
-        return jobs
+                taken += _messages(rows)
+                waits = [r.rate_wait for r in rows if isinstance(r, Signal)]
+                rate_wait = next((wait for wait in waits if wait is not None), None)
+        return ClaimResult(taken, rate_wait)
 
     async def renew(self, owner: str, held: Sequence[tuple[int, int]]) -> set[int]:
         """Extend every lease in ``held`` (id, attempt); return the ids still held."""

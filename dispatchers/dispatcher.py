@@ -57,7 +57,7 @@ from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
 from dispatchers.flusher import Flusher, OutcomeWriter
 from dispatchers.http import HttpClient, Sender
-from dispatchers.jobs import Completion, Job
+from dispatchers.jobs import Completion, Job, Opener
 from dispatchers.log import EventLog
 from dispatchers.maintenance import Heartbeat, Rescuer, Retention
 from dispatchers.metrics import serve, urls
@@ -124,6 +124,7 @@ class Dispatcher:
         self.metrics_server: asyncio.Server | None = None
         # Built here, opened by run(): a Dispatcher runs once.
         self._store = store = Store(conninfo, config)
+        self._opener = Opener(config.keyring)  # secrets and TLS, opened after each claim
         self._sender = Sender(
             config, transport=transport, client=client, spans=attempt_spans(tracer_provider)
         )
@@ -345,13 +346,14 @@ class Dispatcher:
             self._wake.clear()
             sent_at = time.monotonic()
             try:
-                jobs = await self._store.claim(self.owner, want, self._sending_to, self._alone)
+                claim = await self._store.claim(self.owner, want, self._sending_to, self._alone)
             except Exception as exc:
                 self._report.db_error("claim", exc)
                 await self._wait(self._stop, seconds=backoff.next())
                 continue
             backoff.reset()
-            self._cadence.claimed(len(jobs), want, sent_at, rate_wait=self._store.rate_wait)
+            jobs = [self._opener.job(claimed) for claimed in claim.messages]
+            self._cadence.claimed(len(jobs), want, sent_at, rate_wait=claim.rate_wait)
             if self._waker is not None:
                 self._waker.request(wake=not self._cadence.busy)
             self._report.claimed_batch(len(jobs))

@@ -4,18 +4,18 @@ its outcome."""
 
 from __future__ import annotations
 
-import dataclasses
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from psycopg.rows import BaseRowFactory, RowMaker
+from psycopg.rows import RowMaker
 
 from dispatchers.rows import result_names, taker
 from dispatchers.tls import TlsContexts
 from dispatchers.unsealing import OpenedSecrets
+from outbox.sealing import Keyring
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,48 +59,118 @@ class Job:
         return f"Job(id={self.id}, attempts={self.attempts}, endpoint_id={self.endpoint_id})"
 
 
-_CLAIMED = tuple(field.name for field in dataclasses.fields(Job))[:-2]
-"""The columns of a claim that are :class:`Job` fields, in their order (every
-field but the last two, ``tls`` and ``secrets_unavailable``, which opening the
-secrets and the client key decides)."""
-_TLS = ("ca_bundle", "client_cert", "client_key", "client_key_id")
-"""The columns of the endpoint's TLS material (see :mod:`dispatchers.tls`)."""
-_COLUMNS = (*_CLAIMED, "secret_keys", *_TLS)
-_ENDPOINT_ID = _CLAIMED.index("endpoint_id")
-_SECRETS = _CLAIMED.index("secrets")
-_SECRET_KEYS = len(_CLAIMED)
+class Claimed(NamedTuple):
+    """A message as a claim statement returns it (its columns taken by name, see
+    :mod:`dispatchers.rows`): its signing secrets still sealed, its endpoint's TLS
+    material not yet made a context. :class:`Opener` makes the :class:`Job`."""
+
+    id: int
+    idempotency_key: str
+    url: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+    content_type: str
+    attempts: int
+    max_attempts: int
+    endpoint_id: int | None
+    event_type: str | None
+    created_at: datetime
+    destination: str
+    retry_base: int
+    secrets: list[str] | None
+    """The secrets in force, newest first, each sealed when its key says so."""
+    secret_keys: list[str | None] | None
+    """The key that sealed each of ``secrets`` (None: stored plain)."""
+    ordering_key: str | None
+    trace_context: dict[str, str] | None
+    retry_schedule: list[float] | None
+    probe: bool
+    ca_bundle: str | None
+    client_cert: str | None
+    client_key: str | None
+    client_key_id: str | None
 
 
-def job_rows(
-    secrets: OpenedSecrets, tls: TlsContexts
-) -> BaseRowFactory[Job | float | None]:
-    """The row factory of the claim statements: a :class:`Job` per claimed message
-    (its columns found by name once per result, see :mod:`dispatchers.rows`), its
-    secrets opened by ``secrets``, its endpoint's TLS context from ``tls``; for the
-    row without an id, the seconds until a rate slot frees (its ``rate_wait_s``,
-    in "claim"), else None (the row of "claim_uncapped" that says destinations
-    with a policy hold more)."""
+class Signal(NamedTuple):
+    """The row of a claim statement that holds no message: in ``claim``, when the
+    next rate slot of a destination in line frees (``rate_wait_s``); in
+    ``claim_uncapped``, that destinations with a policy hold more (and in
+    ``claim_lone``, that the destination is not alone), with no wait."""
 
-    def factory(cursor: Any) -> RowMaker[Job | float | None]:
-        names = result_names(cursor)
-        take = taker(names, _COLUMNS)
-        wait = names.index("rate_wait_s") if "rate_wait_s" in names else None
+    rate_wait: float | None
 
-        def make(values: Sequence[Any]) -> Job | float | None:
-            fields = list(take(values))
-            if fields[0] is None:
-                return None if wait is None else values[wait]
-            endpoint_id = fields[_ENDPOINT_ID]
-            fields[_SECRETS], unavailable = secrets.open(
-                endpoint_id, fields[_SECRETS], fields[_SECRET_KEYS]
-            )
-            context, key_unavailable = tls.context(endpoint_id, *fields[_SECRET_KEYS + 1 :])
-            fields[_SECRET_KEYS:] = (context, unavailable or key_unavailable)
-            return Job(*fields)
 
-        return make
+class ClaimResult(NamedTuple):
+    """What one claim took, and when to claim again at the latest."""
 
-    return factory
+    messages: list[Claimed]
+    rate_wait: float | None = None
+    """Seconds until a rate slot of a destination in line frees (None: no rate
+    limit held anything back)."""
+
+
+def claim_rows(cursor: Any) -> RowMaker[Claimed | Signal]:
+    """The row factory of the claim statements: a :class:`Claimed` per message, a
+    :class:`Signal` for the row without one."""
+    names = result_names(cursor)
+    take = taker(names, Claimed._fields)
+    wait = names.index("rate_wait_s") if "rate_wait_s" in names else None
+
+    def make(values: Sequence[Any]) -> Claimed | Signal:
+        fields = take(values)
+        if fields[0] is None:
+            return Signal(None if wait is None else values[wait])
+        return Claimed(*fields)
+
+    return make
+
+
+class Opener:
+    """Makes the :class:`Job` of each claimed message, after the claim: opens its
+    sealed signing secrets (:mod:`dispatchers.unsealing`) and builds its
+    endpoint's TLS context (:mod:`dispatchers.tls`), both with ``keyring``. A
+    message whose secrets or client key cannot be opened gets a job that says why
+    (``secrets_unavailable``): it is never sent unsigned."""
+
+    def __init__(self, keyring: Keyring | None) -> None:
+        self.secrets = OpenedSecrets(keyring)
+        self.tls = TlsContexts(keyring)
+
+    def job(self, claimed: Claimed) -> Job:
+        secrets, unavailable = self.secrets.open(
+            claimed.endpoint_id, claimed.secrets, claimed.secret_keys
+        )
+        context, key_unavailable = self.tls.context(
+            claimed.endpoint_id,
+            claimed.ca_bundle,
+            claimed.client_cert,
+            claimed.client_key,
+            claimed.client_key_id,
+        )
+        return Job(
+            id=claimed.id,
+            idempotency_key=claimed.idempotency_key,
+            url=claimed.url,
+            method=claimed.method,
+            headers=claimed.headers,
+            body=claimed.body,
+            content_type=claimed.content_type,
+            attempts=claimed.attempts,
+            max_attempts=claimed.max_attempts,
+            endpoint_id=claimed.endpoint_id,
+            event_type=claimed.event_type,
+            created_at=claimed.created_at,
+            destination=claimed.destination,
+            retry_base=claimed.retry_base,
+            secrets=secrets,
+            ordering_key=claimed.ordering_key,
+            trace_context=claimed.trace_context,
+            retry_schedule=claimed.retry_schedule,
+            probe=claimed.probe,
+            tls=context,
+            secrets_unavailable=unavailable or key_unavailable,
+        )
 
 
 @dataclass(frozen=True, slots=True)

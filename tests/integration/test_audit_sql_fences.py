@@ -44,12 +44,15 @@ async def test_another_owner_at_the_same_attempt_number_is_fenced_out_by_owner(
 ) -> None:
     taken = db.enqueue("https://example.com/x", "taken")
     mine = db.enqueue("https://example.com/y", "mine")
-    assert {j.id: j.attempts for j in await store.claim("owner-a", 2)} == {taken: 1, mine: 1}
+    assert {j.id: j.attempts for j in (await store.claim("owner-a", 2)).messages} == {
+        taken: 1,
+        mine: 1,
+    }
     # owner-a gives `taken` back unsent (its attempt refunded); owner-b claims it,
     # at the same attempt number owner-a had
     released = Completion(taken, 1, "ready", "released", sent=False)
     assert (await store.complete("owner-a", [released]))[0] == {taken}
-    (job,) = await store.claim("owner-b", 1)
+    (job,) = (await store.claim("owner-b", 1)).messages
     assert (job.id, job.attempts) == (taken, 1)
     # owner-a's stale outcomes for attempt 1 (a write retried after its answer
     # was lost) match the attempt but not the owner: none applies
@@ -76,12 +79,12 @@ async def test_an_earlier_attempt_of_the_same_owner_is_fenced_out_by_attempt(
 ) -> None:
     again = db.enqueue("https://example.com/x", "again")
     mine = db.enqueue("https://example.com/y", "mine")
-    assert {j.id for j in await store.claim("owner-a", 2)} == {again, mine}
+    assert {j.id for j in (await store.claim("owner-a", 2)).messages} == {again, mine}
     # `again`'s lease expires, the rescuer returns it, the same owner claims it:
     # attempt 2 under the same owner name
     db.expire(again)
     assert await store.rescue() == [(again, "ready")]
-    (job,) = await store.claim("owner-a", 1)
+    (job,) = (await store.claim("owner-a", 1)).messages
     assert (job.id, job.attempts) == (again, 2)
     assert await store.complete("owner-a", [delivered(again, 1)]) == (set(), {})
     assert state(db, again) == [("running", "owner-a", 2)]

@@ -52,7 +52,10 @@ async def test_a_message_no_longer_running_is_neither_completed_nor_renewed_by_i
     stale completion or heartbeat write to it; the state stops them."""
     stopped = db.enqueue(URL, "stopped")
     other = db.enqueue("https://example.com/y", "other")
-    assert {j.id: j.attempts for j in await store.claim("owner-a", 2)} == {stopped: 1, other: 1}
+    assert {j.id: j.attempts for j in (await store.claim("owner-a", 2)).messages} == {
+        stopped: 1,
+        other: 1,
+    }
     db.query(
         "UPDATE outbox.messages SET state = 'paused', lease_until = NULL WHERE id = %s"
         " RETURNING id",
@@ -72,7 +75,7 @@ async def test_the_rescuer_takes_only_running_messages_whatever_their_lease_end_
     db: Db, store: Store
 ) -> None:
     stopped = db.enqueue(URL, "stopped")
-    (job,) = await store.claim("owner-a", 1)
+    (job,) = (await store.claim("owner-a", 1)).messages
     db.query(
         "UPDATE outbox.messages SET state = 'paused', lease_owner = NULL,"
         " lease_until = now() - interval '1 second' WHERE id = %s RETURNING id",
@@ -185,7 +188,7 @@ async def test_a_paused_message_holds_back_the_later_messages_of_its_key(
     with psycopg.connect(db.url) as conn:
         Endpoints().disable(conn, endpoint.id)
     assert db.query("SELECT state FROM outbox.messages WHERE id <> %s", later) == [("paused",)]
-    assert await store.claim("me", 10) == []
+    assert (await store.claim("me", 10)).messages == []
 
 
 # -- slots kept in step with a policy, and passed on ----------------------------------
@@ -212,7 +215,7 @@ async def test_a_slot_that_frees_passes_to_a_waiting_request_that_still_runs(
     first, second, third = enqueue_many(db, 3)
     with psycopg.connect(db.url) as conn:
         Destinations().set(conn, ORIGIN, max_concurrency=3)
-    assert sorted(j.id for j in await store.claim("owner", 3)) == [first, second, third]
+    assert sorted(j.id for j in (await store.claim("owner", 3)).messages) == [first, second, third]
     for cap in (2, 1):  # the holders of slots 3 and 2 are listed, in that order
         with psycopg.connect(db.url) as conn:
             Destinations().set(conn, ORIGIN, max_concurrency=cap)
@@ -231,7 +234,7 @@ async def test_removing_a_cap_leaves_no_request_waiting_for_a_slot(db: Db, store
     enqueue_many(db, 3)
     with psycopg.connect(db.url) as conn:
         Destinations().set(conn, ORIGIN, max_concurrency=3)
-    assert len(await store.claim("owner", 3)) == 3
+    assert len((await store.claim("owner", 3)).messages) == 3
     with psycopg.connect(db.url) as conn:
         Destinations().set(conn, ORIGIN, max_concurrency=1)
     assert scalar(db, "SELECT count(*) FROM outbox.unseated_requests") == 2
@@ -247,7 +250,7 @@ async def test_lowering_a_burst_removes_the_rate_slots_above_it(db: Db, store: S
         Destinations().set(conn, ORIGIN, rate_limit=0.01, burst=4)
         Destinations().set(conn, ORIGIN, rate_limit=0.01, burst=2)
     assert scalar(db, "SELECT count(*) FROM outbox.rate_slots") == 2
-    assert len(await store.claim("owner", 5)) == 2  # a burst of two
+    assert len((await store.claim("owner", 5)).messages) == 2  # a burst of two
 
 
 async def test_a_rate_changed_takes_its_new_period_and_grants_no_fresh_burst(
@@ -256,11 +259,11 @@ async def test_a_rate_changed_takes_its_new_period_and_grants_no_fresh_burst(
     enqueue_many(db, 3)
     with psycopg.connect(db.url) as conn:
         Destinations().set(conn, ORIGIN, rate_limit=0.1, burst=1)
-    assert len(await store.claim("owner", 3)) == 1  # the slot is taken for 10 s
+    assert len((await store.claim("owner", 3)).messages) == 1  # the slot is taken for 10 s
     with psycopg.connect(db.url) as conn:
         Destinations().set(conn, ORIGIN, rate_limit=0.01, burst=1)  # one every 100 s
     assert scalar(db, "SELECT extract(epoch FROM period) FROM outbox.rate_slots") == 100
-    assert await store.claim("owner", 3) == []  # the taken slot is still taken
+    assert (await store.claim("owner", 3)).messages == []  # the taken slot is still taken
 
 
 async def test_the_rescuer_drops_a_waiting_request_that_no_longer_runs(
@@ -272,7 +275,7 @@ async def test_the_rescuer_drops_a_waiting_request_that_no_longer_runs(
     enqueue_many(db, 4)
     with psycopg.connect(db.url) as conn:
         Destinations().set(conn, ORIGIN, max_concurrency=2)
-    flying = {j.id: j for j in await store.claim("owner", 2)}
+    flying = {j.id: j for j in (await store.claim("owner", 2)).messages}
     with psycopg.connect(db.url) as conn:
         Destinations().set(conn, ORIGIN, max_concurrency=1)
     ((listed,),) = db.query("SELECT message_id FROM outbox.unseated_requests")
@@ -287,13 +290,13 @@ async def test_the_rescuer_drops_a_waiting_request_that_no_longer_runs(
     assert (await store.complete("owner", [delivered(holder.id, holder.attempts)]))[0] == {
         holder.id
     }
-    assert len(await store.claim("owner", 2)) == 1  # its slot was freed, not passed on
+    assert len((await store.claim("owner", 2)).messages) == 1  # its slot was freed, not passed on
 
 
 async def test_each_request_of_a_burst_takes_a_rate_slot_of_its_own(db: Db, store: Store) -> None:
     enqueue_many(db, 4)
     with psycopg.connect(db.url) as conn:
         Destinations().set(conn, ORIGIN, rate_limit=0.01, burst=2)
-    taken = [len(await store.claim("owner", 1)) for _ in range(3)]
+    taken = [len((await store.claim("owner", 1)).messages) for _ in range(3)]
     assert taken == [1, 1, 0]  # two slots, each taken once: the burst is spent
     assert scalar(db, "SELECT count(*) FROM outbox.rate_slots WHERE next_at <= now()") == 0

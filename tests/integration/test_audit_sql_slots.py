@@ -26,7 +26,7 @@ async def test_a_rescue_frees_a_slot_whose_holder_no_longer_runs(database_url: s
     store = Store(database_url, fast_config(destination_concurrency=100))
     await store.open()
     try:
-        assert [job.id for job in await store.claim("owner", 10)] == [first]
+        assert [job.id for job in (await store.claim("owner", 10)).messages] == [first]
         # the holder stops running without its slot being freed (written here by
         # hand: an operator's change, or a completion that missed a slot moved by a
         # cap change meanwhile)
@@ -36,10 +36,10 @@ async def test_a_rescue_frees_a_slot_whose_holder_no_longer_runs(database_url: s
                 " lease_until = NULL, completed_at = now() WHERE id = %s",
                 (first,),
             )
-        assert await store.claim("owner", 10) == []  # the slot is still held
+        assert (await store.claim("owner", 10)).messages == []  # the slot is still held
         assert await store.rescue() == []  # no lease expired...
         # ...but the stray slot is free again
-        assert [job.id for job in await store.claim("owner", 10)] == [second]
+        assert [job.id for job in (await store.claim("owner", 10)).messages] == [second]
     finally:
         await store.close()
 
@@ -79,18 +79,18 @@ async def test_a_rescue_passes_an_expired_holders_slot_to_a_request_without_one(
         return [(s, m) for s, m in slots], [m for (m,) in listed]
 
     try:
-        assert [job.id for job in await store.claim("owner", 10)] == ids[:2]
+        assert [job.id for job in (await store.claim("owner", 10)).messages] == ids[:2]
         with psycopg.connect(database_url) as conn:
             Destinations().set(conn, ORIGIN, max_concurrency=1)
         assert seats() == ([(1, ids[0])], [ids[1]])
         expire(ids[0])
         assert await store.rescue() == [(ids[0], "ready")]
         assert seats() == ([(1, ids[1])], [])  # passed on, not freed
-        assert await store.claim("owner", 10) == []  # one in flight: at the cap
+        assert (await store.claim("owner", 10)).messages == []  # one in flight: at the cap
         expire(ids[1])
         assert sorted(await store.rescue()) == [(ids[1], "ready")]
         assert seats() == ([(1, None)], [])
-        assert len(await store.claim("owner", 10)) == 1
+        assert len((await store.claim("owner", 10)).messages) == 1
     finally:
         await store.close()
 
@@ -109,7 +109,7 @@ async def test_a_slot_freed_beside_the_cap_change_that_lists_a_request_is_not_ta
     store = Store(database_url, fast_config(destination_concurrency=100))
     await store.open()
     try:
-        first, *others = await store.claim("owner", 3)
+        first, *others = (await store.claim("owner", 3)).messages
         assert len(others) == 2
         with psycopg.connect(database_url) as operator:  # one transaction, open
             Destinations().set(operator, ORIGIN, max_concurrency=1)
@@ -118,10 +118,10 @@ async def test_a_slot_freed_beside_the_cap_change_that_lists_a_request_is_not_ta
             assert (await store.complete("owner", [done]))[0] == {first.id}
         # both committed: two requests in flight, listed, and the kept slot free
         assert scalar(database_url, "SELECT count(*) FROM outbox.unseated_requests") == 2
-        assert await store.claim("owner", 10) == []  # 2 in flight against a cap of 1
+        assert (await store.claim("owner", 10)).messages == []  # 2 in flight against a cap of 1
         for job in others:
             assert (await store.complete("owner", [delivered(job.id, job.attempts)]))[0] == {job.id}
         assert scalar(database_url, "SELECT count(*) FROM outbox.unseated_requests") == 0
-        assert len(await store.claim("owner", 10)) == 1  # none waits: the slot is taken
+        assert len((await store.claim("owner", 10)).messages) == 1  # none waits: the slot is taken
     finally:
         await store.close()

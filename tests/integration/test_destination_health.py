@@ -230,16 +230,16 @@ async def test_of_two_concurrent_claims_one_takes_the_probe_of_one_message(db: D
             stores[0].claim("first", 10),
             stores[1].claim("second", 10, alone="https://down.example:443"),
         )
-        again = await stores[0].claim("first", 10)
+        again = (await stores[0].claim("first", 10)).messages
     finally:
         for store in stores:
             await store.close()
-    jobs = [job for batch in batches for job in batch]
+    jobs = [job for batch in batches for job in batch.messages]
     probes = [job for job in jobs if job.probe]
     assert [job.id for job in probes] == [probed[0]]
     assert sorted(job.id for job in jobs if not job.probe) == healthy
     assert again == []
-    owner = "first" if probes[0] in batches[0] else "second"
+    owner = "first" if probes[0] in batches[0].messages else "second"
     assert db.query(
         "SELECT state, probe_owner, blocked_until > now() FROM outbox.destination_health"
     ) == [("probing", owner, True)]
@@ -343,13 +343,13 @@ async def test_a_probe_whose_dispatcher_vanished_is_taken_again_once_its_lease_p
     store = Store(db.url, fast_config(destination_concurrency=100))
     await store.open()
     try:
-        assert await store.claim("me", 10) == []  # its prober's lease still runs
+        assert (await store.claim("me", 10)).messages == []  # its prober's lease still runs
         db.query(
             "UPDATE outbox.destination_health SET blocked_until = now() - interval '1 second'"
             " WHERE destination = %s RETURNING 1",
             destination,
         )
-        (job,) = await store.claim("me", 10)  # one probe, taken over
+        (job,) = (await store.claim("me", 10)).messages  # one probe, taken over
     finally:
         await store.close()
     assert job.probe and job.id == waiting[0]
@@ -379,7 +379,7 @@ async def test_a_failed_probe_extends_its_endpoints_failure_streak(db: Db) -> No
     store = Store(db.url, fast_config())
     await store.open()
     try:
-        (probe,) = await store.claim("me", 10)
+        (probe,) = (await store.claim("me", 10)).messages
         assert probe.probe
         failed = retried(probe.id, probe.attempts, endpoint_id=endpoint.id)
         assert (await store.complete("me", [failed]))[0] == {probe.id}

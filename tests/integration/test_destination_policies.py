@@ -111,16 +111,17 @@ async def test_a_claim_takes_a_slot_of_each_kind_which_release_and_rescue_free(
     store = Store(database_url, fast_config(destination_concurrency=100))
     await store.open()
     try:
-        jobs = {job.id: job for job in await store.claim("owner", 20)}
+        claim = await store.claim("owner", 20)
+        jobs = {job.id: job for job in claim.messages}
         assert set(jobs) == {*webhooks[:2], *capped[:2], *free}
         # both rate slots were just taken: the next frees burst / rate = 2 s on
-        assert store.rate_wait is not None and 1.5 < store.rate_wait <= 2.0
-        assert await store.claim("owner", 20) == []  # the limit and the cap hold
+        assert claim.rate_wait is not None and 1.5 < claim.rate_wait <= 2.0
+        assert (await store.claim("owner", 20)).messages == []  # the limit and the cap hold
         done = jobs[capped[0]]
         released = Completion(done.id, done.attempts, "ready", "released", sent=False)
         assert (await store.complete("owner", [released]))[0] == {done.id}
         # its slot is free again: the next due message of that origin takes it
-        assert [job.id for job in await store.claim("owner", 20)] == [capped[2]]
+        assert [job.id for job in (await store.claim("owner", 20)).messages] == [capped[2]]
         # so is the slot of a message whose lease expired, once it is rescued
         with psycopg.connect(database_url) as conn:
             conn.execute(
@@ -129,7 +130,7 @@ async def test_a_claim_takes_a_slot_of_each_kind_which_release_and_rescue_free(
                 (capped[1],),
             )
         assert await store.rescue() == [(capped[1], "ready")]
-        assert [job.id for job in await store.claim("owner", 20)] == [capped[3]]
+        assert [job.id for job in (await store.claim("owner", 20)).messages] == [capped[3]]
     finally:
         await store.close()
 
@@ -150,24 +151,24 @@ async def test_lowering_a_cap_below_the_requests_in_flight_starts_none_until_und
         assert (await store.complete("owner", [delivered(job.id, job.attempts)]))[0] == {job.id}
 
     try:
-        flying = await store.claim("owner", 20)
+        flying = (await store.claim("owner", 20)).messages
         assert len(flying) == 5
         for job in flying[:2]:  # two finish: three still in flight
             await finish(job)
         flying = flying[2:]
         with psycopg.connect(database_url) as conn:
             Destinations().set(conn, origin, max_concurrency=2)
-        assert await store.claim("owner", 20) == []  # 3 in flight against a cap of 2
+        assert (await store.claim("owner", 20)).messages == []  # 3 in flight against a cap of 2
         await finish(flying.pop())
-        assert await store.claim("owner", 20) == []  # 2 in flight: at the cap
+        assert (await store.claim("owner", 20)).messages == []  # 2 in flight: at the cap
         await finish(flying.pop())
-        (taken,) = await store.claim("owner", 20)  # 1 in flight: one may start
+        (taken,) = (await store.claim("owner", 20)).messages  # 1 in flight: one may start
         flying.append(taken)
-        assert await store.claim("owner", 20) == []
+        assert (await store.claim("owner", 20)).messages == []
         # raised again: the new slots are free at once, the held ones stay held
         with psycopg.connect(database_url) as conn:
             Destinations().set(conn, origin, max_concurrency=5)
-        assert len(await store.claim("owner", 20)) == 3
+        assert len((await store.claim("owner", 20)).messages) == 3
         assert (
             scalar(
                 database_url,
@@ -191,7 +192,7 @@ async def _in_flight_never_passes_the_cap(
         job = flying.pop(0)
         assert (await store.complete("owner", [delivered(job.id, job.attempts)]))[0] == {job.id}
         ready = scalar(database_url, "SELECT count(*) FROM outbox.messages WHERE state = 'ready'")
-        started = await store.claim("owner", 20)
+        started = (await store.claim("owner", 20)).messages
         # as many as the cap leaves room for, and none while it is full
         assert len(started) == min(ready, max(0, cap - len(flying))), (flying, started)
         flying += started
@@ -215,11 +216,11 @@ async def test_no_claim_starts_while_the_cap_is_full_after_it_is_lowered_below_e
     store = Store(database_url, fast_config(destination_concurrency=100))
     await store.open()
     try:
-        flying = await store.claim("owner", 20)
+        flying = (await store.claim("owner", 20)).messages
         assert len(flying) == 3  # every slot held
         with psycopg.connect(database_url) as conn:
             Destinations().set(conn, origin, max_concurrency=1)
-        assert await store.claim("owner", 20) == []
+        assert (await store.claim("owner", 20)).messages == []
         assert scalar(database_url, "SELECT count(*) FROM outbox.unseated_requests") == 2
         await _in_flight_never_passes_the_cap(database_url, store, flying, cap=1)
     finally:
@@ -239,11 +240,11 @@ async def test_no_claim_starts_while_the_cap_is_full_after_it_is_set_on_requests
     store = Store(database_url, fast_config(destination_concurrency=100))
     await store.open()
     try:
-        flying = await store.claim("owner", 3)
+        flying = (await store.claim("owner", 3)).messages
         assert len(flying) == 3  # no cap yet
         with psycopg.connect(database_url) as conn:
             Destinations().set(conn, origin, max_concurrency=2)
-        assert await store.claim("owner", 20) == []
+        assert (await store.claim("owner", 20)).messages == []
         await _in_flight_never_passes_the_cap(database_url, store, flying, cap=2)
     finally:
         await store.close()

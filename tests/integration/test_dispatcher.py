@@ -14,7 +14,7 @@ import pytest
 
 from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
-from dispatchers.jobs import Completion, Job
+from dispatchers.jobs import ClaimResult, Completion
 from dispatchers.log import NullLog
 from dispatchers.retry import ExponentialBackoff
 from dispatchers.waker import Waker
@@ -288,10 +288,10 @@ async def test_claim_respects_ordering_and_batch_limit(db: Db) -> None:
     store = Store(db.url, fast_config())
     await store.open()
     try:
-        jobs = await store.claim("owner-x", 3)
+        jobs = (await store.claim("owner-x", 3)).messages
         assert [j.id for j in jobs] == [a1, b1, b1 + 1]
         assert [j.attempts for j in jobs] == [1, 1, 1]
-        assert await store.claim("owner-x", 10) == []  # a2 waits for a1
+        assert (await store.claim("owner-x", 10)).messages == []  # a2 waits for a1
     finally:
         await store.close()
 
@@ -301,10 +301,10 @@ async def test_stale_outcome_of_another_owner_changes_nothing(db: Db) -> None:
     store = Store(db.url, fast_config())
     await store.open()
     try:
-        (job,) = await store.claim("owner-a", 1)
+        (job,) = (await store.claim("owner-a", 1)).messages
         db.expire(mid)
         assert await store.rescue() == [(mid, "ready")]
-        (job_b,) = await store.claim("owner-b", 1)
+        (job_b,) = (await store.claim("owner-b", 1)).messages
         assert job_b.attempts == 2
         stale = Completion(
             id=mid,
@@ -334,10 +334,10 @@ async def test_stale_outcome_of_the_same_owner_is_fenced_by_attempt(db: Db) -> N
     store = Store(db.url, fast_config())
     await store.open()
     try:
-        (first,) = await store.claim("owner-a", 1)
+        (first,) = (await store.claim("owner-a", 1)).messages
         db.expire(mid)
         await store.rescue()
-        (second,) = await store.claim("owner-a", 1)
+        (second,) = (await store.claim("owner-a", 1)).messages
         assert (first.attempts, second.attempts) == (1, 2)
         now = datetime.now(UTC)
         stale = Completion(
@@ -396,7 +396,7 @@ async def test_frozen_delivery_past_its_lease_cannot_complete(db: Db, receiver: 
         await asyncio.to_thread(receiver.wait_for, 1, 10.0)
         db.expire(mid)
         assert await store.rescue() == [(mid, "ready")]
-        (job_b,) = await store.claim("owner-b", 1)
+        (job_b,) = (await store.claim("owner-b", 1)).messages
         release.set()  # the frozen delivery now finishes with 200
         await wait_until(lambda: dispatcher.stats.lease_lost == 1)
         assert dispatcher.stats.delivered == 0
@@ -505,10 +505,10 @@ async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
             limit: int,
             busy: Mapping[str, int] | None = None,
             alone: str | None = None,
-        ) -> list[Job]:
-            jobs = await super().claim(owner, limit, busy, alone)
+        ) -> ClaimResult:
+            claimed = await super().claim(owner, limit, busy, alone)
             dispatchers[0].stop()
-            return jobs
+            return claimed
 
     monkeypatch.setattr("dispatchers.dispatcher.Store", StopDuringClaim)
     dispatcher = Dispatcher(db.url, fast_config(), log=NullLog())

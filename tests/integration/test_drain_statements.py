@@ -14,7 +14,7 @@ import pytest
 from dispatchers import db as dbmod
 from dispatchers.config import DispatcherConfig
 from dispatchers.db import Store
-from dispatchers.jobs import Completion, Job
+from dispatchers.jobs import Completion, Job, Opener
 from outbox import Outbox
 from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
@@ -73,7 +73,7 @@ async def test_lean_completion_writes_what_the_general_statement_writes(
     database_url: str, store: Store
 ) -> None:
     lean_id, general_id = enqueue(database_url, "lean", "general")
-    jobs = {j.id: j for j in await store.claim("owner-a", 2)}
+    jobs = {j.id: j for j in (await store.claim("owner-a", 2)).messages}
     assert await store.complete("owner-a", [success(jobs[lean_id])]) == ({lean_id}, {})
     # the same outcome through the general statement: a batch that also holds an
     # outcome of no message at all (which changes nothing) does not qualify
@@ -124,7 +124,7 @@ async def test_lean_completion_updates_endpoints_and_slots_as_the_general_one_do
             key: Outbox().publish(conn, key[0], {}, idempotency_key=key)[0]
             for key in ("a1", "a2", "b1", "b2")
         }
-    jobs = {j.id: j for j in await store.claim("owner-a", 10)}
+    jobs = {j.id: j for j in (await store.claim("owner-a", 10)).messages}
     assert set(jobs) == {ids["a1"], ids["b1"]}  # one each: the caps
     # both failing for an hour, then disabled while a1 and b1 were in flight,
     # in a way that left a2 and b2 waiting (ready)
@@ -164,7 +164,7 @@ async def test_lean_completion_is_fenced_by_owner_attempt_and_state(
     database_url: str, store: Store
 ) -> None:
     (mid,) = enqueue(database_url, "fenced")
-    (job,) = await store.claim("owner-a", 1)
+    (job,) = (await store.claim("owner-a", 1)).messages
     assert await store.complete("owner-b", [success(job)]) == (set(), {})
     assert await store.complete("owner-a", [success(job, attempt=job.attempts + 1)]) == (
         set(),
@@ -193,12 +193,16 @@ async def test_claim_without_capped_endpoints_takes_one_cheap_statement(
         (webhook,) = Outbox().publish(conn, "order.paid", {"n": 1}, idempotency_key="w")
     (plain,) = enqueue(database_url, "plain")
     before = store.round_trips
-    jobs = {j.id: j for j in await store.claim("owner-a", 10)}
+    jobs = {j.id: j for j in (await store.claim("owner-a", 10)).messages}
     assert store.round_trips == before + 1
     assert set(jobs) == {webhook, plain}
     assert (jobs[webhook].endpoint_id, jobs[webhook].url) == (endpoint.id, URL)
-    assert jobs[webhook].secrets == ("whsec_" + "A" * 32,)
-    assert (jobs[plain].endpoint_id, jobs[plain].secrets) == (None, ())
+    # the secret as stored (plain here: no key sealed it), opened after the claim
+    assert (jobs[webhook].secrets, jobs[webhook].secret_keys) == (["whsec_" + "A" * 32], [None])
+    assert (jobs[plain].endpoint_id, jobs[plain].secrets) == (None, None)
+    opener = Opener(None)
+    assert opener.job(jobs[webhook]).secrets == ("whsec_" + "A" * 32,)
+    assert opener.job(jobs[plain]).secrets == ()
 
 
 async def test_claim_with_a_capped_endpoint_takes_the_slots(
@@ -214,22 +218,22 @@ async def test_claim_with_a_capped_endpoint_takes_the_slots(
     monkeypatch.setattr(dbmod, "CAPPED_RECHECK", 0.0)  # try the cheap claim every time
     before = store.round_trips
     # the cheap claim passes the capped endpoint's messages over
-    assert sorted(j.id for j in await store.claim("owner-a", 2)) == [plain, plain_2]
+    assert sorted(j.id for j in (await store.claim("owner-a", 2)).messages) == [plain, plain_2]
     assert store.round_trips == before + 1
     # it claims nothing more and says that caps exist: "claim" takes the rest
-    assert [j.id for j in await store.claim("owner-a", 10)] == [first]
+    assert [j.id for j in (await store.claim("owner-a", 10)).messages] == [first]
     assert store.round_trips == before + 3
     assert query(
         database_url,
         "SELECT message_id FROM outbox.destination_slots WHERE destination = %s",
         f"endpoint:{endpoint.id}",
     ) == [(first,)]
-    assert await store.claim("owner-a", 10) == []  # the cap holds
+    assert (await store.claim("owner-a", 10)).messages == []  # the cap holds
     assert store.round_trips == before + 5
     # for CAPPED_RECHECK seconds after caps were seen, straight to "claim"
     monkeypatch.setattr(dbmod, "CAPPED_RECHECK", 60.0)
-    assert await store.claim("owner-a", 10) == []
-    assert await store.claim("owner-a", 10) == []
+    assert (await store.claim("owner-a", 10)).messages == []
+    assert (await store.claim("owner-a", 10)).messages == []
     assert store.round_trips == before + 8
     assert query(database_url, "SELECT state FROM outbox.messages WHERE id = %s", second) == [
         ("ready",)
@@ -253,9 +257,9 @@ async def test_a_destination_alone_is_claimed_the_short_way(
     await store.pool.resize(min_size=1, max_size=1)  # one connection: its statements
     ids = enqueue(database_url, *(f"k{i}" for i in range(5)))
     before = store.round_trips
-    assert [j.id for j in await store.claim("owner-a", 3, alone=HERE)] == ids[:3]
-    assert [j.id for j in await store.claim("owner-a", 3, alone=HERE)] == ids[3:]
-    assert await store.claim("owner-a", 3, alone=HERE) == []  # nothing due: nothing more
+    assert [j.id for j in (await store.claim("owner-a", 3, alone=HERE)).messages] == ids[:3]
+    assert [j.id for j in (await store.claim("owner-a", 3, alone=HERE)).messages] == ids[3:]
+    assert (await store.claim("owner-a", 3, alone=HERE)).messages == []  # nothing due: nothing more
     assert store.round_trips == before + 3
     names = await prepared_names(store)
     assert store.queries["claim_lone"].prepared.name in names
@@ -269,7 +273,7 @@ async def test_the_short_way_defers_to_the_fair_claim_once_another_destination_i
     with psycopg.connect(database_url) as conn:
         there = Outbox().enqueue(conn, url="https://other.example/x", idempotency_key="o", json={})
     before = store.round_trips
-    claimed = [j.id for j in await store.claim("owner-a", 4, alone=HERE)]
+    claimed = [j.id for j in (await store.claim("owner-a", 4, alone=HERE)).messages]
     assert sorted(claimed) == sorted([*here[:3], there])  # shared, in turns
     assert store.round_trips == before + 2
 
@@ -285,7 +289,7 @@ async def test_the_short_way_defers_while_a_hold_is_on_its_destination(
         HERE,
     )
     before = store.round_trips
-    assert await store.claim("owner-a", 10, alone=HERE) == []
+    assert (await store.claim("owner-a", 10, alone=HERE)).messages == []
     assert store.round_trips == before + 2  # the fair claim also passes it over
 
 
@@ -297,7 +301,7 @@ async def test_the_short_way_defers_to_the_slots_of_a_destination_with_a_policy(
         Destinations().set(conn, URL, max_concurrency=1)
     before = store.round_trips
     # the short way defers, the cheap claim says a policy exists, "claim" takes a slot
-    assert [j.id for j in await store.claim("owner-a", 10, alone=HERE)] == [first]
+    assert [j.id for j in (await store.claim("owner-a", 10, alone=HERE)).messages] == [first]
     assert store.round_trips == before + 3
     assert query(database_url, "SELECT message_id FROM outbox.destination_slots") == [(first,)]
 

@@ -119,7 +119,7 @@ async def test_a_claim_takes_every_destinations_first_and_fills_up_from_the_deep
     store = Store(db.url, fast_config(destination_concurrency=100))
     await store.open()
     try:
-        claimed = {job.id for job in await store.claim("owner", 20)}
+        claimed = {job.id for job in (await store.claim("owner", 20)).messages}
     finally:
         await store.close()
     assert claimed == set(shallow) | set(deep[:17])
@@ -135,14 +135,20 @@ async def test_a_destination_alone_below_its_bound_takes_the_whole_batch(db: Db)
     store = Store(db.url, fast_config(destination_concurrency=3))
     await store.open()
     try:
-        claimed = [job.id for job in await store.claim("owner", 4, {destination: 2})]
+        claimed = [job.id for job in (await store.claim("owner", 4, {destination: 2})).messages]
         assert claimed == alone[:4]
-        claimed = [job.id for job in await store.claim("owner", 4, {destination: 2}, destination)]
+        claimed = [
+            job.id
+            for job in (await store.claim("owner", 4, {destination: 2}, destination)).messages
+        ]
         assert claimed == alone[4:8]
-        assert await store.claim("owner", 8, {destination: 3}) == []
-        assert await store.claim("owner", 8, {destination: 3}, destination) == []
+        assert (await store.claim("owner", 8, {destination: 3})).messages == []
+        assert (await store.claim("owner", 8, {destination: 3}, destination)).messages == []
         other = db.enqueue("https://other.example/x", "other")
-        claimed = [job.id for job in await store.claim("owner", 8, {destination: 2}, destination)]
+        claimed = [
+            job.id
+            for job in (await store.claim("owner", 8, {destination: 2}, destination)).messages
+        ]
         assert claimed == [alone[8], other]
     finally:
         await store.close()

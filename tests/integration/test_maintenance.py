@@ -42,7 +42,7 @@ async def test_the_rescuer_hands_on_expired_leases_and_ends_spent_ones(
     again = db.enqueue(URL, "again")
     spent = db.enqueue(URL, "spent", max_attempts=1)
     held = db.enqueue(URL, "held")
-    jobs = await store.claim("owner-a", 3)
+    jobs = (await store.claim("owner-a", 3)).messages
     assert sorted(j.id for j in jobs) == sorted([again, spent, held])
     db.expire(again)
     db.expire(spent)
@@ -68,7 +68,7 @@ async def test_the_heartbeat_renews_its_leases_and_reports_a_stolen_one_lost(
 ) -> None:
     kept = db.enqueue(URL, "kept")
     stolen = db.enqueue(URL, "stolen")
-    jobs = {j.id: j for j in await store.claim("owner-a", 2)}
+    jobs = {j.id: j for j in (await store.claim("owner-a", 2)).messages}
     db.query("UPDATE outbox.messages SET lease_until = now() + interval '1 second' RETURNING id")
     db.query(
         "UPDATE outbox.messages SET lease_owner = 'thief', attempts = attempts + 1"

@@ -165,21 +165,21 @@ async def test_a_replayed_message_waits_while_a_later_one_of_its_key_is_running(
     store = Store(db.url, fast_config())
     await store.open()
     try:
-        (job,) = await store.claim("owner", 10)
+        (job,) = (await store.claim("owner", 10)).messages
         assert job.id == early
         assert (await store.complete("owner", [delivered(job.id, job.attempts)]))[0] == {early}
         with psycopg.connect(db.url) as conn:
             (late,) = box.publish(conn, "order.paid", {"n": 2}, ordering_key=KEY)
-        (job,) = await store.claim("owner", 10)
+        (job,) = (await store.claim("owner", 10)).messages
         assert job.id == late  # running now
         with psycopg.connect(db.url) as conn:
             assert replay_message(conn, message_id=early)
         # the replayed message has the lower id, but its key has one running
-        assert await store.claim("owner", 10) == []
+        assert (await store.claim("owner", 10)).messages == []
         released = Completion(late, job.attempts, "ready", "released", sent=False)
         assert (await store.complete("owner", [released]))[0] == {late}
         # and once none runs, id order again: the replayed one first, alone
-        assert [j.id for j in await store.claim("owner", 10)] == [early]
+        assert [j.id for j in (await store.claim("owner", 10)).messages] == [early]
     finally:
         await store.close()
 

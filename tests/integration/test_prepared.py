@@ -46,7 +46,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 async def test_a_statement_is_prepared_once_per_connection(database_url: str, store: Store) -> None:
     enqueue(database_url, "a", "b", "c")
     for _ in range(3):
-        assert len(await store.claim("owner-p", 1)) == 1
+        assert len((await store.claim("owner-p", 1)).messages) == 1
     assert store.round_trips == 3  # the PREPARE went with the first execution
     name = queries_for("outbox")["claim_uncapped"].prepared.name
     async with store.pool.connection() as conn:
@@ -58,10 +58,10 @@ async def test_a_statement_missing_on_the_connection_is_prepared_again(
 ) -> None:
     # as if a pooler had moved the dispatcher to another server connection
     enqueue(database_url, "a", "b")
-    assert len(await store.claim("owner-p", 1)) == 1
+    assert len((await store.claim("owner-p", 1)).messages) == 1
     async with store.pool.connection() as conn:
         await conn.execute("DEALLOCATE ALL")
-    assert len(await store.claim("owner-p", 1)) == 1
+    assert len((await store.claim("owner-p", 1)).messages) == 1
     assert store.round_trips == 3  # one refused EXECUTE, then PREPARE + EXECUTE
 
 
@@ -81,7 +81,7 @@ async def test_nothing_is_prepared_when_prepared_statements_are_off(database_url
     await store.open()
     await store.pool.resize(min_size=1, max_size=1)
     try:
-        assert len(await store.claim("owner-p", 5)) == 1
+        assert len((await store.claim("owner-p", 5)).messages) == 1
         async with store.pool.connection() as conn:
             assert await prepared_here(conn) == set()
     finally:

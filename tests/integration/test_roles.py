@@ -339,7 +339,7 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
     store = Store(as_dispatcher, config)
     await store.open()
     try:
-        claimed = await store.claim("gone", 10)
+        claimed = (await store.claim("gone", 10)).messages
         assert {job.id for job in claimed} >= {stuck}
         held = [(job.id, job.attempts) for job in claimed]
         assert await store.renew("gone", held) == {job.id for job in claimed}

@@ -164,7 +164,7 @@ async def test_deliveries_signed_from_sealed_secrets_verify_with_the_reference(
         Webhook(new).verify(request.body, request.headers)
         Webhook(old).verify(request.body, request.headers)
     # two sealed secrets, each opened once for twenty messages
-    assert dispatcher._store.secrets.decrypted == 2
+    assert dispatcher._opener.secrets.decrypted == 2
 
 
 async def test_rekey_from_plain_text_then_to_a_new_key_while_a_dispatcher_delivers(

@@ -216,7 +216,7 @@ async def test_plans_made_on_an_empty_outbox_are_made_again_once_it_has_grown(
     await store.open()
     await store.pool.resize(min_size=1, max_size=1)  # one connection: its plans
     try:
-        assert await store.claim("owner", 10) == []
+        assert (await store.claim("owner", 10)).messages == []
         backlog(database_url, running=False)
         with psycopg.connect(database_url) as conn:
             row = conn.execute(
@@ -224,8 +224,8 @@ async def test_plans_made_on_an_empty_outbox_are_made_again_once_it_has_grown(
             ).fetchone()
             assert row is not None and row[0] >= REPLAN_FLOOR, row
         assert store.replans == 0
-        assert len(await store.claim("owner", 10)) == 10  # sees the growth
-        assert len(await store.claim("owner", 10)) == 10  # planned again
+        assert len((await store.claim("owner", 10)).messages) == 10  # sees the growth
+        assert len((await store.claim("owner", 10)).messages) == 10  # planned again
         assert store.replans == 1
         statement, params = store.claim_statement("owner", 10, capped=False)
         async with store.pool.connection() as conn:

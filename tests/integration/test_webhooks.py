@@ -848,7 +848,7 @@ async def test_operator_disable_pauses_messages_and_claim_skips_later_commits(
     store = Store(db.url, fast_config())
     await store.open()
     try:
-        assert await store.claim("owner-x", 10) == []
+        assert (await store.claim("owner-x", 10)).messages == []
     finally:
         await store.close()
     async with running(db):
@@ -958,7 +958,7 @@ async def test_a_rescued_message_whose_endpoint_was_deleted_is_dead(db: Db) -> N
     store = Store(db.url, fast_config())
     await store.open()
     try:
-        (job,) = await store.claim("frozen-owner", 1)
+        (job,) = (await store.claim("frozen-owner", 1)).messages
         assert job.secrets  # a webhook: signed when sent
         with db.connect() as conn:
             assert db.endpoints.delete(conn, endpoint.id) == 1
@@ -968,7 +968,7 @@ async def test_a_rescued_message_whose_endpoint_was_deleted_is_dead(db: Db) -> N
             mid,
         )
         assert await store.rescue() == [(mid, "dead")]
-        assert await store.claim("owner-b", 10) == []
+        assert (await store.claim("owner-b", 10)).messages == []
     finally:
         await store.close()
     assert db.query(
