@@ -97,6 +97,8 @@ class Dispatcher:
     :param tracer_provider: the OpenTelemetry ``TracerProvider`` of the attempts'
         spans (default: the global one, when ``opentelemetry-api`` is installed;
         see :mod:`dispatchers.tracing`).
+    :param store: the statements it runs (default: a :class:`~dispatchers.db.Store`
+        on ``conninfo`` with ``config``); the dispatcher opens and closes it.
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class Dispatcher:
         log: EventLog | None = None,
         owner: str | None = None,
         tracer_provider: Any = None,
+        store: Store | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.config = config = config or DispatcherConfig()
@@ -123,7 +126,7 @@ class Dispatcher:
         self.metrics.in_flight.set_function(lambda: len(self._inflight))
         self.metrics_server: asyncio.Server | None = None
         # Built here, opened by run(): a Dispatcher runs once.
-        self._store = store = Store(conninfo, config)
+        self._store = store = store or Store(conninfo, config)
         self._opener = Opener(config.keyring)  # secrets and TLS, opened after each claim
         self._sender = Sender(
             config, transport=transport, client=client, spans=attempt_spans(tracer_provider)

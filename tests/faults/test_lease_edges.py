@@ -250,7 +250,7 @@ async def test_a_flush_blocked_past_the_lock_timeout_records_the_outcome_once(
 
 
 async def test_a_stale_outcome_flushed_after_a_reclaim_does_not_cost_the_new_attempt(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str,
 ) -> None:
     """The database refuses the dispatcher's writes (completion, heartbeat) for a
     while: its first outcome waits in the flusher's retries, its lease runs out,
@@ -276,7 +276,6 @@ async def test_a_stale_outcome_flushed_after_a_reclaim_does_not_cost_the_new_att
                 raise psycopg.OperationalError("simulated: the connection was lost")
             return await super().renew(owner, held)
 
-    monkeypatch.setattr("dispatchers.dispatcher.Store", WritesFail)
     db = Db(database_url)
     second = threading.Event()
 
@@ -288,7 +287,8 @@ async def test_a_stale_outcome_flushed_after_a_reclaim_does_not_cost_the_new_att
     log = Recorder()
     with Receiver(respond) as receiver:
         mid = db.enqueue(receiver.url, "stale-1")
-        dispatcher = Dispatcher(db.url, fast_config(), log=log)
+        config = fast_config()
+        dispatcher = Dispatcher(db.url, config, log=log, store=WritesFail(db.url, config))
         task = asyncio.create_task(dispatcher.run())
         try:
             await asyncio.to_thread(receiver.wait_for, 1, 10.0)

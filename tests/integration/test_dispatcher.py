@@ -491,7 +491,7 @@ async def test_an_outcome_the_database_refuses_does_not_block_the_others(
 
 
 async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
-    db: Db, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+    db: Db, receiver: Receiver
 ) -> None:
     ids = [db.enqueue(receiver.url, f"late-{i}") for i in range(3)]
     dispatchers: list[Dispatcher] = []
@@ -510,8 +510,8 @@ async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
             dispatchers[0].stop()
             return claimed
 
-    monkeypatch.setattr("dispatchers.dispatcher.Store", StopDuringClaim)
-    dispatcher = Dispatcher(db.url, fast_config(), log=NullLog())
+    config = fast_config()
+    dispatcher = Dispatcher(db.url, config, log=NullLog(), store=StopDuringClaim(db.url, config))
     dispatchers.append(dispatcher)
     async with asyncio.timeout(20):
         stats = await dispatcher.run()
