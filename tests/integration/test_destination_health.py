@@ -158,20 +158,25 @@ async def test_a_retry_after_holds_the_destination_for_every_dispatcher(
         stream = io.StringIO()
         log = EventLog(stream=stream, format="json")
         async with running(db, config, log=log) as one, running(db, config, log=log) as two:
-            await _poll(lambda: _health(db, destination) == ("held", 0))
+
+            def held() -> list[float | None]:
+                return [
+                    d.metrics.registry.get_sample_value(
+                        "outbox_destination_health_transitions_total", {"transition": "held"}
+                    )
+                    for d in (one, two)
+                ]
+
+            # the holder counts the hold once its write has returned: after the row
+            # is visible here, so wait for both
+            await _poll(lambda: _health(db, destination) == ("held", 0) and 1.0 in held())
             (until,) = db.query(
                 "SELECT extract(epoch FROM blocked_until) FROM outbox.destination_health"
             )[0]
             # held: a line of outbox status, and counted once, by the one that held it
             assert main(["status", "--database-url", db.url]) == 0
             assert f"held: {destination} until " in capsys.readouterr().out
-            held = [
-                d.metrics.registry.get_sample_value(
-                    "outbox_destination_health_transitions_total", {"transition": "held"}
-                )
-                for d in (one, two)
-            ]
-            assert sorted(held, key=lambda v: v or 0.0) in ([None, 1.0], [0.0, 1.0])
+            assert sorted(held(), key=lambda v: v or 0.0) in ([None, 1.0], [0.0, 1.0])
             for i in range(4):
                 db.enqueue(receiver.url, f"later-{i}")
             await asyncio.to_thread(receiver.wait_for, 6, 15)
