@@ -41,6 +41,7 @@ from dispatchers.ui.limits import (
     SIGN_IN_ATTEMPTS,
     TABLE_ROWS,
 )
+from outbox.errors import SchemaNotMigrated
 from outbox.sealing import Keyring
 
 DEFAULT_HOST = "127.0.0.1"
@@ -135,6 +136,17 @@ def serve_dashboard(
         raise UsageError(f"--host/--port: {exc}") from None
 
 
+def _require_migrated(url: str, schema: str) -> None:
+    """:class:`SchemaNotMigrated` (one line, exit 1) unless every migration of this
+    version is applied to ``schema``: checked before serving, or every page would
+    answer 500."""
+    from outbox.migrations import applied_versions, load_migrations
+
+    applied = set(applied_versions(url, schema=schema))
+    if not {m.version for m in load_migrations()} <= applied:
+        raise SchemaNotMigrated(schema, behind=bool(applied))
+
+
 def cmd_ui(args: argparse.Namespace) -> ExitCode:
     require_extra("ui")
     from dispatchers.ui.auth import is_loopback
@@ -150,6 +162,7 @@ def cmd_ui(args: argparse.Namespace) -> ExitCode:
     host = _host(args.host, port=args.port, token=token is not None)
     keys = keyring(args)
     db = resolve_database(args)
+    _require_migrated(db.url, args.schema)
     serve_dashboard(
         db.url,
         schema=args.schema,

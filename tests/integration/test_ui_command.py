@@ -88,6 +88,27 @@ def test_a_port_that_is_taken_is_refused_naming_it(
     assert err.strip().count("\n") == 0
 
 
+@pytest.mark.parametrize("behind", [False, True])
+def test_a_schema_not_migrated_is_one_line_before_anything_is_served(
+    database_url: str, capsys: pytest.CaptureFixture[str], behind: bool
+) -> None:
+    if behind:  # migrated by an older version: the latest migration is missing
+        Db(database_url).query(
+            "DELETE FROM outbox.schema_migrations"
+            " WHERE version = (SELECT max(version) FROM outbox.schema_migrations)"
+            " RETURNING version"
+        )
+    schema = "outbox" if behind else "nosuch"
+    code = main(["ui", "--database-url", database_url, "--schema", schema, "--port", "0"])
+    err = capsys.readouterr().err
+    state = "is behind this version of outbox" if behind else "has no outbox tables"
+    assert code == 1, err
+    assert err == (
+        f"outbox ui: schema {schema!r} {state}: run `outbox migrate --schema {schema}` "
+        "(or outbox.migrate(url, schema=...)) first\n"
+    )
+
+
 def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=30) as response:  # our own, on loopback
         body: bytes = response.read()
