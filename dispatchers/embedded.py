@@ -66,7 +66,8 @@ def resolve(explicit: str | None = None) -> Database:
 
     url = configured_url(explicit)
     if url:
-        return Database(libpq_url(url), embedded=False)
+        field = "--database-url" if explicit else f"${environment.database_url_variable()}"
+        return Database(libpq_url(url, field=field), embedded=False)
     return Database(EmbeddedPostgres(embedded_path()).url, embedded=True)
 
 

@@ -44,6 +44,11 @@ def database_url() -> str | None:
     return None
 
 
+def database_url_variable() -> str | None:
+    """The name of the variable :func:`database_url` takes its URL from, or None."""
+    return next((name for name in DATABASE_URL_VARIABLES if _read(name)), None)
+
+
 def embedded_dir() -> str | None:
     """``$OUTBOX_EMBEDDED_DIR``, or None."""
     return _read(EMBEDDED_DIR_VARIABLE)

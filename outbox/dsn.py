@@ -40,14 +40,23 @@ def redact(url: str) -> str:
     return urlunsplit(parts)
 
 
-def libpq_url(url: str) -> str:
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def libpq_url(url: str, *, field: str = "database_url") -> str:
     """Return ``url`` as libpq/psycopg expect it (drops a SQLAlchemy ``+driver`` suffix).
 
-    Raises :class:`~outbox.errors.ConfigurationError` naming ``database_url`` when
-    libpq cannot parse it (``postgresql://u:pw@[::1/db``), so a typo is one line
-    rather than a failure at the first connection. The message never quotes the
-    URL: it may hold a password.
+    Raises :class:`~outbox.errors.ConfigurationError` naming ``field`` (where the
+    URL came from: an option, a variable) when its scheme is not PostgreSQL's
+    (``postgresq://``) or libpq cannot parse it (``postgresql://u:pw@[::1/db``), so a
+    typo is one line rather than a failure at the first connection. The message
+    never quotes the URL: it may hold a password.
     """
+    named = _SCHEME.match(url)
+    if named is not None and named[1].split("+", 1)[0] not in ("postgresql", "postgres"):
+        raise ConfigurationError(
+            f"{field}: the scheme must be postgresql:// or postgres://, not {named[1]}://"
+        )
     try:
         parts = urlsplit(url)
         scheme = parts.scheme.split("+", 1)[0]
@@ -58,6 +67,6 @@ def libpq_url(url: str) -> str:
     except (ValueError, ProgrammingError) as exc:
         problem = _QUOTED.sub('"..."', str(exc).splitlines()[0] if str(exc) else "")
         raise ConfigurationError(
-            f"database_url: is not a PostgreSQL URL libpq can parse ({problem})"
+            f"{field}: is not a PostgreSQL URL libpq can parse ({problem})"
         ) from None
     return checked

@@ -222,9 +222,37 @@ def test_a_malformed_database_url_is_one_line_without_its_password_and_exit_2(
     assert main(["status", "--database-url", "postgresql://u:pw@[::1/db"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.startswith("outbox status: database_url: ")
+    assert err.startswith("outbox status: --database-url: is not a PostgreSQL URL libpq can")
     assert err.count("\n") == 1
     assert "pw" not in err
+
+
+@pytest.mark.parametrize(
+    ("variables", "named"),
+    [
+        ({"OUTBOX_DATABASE_URL": "postgresq://u:pw@localhost/db"}, "$OUTBOX_DATABASE_URL"),
+        ({"DATABASE_URL": "postgresq://u:pw@localhost/db"}, "$DATABASE_URL"),
+        ({}, "--database-url"),
+    ],
+)
+def test_a_misspelt_scheme_is_named_with_where_the_url_came_from(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    variables: dict[str, str],
+    named: str,
+) -> None:
+    for name in ("OUTBOX_DATABASE_URL", "DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    given = [] if variables else ["--database-url", "postgresq://u:pw@localhost/db"]
+    assert main(["status", *given]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"outbox status: {named}: the scheme must be postgresql:// or postgres://, "
+        "not postgresq://\n"
+    )
 
 
 def test_migrate_refuses_postgresqls_own_schema_before_connecting(
