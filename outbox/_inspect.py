@@ -119,7 +119,7 @@ def _headers(value: object) -> dict[str, str]:
 def message_show(tx: Any, message_id: int, *, schema: str = DEFAULT_SCHEMA) -> MessageInfo | None:
     """The message (waiting, in flight, paused, dead, or delivered) with its
     attempts; None if no message has this id (never written, or purged)."""
-    return run_sync(tx, _show_plan(schema, check_id(message_id, "message_id")))
+    return run_sync(tx, _show_plan(schema, check_id(message_id, "message_id")), schema=schema)
 
 
 def _show_plan(schema: str, message_id: int) -> Plan[MessageInfo | None]:
@@ -164,7 +164,7 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
       ``ready`` (due now) and ``running``;
     - ``now``: the database's clock.
     """
-    return run_sync(tx, _status_plan(schema))
+    return run_sync(tx, _status_plan(schema), schema=schema)
 
 
 def _status_plan(schema: str) -> Plan[dict[str, Any]]:

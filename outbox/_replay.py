@@ -60,7 +60,7 @@ def replay(
         "until": checked_until,
         "budget": check_budget(budget),
     }
-    return run_sync(tx, _replay_plan(schema, params, notify))
+    return run_sync(tx, _replay_plan(schema, params, notify), schema=schema)
 
 
 def _replay_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[int]:
@@ -86,7 +86,7 @@ def replay_message(
     instead) and for an endpoint that is gone or disabled.
     """
     params = {"id": check_id(message_id, "message_id"), "budget": check_budget(budget)}
-    return run_sync(tx, _replay_message_plan(schema, params, notify))
+    return run_sync(tx, _replay_message_plan(schema, params, notify), schema=schema)
 
 
 def _replay_message_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[bool]:
@@ -168,7 +168,7 @@ def replay_event(
         "endpoint_id": check_id(endpoint_id, "endpoint_id"),
         "budget": check_budget(budget),
     }
-    return run_sync(tx, _replay_event_plan(schema, params, notify))
+    return run_sync(tx, _replay_event_plan(schema, params, notify), schema=schema)
 
 
 def _replay_event_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[ReplayedEvent]:
@@ -211,7 +211,7 @@ def send_test_event(
         "event_type": TEST_EVENT_TYPE,
         "body": json.dumps(envelope, separators=(",", ":")).encode(),
     }
-    return run_sync(tx, _test_event_plan(schema, params, notify))
+    return run_sync(tx, _test_event_plan(schema, params, notify), schema=schema)
 
 
 def _test_event_plan(schema: str, params: dict[str, Any], notify: bool) -> Plan[int]:

@@ -176,15 +176,21 @@ _MISSING = frozenset({"42P01", "3F000"})  # undefined_table, invalid_schema_name
 _BEHIND = "42703"  # undefined_column: our statements name only columns we created
 
 
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's error behind ``exc``: psycopg's own, SQLAlchemy's ``orig``, or
+    the error Django raised its own from (else ``exc`` itself)."""
+    driver = getattr(exc, "orig", None)
+    django = sys.modules.get("django.db.utils")
+    if django and isinstance(exc, django.Error):
+        driver = exc.__cause__
+    return driver if isinstance(driver, BaseException) else exc
+
+
 def sqlstate(exc: BaseException) -> str | None:
     """The SQLSTATE of a database error raised by psycopg, or through SQLAlchemy
     (which keeps the driver's error as ``orig``) or Django (which raises its own
     error from the driver's); None for any other error."""
-    driver: object = getattr(exc, "orig", exc)
-    django = sys.modules.get("django.db.utils")
-    if django and isinstance(exc, django.Error):
-        driver = exc.__cause__
-    code = getattr(driver, "sqlstate", None)
+    code = getattr(_driver_error(exc), "sqlstate", None)
     return code if isinstance(code, str) else None
 
 
@@ -198,19 +204,24 @@ def schema_required(schema: str) -> Iterator[None]:
     except Exception as exc:
         code = sqlstate(exc)
         if code in _MISSING or code == _BEHIND:
-            raise SchemaNotMigrated(schema, behind=code == _BEHIND) from exc
+            # chained to the driver's own error, not to SQLAlchemy's, whose text
+            # lists the statement's parameters (a message's body) for any error
+            # log to print
+            raise SchemaNotMigrated(schema, behind=code == _BEHIND) from _driver_error(exc)
         raise
 
 
-def run_sync(tx: object, plan: Plan[T]) -> T:
-    """Drive ``plan`` on a synchronous transaction and return its result."""
-    try:
-        step = next(plan)
-        while True:
-            step = plan.send(_execute_sync(tx, *step))
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
+def run_sync(tx: object, plan: Plan[T], *, schema: str | None = None) -> T:
+    """Drive ``plan`` on a synchronous transaction and return its result; with
+    ``schema``, a missing table or column is :class:`SchemaNotMigrated`."""
+    with schema_required(schema) if schema is not None else contextlib.nullcontext():
+        try:
+            step = next(plan)
+            while True:
+                step = plan.send(_execute_sync(tx, *step))
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
 
 
 async def run_async(tx: object, plan: Plan[T]) -> T:

@@ -157,7 +157,9 @@ def dead_list(
         "since": check_since(since),
         "limit": limit,
     }
-    return run_sync(tx, rows_plan(queries_for(schema)["dead_list"], params, DeadMessage))
+    return run_sync(
+        tx, rows_plan(queries_for(schema)["dead_list"], params, DeadMessage), schema=schema
+    )
 
 
 def dead_missing(tx: Any, ids: Iterable[int], *, schema: str = DEFAULT_SCHEMA) -> list[int]:
@@ -167,7 +169,9 @@ def dead_missing(tx: Any, ids: Iterable[int], *, schema: str = DEFAULT_SCHEMA) -
     id_list = _check_ids(ids)
     if id_list is None:
         return []
-    found = run_sync(tx, rows_plan(queries_for(schema)["dead_found"], {"ids": id_list}, _Id))
+    found = run_sync(
+        tx, rows_plan(queries_for(schema)["dead_found"], {"ids": id_list}, _Id), schema=schema
+    )
     dead = {row.id for row in found}
     return [i for i in id_list if i not in dead]
 
@@ -193,7 +197,7 @@ def dead_count(
     params = _selection(
         ids=ids, endpoint_id=endpoint_id, event_type=event_type, since=since, all_=all_
     )
-    return run_sync(tx, scalar_plan(queries_for(schema)["dead_count"], params))
+    return run_sync(tx, scalar_plan(queries_for(schema)["dead_count"], params), schema=schema)
 
 
 def dead_retry(
@@ -229,7 +233,7 @@ def dead_retry(
     params["budget"] = DEFAULT_MAX_ATTEMPTS if budget is None else check_budget(budget)
     params["webhook_budget"] = DEFAULT_WEBHOOK_MAX_ATTEMPTS if budget is None else params["budget"]
     name = "dead_retry_notify" if notify else "dead_retry"
-    return run_sync(tx, _retry_plan(queries_for(schema)[name], params))
+    return run_sync(tx, _retry_plan(queries_for(schema)[name], params), schema=schema)
 
 
 class _Retried(NamedTuple):
@@ -267,7 +271,7 @@ def dead_purge(
     params = _selection(
         ids=ids, endpoint_id=endpoint_id, event_type=event_type, since=since, all_=all_
     )
-    return run_sync(tx, scalar_plan(queries_for(schema)["dead_purge"], params))
+    return run_sync(tx, scalar_plan(queries_for(schema)["dead_purge"], params), schema=schema)
 
 
 # -- replay ------------------------------------------------------------------

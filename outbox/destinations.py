@@ -121,7 +121,7 @@ class Destinations:
             raise InvalidMessage(
                 "rate_limit", "a policy needs a rate limit or a max_concurrency (or delete it)"
             )
-        return run_sync(tx, self._set_plan(params))
+        return run_sync(tx, self._set_plan(params), schema=self.queries.schema)
 
     def _set_plan(self, params: dict[str, Any]) -> Plan[DestinationPolicy]:
         rows: list[_PolicyRow] = yield self.queries["destination_policy_set"], params, _PolicyRow
@@ -131,7 +131,11 @@ class Destinations:
     def get(self, tx: Any, destination: str) -> DestinationPolicy | None:
         """The policy of ``destination`` (a URL, reduced to its origin), or None."""
         params = {"destination": check_destination(destination)}
-        rows = run_sync(tx, rows_plan(self.queries["destination_policy_get"], params, _PolicyRow))
+        rows = run_sync(
+            tx,
+            rows_plan(self.queries["destination_policy_get"], params, _PolicyRow),
+            schema=self.queries.schema,
+        )
         return rows[0].policy() if rows else None
 
     def require(self, tx: Any, destination: str) -> DestinationPolicy:
@@ -143,13 +147,19 @@ class Destinations:
 
     def all(self, tx: Any) -> list[DestinationPolicy]:
         """Every policy, by destination."""
-        rows = run_sync(tx, rows_plan(self.queries["destination_policy_list"], {}, _PolicyRow))
+        rows = run_sync(
+            tx,
+            rows_plan(self.queries["destination_policy_list"], {}, _PolicyRow),
+            schema=self.queries.schema,
+        )
         return [r.policy() for r in rows]
 
     def delete(self, tx: Any, destination: str) -> str:
         """Remove the policy of ``destination`` (its messages go unbounded from the
         next claim); return the origin. Raises InvalidArgument if it had none."""
-        return run_sync(tx, self._delete_plan(check_destination(destination)))
+        return run_sync(
+            tx, self._delete_plan(check_destination(destination)), schema=self.queries.schema
+        )
 
     def _delete_plan(self, origin: str) -> Plan[str]:
         params = {"destination": origin}

@@ -143,7 +143,7 @@ class Endpoints:
         _check_pem_texts(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
         change = TlsChange.of(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
         tls = None if change is None else change.applied_to(Tls(None, None, None))
-        return run_sync(tx, self._insert_plan(params, new, tls))
+        return run_sync(tx, self._insert_plan(params, new, tls), schema=self.queries.schema)
 
     def _insert_plan(self, params: dict[str, Any], secret: str, tls: Tls | None) -> Plan[Endpoint]:
         ids: list[int] = yield self.queries["endpoint_insert"], params, scalar
@@ -172,7 +172,9 @@ class Endpoints:
 
     def get(self, tx: Any, endpoint_id: int) -> Endpoint | None:
         """The endpoint, or None if there is no such id."""
-        return run_sync(tx, self._get_plan(check_id(endpoint_id, "endpoint_id")))
+        return run_sync(
+            tx, self._get_plan(check_id(endpoint_id, "endpoint_id")), schema=self.queries.schema
+        )
 
     def _get_plan(self, endpoint_id: int) -> Plan[Endpoint | None]:
         rows: list[EndpointRow] = yield (
@@ -191,7 +193,7 @@ class Endpoints:
 
     def all(self, tx: Any) -> list[Endpoint]:
         """Every endpoint, by id."""
-        return run_sync(tx, self._list_plan())
+        return run_sync(tx, self._list_plan(), schema=self.queries.schema)
 
     def _list_plan(self) -> Plan[list[Endpoint]]:
         rows: list[EndpointRow] = yield self.queries["endpoint_list"], {}, EndpointRow
@@ -259,7 +261,11 @@ class Endpoints:
             clear_client_cert=clear_client_cert,
         )
         endpoint_id = check_id(endpoint_id, "endpoint_id")
-        return run_sync(tx, self._update_plan(endpoint_id, changes, rotate=None, tls=tls))
+        return run_sync(
+            tx,
+            self._update_plan(endpoint_id, changes, rotate=None, tls=tls),
+            schema=self.queries.schema,
+        )
 
     def rotate_secret(
         self,
@@ -278,7 +284,11 @@ class Endpoints:
         if not timedelta(0) <= overlap <= MAX_ROTATION_OVERLAP:
             raise InvalidArgument("overlap", f"must be from 0 to {MAX_ROTATION_OVERLAP.days} days")
         endpoint_id = check_id(endpoint_id, "endpoint_id")
-        return run_sync(tx, self._update_plan(endpoint_id, {}, rotate=(new, overlap)))
+        return run_sync(
+            tx,
+            self._update_plan(endpoint_id, {}, rotate=(new, overlap)),
+            schema=self.queries.schema,
+        )
 
     def _update_plan(
         self,
@@ -348,7 +358,7 @@ class Endpoints:
             raise InvalidArgument("limit", f"must be an integer, not {type(limit).__name__}")
         if not 1 <= limit <= MAX_RESEAL_BATCH:
             raise InvalidArgument("limit", f"must be from 1 to {MAX_RESEAL_BATCH}")
-        return run_sync(tx, self._reseal_plan(self.keyring, limit))
+        return run_sync(tx, self._reseal_plan(self.keyring, limit), schema=self.queries.schema)
 
     def _reseal_plan(self, keyring: Keyring, limit: int) -> Plan[int]:
         sealed = 0
@@ -386,7 +396,9 @@ class Endpoints:
         keyring's current key (every plain-text one, and without a keyring all)."""
         current = self.keyring.current if self.keyring is not None else None
         counts: list[int] = run_sync(
-            tx, rows_plan(self.queries["secrets_unsealed_count"], {"key_id": current}, scalar)
+            tx,
+            rows_plan(self.queries["secrets_unsealed_count"], {"key_id": current}, scalar),
+            schema=self.queries.schema,
         )
         return counts[0]
 
@@ -396,13 +408,21 @@ class Endpoints:
             raise InvalidMessage("reason", "must be a non-empty string")
         reason = check_description(reason, "reason")
         endpoint_id = check_id(endpoint_id, "endpoint_id")
-        return run_sync(tx, self._toggle_plan("endpoint_disable", endpoint_id, reason))
+        return run_sync(
+            tx,
+            self._toggle_plan("endpoint_disable", endpoint_id, reason),
+            schema=self.queries.schema,
+        )
 
     def enable(self, tx: Any, endpoint_id: int, *, notify: bool = True) -> int:
         """Enable the endpoint, clear its failure streak and resume its paused
         messages; return how many resumed."""
         name = "endpoint_enable_notify" if notify else "endpoint_enable"
-        return run_sync(tx, self._toggle_plan(name, check_id(endpoint_id, "endpoint_id"), None))
+        return run_sync(
+            tx,
+            self._toggle_plan(name, check_id(endpoint_id, "endpoint_id"), None),
+            schema=self.queries.schema,
+        )
 
     def _toggle_plan(self, name: str, endpoint_id: int, reason: str | None) -> Plan[int]:
         rows: list[_Toggled] = yield (
@@ -417,7 +437,9 @@ class Endpoints:
     def delete(self, tx: Any, endpoint_id: int) -> int:
         """Delete the endpoint; its waiting messages become dead. Returns how many
         messages it had (delivered history is kept)."""
-        return run_sync(tx, self._delete_plan(check_id(endpoint_id, "endpoint_id")))
+        return run_sync(
+            tx, self._delete_plan(check_id(endpoint_id, "endpoint_id")), schema=self.queries.schema
+        )
 
     def _delete_plan(self, endpoint_id: int) -> Plan[int]:
         detached = yield self.queries["endpoint_detach"], {"id": endpoint_id}, None

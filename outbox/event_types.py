@@ -71,23 +71,39 @@ class EventTypes:
             "event_type": check_event_type_filter(event_type),
             "retry_schedule": _schedule(retry_schedule),
         }
-        (row,) = run_sync(tx, rows_plan(self.queries["event_type_set"], params, EventType))
+        (row,) = run_sync(
+            tx,
+            rows_plan(self.queries["event_type_set"], params, EventType),
+            schema=self.queries.schema,
+        )
         return row
 
     def get(self, tx: Any, event_type: str) -> EventType | None:
         """The event type's settings, or None if it has none."""
         params = {"event_type": check_event_type_filter(event_type)}
-        rows = run_sync(tx, rows_plan(self.queries["event_type_get"], params, EventType))
+        rows = run_sync(
+            tx,
+            rows_plan(self.queries["event_type_get"], params, EventType),
+            schema=self.queries.schema,
+        )
         return rows[0] if rows else None
 
     def all(self, tx: Any) -> list[EventType]:
         """Every event type with settings, by name."""
-        return run_sync(tx, rows_plan(self.queries["event_type_list"], {}, EventType))
+        return run_sync(
+            tx,
+            rows_plan(self.queries["event_type_list"], {}, EventType),
+            schema=self.queries.schema,
+        )
 
     def delete(self, tx: Any, event_type: str) -> None:
         """Drop the event type's settings: its webhooks follow the default schedule
         again. Raises :class:`~outbox.InvalidArgument` naming ``event_type`` if it
         has none."""
         params = {"event_type": check_event_type_filter(event_type)}
-        if not run_sync(tx, rows_plan(self.queries["event_type_delete"], params, scalar)):
+        if not run_sync(
+            tx,
+            rows_plan(self.queries["event_type_delete"], params, scalar),
+            schema=self.queries.schema,
+        ):
             raise InvalidArgument("event_type", f"no settings for event type {event_type!r}")
