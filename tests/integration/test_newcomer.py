@@ -12,7 +12,9 @@ output reaches the terminal).
 
 The set-up commands (``pip install``, ``pytest``) are what CI runs already. The
 only departures from the text: the receiver example's placeholder secret
-(``whsec_...``) becomes a real one, and its port 8000 a free one.
+(``whsec_...``) becomes a real one, and its port 8000 a free one; the commands
+the README runs in terminals of their own (the receiver, a dispatcher) run in the
+background while the next steps run.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -46,6 +50,14 @@ def blocks(heading: str) -> list[tuple[str, str]]:
     end = README.find("\n## ", start + 1)
     section = README[start : end if end >= 0 else None]
     return re.findall(r"^```(\w*)\n(.*?)^```$", section, flags=re.M | re.S)
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def block(heading: str, language: str = "", containing: str = "") -> str:
@@ -106,6 +118,36 @@ class Newcomer:
         assert done.returncode == 0, f"{step}: exit {done.returncode}\n{done.stdout}{done.stderr}"
         return done.stdout
 
+    @contextlib.contextmanager
+    def background(self, step: str, argv: list[str], *, ready: str) -> Iterator[None]:
+        """Run ``argv`` while the block runs (a terminal of its own), once a line of
+        its output holds ``ready``; stopped as Ctrl-C would stop it."""
+        with self.step(step):
+            process = subprocess.Popen(
+                argv,
+                cwd=self.home,
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            assert process.stdout is not None
+            seen: list[str] = []
+            deadline = time.monotonic() + STEP_TIMEOUT
+            while not any(ready in line for line in seen):
+                line = process.stdout.readline()
+                assert line and time.monotonic() < deadline, f"{step}: {''.join(seen)}"
+                seen.append(line)
+        try:
+            yield
+        finally:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+
     def query(self, statement: str) -> list[tuple[object, ...]]:
         with psycopg.connect(self.env["OUTBOX_DATABASE_URL"]) as conn:
             return conn.execute(statement).fetchall()
@@ -163,6 +205,36 @@ def test_the_readme_runs_as_written_on_the_embedded_server(newcomer: Newcomer) -
             env=newcomer.env,
         )
     assert newcomer.query("SELECT webhook_id FROM crm_inbox.events") == [(WEBHOOK_ID,)]
+
+    # the first delivery, end to end: endpoint, receiver, dispatcher, test event
+    port = str(free_port())
+    out = newcomer.shell(
+        "endpoint for the receiver",
+        block("Run a dispatcher", containing="endpoints add").replace("8000", port),
+    )
+    (walk_secret,) = re.findall(r"signing secret: (whsec_\S+)", out)
+    (endpoint_id,) = re.findall(r"created endpoint (\d+)", out)
+    receiver = command.replace("whsec_...", walk_secret).replace("8000", port).split()
+    dispatcher = block("Run a dispatcher", containing="--allow-private-networks").split()
+    with (
+        newcomer.background("webhook receiver", receiver, ready="listening on"),
+        newcomer.background("dispatcher", dispatcher, ready='"event":"started"'),
+    ):
+        test = block("Run a dispatcher", containing="endpoints test").replace("ID", endpoint_id)
+        out = newcomer.shell("test event", test)
+        assert "sent a test event to endpoint" in out, out
+        with newcomer.step("first delivery"):
+            deadline = time.monotonic() + STEP_TIMEOUT
+            while not newcomer.query("SELECT 1 FROM crm_inbox.events WHERE type = 'outbox.test'"):
+                assert time.monotonic() < deadline, "the test event never reached the receiver"
+                time.sleep(0.2)
+    assert newcomer.query("SELECT count(*) FROM crm_inbox.events WHERE type = 'outbox.test'") == [
+        (1,)
+    ]
+    # delivered: moved to the history, nothing of it left to send
+    delivered = "SELECT count(*) FROM outbox.delivered WHERE event_type = 'outbox.test'"
+    assert newcomer.query(delivered) == [(1,)]
+    assert newcomer.query("SELECT id FROM outbox.messages WHERE event_type = 'outbox.test'") == []
 
     out = newcomer.shell("db stop", block("Run a dispatcher", containing="db stop"))
     assert out.strip() == "stopped"
