@@ -145,6 +145,7 @@ class Dispatcher:
         self._crowded = False
         self._alone: str | None = None
         self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()  # a second stop: end the grace period now
         self._wake = asyncio.Event()
         self._capacity = asyncio.Event()
         self._write_lock = asyncio.Lock()  # outcome writes and renewals, one at a time
@@ -200,7 +201,11 @@ class Dispatcher:
     # -- control -------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop claiming now; in-flight deliveries get the grace period."""
+        """Stop claiming now; in-flight deliveries get the grace period. Asked
+        again while they have it, end it now: what still runs is cut off and
+        released, unsent or not, as at the end of the grace period."""
+        if self._stop.is_set():
+            self._hurry.set()
         self._stop.set()
         # end every wait at once
         self._wake.set()
@@ -546,8 +551,18 @@ class Dispatcher:
             f.task for f in self._inflight.values() if f.task is not None and not f.task.done()
         ]
         if running:
-            _, late = await asyncio.wait(running, timeout=self.config.grace)
-            await loops.stop_tasks(late)
+            self._report.stopping(len(running), self.config.grace)
+            hurry: asyncio.Task[Any] = asyncio.create_task(self._hurry.wait())
+            everyone: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
+            try:
+                await asyncio.wait(
+                    [everyone, hurry],
+                    timeout=self.config.grace,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                hurry.cancel()
+            await loops.stop_tasks([task for task in running if not task.done()])
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(5.0, 3 * self.config.statement_timeout)
         while self._outcomes and loop.time() < deadline:

@@ -227,6 +227,15 @@ class Reporter:
         """The dispatcher stops on ``failure``, which waiting will not heal."""
         self.log.event("failed", error_class=type(failure).__name__, error=str(failure))
 
+    def stopping(self, in_flight: int, grace: float) -> None:
+        """Asked to stop, with ``in_flight`` deliveries that get ``grace`` seconds."""
+        self.log.event(
+            "stopping",
+            in_flight=in_flight,
+            grace_s=grace,
+            hint="signal again to stop now; what is cut off is released and sent again",
+        )
+
     def outcomes_unrecorded(self, count: int) -> None:
         """Shutting down, ``count`` outcomes could not be written in time."""
         self.log.event(

@@ -215,7 +215,8 @@ def add_parser(commands: Commands) -> None:
         description="Run a dispatcher process. Run more copies (on any hosts) to scale "
         "out; each claims with leases, so no two deliver the same message at once. "
         "SIGTERM or SIGINT stops claiming at once and gives in-flight deliveries "
-        "--grace seconds before releasing them. It exits 1, with one line on stderr, "
+        "--grace seconds before releasing them; a second one releases them at once. "
+        "It exits 1, with one line on stderr, "
         "when the database cannot be used (unreachable, refused, not migrated, "
         "lacking privileges, sealing signing secrets under a key it is not given) or a "
         "permanent database error persists for a lease.",

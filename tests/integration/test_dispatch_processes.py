@@ -269,6 +269,39 @@ def test_sigterm_releases_inflight_after_grace(database_url: str, fleet: Fleet) 
     assert not [e for e in events if e["event"] in ("delivered", "retried", "dead")]
 
 
+def test_a_second_signal_ends_the_grace_period_at_once(database_url: str, fleet: Fleet) -> None:
+    inflight = 3
+    keys = [f"grace-cut-{i:02d}" for i in range(inflight)]
+    with Receiver(lambda req: Reply(delay=30.0)) as receiver:
+        enqueue_many(database_url, f"{receiver.url}/hook", keys)
+        proc = fleet.start(
+            database_url,
+            # the requests outlast the test: only the second signal can end them
+            *("--lease", "90", "--request-timeout", "40", "--connect-timeout", "0.5"),
+            *("--concurrency", str(inflight), "--destination-concurrency", str(inflight)),
+            *("--grace", "60"),
+        )
+        receiver.wait_for(inflight, timeout=30)
+        terminate(proc)
+        # the first signal says what it waits for, and how to stop now
+        wait_until(
+            lambda: [e for e in proc.events() if e["event"] == "stopping"],
+            timeout=15,
+            what="the stopping event",
+            processes=[proc],
+        )
+        (stopping,) = [e for e in proc.events() if e["event"] == "stopping"]
+        assert (stopping["in_flight"], stopping["grace_s"]) == (inflight, 60)
+        assert "signal again" in stopping["hint"]
+        second = terminate(proc)
+        assert proc.wait(timeout=20) == 0, proc.describe()
+        assert time.monotonic() - second < 15  # not the 60 s grace, nor the 30 s answers
+    released = query(database_url, "SELECT outcome, error_class FROM outbox.attempts")
+    assert released == [("released", "shutdown")] * inflight
+    rows = query(database_url, "SELECT state, lease_owner FROM outbox.messages")
+    assert rows == [("ready", None)] * inflight
+
+
 def test_sigterm_lets_inflight_finish_within_grace(database_url: str, fleet: Fleet) -> None:
     inflight, total = 5, 20
     keys = [f"grace-long-{i:02d}" for i in range(total)]
