@@ -265,9 +265,44 @@ def keep(path: Path, *, ready: Callable[[str], None] | None = None) -> None:
         server.cleanup()
 
 
-def stop_server(path: Path, *, force: bool = False, timeout: float = 30.0) -> ServerState:
+SESSIONS_SETTLE = 3.0
+"""Seconds ``stop_server`` gives the sessions of clients that just exited to end
+before it counts them as users."""
+
+
+def client_sessions(url: str) -> list[str]:
+    """The sessions connected to the server at ``url`` other than this one's, each
+    as its application name (or "unnamed") and backend pid: programs that use the
+    server through its URL, which the server's holders do not count."""
+    import psycopg
+
+    with psycopg.connect(url, connect_timeout=5, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT COALESCE(NULLIF(application_name, ''), 'unnamed'), pid"
+            " FROM pg_stat_activity"
+            " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            " ORDER BY pid"
+        ).fetchall()
+    return [f"{name} (backend pid {pid})" for name, pid in rows]
+
+
+def stop_server(
+    path: Path, *, force: bool = False, timeout: float = 30.0
+) -> tuple[ServerState, list[str]]:
     """End the keeper of ``path``, if one runs; the server then stops once no other
-    process holds it, or at once with ``force``. Return the state after."""
+    process holds it, or at once with ``force``. Without ``force``, nothing is
+    ended while other programs are connected through the server's URL (their
+    sessions are returned, and the server keeps running). Return the state after,
+    and those sessions."""
+    state = server_state(path)
+    if not force and state.running and state.url:
+        deadline = time.monotonic() + SESSIONS_SETTLE
+        sessions = client_sessions(state.url)
+        while sessions and time.monotonic() < deadline:
+            time.sleep(0.1)
+            sessions = client_sessions(state.url)
+        if sessions:
+            return state, sessions
     pid = keeper_pid(path)
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
@@ -276,7 +311,7 @@ def stop_server(path: Path, *, force: bool = False, timeout: float = 30.0) -> Se
             time.sleep(0.05)
     if force and server_state(path).running:
         EmbeddedPostgres(path).stop()
-    return server_state(path)
+    return server_state(path), []
 
 
 def start(path: str | Path = DEFAULT_PATH) -> str:

@@ -111,8 +111,13 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
 
     path = _path()
     before = server_state(path)
-    after = stop_server(path, force=args.force)
-    if not after.running:
+    after, sessions = stop_server(path, force=args.force)
+    if sessions:
+        text = (
+            f"still running: {len(sessions)} session(s) connected through its URL: "
+            f"{', '.join(sessions)}; stop those programs first (--force stops it now)"
+        )
+    elif not after.running:
         text = "stopped" if before.running else "not running"
     else:
         others = ", ".join(map(str, after.holders)) or "none known"
@@ -120,17 +125,18 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
             f"still running: used by process(es) {others}; it stops when they exit "
             "(--force stops it now)"
         )
-    emit(args, dataclasses.asdict(after), text)
-    return ExitCode.OK
+    emit(args, {**dataclasses.asdict(after), "sessions": sessions}, text)
+    return ExitCode.FAILURE if sessions else ExitCode.OK
 
 
 def cmd_status(args: argparse.Namespace) -> ExitCode:
-    from dispatchers.embedded import server_state
+    from dispatchers.embedded import client_sessions, server_state
 
     state = server_state(_path())
+    sessions = client_sessions(state.url) if state.running and state.url else []
     emit(
         args,
-        dataclasses.asdict(state),
+        {**dataclasses.asdict(state), "sessions": sessions},
         fields(
             [
                 ("path", state.path),
@@ -139,6 +145,7 @@ def cmd_status(args: argparse.Namespace) -> ExitCode:
                 ("postmaster pid", state.postmaster_pid),
                 ("keeper pid", state.keeper_pid),
                 ("processes using it", ", ".join(map(str, state.holders)) or None),
+                ("sessions through its URL", ", ".join(sessions) or None),
             ]
         ),
     )
@@ -177,7 +184,9 @@ def add_parser(commands: Commands) -> None:
         "stop",
         help="end the keeper; the server stops once no other process uses it",
         description="End the keeper started by `db start`. The server stops once no "
-        "other outbox process (a dispatcher, say) uses it; --force stops it now.",
+        "other outbox process (a dispatcher, say) uses it; while programs are "
+        "connected through its URL (OUTBOX_DATABASE_URL=$(outbox db url)), nothing is "
+        "stopped and they are listed (exit 1). --force stops it now.",
     )
     p.add_argument(
         "--force", action="store_true", help="stop the server now, even while others use it"

@@ -159,6 +159,25 @@ def test_db_keeps_the_server_for_other_programs_until_stopped(
         raise AssertionError("the keeper is still running")
 
 
+def test_db_stop_keeps_a_server_that_programs_use_through_its_url(
+    embedded_home: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    path = embedded_home / "pg"
+    url = outbox(path, "db", "url").stdout.strip()
+    # a program of your own, given OUTBOX_DATABASE_URL=$(outbox db url): no holder
+    with psycopg.connect(url, application_name="my-app") as app:
+        status = json.loads(outbox(path, "db", "status", "--json").stdout)
+        assert [s.split(" (")[0] for s in status["sessions"]] == ["my-app"]
+        polite = outbox(path, "db", "stop")
+        assert polite.returncode == 1
+        assert "1 session(s) connected through its URL: my-app (backend pid" in polite.stdout
+        assert server_state(path).running and server_state(path).keeper_pid is not None
+        assert app.execute("SELECT 1").fetchone() == (1,)  # still served
+    stopped = outbox(path, "db", "stop")
+    assert (stopped.returncode, stopped.stdout.strip()) == (0, "stopped")
+    assert not server_state(path).running
+
+
 def test_db_stop_leaves_a_server_that_others_use_until_forced(
     embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
