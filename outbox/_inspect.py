@@ -139,11 +139,14 @@ def _message_row(*, headers: object, body: bytes | memoryview, **columns: Any) -
 def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
     """A snapshot of the outbox, as a JSON-friendly dict.
 
-    - ``messages``: counts by state: ``ready`` (due now), ``scheduled`` (due
-      later), ``running`` (live lease), ``lease_expired`` (running past the lease:
-      the dispatcher died or froze; the rescuer returns them), ``paused``, ``dead``;
-    - ``oldest_ready_age_s``: seconds the oldest due message has waited since it
-      became due (None when nothing is due), the dispatch lag;
+    - ``messages``: counts by state: ``ready`` (due now, and claimable),
+      ``blocked`` (due, but an open breaker or a ``Retry-After`` hold keeps its
+      destination's messages back), ``scheduled`` (due later), ``running``
+      (live lease), ``lease_expired`` (running past the lease: the dispatcher
+      died or froze; the rescuer returns them), ``paused``, ``dead``;
+    - ``oldest_ready_age_s``: seconds the oldest ready message has waited since it
+      became due (None when nothing is ready), the dispatch lag; blocked messages
+      wait for their destination, not for a dispatcher, and do not count;
     - ``last_5_minutes``: attempts started in the last five minutes that
       ``delivered`` or ``failed`` (retried, dead, or lost their lease);
     - ``endpoints``: per endpoint ``id``, ``url``, ``enabled``,
@@ -179,6 +182,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
     return {
         "messages": {
             "ready": c.ready,
+            "blocked": c.blocked,
             "scheduled": c.scheduled,
             "running": c.running,
             "lease_expired": c.lease_expired,
@@ -204,6 +208,7 @@ class _StatusCounts(NamedTuple):
     """The row of ``status_counts``: messages by state, lag, recent attempts."""
 
     ready: int
+    blocked: int
     scheduled: int
     running: int
     lease_expired: int

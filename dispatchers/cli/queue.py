@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 from dispatchers.cli._common import (
@@ -170,6 +171,7 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
     text = fields(
         [
             ("ready (due now)", counts["ready"]),
+            ("blocked (breaker or hold)", counts["blocked"]),
             ("oldest ready waiting", None if age is None else f"{age:.1f} s"),
             ("scheduled (due later)", counts["scheduled"]),
             ("running", counts["running"]),
@@ -200,7 +202,9 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
     if snapshot["destinations"]:
         text += "\n\n" + policies_table(snapshot["destinations"])
     if snapshot["destination_health"]:
-        text += "\n\n" + "\n".join(map(_health_line, snapshot["destination_health"]))
+        text += "\n\n" + "\n".join(
+            _health_line(d, snapshot["now"]) for d in snapshot["destination_health"]
+        )
     emit(args, snapshot, text)
     for warning in warnings:
         print(f"outbox status: warning: {warning}", file=sys.stderr)
@@ -214,7 +218,7 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
-def _health_line(destination: dict[str, Any]) -> str:
+def _health_line(destination: dict[str, Any], now: datetime) -> str:
     """One line for a destination whose breaker is open or that a hold blocks."""
     name = cell(destination["destination"])
     until = cell(destination["blocked_until"])
@@ -224,6 +228,13 @@ def _health_line(destination: dict[str, Any]) -> str:
     failed = destination["failed_probes"]
     if destination["state"] == "probing":
         return f"breaker open: {name}, its probe is out ({failed} failed before; {reason})"
+    if destination["blocked_until"] <= now:
+        # the back-off has passed: the next claim that meets one of its messages
+        # sends the probe (none is due, or no dispatcher runs)
+        return (
+            f"breaker open: {name}, a probe is due since {until}, with its next message "
+            f"({failed} failed; {reason})"
+        )
     return f"breaker open: {name}, next probe at {until} ({failed} failed; {reason})"
 
 

@@ -299,10 +299,21 @@ ORDER BY attempt
 -- The backlog by state, lease health, lag and recent throughput. Ready and
 -- running counts walk their partial indexes; lag is how long the oldest due
 -- message has waited since it became due (not since it was created, so a
--- scheduled or retried message does not look late).
+-- scheduled or retried message does not look late). A due message whose
+-- destination an open breaker or a Retry-After hold blocks (as the claim reads
+-- destination_health) is counted as blocked, not ready, and has no lag: no
+-- dispatcher may take it yet.
+WITH blocking AS MATERIALIZED (
+    SELECT dh.destination FROM {schema}.destination_health AS dh
+    WHERE dh.blocked_until > now() OR dh.state <> 'held'
+)
 SELECT
-    (SELECT count(*) FROM {schema}.messages
-     WHERE state = 'ready' AND available_at <= now()) AS ready,
+    (SELECT count(*) FROM {schema}.messages AS m
+     WHERE m.state = 'ready' AND m.available_at <= now()
+       AND m.destination NOT IN (SELECT destination FROM blocking)) AS ready,
+    (SELECT count(*) FROM {schema}.messages AS m
+     WHERE m.state = 'ready' AND m.available_at <= now()
+       AND m.destination IN (SELECT destination FROM blocking)) AS blocked,
     (SELECT count(*) FROM {schema}.messages
      WHERE state = 'ready' AND available_at > now()) AS scheduled,
     (SELECT count(*) FROM {schema}.messages
@@ -311,9 +322,10 @@ SELECT
      WHERE state = 'running' AND lease_until < now()) AS lease_expired,
     (SELECT count(*) FROM {schema}.messages WHERE state = 'paused') AS paused,
     (SELECT count(*) FROM {schema}.messages WHERE state = 'dead') AS dead,
-    (SELECT CAST(EXTRACT(epoch FROM now() - min(available_at)) AS double precision)
-     FROM {schema}.messages
-     WHERE state = 'ready' AND available_at <= now()) AS oldest_ready_age_s,
+    (SELECT CAST(EXTRACT(epoch FROM now() - min(m.available_at)) AS double precision)
+     FROM {schema}.messages AS m
+     WHERE m.state = 'ready' AND m.available_at <= now()
+       AND m.destination NOT IN (SELECT destination FROM blocking)) AS oldest_ready_age_s,
     (SELECT count(*) FROM {schema}.attempts
      WHERE started_at >= now() - interval '5 minutes' AND outcome = 'delivered')
         AS delivered,

@@ -4,6 +4,7 @@ delivering to a real HTTP receiver where a redrive must end in a delivery."""
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,6 +12,7 @@ import psycopg
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from dispatchers.cli import main
 from dispatchers.db import Store
 from dispatchers.dispatcher import Dispatcher
 from dispatchers.log import NullLog
@@ -552,6 +554,7 @@ def test_status_counts_states_lag_recent_attempts_and_endpoints(db: Db) -> None:
         snapshot = status(conn)
     assert snapshot["messages"] == {
         "ready": 1,
+        "blocked": 0,
         "scheduled": 1,
         "running": 1,
         "lease_expired": 1,
@@ -573,6 +576,45 @@ def test_status_of_an_empty_outbox(db: Db) -> None:
     assert snapshot["oldest_ready_age_s"] is None
     assert set(snapshot["messages"].values()) == {0}
     assert snapshot["endpoints"] == []
+
+
+@pytest.mark.parametrize(
+    ("state", "until", "line"),
+    [
+        ("held", "10 minutes", "held: https://held.example:443 until "),
+        ("open", "10 minutes", "breaker open: https://held.example:443, next probe at "),
+        ("open", "-10 minutes", "breaker open: https://held.example:443, a probe is due since "),
+    ],
+)
+def test_due_messages_a_breaker_or_a_hold_keeps_back_are_blocked_not_ready_nor_late(
+    db: Db, capsys: pytest.CaptureFixture[str], state: str, until: str, line: str
+) -> None:
+    blocked = db.enqueue("blocked", url="https://held.example/x")
+    free = db.enqueue("free", url="https://free.example/x")
+    db.query(
+        "UPDATE outbox.messages SET available_at = now() - interval '5 minutes' WHERE id = %s",
+        blocked,
+    )
+    db.query(
+        "UPDATE outbox.messages SET available_at = now() - interval '30 seconds' WHERE id = %s",
+        free,
+    )
+    db.query(
+        "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
+        " VALUES ('https://held.example:443', %s, now() + CAST(%s AS interval),"
+        " CASE WHEN %s = 'open' THEN now() END)",
+        state,
+        until,
+        state,
+    )
+    with db.tx() as conn:
+        snapshot = status(conn)
+    assert (snapshot["messages"]["ready"], snapshot["messages"]["blocked"]) == (1, 1)
+    assert 29 <= snapshot["oldest_ready_age_s"] < 120  # the free one's wait, not 5 min
+    assert main(["status", "--database-url", db.url, "--max-lag", "200"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^blocked \(breaker or hold\) +1$", out, flags=re.M), out
+    assert line in out, out
 
 
 def test_admin_functions_run_in_a_sqlalchemy_session(db: Db) -> None:
