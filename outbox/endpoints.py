@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from outbox._arguments import check_id
 from outbox._endpoint_fields import (
@@ -65,6 +65,8 @@ MAX_RESEAL_BATCH = 10_000
 MAX_ROTATION_OVERLAP = timedelta(seconds=MAX_SPAN)
 """The longest a rotated secret keeps signing: the bound of every span."""
 
+T = TypeVar("T")
+
 
 class _StoredSecret(NamedTuple):
     """A row of ``secrets_to_reseal`` and ``client_keys_to_reseal``: a signing
@@ -98,6 +100,10 @@ class Endpoints:
     def __init__(self, *, schema: str = DEFAULT_SCHEMA, keyring: Keyring | None = None) -> None:
         self.queries: Queries = queries_for(schema)
         self.keyring = keyring
+
+    def _run(self, tx: Any, plan: Plan[T]) -> T:
+        """``plan`` on ``tx``; a schema that is not migrated is :class:`SchemaNotMigrated`."""
+        return run_sync(tx, plan, schema=self.queries.schema)
 
     def add(
         self,
@@ -143,7 +149,7 @@ class Endpoints:
         _check_pem_texts(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
         change = TlsChange.of(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
         tls = None if change is None else change.applied_to(Tls(None, None, None))
-        return run_sync(tx, self._insert_plan(params, new, tls), schema=self.queries.schema)
+        return self._run(tx, self._insert_plan(params, new, tls))
 
     def _insert_plan(self, params: dict[str, Any], secret: str, tls: Tls | None) -> Plan[Endpoint]:
         ids: list[int] = yield self.queries["endpoint_insert"], params, scalar
@@ -172,9 +178,7 @@ class Endpoints:
 
     def get(self, tx: Any, endpoint_id: int) -> Endpoint | None:
         """The endpoint, or None if there is no such id."""
-        return run_sync(
-            tx, self._get_plan(check_id(endpoint_id, "endpoint_id")), schema=self.queries.schema
-        )
+        return self._run(tx, self._get_plan(check_id(endpoint_id, "endpoint_id")))
 
     def _get_plan(self, endpoint_id: int) -> Plan[Endpoint | None]:
         rows: list[EndpointRow] = yield (
@@ -193,7 +197,7 @@ class Endpoints:
 
     def all(self, tx: Any) -> list[Endpoint]:
         """Every endpoint, by id."""
-        return run_sync(tx, self._list_plan(), schema=self.queries.schema)
+        return self._run(tx, self._list_plan())
 
     def _list_plan(self) -> Plan[list[Endpoint]]:
         rows: list[EndpointRow] = yield self.queries["endpoint_list"], {}, EndpointRow
@@ -261,11 +265,7 @@ class Endpoints:
             clear_client_cert=clear_client_cert,
         )
         endpoint_id = check_id(endpoint_id, "endpoint_id")
-        return run_sync(
-            tx,
-            self._update_plan(endpoint_id, changes, rotate=None, tls=tls),
-            schema=self.queries.schema,
-        )
+        return self._run(tx, self._update_plan(endpoint_id, changes, rotate=None, tls=tls))
 
     def rotate_secret(
         self,
@@ -284,11 +284,7 @@ class Endpoints:
         if not timedelta(0) <= overlap <= MAX_ROTATION_OVERLAP:
             raise InvalidArgument("overlap", f"must be from 0 to {MAX_ROTATION_OVERLAP.days} days")
         endpoint_id = check_id(endpoint_id, "endpoint_id")
-        return run_sync(
-            tx,
-            self._update_plan(endpoint_id, {}, rotate=(new, overlap)),
-            schema=self.queries.schema,
-        )
+        return self._run(tx, self._update_plan(endpoint_id, {}, rotate=(new, overlap)))
 
     def _update_plan(
         self,
@@ -358,7 +354,7 @@ class Endpoints:
             raise InvalidArgument("limit", f"must be an integer, not {type(limit).__name__}")
         if not 1 <= limit <= MAX_RESEAL_BATCH:
             raise InvalidArgument("limit", f"must be from 1 to {MAX_RESEAL_BATCH}")
-        return run_sync(tx, self._reseal_plan(self.keyring, limit), schema=self.queries.schema)
+        return self._run(tx, self._reseal_plan(self.keyring, limit))
 
     def _reseal_plan(self, keyring: Keyring, limit: int) -> Plan[int]:
         sealed = 0
@@ -395,10 +391,8 @@ class Endpoints:
         """How many signing secrets and client keys are not sealed under the
         keyring's current key (every plain-text one, and without a keyring all)."""
         current = self.keyring.current if self.keyring is not None else None
-        counts: list[int] = run_sync(
-            tx,
-            rows_plan(self.queries["secrets_unsealed_count"], {"key_id": current}, scalar),
-            schema=self.queries.schema,
+        counts: list[int] = self._run(
+            tx, rows_plan(self.queries["secrets_unsealed_count"], {"key_id": current}, scalar)
         )
         return counts[0]
 
@@ -408,21 +402,13 @@ class Endpoints:
             raise InvalidMessage("reason", "must be a non-empty string")
         reason = check_description(reason, "reason")
         endpoint_id = check_id(endpoint_id, "endpoint_id")
-        return run_sync(
-            tx,
-            self._toggle_plan("endpoint_disable", endpoint_id, reason),
-            schema=self.queries.schema,
-        )
+        return self._run(tx, self._toggle_plan("endpoint_disable", endpoint_id, reason))
 
     def enable(self, tx: Any, endpoint_id: int, *, notify: bool = True) -> int:
         """Enable the endpoint, clear its failure streak and resume its paused
         messages; return how many resumed."""
         name = "endpoint_enable_notify" if notify else "endpoint_enable"
-        return run_sync(
-            tx,
-            self._toggle_plan(name, check_id(endpoint_id, "endpoint_id"), None),
-            schema=self.queries.schema,
-        )
+        return self._run(tx, self._toggle_plan(name, check_id(endpoint_id, "endpoint_id"), None))
 
     def _toggle_plan(self, name: str, endpoint_id: int, reason: str | None) -> Plan[int]:
         rows: list[_Toggled] = yield (
@@ -437,9 +423,7 @@ class Endpoints:
     def delete(self, tx: Any, endpoint_id: int) -> int:
         """Delete the endpoint; its waiting messages become dead. Returns how many
         messages it had (delivered history is kept)."""
-        return run_sync(
-            tx, self._delete_plan(check_id(endpoint_id, "endpoint_id")), schema=self.queries.schema
-        )
+        return self._run(tx, self._delete_plan(check_id(endpoint_id, "endpoint_id")))
 
     def _delete_plan(self, endpoint_id: int) -> Plan[int]:
         detached = yield self.queries["endpoint_detach"], {"id": endpoint_id}, None
