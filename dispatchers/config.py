@@ -64,7 +64,6 @@ proxy URL (:meth:`~dispatchers.proxy.Proxy.parse`); ``ratio`` a number above 0 a
 at most 1; ``text`` a string (with ``choices``, one of them)."""
 
 
-
 @dataclass(frozen=True)
 class Option:
     """How a setting appears on the ``outbox dispatch`` command line (made by

@@ -36,17 +36,15 @@ def _read(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
-def database_url() -> str | None:
-    """``$OUTBOX_DATABASE_URL``, else ``$DATABASE_URL``, else None."""
-    for name in DATABASE_URL_VARIABLES:
-        if value := _read(name):
-            return value
-    return None
-
-
 def database_url_variable() -> str | None:
     """The name of the variable :func:`database_url` takes its URL from, or None."""
     return next((name for name in DATABASE_URL_VARIABLES if _read(name)), None)
+
+
+def database_url() -> str | None:
+    """``$OUTBOX_DATABASE_URL``, else ``$DATABASE_URL``, else None."""
+    name = database_url_variable()
+    return None if name is None else _read(name)
 
 
 def embedded_dir() -> str | None:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, TypeVar
 from psycopg.rows import BaseRowFactory, RowMaker
 
 R = TypeVar("R")
-_Cursor = Any  # any psycopg cursor: the factory reads only its description
+_Cursor = Any  # any psycopg cursor: the factory reads only its current result
 
 
 def result_names(cursor: _Cursor) -> tuple[str, ...]:
