@@ -153,6 +153,11 @@ def _cap_change_defect(
     return None
 
 
+RESOLUTION = 2e-6
+"""Seconds two database timestamps of one window may be off by: each is rounded
+to the microsecond."""
+
+
 def rate_within_limit(f: Facts) -> list[Violation]:
     """A rate-limited destination's starts (its claims: a request counts once it
     is claimed, whatever its outcome) stay within burst + rate x window in every
@@ -170,8 +175,12 @@ def rate_within_limit(f: Facts) -> list[Violation]:
                 inside = _in_force(listed, a, b)
                 if any(v.rate is None or v.burst is None for v in inside):
                     continue
+                # each end read to the microsecond (timestamptz), and the slots' next_at
+                # rounded so too: a claim exactly on a slot's boundary may read up to
+                # RESOLUTION early
                 bound = sum(
-                    (v.burst or 0) + (v.rate or 0) * max(0.0, min(b, v.hi) - max(a, v.lo))
+                    (v.burst or 0)
+                    + (v.rate or 0) * (max(0.0, min(b, v.hi) - max(a, v.lo)) + RESOLUTION)
                     for v in inside
                 )
                 excess = (j - i + 1) - bound
