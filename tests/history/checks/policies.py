@@ -184,7 +184,8 @@ def rate_within_limit(f: Facts) -> list[Violation]:
                     for v in inside
                 )
                 excess = (j - i + 1) - bound
-                if excess > 1e-6 and (worst is None or excess > worst[0]):
+                # the widest window wins a tie (the first found, up to float error)
+                if excess > 1e-6 and (worst is None or excess > worst[0] + 1e-9):
                     worst = (excess, i, j, bound)
         if worst is not None:
             _, i, j, bound = worst
