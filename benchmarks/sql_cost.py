@@ -40,8 +40,8 @@ import psycopg
 from psycopg import sql
 
 from dispatchers.bench.env import connect, database, fresh_schema, postgres_clock, seed_backlog
-from dispatchers.config import DispatcherConfig
-from dispatchers.db import Completion, Store
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.store.postgres import Completion, Store
 from outbox._queries import Statement
 
 TABLES = ("messages", "delivered", "attempts", "message_keys", "destination_slots", "endpoints")

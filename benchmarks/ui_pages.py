@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 import aiohttp
 import psycopg
 
-from dispatchers.log import EventLog
+from dispatchers.runtime.log import EventLog
 from dispatchers.ui.app import serve
 from dispatchers.ui.auth import Guard
 from dispatchers.ui.dashboard import Dashboard, templates

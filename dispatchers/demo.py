@@ -30,11 +30,11 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg.rows import class_row, scalar_row
 
-from dispatchers import loop as loops
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
-from dispatchers.retry import Schedule
+from dispatchers.delivery.retry import Schedule
+from dispatchers.runtime import loop as loops
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
 from outbox import Outbox, migrate
 from outbox._queries import queries_for
 from outbox.endpoints import Endpoints

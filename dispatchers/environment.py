@@ -15,7 +15,7 @@ else in the runtime or the library.
                                   ``--token-file``
 ================================  ==================================================
 
-A dispatcher run from Python (:class:`~dispatchers.config.DispatcherConfig`) and
+A dispatcher run from Python (:class:`~dispatchers.runtime.config.DispatcherConfig`) and
 the library read none of them: what they use is passed to them. ``outbox bench``
 reads none either, so that a benchmark never runs against a database by accident.
 An empty variable counts as unset.

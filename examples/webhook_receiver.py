@@ -98,9 +98,7 @@ def main() -> None:
         # forget old keys, a bounded batch per start (a busy receiver would run
         # this on a timer instead)
         inbox.purge(conn, KEEP_KEYS)
-    server = ThreadingHTTPServer(
-        (args.host, args.port), make_handler(database_url, args.secret)
-    )
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(database_url, args.secret))
     print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)
     try:
         server.serve_forever()

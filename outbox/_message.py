@@ -3,6 +3,9 @@
 Every argument of :meth:`outbox.Outbox.enqueue` is checked here before any SQL is
 sent, so bad input raises :class:`outbox.InvalidMessage` naming the field and the
 caller's transaction is left untouched.
+
+The module stays whole: it is the one list of what a message may hold, each
+field's check beside the others.
 """
 
 from __future__ import annotations

@@ -29,10 +29,10 @@ _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
 
 WAKE_LOCK_CLASS = 0x4F425701
 """First key of the advisory lock that a dispatcher waiting for notifications
-holds (see ``dispatchers.waker``); the second is :func:`lock_object_id`."""
+holds (see ``dispatchers.runtime.waker``); the second is :func:`lock_object_id`."""
 
 DUTY_LOCK_CLASS = 0x4F424401
-"""First key of the advisory lock of the dispatcher on duty (``dispatchers.waker``)."""
+"""First key of the advisory lock of the dispatcher on duty (``dispatchers.runtime.waker``)."""
 
 
 def lock_object_id(schema: str) -> int:
@@ -229,7 +229,7 @@ class Queries:
         self.channel = f"{schema}_ready"
         self.wake_lock = (WAKE_LOCK_CLASS, lock_object_id(schema))
         # Notify only when a dispatcher waits for it (it holds the wake lock, so
-        # this transaction cannot take it shared; see dispatchers.waker).
+        # this transaction cannot take it shared; see dispatchers.runtime.waker).
         # Otherwise the shared lock is held until commit, which keeps a dispatcher
         # from starting to wait before this transaction's messages are visible.
         # Built here from parts, not written in a .sql file: its lock keys and

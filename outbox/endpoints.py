@@ -11,6 +11,9 @@ here: only the dispatcher needs it.
 that takes the endpoint's row lock, writes, and reads the endpoint back. What is
 read (:class:`Endpoint`, :class:`Secret`) is made in ``_endpoint_rows``; the
 checks and TLS material live in ``_endpoint_fields`` and ``_endpoint_tls``.
+
+The module stays whole: the class is one plan per change, and the plans share
+the row lock and the read-back that make each change safe.
 """
 
 from __future__ import annotations

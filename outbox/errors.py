@@ -23,13 +23,13 @@ The tree::
     ├── InvalidSignature        a request failed Standard Webhooks verification
     │                           (also ``outbox.receiver.InvalidSignature``)
     ├── BlockedDestination      the dispatcher's SSRF guard refused every address of a
-    │                           destination (``dispatchers.ssrf``)
+    │                           destination (``dispatchers.delivery.ssrf``)
     ├── DispatcherFailed        a dispatcher stopped on what waiting will not heal,
-    │   │                       having released what it held (``dispatchers.watchdog``)
+    │   │                       having released what it held (``dispatchers.runtime.watchdog``)
     │   ├── DatabaseUnusable    its database is unreachable, refuses its role, is not
     │   │                       migrated, lacks a privilege, or fails permanently
     │   ├── SecretKeysMissing   signing secrets in force are sealed under keys it was
-    │   │                       not given (``dispatchers.preflight``)
+    │   │                       not given (``dispatchers.store.preflight``)
     │   └── DrainStalled        a drain made no progress for ``drain_timeout``
     └── UsageError              an ``outbox`` command line that cannot be carried out
                                 as given, exit status 2 (``dispatchers.cli``)

@@ -1,7 +1,7 @@
 """Standard Webhooks secrets and the signature they make: pure, no I/O.
 
 A secret is ``whsec_`` followed by the standard base64 of 24 to 64 random bytes;
-those bytes are the HMAC-SHA256 key. The sender (``dispatchers.signing``), the
+those bytes are the HMAC-SHA256 key. The sender (``dispatchers.delivery.signing``), the
 endpoints API and the receiver (``outbox.receiver``) all validate secrets and
 compute signatures here, so both ends share one implementation.
 """

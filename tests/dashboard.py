@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from dispatchers.log import EventLog
+from dispatchers.runtime.log import EventLog
 from dispatchers.ui.app import serve
 from dispatchers.ui.auth import Guard
 from dispatchers.ui.dashboard import Dashboard, templates

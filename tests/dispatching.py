@@ -18,11 +18,11 @@ from typing import Any
 
 import psycopg
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.jobs import Completion
-from dispatchers.log import EventLog, NullLog
-from dispatchers.retry import ExponentialBackoff, Schedule
+from dispatchers.delivery.retry import ExponentialBackoff, Schedule
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import EventLog, NullLog
+from dispatchers.store.messages import Completion
 from outbox import Outbox
 
 FAST_RETRY = ExponentialBackoff(base=0.05, cap=0.1, jitter=0.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatchers.jobs import Job
+from dispatchers.delivery.jobs import Job
 
 
 def job(**overrides: Any) -> Job:

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from dispatchers.db import TIMEOUT_PARAMS, Store, timeout_values
+from dispatchers.store.postgres import TIMEOUT_PARAMS, Store, timeout_values
 from outbox._queries import Statement
 
 _names = itertools.count()

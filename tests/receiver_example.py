@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from dispatchers.signing import webhook_headers
+from dispatchers.delivery.signing import webhook_headers
 
 EVENT = b'{"type":"order.paid","timestamp":"2026-01-01T00:00:00Z","data":{"id":42}}'
 WEBHOOK_ID = "evt-42:1"

@@ -92,7 +92,7 @@ class Settings:
     :func:`dispatchers.bench.measure.recording_tracer_provider`)."""
     event_loop: str = "auto"
     """The loop every drain and the latency scenario run on (see
-    :mod:`dispatchers.loop`); the report names the one used."""
+    :mod:`dispatchers.runtime.loop`); the report names the one used."""
     soak_rate: float = 200.0
     soak_dispatchers: int = 2
     soak_interval: float = 60.0

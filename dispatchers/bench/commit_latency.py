@@ -8,16 +8,16 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from dispatchers import loop as loops
 from dispatchers.bench.committers import Committers
 from dispatchers.bench.context import Bench
 from dispatchers.bench.enqueue import business_tables
 from dispatchers.bench.env import fresh_schema
 from dispatchers.bench.measure import NoopClient, delta, per_msg_us, percentile
 from dispatchers.bench.results import CommitLatencyResult, CommitLatencyRun, PacedRate
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
+from dispatchers.runtime import loop as loops
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
 
 
 async def _wait_for(condition: Callable[[], bool], within: float) -> bool:

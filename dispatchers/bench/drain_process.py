@@ -21,14 +21,14 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
-from dispatchers import loop as loops
 from dispatchers.bench import Settings
 from dispatchers.bench.baselines.naive import NaiveStats, run_naive
 from dispatchers.bench.env import SPAWN
 from dispatchers.bench.measure import NoopClient, peak_rss, recording_tracer_provider, rss_now
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
+from dispatchers.runtime import loop as loops
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
 
 DRAIN_START_TIMEOUT = 120.0  # seconds for a drain process to import and report ready
 

@@ -13,6 +13,9 @@ statements, the waker's included) and notifications received per message.
 
 Every process measures between the same two marks: just before the producers
 start, and once every message is recorded as delivered.
+
+The module stays whole: it is one scenario, whose producers, dispatchers and
+measures are read between the same two marks.
 """
 
 from __future__ import annotations
@@ -31,16 +34,16 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
-from dispatchers import loop as loops
 from dispatchers.bench import LATENCY_SECONDS
 from dispatchers.bench.baselines import pgqueuer
 from dispatchers.bench.context import Bench
 from dispatchers.bench.env import SPAWN, CpuClock, connect, fresh_schema, payload, run_id
 from dispatchers.bench.measure import percentile, ratio
 from dispatchers.bench.results import LatencyComparison, LatencyResult, LatencyRun
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
+from dispatchers.runtime import loop as loops
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
 from outbox import Outbox
 
 PRODUCER_RATE = 500.0
@@ -319,9 +322,7 @@ def latency_run(bench: Bench, *, rate: float, dispatchers: int) -> LatencyRun:
     cpu_dispatchers = total("cpu_s")
     pg_cpu = None if pg_start is None or pg_end is None else pg_end - pg_start
     producers_cpu = [p.get("backend_cpu_s") for p in produced]
-    enqueue_cpu = (
-        sum(producers_cpu) if produced and None not in producers_cpu else None
-    )
+    enqueue_cpu = sum(producers_cpu) if produced and None not in producers_cpu else None
     elapsed = max((p["elapsed"] for p in produced), default=None)
     return LatencyRun(
         offered_rate=rate,

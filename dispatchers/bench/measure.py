@@ -79,7 +79,7 @@ def analyze(url: str, schema: str) -> None:
 
 
 class NoopClient:
-    """An :class:`~dispatchers.http.HttpClient` that answers 200 to every request
+    """An :class:`~dispatchers.delivery.http.HttpClient` that answers 200 to every request
     without a network, and counts the requests."""
 
     def __init__(self) -> None:

@@ -4,6 +4,9 @@ measures they judge).
 
 A missed target is reported, never hidden; the exit status depends only on
 correctness (see :mod:`dispatchers.bench.runner`).
+
+The module stays whole: each target sits beside the row that judges it, and
+the rows make one table.
 """
 
 from __future__ import annotations

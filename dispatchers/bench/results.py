@@ -12,6 +12,9 @@ markers shape the JSON without a second definition of it:
 
 Every result carries ``ok`` (no message lost, left behind or delivered twice)
 and the ``failures`` that say why not.
+
+The module stays whole: it is the one definition of the report; split, the
+JSON's shape would be read in two places.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from dispatchers import loop as loops
 from dispatchers.bench import Settings
 from dispatchers.bench.context import Bench
 from dispatchers.bench.env import connect, database
@@ -25,6 +24,7 @@ from dispatchers.bench.report import table_rows
 from dispatchers.bench.results import Result, ScenarioFailed, to_json
 from dispatchers.bench.scenarios import SCENARIOS
 from dispatchers.bench.table import Row, format_table
+from dispatchers.runtime import loop as loops
 from outbox.dsn import redact
 
 

@@ -18,6 +18,9 @@ operator's is: SIGTERM, the grace period, and a fresh process. The producer is a
 thread of the bench's own process committing one message per transaction; the
 receiver is the bench receiver, answering a share of the requests ``500`` and a
 share late.
+
+The module stays whole: it is one scenario, whose restarts, checks and verdicts
+read the same run's state.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from dispatchers.bench.measure import MB, percentile
 from dispatchers.bench.receiver import Replies
 from dispatchers.bench.receiver_process import ReceiverProcess
 from dispatchers.bench.results import SoakInterval, SoakResult, Trend
-from dispatchers.config import DispatcherConfig
+from dispatchers.runtime.config import DispatcherConfig
 from outbox import Outbox
 
 DISPATCH = (sys.executable, "-m", "dispatchers.cli", "dispatch")

@@ -10,11 +10,14 @@ signing secrets are those listed in the file ``--secrets-key-file`` names, else 
 
 The argument types are the only ones on the command line (``outbox bench``
 included), so a bound means the same everywhere: a number is finite and at most
-a documented maximum (those of :mod:`dispatchers.config`, which
-:class:`~dispatchers.config.DispatcherConfig` enforces too), a span is a whole
+a documented maximum (those of :mod:`dispatchers.runtime.config`, which
+:class:`~dispatchers.runtime.config.DispatcherConfig` enforces too), a span is a whole
 number of units, a time has a UTC offset, an id fits a ``bigint``. So every time
 derived from an argument fits PostgreSQL's timestamps and Python's datetimes.
 Each rejects a value with a message that quotes it.
+
+The module stays whole: it is the one home of the argument types and of the
+choice of database, which every command reads here and nowhere else.
 """
 
 from __future__ import annotations
@@ -36,10 +39,10 @@ import psycopg
 
 from dispatchers import environment
 from dispatchers.cli._exit import ExitCode
-from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS
 from dispatchers.embedded import Database, configured_url, embedded_path, resolve
 from dispatchers.environment import SECRETS_KEY_VARIABLE
-from dispatchers.policy_text import UNIT_SECONDS, format_duration
+from dispatchers.runtime.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS
+from dispatchers.ui.policy_text import UNIT_SECONDS, format_duration
 from outbox._arguments import MAX_ID
 from outbox.defaults import DEFAULT_SCHEMA, MAX_RETRY_DELAY, MAX_RETRY_SCHEDULE, MAX_SPAN
 from outbox.errors import InvalidArgument, OutboxError
@@ -159,6 +162,7 @@ def resolve_database(args: argparse.Namespace) -> Database:
 
 
 # -- the secrets key ----------------------------------------------------------------
+
 
 def add_secrets_key_option(parser: argparse.ArgumentParser) -> None:
     """``--secrets-key-file``: the keys that seal and open signing secrets."""
@@ -305,7 +309,7 @@ def number(low: float, high: float, *, above: bool = False) -> Callable[[str], f
 
 
 positive_int = integer(1, MAX_COUNT)
-"""A count: an integer from 1 to :data:`~dispatchers.config.MAX_COUNT`."""
+"""A count: an integer from 1 to :data:`~dispatchers.runtime.config.MAX_COUNT`."""
 
 database_id = integer(1, MAX_ID)
 """The id of a row: an integer from 1 to PostgreSQL's largest ``bigint``."""
@@ -314,10 +318,10 @@ port = integer(0, 65535)
 """A TCP port; 0 lets the system choose."""
 
 positive_float = number(0, MAX_NUMBER, above=True)
-"""A number above 0, at most :data:`~dispatchers.config.MAX_NUMBER`."""
+"""A number above 0, at most :data:`~dispatchers.runtime.config.MAX_NUMBER`."""
 
 non_negative_float = number(0, MAX_NUMBER)
-"""A number, 0 or more, at most :data:`~dispatchers.config.MAX_NUMBER`."""
+"""A number, 0 or more, at most :data:`~dispatchers.runtime.config.MAX_NUMBER`."""
 
 fraction = number(0, 1)
 """A number from 0 to 1, both included."""
@@ -326,10 +330,10 @@ ratio = number(0, 1, above=True)
 """A share: a number above 0, at most 1."""
 
 seconds = number(0, MAX_SECONDS, above=True)
-"""A time in seconds, above 0, at most :data:`~dispatchers.config.MAX_SECONDS`."""
+"""A time in seconds, above 0, at most :data:`~dispatchers.runtime.config.MAX_SECONDS`."""
 
 seconds_or_zero = number(0, MAX_SECONDS)
-"""A time in seconds, 0 or more, at most :data:`~dispatchers.config.MAX_SECONDS`."""
+"""A time in seconds, 0 or more, at most :data:`~dispatchers.runtime.config.MAX_SECONDS`."""
 
 hours = number(0, MAX_SPAN / 3600)
 """A time in hours, 0 or more, at most :data:`~outbox.defaults.MAX_SPAN`."""

@@ -28,8 +28,8 @@ from dispatchers.cli._common import (
     require_extra,
 )
 from dispatchers.cli._exit import ExitCode
-from dispatchers.config import HTTP_CLIENTS
-from dispatchers.loop import EVENT_LOOPS
+from dispatchers.runtime.config import HTTP_CLIENTS
+from dispatchers.runtime.loop import EVENT_LOOPS
 
 
 def cmd_bench(args: argparse.Namespace) -> ExitCode:

@@ -73,8 +73,7 @@ def cmd_url(args: argparse.Namespace) -> ExitCode:
     else:
         url = _detach(path)
         print(
-            f"outbox: started the embedded PostgreSQL in {path}; it runs until "
-            "`outbox db stop`",
+            f"outbox: started the embedded PostgreSQL in {path}; it runs until `outbox db stop`",
             file=sys.stderr,
         )
     emit(args, {"url": url, "path": str(path)}, url)

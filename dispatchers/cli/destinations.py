@@ -24,7 +24,7 @@ from dispatchers.cli._common import (
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit, fields, table
-from dispatchers.policy_text import rate_text
+from dispatchers.ui.policy_text import rate_text
 from outbox._policy_fields import MAX_BURST, MAX_RATE_LIMIT, MIN_RATE_LIMIT
 from outbox.destinations import Destinations
 

@@ -1,11 +1,11 @@
 """``outbox dispatch``: run a dispatcher process, or several on this host.
 
-The options that set a :class:`~dispatchers.config.DispatcherConfig` field are
+The options that set a :class:`~dispatchers.runtime.config.DispatcherConfig` field are
 made from the field: its default, and the help and shape in its metadata
-(:class:`~dispatchers.config.Option`). The other options take their defaults from
+(:class:`~dispatchers.runtime.config.Option`). The other options take their defaults from
 where those are defined too (the retry policy's from
-:class:`~dispatchers.retry.ExponentialBackoff`, the log's from
-:class:`~dispatchers.log.EventLog`), so no default is written twice.
+:class:`~dispatchers.delivery.retry.ExponentialBackoff`, the log's from
+:class:`~dispatchers.runtime.log.EventLog`), so no default is written twice.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from dispatchers.cli._common import (
     seconds_or_zero,
 )
 from dispatchers.cli._exit import ExitCode
-from dispatchers.config import DispatcherConfig, Option, Values
+from dispatchers.delivery.proxy import Proxy
+from dispatchers.delivery.retry import ExponentialBackoff
 from dispatchers.environment import PROXY_VARIABLE
-from dispatchers.log import LEVELS, EventLog
-from dispatchers.policy_text import format_duration
-from dispatchers.proxy import Proxy
-from dispatchers.retry import ExponentialBackoff
+from dispatchers.runtime.config import DispatcherConfig, Option, Values
+from dispatchers.runtime.log import LEVELS, EventLog
+from dispatchers.ui.policy_text import format_duration
 from outbox.errors import ConfigurationError
 
 """The environment variable that names the proxy when ``--proxy`` does not."""
@@ -65,7 +65,7 @@ _TYPES: dict[Values, Callable[[str], Any]] = {
     "ratio": ratio,
     "text": str,
 }
-"""The argument type of each kind of :class:`~dispatchers.config.Option` value."""
+"""The argument type of each kind of :class:`~dispatchers.runtime.config.Option` value."""
 
 
 def _options() -> Iterator[tuple[dataclasses.Field[Any], Option]]:
@@ -152,10 +152,10 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
     terminated: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
     require_extra("dispatcher")
-    from dispatchers.dispatcher import run_dispatcher
-    from dispatchers.loop import resolve as resolve_event_loop
-    from dispatchers.preflight import check_database
-    from dispatchers.watchdog import DispatcherFailed
+    from dispatchers.errors import DispatcherFailed
+    from dispatchers.runtime.dispatcher import run_dispatcher
+    from dispatchers.runtime.loop import resolve as resolve_event_loop
+    from dispatchers.store.preflight import check_database
 
     config = config_from_args(args)
     if config.metrics_port and config.metrics_port + args.processes - 1 > 65535:
@@ -173,7 +173,7 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
             print("outbox dispatch: stopped before it started", file=sys.stderr)
             return ExitCode.OK
         if args.processes > 1:
-            from dispatchers.supervisor import supervise
+            from dispatchers.runtime.supervisor import supervise
 
             status = supervise(
                 args.argv,

@@ -40,7 +40,7 @@ from dispatchers.cli._endpoint_settings import OPTIONS, add_settings_options, se
 from dispatchers.cli._endpoint_tls import naming_tls_options
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
-from dispatchers.policy_text import format_schedule, rate_text, tls_fields
+from dispatchers.ui.policy_text import format_schedule, rate_text, tls_fields
 from outbox.endpoints import (
     DEFAULT_ROTATION_OVERLAP,
     MAX_RESEAL_BATCH,

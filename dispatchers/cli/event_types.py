@@ -17,7 +17,7 @@ from dispatchers.cli._common import (
 )
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit, table
-from dispatchers.policy_text import format_schedule
+from dispatchers.ui.policy_text import format_schedule
 from outbox.event_types import EventTypes
 
 

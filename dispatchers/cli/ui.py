@@ -111,7 +111,7 @@ def serve_dashboard(
 ) -> None:
     """Serve the dashboard of ``schema`` in the database at ``url`` until
     interrupted, saying on stderr where; ``keys`` open sealed signing secrets."""
-    from dispatchers.log import EventLog
+    from dispatchers.runtime.log import EventLog
     from dispatchers.ui.app import CannotListen, serve
     from dispatchers.ui.auth import Guard
     from dispatchers.ui.dashboard import Dashboard, templates

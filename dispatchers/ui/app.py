@@ -25,7 +25,7 @@ from typing import Any, cast
 import psycopg
 from aiohttp import web
 
-from dispatchers.log import EventLog
+from dispatchers.runtime.log import EventLog
 from dispatchers.ui import endpoint_pages, views
 from dispatchers.ui.auth import COOKIE
 from dispatchers.ui.dashboard import (

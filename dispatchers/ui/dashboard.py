@@ -11,7 +11,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from dispatchers.log import EventLog
+from dispatchers.runtime.log import EventLog
 from dispatchers.ui.auth import COOKIE, Guard
 from dispatchers.ui.limits import Limits
 from dispatchers.ui.store import DashboardStore

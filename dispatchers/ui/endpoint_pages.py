@@ -21,7 +21,6 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from dispatchers.policy_text import format_schedule, rate_text, tls_fields
 from dispatchers.ui.dashboard import bad, dashboard_of, log_action, read_form, render
 from dispatchers.ui.fields import (
     SPANS,
@@ -34,6 +33,7 @@ from dispatchers.ui.fields import (
     route_id,
 )
 from dispatchers.ui.limits import ENDPOINTS_PAGE
+from dispatchers.ui.policy_text import format_schedule, rate_text, tls_fields
 from outbox._endpoint_rows import Endpoint, EndpointRow, json_value
 from outbox._queries import queries_for
 from outbox._transaction import rows_plan, run_sync

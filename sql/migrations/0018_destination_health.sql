@@ -18,7 +18,7 @@
 --   blocked_until (now plus a lease) passes and another claim takes a probe.
 --
 -- Dispatchers write a row on a transition only, never per outcome: each keeps
--- its own recent outcomes per destination in memory (dispatchers.health, ten
+-- its own recent outcomes per destination in memory (dispatchers.delivery.health, ten
 -- buckets of counts per destination, about half a microsecond per outcome) and
 -- opens the breaker when its window says so; a hold is written once per
 -- Retry-After answer that lengthens it by a second or more. So a completion

@@ -1,5 +1,5 @@
--- The dispatcher's statements (dispatchers.db, dispatchers.waker,
--- dispatchers.preflight): claim, lease renewal, completion, rescue, retention,
+-- The dispatcher's statements (dispatchers.store.postgres, dispatchers.runtime.waker,
+-- dispatchers.store.preflight): claim, lease renewal, completion, rescue, retention,
 -- the drain check, the session statements around them, and the checks made at
 -- start-up. Placeholders as in enqueue.sql, plus "{channel}", the
 -- quoted name of the schema's notification channel.
@@ -370,7 +370,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
 
 -- fragment: claimed_rows
 -- The rows a claim hands the dispatcher, read by column name in
--- dispatchers.jobs.job_rows: each claimed message with its endpoint's URL,
+-- dispatchers.delivery.jobs.job_rows: each claimed message with its endpoint's URL,
 -- signing secrets and TLS material, its retry schedule, whether it is its
 -- destination's probe, and no rate wait (the row without an id says that, see
 -- "rate_wait").
@@ -994,7 +994,7 @@ SELECT (SELECT count(*) FROM removed) AS history,
 
 -- name: health_open
 -- Open a destination's breaker (a dispatcher's recent outcomes with it said so,
--- see dispatchers.health), blocked for %(backoff_s)s, unless it is open or
+-- see dispatchers.delivery.health), blocked for %(backoff_s)s, unless it is open or
 -- probing already: another dispatcher opened it first, and its back-off stands.
 -- A hold becomes an open breaker, blocked at least until the hold ends. Returns
 -- the row only when this statement opened it.
@@ -1038,7 +1038,7 @@ RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
 -- name: health_unprobe
 -- The probe %(owner)s took never reached the destination (the SSRF guard
 -- refused it, the client could not send it, or our own code failed: see
--- dispatchers.health.is_counted), so it says nothing of the destination's
+-- dispatchers.delivery.health.is_counted), so it says nothing of the destination's
 -- health: the breaker stays open, its probe free for the next claim at once,
 -- and its count of failed probes unchanged. Fenced as "health_close".
 UPDATE {schema}.destination_health AS dh
@@ -1068,7 +1068,7 @@ WHERE dh.destination = %(destination)s AND dh.state = 'probing'
 RETURNING dh.destination, dh.state, dh.blocked_until, dh.failed_probes
 
 -- name: set_timeouts
--- Sent ahead of each statement, local to its transaction (dispatchers.db). JIT
+-- Sent ahead of each statement, local to its transaction (dispatchers.store.postgres). JIT
 -- off: the dispatcher's statements are short, and a JIT-enabled server (as
 -- distributions and managed services ship PostgreSQL) would compile any whose
 -- estimated cost passes jit_above_cost, for seconds at each execution; the
@@ -1080,9 +1080,9 @@ SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
        set_config('jit', 'off', true)
 
 -- name: set_timeouts_prepared
--- set_timeouts, plus how a prepared statement is planned (dispatchers.db): a
+-- set_timeouts, plus how a prepared statement is planned (dispatchers.store.postgres): a
 -- generic plan, once per connection; and the size of the hot table in pages,
--- which the plans depend on (dispatchers.db re-plans them as it grows).
+-- which the plans depend on (dispatchers.store.postgres re-plans them as it grows).
 SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
        set_config('lock_timeout', %(outbox_lock_timeout)s, true),
        set_config('idle_in_transaction_session_timeout', %(outbox_idle_timeout)s, true),
@@ -1092,7 +1092,7 @@ SELECT set_config('statement_timeout', %(outbox_statement_timeout)s, true),
            / CAST(current_setting('block_size') AS integer) AS hot_pages
 
 -- name: waker_session
--- The waker's session connection (dispatchers.waker, never pooled): its one
+-- The waker's session connection (dispatchers.runtime.waker, never pooled): its one
 -- lock wait bounded by lock_timeout, every statement by statement_timeout, and
 -- a vanished dispatcher noticed (its locks freed) by TCP keepalives.
 SELECT set_config('lock_timeout', %(lock_timeout)s, false),
@@ -1121,7 +1121,7 @@ SELECT pg_advisory_unlock(%(class)s, %(object)s)
 SELECT pg_advisory_unlock_all()
 
 -- name: preflight_schema
--- At start-up (dispatchers.preflight): does the schema exist, may this role use
+-- At start-up (dispatchers.store.preflight): does the schema exist, may this role use
 -- it, and may it read the versions applied to it (NULL when the schema has no
 -- schema_migrations table: never migrated). Tables are looked up only where the
 -- role has USAGE on the schema: a lookup there without it is an error.
@@ -1136,7 +1136,7 @@ FROM (SELECT n.oid, has_schema_privilege(n.oid, 'USAGE') AS usable
 
 -- name: preflight_privileges
 -- At start-up, on a migrated schema: of the table privileges a dispatcher needs
--- (given in order: dispatchers.preflight takes them from outbox.roles, where they
+-- (given in order: dispatchers.store.preflight takes them from outbox.roles, where they
 -- are listed once, with why), those the current role lacks, one row each.
 -- SELECT, INSERT and UPDATE may be granted on some columns only (outbox roles
 -- grants the dispatcher UPDATE on the endpoints' health columns alone): any

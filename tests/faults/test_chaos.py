@@ -19,7 +19,7 @@ Receiver (``tests/faults/chaos_receiver.py``, its own process): answers a seeded
 sleep past the request timeout, or a connection reset, before or after applying
 the effect.
 
-Budgets (``dispatchers/config.py``): lease 6 s >= 1.5 x (request 1 s + flush
+Budgets (``dispatchers/runtime/config.py``): lease 6 s >= 1.5 x (request 1 s + flush
 0.05 s + statement 1.5 s), and the claim and statement timeouts (1.5 s) are at
 most a third of it. Retries start at 0.2 s and are capped at 2 s (a 429 waits its
 ``Retry-After`` of 1 s), so the 50 attempts each message has are never spent.

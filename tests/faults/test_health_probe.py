@@ -12,8 +12,8 @@ import asyncio
 
 import httpx
 
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
 from tests.dispatching import fast_config, wait_until
 from tests.faults.tcp_proxy import TcpProxy, proxy_target, through
 

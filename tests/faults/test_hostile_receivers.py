@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import EventLog
-from dispatchers.retry import ExponentialBackoff
+from dispatchers.delivery.retry import ExponentialBackoff
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import EventLog
 from tests.dispatching import Db, fast_config
 from tests.processes import Fleet, scalar, terminate, wait_until
 from tests.rawserver import RawServer, read_request

@@ -24,9 +24,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from dispatchers.db import Completion, Store
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import EventLog
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import EventLog
+from dispatchers.store.postgres import Completion, Store
 from outbox import Outbox
 from tests.dispatching import Db, fast_config
 from tests.processes import DispatcherProcess, Fleet, query, scalar, terminate, wait_until

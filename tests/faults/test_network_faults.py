@@ -38,10 +38,10 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import EventLog
-from dispatchers.reporting import Stats
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import EventLog
+from dispatchers.runtime.reporting import Stats
 from outbox.receiver import Inbox, idempotency_key
 from tests.dispatching import fast_config
 from tests.faults.tcp_proxy import TcpProxy, proxy_target, through

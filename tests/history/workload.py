@@ -30,7 +30,7 @@ PLAIN = ("inbox", "capped", "limited", "flaky")
 
 @dataclass(frozen=True)
 class Settings:
-    """The dispatchers' options, kept within the lease budget (``dispatchers.config``):
+    """The dispatchers' options, kept within the lease budget (``dispatchers.runtime.config``):
     lease >= 1.5 x (request timeout + 0.05 s flush + statement timeout), and the
     claim, statement and lock timeouts at most a third of the lease."""
 

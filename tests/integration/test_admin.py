@@ -13,9 +13,9 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from dispatchers.cli import main
-from dispatchers.db import Store
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
+from dispatchers.store.postgres import Store
 from outbox._queries import queries_for
 from outbox.admin import (
     TEST_EVENT_TYPE,

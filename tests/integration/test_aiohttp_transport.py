@@ -25,13 +25,13 @@ import trustme
 from standardwebhooks.webhooks import Webhook
 
 from dispatchers.cli import main
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.http import AiohttpClient, Attempt, Sender
-from dispatchers.jobs import Job
-from dispatchers.log import NullLog
-from dispatchers.outcome import Verdict
-from dispatchers.ssrf import AddressPolicy, BlockedDestination
+from dispatchers.delivery.http import AiohttpClient, Attempt, Sender
+from dispatchers.delivery.jobs import Job
+from dispatchers.delivery.outcome import Verdict
+from dispatchers.delivery.ssrf import AddressPolicy, BlockedDestination
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
 from outbox import Outbox
 from outbox.errors import ConfigurationError
 from outbox.secrets import generate_secret

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from dispatchers.db import Store
-from dispatchers.jobs import Completion
+from dispatchers.store.messages import Completion
+from dispatchers.store.postgres import Store
 from tests.dispatching import Db, delivered, fast_config, retried
 from tests.dispatching import failed as dead
 

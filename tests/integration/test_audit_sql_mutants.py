@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
-from dispatchers.db import Store
+from dispatchers.store.postgres import Store
 from outbox import Outbox
 from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints

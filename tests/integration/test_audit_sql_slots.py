@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import psycopg
 
-from dispatchers.db import Store
+from dispatchers.store.postgres import Store
 from outbox import Outbox
 from outbox.destinations import Destinations
 from tests.dispatching import delivered, fast_config

@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from dispatchers import loop as loops
 from dispatchers.bench.baselines import pgqueuer
 from dispatchers.cli import main
+from dispatchers.runtime import loop as loops
 
 TINY = [
     "--messages",
@@ -144,8 +144,7 @@ def test_every_scenario_reports_plausible_figures(
     with psycopg.connect(database_url) as conn:
         version = conn.info.parameter_status("server_version")
         (jit,) = conn.execute(
-            "SELECT CASE WHEN pg_jit_available() THEN current_setting('jit')"
-            " ELSE 'unavailable' END"
+            "SELECT CASE WHEN pg_jit_available() THEN current_setting('jit') ELSE 'unavailable' END"
         ).fetchone() or (None,)
     assert (report["machine"]["postgres"], report["machine"]["postgres_jit"]) == (version, jit)
 

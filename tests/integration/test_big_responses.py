@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from dispatchers.http import Sender
-from dispatchers.retry import ExponentialBackoff
+from dispatchers.delivery.http import Sender
+from dispatchers.delivery.retry import ExponentialBackoff
 from tests.dispatching import Db, drain, fast_config
 from tests.rawserver import Handler, RawServer, read_request
 

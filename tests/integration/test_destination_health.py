@@ -18,10 +18,10 @@ import psycopg
 import pytest
 
 from dispatchers.cli import main
-from dispatchers.db import Store
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import EventLog
-from dispatchers.rows import HealthRow
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import EventLog
+from dispatchers.store.postgres import Store
+from dispatchers.store.rows import HealthRow
 from outbox import Outbox
 from outbox.admin import status
 from outbox.endpoints import Endpoints

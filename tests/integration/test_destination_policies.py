@@ -10,8 +10,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dispatchers.db import Store
-from dispatchers.jobs import Completion, Job
+from dispatchers.delivery.jobs import Job
+from dispatchers.store.messages import Completion
+from dispatchers.store.postgres import Store
 from outbox import Destinations, Outbox
 from outbox.endpoints import Endpoints
 from tests.dispatching import delivered, fast_config

@@ -32,9 +32,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import EventLog
-from dispatchers.watchdog import DatabaseUnusable
+from dispatchers.errors import DatabaseUnusable
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import EventLog
 from outbox.migrations import load_migrations
 from tests.dispatching import Db, fast_config
 from tests.processes import DispatcherProcess, Fleet, enqueue_many, query, wait_until

@@ -12,12 +12,12 @@ import httpx
 import psycopg
 import pytest
 
-from dispatchers.db import Store
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.jobs import ClaimResult, Completion
-from dispatchers.log import NullLog
-from dispatchers.retry import ExponentialBackoff
-from dispatchers.waker import Waker
+from dispatchers.delivery.retry import ExponentialBackoff
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
+from dispatchers.runtime.waker import Waker
+from dispatchers.store.messages import ClaimResult, Completion
+from dispatchers.store.postgres import Store
 from tests.dispatching import Db, drain, fast_config, wait_until
 from tests.receiver import Received, Receiver, Reply
 

@@ -11,10 +11,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from dispatchers import db as dbmod
-from dispatchers.config import DispatcherConfig
-from dispatchers.db import Store
-from dispatchers.jobs import Completion, Job, Opener
+from dispatchers.delivery.jobs import Job
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.opening import Opener
+from dispatchers.store import postgres as dbmod
+from dispatchers.store.messages import Completion
+from dispatchers.store.postgres import Store
 from outbox import Outbox
 from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints

@@ -20,10 +20,10 @@ import psycopg
 import pytest
 import trustme
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import EventLog, NullLog
-from dispatchers.proxy import Proxy
+from dispatchers.delivery.proxy import Proxy
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import EventLog, NullLog
 from outbox import Outbox
 from outbox.endpoints import Endpoint, Endpoints
 from outbox.sealing import Keyring, generate_key, parse_keys

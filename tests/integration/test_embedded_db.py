@@ -35,9 +35,7 @@ HOLD = (
 
 
 def _env(path: Path) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("OUTBOX_DATABASE_URL", "DATABASE_URL")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in ("OUTBOX_DATABASE_URL", "DATABASE_URL")}
     env["OUTBOX_EMBEDDED_DIR"] = str(path)
     return env
 

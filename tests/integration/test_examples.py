@@ -78,9 +78,7 @@ def test_order_examples_write_the_order_and_its_message_together(database_url: s
 
 
 def test_order_examples_run_on_the_embedded_server_with_no_url(embedded_home: Path) -> None:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("OUTBOX_DATABASE_URL", "DATABASE_URL")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in ("OUTBOX_DATABASE_URL", "DATABASE_URL")}
     env["OUTBOX_EMBEDDED_DIR"] = str(embedded_home / "pg")
 
     def outbox(*args: str) -> str:

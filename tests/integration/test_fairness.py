@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from dispatchers.db import Store
+from dispatchers.store.postgres import Store
 from tests.dispatching import Db, drain, fast_config, running, wait_until
 from tests.receiver import Received, Receiver, Reply
 from tests.timing import LATE

@@ -10,8 +10,8 @@ from collections import Counter
 import psycopg
 from standardwebhooks.webhooks import Webhook
 
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
 from outbox import Outbox
 from outbox.endpoints import Endpoints
 from tests.dispatching import fast_config

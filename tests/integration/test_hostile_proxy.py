@@ -14,9 +14,9 @@ import base64
 
 import pytest
 
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
-from dispatchers.proxy import Proxy
+from dispatchers.delivery.proxy import Proxy
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
 from tests.dispatching import Db, fast_config
 from tests.forward_proxy import ForwardProxy
 from tests.receiver import Receiver

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import psycopg_pool
 import pytest
 
-from dispatchers.log import EventLog
+from dispatchers.runtime.log import EventLog
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from dispatchers.db import Store
-from dispatchers.log import NullLog
-from dispatchers.maintenance import Heartbeat, Rescuer
-from dispatchers.reporting import Reporter
+from dispatchers.runtime.log import NullLog
+from dispatchers.runtime.maintenance import Heartbeat, Rescuer
+from dispatchers.runtime.reporting import Reporter
+from dispatchers.store.postgres import Store
 from tests.dispatching import Db, fast_config
 
 URL = "https://example.com/hook"

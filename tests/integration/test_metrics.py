@@ -10,9 +10,9 @@ import httpx
 import psycopg
 import pytest
 
-from dispatchers import metrics as metrics_module
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
+from dispatchers.runtime import metrics as metrics_module
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
 from outbox import Outbox
 from tests.dispatching import fast_config, wait_until
 from tests.receiver import Receiver, Reply

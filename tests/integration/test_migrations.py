@@ -901,14 +901,14 @@ def test_import_scan_sees_every_form_of_import() -> None:
         "import dispatchers\n"
         "from dispatchers.cli import main\n"
         "import importlib\n"
-        "importlib.import_module('dispatchers.dispatcher')\n"
-        "__import__('dispatchers.http')\n"
+        "importlib.import_module('dispatchers.runtime.dispatcher')\n"
+        "__import__('dispatchers.delivery.http')\n"
         "from . import sibling\n"
     )
     assert _imported_modules(ast.parse(source)) == {
         "dispatchers",
         "dispatchers.cli",
         "importlib",
-        "dispatchers.dispatcher",
-        "dispatchers.http",
+        "dispatchers.runtime.dispatcher",
+        "dispatchers.delivery.http",
     }

@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from dispatchers.db import Store
-from dispatchers.jobs import Completion
+from dispatchers.store.messages import Completion
+from dispatchers.store.postgres import Store
 from outbox import Outbox
 from outbox.admin import replay_event, replay_message
 from outbox.endpoints import Endpoints

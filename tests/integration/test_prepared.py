@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.db import Store
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.store.postgres import Store
 from outbox import Outbox
 from outbox._queries import queries_for
 

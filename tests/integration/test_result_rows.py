@@ -1,4 +1,4 @@
-"""The dispatcher's typed rows (``dispatchers.rows``) take their columns by name from
+"""The dispatcher's typed rows (``dispatchers.store.rows``) take their columns by name from
 real results, in whatever order the statement returns them, and a result that
 lacks one fails naming it."""
 
@@ -9,7 +9,7 @@ from typing import NamedTuple
 import psycopg
 import pytest
 
-from dispatchers.rows import named_row, result_names
+from dispatchers.store.rows import named_row, result_names
 
 
 class Pair(NamedTuple):
@@ -20,9 +20,7 @@ class Pair(NamedTuple):
 def test_columns_are_taken_by_name_whatever_their_order(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
         in_order = conn.cursor(row_factory=named_row(Pair))
-        assert in_order.execute("SELECT 1 AS id, 'ready' AS state").fetchall() == [
-            Pair(1, "ready")
-        ]
+        assert in_order.execute("SELECT 1 AS id, 'ready' AS state").fetchall() == [Pair(1, "ready")]
         reversed_ = conn.cursor(row_factory=named_row(Pair))
         rows = reversed_.execute(
             "SELECT 'dead' AS state, 7 AS extra, 2 AS id UNION ALL SELECT 'ready', 8, 3"

@@ -6,11 +6,11 @@ import asyncio
 
 import psycopg
 
-from dispatchers.db import Store
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
-from dispatchers.maintenance import Retention
-from dispatchers.reporting import Reporter
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
+from dispatchers.runtime.maintenance import Retention
+from dispatchers.runtime.reporting import Reporter
+from dispatchers.store.postgres import Store
 from outbox import Outbox
 from tests.dispatching import fast_config, wait_until
 

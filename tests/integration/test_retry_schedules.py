@@ -18,8 +18,8 @@ import psycopg
 import pytest
 
 from dispatchers.cli import main
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import EventLog, NullLog
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import EventLog, NullLog
 from outbox import EventTypes, Outbox
 from outbox.endpoints import Endpoints
 from tests.dispatching import Db, fast_config, wait_until

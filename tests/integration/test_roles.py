@@ -27,10 +27,10 @@ from psycopg import sql
 from standardwebhooks.webhooks import Webhook
 
 from dispatchers.cli import main
-from dispatchers.db import Completion, Store
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
-from dispatchers.preflight import check_database
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
+from dispatchers.store.postgres import Completion, Store
+from dispatchers.store.preflight import check_database
 from outbox import Destinations, Outbox
 from outbox.endpoints import Endpoints
 from outbox.roles import ROLES

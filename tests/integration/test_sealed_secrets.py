@@ -18,7 +18,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from dispatchers.cli import main
-from dispatchers.log import EventLog
+from dispatchers.runtime.log import EventLog
 from outbox import Outbox
 from outbox.endpoints import Endpoints
 from outbox.sealing import KEY_BYTES, Keyring, SecretKeyMissing, generate_key, key_id

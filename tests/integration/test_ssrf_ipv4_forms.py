@@ -12,10 +12,10 @@ import threading
 import aiohttp
 import pytest
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.http import Attempt, Sender
-from dispatchers.outcome import Verdict
-from dispatchers.ssrf import AddressPolicy, GuardedResolver
+from dispatchers.delivery.http import Attempt, Sender
+from dispatchers.delivery.outcome import Verdict
+from dispatchers.delivery.ssrf import AddressPolicy, GuardedResolver
+from dispatchers.runtime.config import DispatcherConfig
 from tests.dispatching import fast_config
 from tests.jobs import job
 from tests.rawserver import RawServer, read_request

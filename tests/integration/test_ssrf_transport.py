@@ -21,7 +21,7 @@ import httpx
 import pytest
 import trustme
 
-from dispatchers.ssrf import (
+from dispatchers.delivery.ssrf import (
     AddressPolicy,
     BlockedDestination,
     GuardedNetworkBackend,

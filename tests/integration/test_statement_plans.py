@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 import psycopg
 import pytest
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.db import REPLAN_FLOOR, Store
-from dispatchers.jobs import Completion
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.store.messages import Completion
+from dispatchers.store.postgres import REPLAN_FLOOR, Store
 from outbox import Outbox
 from outbox._queries import queries_for
 from outbox.endpoints import Endpoints

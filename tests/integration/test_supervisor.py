@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from dispatchers.supervisor import child_argv
+from dispatchers.runtime.supervisor import child_argv
 from outbox import Outbox
 from tests.receiver import Receiver, Reply
 

@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import EventLog
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import EventLog
 from outbox import Endpoints, Outbox
 from outbox.receiver import extract_context
 from tests.dispatching import Db, drain, fast_config, wait_until

@@ -11,10 +11,10 @@ from typing import Any
 
 import psycopg
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
-from dispatchers.waker import Waker
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
+from dispatchers.runtime.waker import Waker
 from outbox import Outbox
 from tests.dispatching import fast_config
 from tests.receiver import Receiver, Reply

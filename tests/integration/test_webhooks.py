@@ -24,10 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.db import Store
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
+from dispatchers.store.postgres import Store
 from outbox import IdempotencyKeyReused, InvalidMessage, Outbox
 from outbox.dsn import sqlalchemy_url
 from outbox.endpoints import Endpoint, Endpoints

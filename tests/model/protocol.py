@@ -275,11 +275,11 @@ def _with_flight(disp: Dispatcher, i: int, f: Flight | None) -> Dispatcher:
 
 
 def _answer(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight, how: str) -> Step:
-    """dispatchers.dispatcher._attempt: the request, with the message's
+    """dispatchers.runtime.dispatcher._attempt: the request, with the message's
     Idempotency-Key, reaches the receiver, which claims the key in its inbox
     (outbox.receiver.Inbox.claim) and applies the effect the first time only;
     its answer is a 2xx or a failure to retry (or, at shutdown, the request is
-    cut short before the answer). Then dispatchers.breakers.Breakers.attempted
+    cut short before the answer). Then dispatchers.runtime.breakers.Breakers.attempted
     writes what the answer calls for: dispatch.sql "health_close" /
     "health_reopen" for the probe (fenced by probe_owner and state 'probing'),
     "health_open" for a failure while the breaker is closed."""
@@ -334,7 +334,7 @@ def _complete(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) 
 
 def _release(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) -> Step:
     """dispatch.sql "complete" with a "released" outcome never started (a claim
-    that committed after the stop signal, dispatchers.completions.released):
+    that committed after the stop signal, dispatchers.runtime.completions.released):
     ready again, the attempt refunded (attempts - 1). A released probe writes no
     health: its lease on the breaker stands."""
     s2 = _set_disp(s, d, _with_flight(disp, i, None))

@@ -45,14 +45,15 @@ class Module:
 
 
 MODULES: dict[str, Module] = {
-    "outcome": Module("dispatchers/outcome.py", ("tests/unit/test_outcome.py",)),
+    "outcome": Module("dispatchers/delivery/outcome.py", ("tests/unit/test_outcome.py",)),
     "retry": Module(
-        "dispatchers/retry.py", ("tests/unit/test_retry.py", "tests/unit/test_retry_schedules.py")
+        "dispatchers/delivery/retry.py",
+        ("tests/unit/test_retry.py", "tests/unit/test_retry_schedules.py"),
     ),
-    "health": Module("dispatchers/health.py", ("tests/unit/test_destination_health.py",)),
-    "cadence": Module("dispatchers/cadence.py", ("tests/unit/test_cadence.py",)),
+    "health": Module("dispatchers/delivery/health.py", ("tests/unit/test_destination_health.py",)),
+    "cadence": Module("dispatchers/runtime/cadence.py", ("tests/unit/test_cadence.py",)),
     "policy_text": Module(
-        "dispatchers/policy_text.py",
+        "dispatchers/ui/policy_text.py",
         ("tests/unit/test_policy_text.py", "tests/unit/test_retry_schedules.py"),
     ),
     "policy_fields": Module("outbox/_policy_fields.py", ("tests/unit/test_policy_fields.py",)),
@@ -68,30 +69,32 @@ MODULES: dict[str, Module] = {
     "message": Module("outbox/_message.py", ("tests/unit/test_message_validation.py",)),
 }
 
+EXHAUSTIVE_MATCH = "the case _ of a match exhaustive over Verdict"
+
 EQUIVALENT: dict[str, str] = {
-    "dispatchers.outcome.x_classify_response__mutmut_18": (
+    "dispatchers.delivery.outcome.x_classify_response__mutmut_18": (
         "a missing Outbox-Abort header read as 'XXXX' instead of '': neither is 'true'"
     ),
-    "dispatchers.outcome.x_classify_response__mutmut_95": (
+    "dispatchers.delivery.outcome.x_classify_response__mutmut_95": (
         "100 <= status < 599: 599 is a 5xx, retried before this test is reached"
     ),
-    "dispatchers.outcome.x_decide__mutmut_6": "the case _ of a match exhaustive over Verdict",
-    "dispatchers.outcome.x_decide__mutmut_69": "the case _ of a match exhaustive over Verdict",
-    "dispatchers.outcome.x__header__mutmut_1": (
+    "dispatchers.delivery.outcome.x_decide__mutmut_6": EXHAUSTIVE_MATCH,
+    "dispatchers.delivery.outcome.x_decide__mutmut_69": EXHAUSTIVE_MATCH,
+    "dispatchers.delivery.outcome.x__header__mutmut_1": (
         "without the exact-name lookup, the scan by lower-cased name finds the same value in "
         "every mapping the clients give (httpx lower-cases names; aiohttp's CIMultiDict "
         "yields its first value either way): the lookup is a fast path"
     ),
-    "dispatchers.retry.x_bounded_delay__mutmut_7": (
+    "dispatchers.delivery.retry.x_bounded_delay__mutmut_7": (
         "delay >= 0 instead of > 0: a delay of 0 (or -0.0, equal to it) is 0 either way"
     ),
-    "dispatchers.health.x_is_failure__mutmut_1": (
+    "dispatchers.delivery.health.x_is_failure__mutmut_1": (
         "'and' for 'or': a delivered (2xx) or gone (410) outcome is no failure by its status either"
     ),
-    "dispatchers.cadence.xǁCadenceǁclaimed__mutmut_2": (
+    "dispatchers.runtime.cadence.xǁCadenceǁclaimed__mutmut_2": (
         "the first claim decays the starting rate of 0: exp(-inf) * 0 is 0 too"
     ),
-    "dispatchers.policy_text.x_format_duration__mutmut_10": (
+    "dispatchers.ui.policy_text.x_format_duration__mutmut_10": (
         "/ for //: the branch is taken only when the unit divides the span exactly"
     ),
     "outbox._digest.x__field__mutmut_5": (

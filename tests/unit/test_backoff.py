@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dispatchers.backoff import Backoff
+from dispatchers.runtime.backoff import Backoff
 
 
 def test_each_failure_doubles_the_pause_up_to_the_maximum() -> None:

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from dispatchers.cadence import EMPTY_STREAK_IDLE, Cadence
+from dispatchers.runtime.cadence import EMPTY_STREAK_IDLE, Cadence
 
 WINDOW, POLL = 0.005, 1.0
 

@@ -33,8 +33,8 @@ from dispatchers.cli._common import (
     seconds_or_zero,
 )
 from dispatchers.cli.dispatch import config_from_args
-from dispatchers.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS
-from dispatchers.policy_text import format_duration
+from dispatchers.runtime.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS
+from dispatchers.ui.policy_text import format_duration
 from outbox.defaults import MAX_SPAN
 from outbox.errors import ConfigurationError
 from tests.hostile import HOSTILE

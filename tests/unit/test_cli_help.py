@@ -164,4 +164,3 @@ def test_every_option_the_readme_shows_on_a_command_line_exists() -> None:
             if flag not in options(parsed[name]) | {"--help"}:
                 wrong.append(f"{line!r}: {flag}")
     assert wrong == []
-

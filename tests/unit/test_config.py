@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dispatchers.config import MAX_COUNT, MAX_SECONDS, DispatcherConfig, kind_of
+from dispatchers.runtime.config import MAX_COUNT, MAX_SECONDS, DispatcherConfig, kind_of
 from outbox.defaults import MAX_SPAN
 from outbox.errors import ConfigurationError
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from dispatchers import loop as loops
-from dispatchers.deadline import Deadlines
+from dispatchers.delivery.deadline import Deadlines
+from dispatchers.runtime import loop as loops
 from tests.timing import LATE
 
 Run = Callable[[Coroutine[Any, Any, Any]], Any]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from dispatchers.config import BreakerSettings
-from dispatchers.health import HOLD_SLACK, HealthBook, hold_for, is_counted, is_failure
-from dispatchers.outcome import Outcome, Verdict, classify_response
+from dispatchers.delivery.health import HOLD_SLACK, HealthBook, hold_for, is_counted, is_failure
+from dispatchers.delivery.outcome import Outcome, Verdict, classify_response
+from dispatchers.runtime.config import BreakerSettings
 
 SETTINGS = BreakerSettings(
     window=10.0, min_attempts=4, failure_ratio=0.5, backoff=1.0, backoff_max=8.0

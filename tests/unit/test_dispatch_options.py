@@ -9,7 +9,7 @@ import pytest
 
 from dispatchers.cli import build_parser
 from dispatchers.cli.dispatch import config_from_args
-from dispatchers.config import DispatcherConfig
+from dispatchers.runtime.config import DispatcherConfig
 
 
 def _field(name: str) -> dataclasses.Field[object]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from dispatchers.bench.measure import NoopClient
-from dispatchers.config import DispatcherConfig
-from dispatchers.dispatcher import Dispatcher
-from dispatchers.log import NullLog
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.dispatcher import Dispatcher
+from dispatchers.runtime.log import NullLog
 from tests.jobs import job
 
 

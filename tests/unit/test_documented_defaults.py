@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE
+from dispatchers.delivery.retry import STANDARD_WEBHOOKS_SCHEDULE
+from dispatchers.runtime.config import DispatcherConfig
 from outbox import Outbox
 from outbox._filters import COMPILED_CACHE, MAX_FAN_OUT, MAX_FILTER_LENGTH
 from outbox._policy_fields import DEFAULT_MAX_BURST, MAX_BURST, default_burst

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trustme
 
-from dispatchers.tls import TlsContexts
+from dispatchers.delivery.tls import TlsContexts
 from outbox._endpoint_tls import Tls, TlsChange, check_ca_bundle, check_client_cert, stored_tls
 from outbox.errors import InvalidArgument
 from outbox.sealing import CLIENT_KEY, Keyring, SealBroken, Sealed, generate_key, parse_keys

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from dispatchers import loop as loops
-from dispatchers.config import DispatcherConfig
+from dispatchers.runtime import loop as loops
+from dispatchers.runtime.config import DispatcherConfig
 from outbox.errors import ConfigurationError
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from dispatchers import flusher as flusher_module
-from dispatchers.flusher import Flusher
+from dispatchers.runtime import flusher as flusher_module
+from dispatchers.runtime.flusher import Flusher
 from tests.timing import LATE
 
 

@@ -1,5 +1,5 @@
-"""The tree keeps its shape: modules stay small or say why not, and the import
-contract on the dispatcher's core covers every module of the runtime."""
+"""The tree keeps its shape: modules stay small or say why not, and the layers
+contract of the runtime places every one of its parts."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MOST_LINES = 460  # "about 450"
-#: the parts of the runtime that may import anything of it
-OUTER = ("cli", "bench", "demo", "ui")
+MOST_LINES = 400
 
 
 def test_a_long_module_says_in_its_docstring_why_it_stays_whole() -> None:
@@ -26,23 +24,21 @@ def test_a_long_module_says_in_its_docstring_why_it_stays_whole() -> None:
     assert long == []
 
 
-def test_the_dispatchers_import_contract_names_every_module_of_the_core() -> None:
+def test_the_layers_contract_places_every_part_of_the_runtime() -> None:
     config = tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())
     contracts = config["tool"]["importlinter"]["contracts"]
-    (core,) = [
-        c for c in contracts if c["forbidden_modules"] == [f"dispatchers.{m}" for m in OUTER]
-    ]
-    modules = {
-        f"dispatchers.{p.stem}"
-        for p in ROOT.joinpath("dispatchers").glob("*.py")
-        if p.stem not in ("__init__", *OUTER)
+    (layers,) = [c for c in contracts if c["type"] == "layers"]
+    assert layers["containers"] == ["dispatchers"]
+    named = {
+        part.strip() for layer in layers["layers"] for part in layer.replace(":", "|").split("|")
     }
-    packages = {
-        f"dispatchers.{p.name}"
+    parts = {
+        p.stem if p.is_file() else p.name
         for p in ROOT.joinpath("dispatchers").iterdir()
-        if p.is_dir() and (p / "__init__.py").exists() and p.name not in OUTER
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()
     }
-    assert set(core["source_modules"]) == modules | packages
+    assert named == parts
+    assert layers["layers"][0] == "cli"  # on top: nothing of the runtime imports it
 
 
 ENVIRONMENT = ("environ", "environb", "getenv", "getenvb")

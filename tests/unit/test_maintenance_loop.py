@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from dispatchers.log import NullLog
-from dispatchers.maintenance import Service
-from dispatchers.reporting import Reporter
+from dispatchers.runtime.log import NullLog
+from dispatchers.runtime.maintenance import Service
+from dispatchers.runtime.reporting import Reporter
 
 
 class Flaky(Service):

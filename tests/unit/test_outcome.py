@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from dispatchers.outcome import (
+from dispatchers.delivery.outcome import (
     ABORT_HEADER,
     DEFAULT_RETRY_STATUSES,
     Decision,
@@ -20,8 +20,13 @@ from dispatchers.outcome import (
     classify_response,
     decide,
 )
-from dispatchers.retry import MAX_DELAY, STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, Schedule
-from dispatchers.ssrf import BlockedDestination
+from dispatchers.delivery.retry import (
+    MAX_DELAY,
+    STANDARD_WEBHOOKS_SCHEDULE,
+    ExponentialBackoff,
+    Schedule,
+)
+from dispatchers.delivery.ssrf import BlockedDestination
 
 NOW = datetime(2015, 10, 21, 7, 26, 0, tzinfo=UTC)
 BLOCKED_TEXT = "hooks.example.com resolved to 10.0.0.7 (private)"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dispatchers.policy_text import format_duration, rate_text, tls_fields
+from dispatchers.ui.policy_text import format_duration, rate_text, tls_fields
 from outbox.endpoints import Endpoint
 from outbox.sealing import Sealed
 

@@ -11,9 +11,9 @@ import pytest
 from dispatchers.cli import build_parser
 from dispatchers.cli._common import UsageError
 from dispatchers.cli.dispatch import config_from_args
-from dispatchers.config import DispatcherConfig
-from dispatchers.proxy import Proxy
-from dispatchers.ssrf import AddressPolicy, BlockedDestination, ProxiedDestinations
+from dispatchers.delivery.proxy import Proxy
+from dispatchers.delivery.ssrf import AddressPolicy, BlockedDestination, ProxiedDestinations
+from dispatchers.runtime.config import DispatcherConfig
 from outbox.errors import ConfigurationError
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatchers.retry import (
+from dispatchers.delivery.retry import (
     MAX_DELAY,
     STANDARD_WEBHOOKS_SCHEDULE,
     ExponentialBackoff,

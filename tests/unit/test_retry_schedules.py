@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 
 from dispatchers.cli._common import retry_schedule
-from dispatchers.outcome import Outcome, Verdict, decide
-from dispatchers.policy_text import format_schedule
-from dispatchers.retry import DEFAULT_MAX_RETRY_AFTER, ExponentialBackoff, Schedule, policy_for
+from dispatchers.delivery.outcome import Outcome, Verdict, decide
+from dispatchers.delivery.retry import (
+    DEFAULT_MAX_RETRY_AFTER,
+    ExponentialBackoff,
+    Schedule,
+    policy_for,
+)
+from dispatchers.ui.policy_text import format_schedule
 from outbox import EventTypes, InvalidArgument
 from outbox._retry_schedule import check_retry_schedule
 from outbox.defaults import MAX_RETRY_DELAY, MAX_RETRY_SCHEDULE

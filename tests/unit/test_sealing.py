@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from dispatchers.unsealing import OpenedSecrets
+from dispatchers.delivery.unsealing import OpenedSecrets
 from outbox.endpoints import MAX_ROTATION_OVERLAP, Endpoints
 from outbox.errors import InvalidArgument
 from outbox.sealing import (

@@ -5,10 +5,10 @@ from __future__ import annotations
 import httpx
 from standardwebhooks.webhooks import Webhook
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.http import Attempt, Sender, idempotency_header
-from dispatchers.jobs import Job
-from dispatchers.outcome import Verdict
+from dispatchers.delivery.http import Attempt, Sender, idempotency_header
+from dispatchers.delivery.jobs import Job
+from dispatchers.delivery.outcome import Verdict
+from dispatchers.runtime.config import DispatcherConfig
 from outbox.secrets import generate_secret
 from tests.jobs import job as make_job
 

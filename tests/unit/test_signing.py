@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from dispatchers.http import idempotency_header
-from dispatchers.signing import generate_secret, parse_secret, sign, webhook_headers
+from dispatchers.delivery.http import idempotency_header
+from dispatchers.delivery.signing import generate_secret, parse_secret, sign, webhook_headers
 from outbox import InvalidMessage, OutboxError
 from outbox.errors import ConfigurationError
 from outbox.receiver import InvalidSignature, idempotency_key, verify

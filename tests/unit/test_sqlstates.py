@@ -7,7 +7,7 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from dispatchers.sqlstates import (
+from dispatchers.store.sqlstates import (
     RULES,
     UNKNOWN,
     Kind,

@@ -6,7 +6,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_address
 
 import pytest
 
-from dispatchers.ssrf import AddressPolicy, BlockedDestination
+from dispatchers.delivery.ssrf import AddressPolicy, BlockedDestination
 from outbox.errors import ConfigurationError, OutboxError
 
 NON_GLOBAL = [

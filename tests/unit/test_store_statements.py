@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.db import Completion, Store
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.store.postgres import Completion, Store
 
 
 def success(message_id: int, **overrides: Any) -> Completion:

@@ -8,8 +8,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from dispatchers.outcome import Outcome, Verdict
-from dispatchers.tracing import NO_SPANS, attempt_spans, stored_trace_id
+from dispatchers.delivery.outcome import Outcome, Verdict
+from dispatchers.delivery.tracing import NO_SPANS, attempt_spans, stored_trace_id
 from outbox._tracing import current_trace_context
 from tests.jobs import job
 

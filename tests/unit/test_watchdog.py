@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import psycopg
 
-from dispatchers.watchdog import DatabaseUnusable, DispatcherFailed, DrainStalled, Watchdog
+from dispatchers.errors import DatabaseUnusable, DispatcherFailed, DrainStalled
+from dispatchers.runtime.watchdog import Watchdog
 
 PERMANENT = psycopg.errors.InsufficientPrivilege("permission denied for table messages")
 TRANSIENT = psycopg.errors.AdminShutdown("terminating connection due to administrator command")

@@ -31,7 +31,7 @@ import psycopg
 import psycopg_pool
 
 from dispatchers.bench.env import bench_queries
-from dispatchers.http import idempotency_header
+from dispatchers.delivery.http import idempotency_header
 
 WORKERS = 32
 POOL_SIZE = 4  # psycopg_pool's default size; 16 and 32 were slower here

@@ -17,7 +17,7 @@ given in neither client's form) with no ``:`` in the user name (Basic
 authentication could not tell where the name ends, and aiohttp refuses one).
 
 The SSRF guard still applies to the destination (see
-:class:`~dispatchers.ssrf.ProxiedDestinations`); the proxy's own address may be
+:class:`~dispatchers.delivery.ssrf.ProxiedDestinations`); the proxy's own address may be
 anything, a private one included, since reaching it is the point.
 """
 

@@ -7,7 +7,7 @@
   in-flight deliveries, claims and their batch sizes, outcome batch sizes, lease
   losses, database errors by operation, destination health transitions
   (``opened``, ``probing``, ``closed``, ``reopened`` breakers; ``held``
-  destinations, see :mod:`dispatchers.health`);
+  destinations, see :mod:`dispatchers.delivery.health`);
 - ``/healthz``: 200 while the database answered within the last lease period,
   503 otherwise (a readiness probe: the process is alive but cannot work);
 - ``/livez``: 200 while the event loop runs (a liveness probe: restarting a
@@ -67,8 +67,7 @@ class Metrics:
         )
         self.health_transitions = Counter(
             "outbox_destination_health_transitions",
-            "Circuit breakers opened, probing, closed, reopened; destinations held by "
-            "Retry-After",
+            "Circuit breakers opened, probing, closed, reopened; destinations held by Retry-After",
             ["transition"],
             registry=r,
         )
@@ -137,7 +136,6 @@ async def serve(
             writer.close()
 
     return await asyncio.start_server(handle, host, port, limit=16 * 1024)
-
 
 
 def urls(server: asyncio.Server) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """When a dispatcher stops instead of trying again.
 
 A dispatcher retries transient database errors for as long as they last (see
-:mod:`dispatchers.sqlstates`). Two things end it instead, so that a supervisor,
+:mod:`dispatchers.store.sqlstates`). Two things end it instead, so that a supervisor,
 systemd or Kubernetes sees it fail rather than a process that loops quietly:
 
 - a **permanent error that persists**: one operation (claim, renew, complete,
@@ -13,7 +13,7 @@ systemd or Kubernetes sees it fail rather than a process that loops quietly:
 - a **drain without progress** for ``stall`` seconds: nothing claimed, recorded
   or rescued, and the work left in the outbox unchanged.
 
-The :class:`Watchdog` is told what happens (by :class:`~dispatchers.reporting.Reporter`
+The :class:`Watchdog` is told what happens (by :class:`~dispatchers.runtime.reporting.Reporter`
 and the claim loop) and hands the error that ends the dispatcher to
 ``on_failure``; the dispatcher then stops, releases what it holds through its usual
 shutdown, and raises it. It reads a clock and decides; it never waits.
@@ -24,23 +24,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from dispatchers.sqlstates import Kind, classify, describe
-from outbox.errors import OutboxError
-
-__all__ = ["DatabaseUnusable", "DispatcherFailed", "DrainStalled", "Watchdog"]
-
-
-class DispatcherFailed(OutboxError):
-    """A dispatcher stopped on what waiting will not heal (exit status 1)."""
-
-
-class DatabaseUnusable(DispatcherFailed):
-    """The database cannot be used as the dispatcher must: unreachable, refusing
-    its role, not migrated, lacking privileges, or failing with a permanent error."""
-
-
-class DrainStalled(DispatcherFailed):
-    """A drain made no progress for ``drain_timeout`` seconds."""
+from dispatchers.errors import DatabaseUnusable, DispatcherFailed, DrainStalled
+from dispatchers.store.sqlstates import Kind, classify, describe
 
 
 class Watchdog:

@@ -26,9 +26,8 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import BaseRowFactory, TupleRow
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.jobs import Claimed, ClaimResult, Completion, Signal, claim_rows
-from dispatchers.rows import (
+from dispatchers.store.messages import Claimed, ClaimResult, Completion, Signal, claim_rows
+from dispatchers.store.rows import (
     Completed,
     HealthRow,
     Recorded,
@@ -38,6 +37,7 @@ from dispatchers.rows import (
     Rescued,
     named_row,
 )
+from dispatchers.store.settings import StoreSettings
 from outbox._queries import Statement, queries_for
 
 R = TypeVar("R")
@@ -82,7 +82,7 @@ def stale_plan(planned_pages: int, pages: int) -> bool:
     return pages >= max(REPLAN_GROWTH * planned_pages, REPLAN_FLOOR)
 
 
-def timeout_values(config: DispatcherConfig, statement_timeout: float) -> tuple[str, str, str]:
+def timeout_values(config: StoreSettings, statement_timeout: float) -> tuple[str, str, str]:
     """The values of :data:`TIMEOUT_PARAMS` for statements bounded by
     ``statement_timeout``: it, and ``config``'s lock and idle timeouts."""
     return (
@@ -135,7 +135,7 @@ def _messages(rows: Sequence[Claimed | Signal]) -> list[Claimed]:
 class Store:
     """The statements one dispatcher runs, on a pool of a few connections."""
 
-    def __init__(self, conninfo: str, config: DispatcherConfig) -> None:
+    def __init__(self, conninfo: str, config: StoreSettings) -> None:
         self.config = config
         self.queries = queries_for(config.schema)
         # Each statement goes out behind its timeouts, in one message: the text is
@@ -479,7 +479,7 @@ class Store:
 
     async def health(self, statement: str, **params: Any) -> HealthRow | None:
         """Run one of the ``health_*`` statements (a transition of a destination's
-        breaker or hold, see :mod:`dispatchers.breakers`); return the row it
+        breaker or hold, see :mod:`dispatchers.runtime.breakers`); return the row it
         changed, or None when it changed none (another dispatcher got there first,
         or the probe was no longer ours)."""
         rows = await self._run(self.queries[statement], params, named_row(HealthRow))

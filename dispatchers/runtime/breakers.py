@@ -1,7 +1,7 @@
 """The dispatcher's side of destination health: circuit breakers and holds.
 
 :class:`Breakers` notes the outcome of each attempt in a
-:class:`~dispatchers.health.HealthBook` and writes the transitions the book (or a
+:class:`~dispatchers.delivery.health.HealthBook` and writes the transitions the book (or a
 probe's outcome) calls for to the destination's shared ``destination_health`` row,
 which every dispatcher's claim reads (see its migration, ``*_destination_health.sql``, and the
 ``health_*`` fragments of ``sql/queries/dispatch.sql``):
@@ -22,14 +22,14 @@ probe whose outcome was not written is taken again once its lease has passed.
 
 from __future__ import annotations
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.db import Store
-from dispatchers.health import HealthBook, Transition, hold_for, is_counted, is_failure
-from dispatchers.jobs import Job
-from dispatchers.outcome import Outcome
-from dispatchers.reporting import Reporter
-from dispatchers.retry import DEFAULT_MAX_RETRY_AFTER
-from dispatchers.rows import HealthRow
+from dispatchers.delivery.health import HealthBook, Transition, hold_for, is_counted, is_failure
+from dispatchers.delivery.jobs import Job
+from dispatchers.delivery.outcome import Outcome
+from dispatchers.delivery.retry import DEFAULT_MAX_RETRY_AFTER
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.reporting import Reporter
+from dispatchers.store.postgres import Store
+from dispatchers.store.rows import HealthRow
 
 __all__ = ["Breakers"]
 

@@ -2,10 +2,10 @@
 
 The events a dispatcher logs about its messages and its database are built here,
 in the one place that also keeps :class:`Stats` (read by tests, the bench and the
-demo) and the Prometheus instruments of :mod:`dispatchers.metrics` in step with
+demo) and the Prometheus instruments of :mod:`dispatchers.runtime.metrics` in step with
 the log. The claim loop, the outcome writer and the maintenance services say what
 happened and :class:`Reporter` counts, logs and measures it, and tells the
-dispatcher's :class:`~dispatchers.watchdog.Watchdog` which operations the
+dispatcher's :class:`~dispatchers.runtime.watchdog.Watchdog` which operations the
 database answered or failed, and which made progress. Left out: the
 ``claimed`` event, logged by the claim loop itself (per message, on the hot path,
 only when the log level asks for it), and the waker's ``listen_error``.
@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from dispatchers.health import Transition
-from dispatchers.jobs import Completion, Job
-from dispatchers.log import EventLog
-from dispatchers.metrics import Metrics
-from dispatchers.rows import HealthRow
-from dispatchers.sqlstates import is_transient
-from dispatchers.watchdog import Watchdog
+from dispatchers.delivery.health import Transition
+from dispatchers.delivery.jobs import Job
+from dispatchers.runtime.log import EventLog
+from dispatchers.runtime.metrics import Metrics
+from dispatchers.runtime.watchdog import Watchdog
+from dispatchers.store.messages import Completion
+from dispatchers.store.rows import HealthRow
+from dispatchers.store.sqlstates import is_transient
 
 
 @dataclass

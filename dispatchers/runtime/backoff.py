@@ -6,7 +6,7 @@ services, the listener's reconnections): each failure doubles the pause, from
 a random fraction of up to ``jitter``, so that dispatchers which met the same
 outage do not come back in step.
 
-This is not a delivery retry policy (:mod:`dispatchers.retry`): those compute the
+This is not a delivery retry policy (:mod:`dispatchers.delivery.retry`): those compute the
 delay of a message's next attempt from its stored attempt count, and nothing
 sleeps for them. This pause is in-process and forgotten on restart.
 """

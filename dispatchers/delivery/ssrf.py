@@ -54,7 +54,7 @@ import httpcore
 import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from dispatchers.proxy import Proxy
+from dispatchers.delivery.proxy import Proxy
 from outbox._message import ipv4_host_problem
 from outbox.errors import ConfigurationError, OutboxError
 

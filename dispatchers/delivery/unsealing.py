@@ -11,7 +11,7 @@ per message.
 A secret that cannot be opened, under a key this process lacks or because it
 does not open (altered, or copied from another endpoint), is never signed
 without: the message's secrets are then unavailable, and the dispatcher holds
-the message back (:func:`dispatchers.completions.withheld`).
+the message back (:func:`dispatchers.runtime.completions.withheld`).
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ the version this code needs, that its role holds every privilege the
 dispatcher's statements need, and that it holds every key that seals a signing
 secret in force (:class:`SecretKeysMissing` otherwise: it would have to hold
 those webhooks back). What is wrong is raised as one
-:class:`~dispatchers.watchdog.DatabaseUnusable` whose message says, on one line,
+:class:`~dispatchers.errors.DatabaseUnusable` whose message says, on one line,
 what it is and what to do: a misconfigured service fails at once and visibly,
 instead of retrying what waiting will not heal.
 
-Every failure to connect is final here, whatever :mod:`dispatchers.sqlstates`
+Every failure to connect is final here, whatever :mod:`dispatchers.store.sqlstates`
 says of it while running: a dispatcher that never reached its database holds
 nothing that waiting would protect, and its supervisor starts it again.
 
@@ -28,11 +28,11 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import BaseRowFactory, scalar_row, tuple_row
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.db import TIMEOUT_PARAMS, timeout_values
-from dispatchers.rows import MissingPrivilege, SchemaAccess, named_row
-from dispatchers.sqlstates import describe
-from dispatchers.watchdog import DatabaseUnusable, DispatcherFailed
+from dispatchers.errors import DatabaseUnusable, DispatcherFailed
+from dispatchers.store.postgres import TIMEOUT_PARAMS, timeout_values
+from dispatchers.store.rows import MissingPrivilege, SchemaAccess, named_row
+from dispatchers.store.settings import StoreSettings
+from dispatchers.store.sqlstates import describe
 from outbox._queries import Queries, queries_for
 from outbox.migrations import load_migrations
 from outbox.roles import PRIVILEGES
@@ -50,7 +50,7 @@ LIBPQ_SHORTEST_CONNECT_TIMEOUT = 2
 """libpq reads a ``connect_timeout`` below 2 seconds as 2 (and 0 as no bound)."""
 
 
-def check_database(conninfo: str, config: DispatcherConfig) -> None:
+def check_database(conninfo: str, config: StoreSettings) -> None:
     """Raise :class:`DatabaseUnusable` unless a dispatcher can work on ``conninfo``
     with ``config``: connected, migrated, and granted what it needs."""
     timeout = max(LIBPQ_SHORTEST_CONNECT_TIMEOUT, math.ceil(config.db_connect_timeout))
@@ -65,7 +65,7 @@ def check_database(conninfo: str, config: DispatcherConfig) -> None:
             raise DatabaseUnusable(f"the start-up check failed: {describe(exc)}") from exc
 
 
-def _check(conn: psycopg.Connection[Any], queries: Queries, config: DispatcherConfig) -> None:
+def _check(conn: psycopg.Connection[Any], queries: Queries, config: StoreSettings) -> None:
     """The checks, in the order that makes each one's answer meaningful: the
     schema before its tables, the version before the tables it brings."""
     schema = config.schema

@@ -8,16 +8,16 @@
 - :class:`Retention` removes delivered history past the retention period, in
   bounded batches.
 
-The listener that wakes the claim loop is :class:`dispatchers.waker.Waker`: it
+The listener that wakes the claim loop is :class:`dispatchers.runtime.waker.Waker`: it
 keeps a session connection rather than running rounds, so it is no service here.
 
 Each service takes its settings as arguments (the dispatcher passes them from its
-:class:`~dispatchers.config.DispatcherConfig`), does one round in ``run_once()``,
+:class:`~dispatchers.runtime.config.DispatcherConfig`), does one round in ``run_once()``,
 which tests call directly and which raises what the database raised, and repeats
 it every ``interval`` in ``run()``; a round tells the reporter each time the
 database answered it (the dispatcher's watchdog counts errors per operation).
 After a failed round, ``run()`` reports the
-error and tries again after the shared :class:`~dispatchers.backoff.Backoff`,
+error and tries again after the shared :class:`~dispatchers.runtime.backoff.Backoff`,
 never later than the interval: a renewal that met a dropped connection is sent
 again within moments rather than a third of a lease later.
 """
@@ -29,9 +29,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
 
-from dispatchers.backoff import Backoff
-from dispatchers.db import Store
-from dispatchers.reporting import Reporter
+from dispatchers.runtime.backoff import Backoff
+from dispatchers.runtime.reporting import Reporter
+from dispatchers.store.postgres import Store
 
 __all__ = ["Heartbeat", "Rescuer", "Retention", "Service"]
 

@@ -8,14 +8,14 @@ when nothing arrives it should not claim at all. Three ways of waiting:
 - **busy**: messages keep arriving faster than one per ``window``; claim on a
   timer, once per ``window`` (so each claim takes what arrived meanwhile), and no
   notification is needed: the wake lock is released, so producers send none
-  (see :mod:`dispatchers.waker`). Claims that find nothing stretch the timer
+  (see :mod:`dispatchers.runtime.waker`). Claims that find nothing stretch the timer
   (``window`` doubled per empty claim, up to ``poll_interval``).
 - **idle**: messages are rare; wait for a notification (the dispatcher holds the
   wake lock, so every producer notifies), but claim at most once per ``window``,
   so a burst of notifications becomes one claim; poll every ``poll_interval``
   anyway (retries falling due are announced by nobody).
 
-A dispatcher that is not on duty (another one is; see :mod:`dispatchers.waker`)
+A dispatcher that is not on duty (another one is; see :mod:`dispatchers.runtime.waker`)
 polls every ``poll_interval``, so one notification never wakes every dispatcher.
 
 Whatever the mode, a claim that a destination's rate limit held back says when

@@ -24,8 +24,8 @@ import importlib.util
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from dispatchers.jobs import Job
-from dispatchers.outcome import Outcome, Verdict
+from dispatchers.delivery.jobs import Job
+from dispatchers.delivery.outcome import Outcome, Verdict
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span

@@ -5,7 +5,7 @@ lasts: the connection dropped, the server is restarting, a statement lost a race
 or ran past one of our own timeouts. A permanent error does not heal by waiting:
 the role is refused or lacks a privilege, the database, schema or a table is
 missing, a value is out of range. A dispatcher that keeps meeting one stops (see
-:mod:`dispatchers.watchdog`), so that its supervisor sees it fail.
+:mod:`dispatchers.runtime.watchdog`), so that its supervisor sees it fail.
 
 Errors are classified by their SQLSTATE, never by their message text: a
 :class:`Rule` names a class (two characters) or a code (five), and the longest
@@ -16,7 +16,7 @@ Errors without a SQLSTATE come from the client's side. psycopg raises
 ``OperationalError`` without one when libpq cannot open or keep a connection
 (the server is unreachable, closed the connection, or refused it before
 answering with an error): while running, that is a connection lost, transient.
-At start-up, :mod:`dispatchers.preflight` treats every failure to connect as
+At start-up, :mod:`dispatchers.store.preflight` treats every failure to connect as
 final instead: a dispatcher that never reached its database has nothing to wait
 for. A pool that had no connection to give within its timeout, an ``OSError``
 and a ``TimeoutError`` (our own bound on an answer) are transient too; any other

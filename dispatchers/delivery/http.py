@@ -1,13 +1,13 @@
 """HTTP delivery: one attempt of one claimed message, classified.
 
 The sender never raises for a failed delivery: every response and every transport
-error becomes an :class:`~dispatchers.outcome.Outcome`. It reads at most
+error becomes an :class:`~dispatchers.delivery.outcome.Outcome`. It reads at most
 ``max_response_bytes`` of a response body and keeps only a short excerpt of it
 (``excerpt_bytes``: what is recorded; the rest is dropped as it is read, so a
 thousand requests in flight hold a thousand excerpts, not a thousand bounds), bounds
 the whole attempt by ``request_timeout`` (per-operation timeouts alone would let a
 trickling response last forever; one timer serves every attempt in flight, see
-:mod:`dispatchers.deadline`) and never follows redirects.
+:mod:`dispatchers.delivery.deadline`) and never follows redirects.
 
 Two HTTP clients can send (``DispatcherConfig.http_client``): one aiohttp session
 behind the SSRF-guarded aiohttp connector (``"aiohttp"``, :class:`AiohttpClient`, the
@@ -41,19 +41,19 @@ import aiohttp
 import httpx
 from yarl import URL
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.deadline import Deadlines
-from dispatchers.jobs import Job
-from dispatchers.outcome import Outcome, Verdict, classify_exception, classify_response
-from dispatchers.proxy import Proxy
-from dispatchers.signing import webhook_headers
-from dispatchers.ssrf import (
+from dispatchers.delivery.deadline import Deadlines
+from dispatchers.delivery.jobs import Job
+from dispatchers.delivery.outcome import Outcome, Verdict, classify_exception, classify_response
+from dispatchers.delivery.proxy import Proxy
+from dispatchers.delivery.settings import SendSettings
+from dispatchers.delivery.signing import webhook_headers
+from dispatchers.delivery.ssrf import (
     AddressPolicy,
     ProxiedDestinations,
     guarded_connector,
     guarded_transport,
 )
-from dispatchers.tracing import NO_SPANS, AttemptSpans
+from dispatchers.delivery.tracing import NO_SPANS, AttemptSpans
 
 TASKS_PER_CLIENT = 4
 """httpcore's pool scans every connection (with a readability probe each) per
@@ -75,7 +75,7 @@ class Attempt:
     duration_ms: int
     excerpt: str | None
     trace_id: str | None = None
-    """The attempt's trace (:mod:`dispatchers.tracing`), for the log lines."""
+    """The attempt's trace (:mod:`dispatchers.delivery.tracing`), for the log lines."""
 
 
 class HttpClient(Protocol):
@@ -84,9 +84,9 @@ class HttpClient(Protocol):
     :meth:`request` sends one request and returns its status, headers and body
     (at most the configured bound of it); it raises httpx's exception types for
     transport failures (``BlockedDestination`` for a refused destination), which
-    :func:`~dispatchers.outcome.classify_exception` understands. ``tls``, when
+    :func:`~dispatchers.delivery.outcome.classify_exception` understands. ``tls``, when
     given, is the destination's own TLS context (its CA bundle, its client
-    certificate: :mod:`dispatchers.tls`), used instead of the default one, on
+    certificate: :mod:`dispatchers.delivery.tls`), used instead of the default one, on
     connections of its own. The sender bounds the whole call by ``request_timeout``.
     """
 
@@ -129,7 +129,7 @@ class Sender:
 
     def __init__(
         self,
-        config: DispatcherConfig,
+        config: SendSettings,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         client: HttpClient | None = None,
@@ -281,7 +281,7 @@ class HttpxClient:
     def __init__(
         self,
         transports: list[httpx.AsyncBaseTransport],
-        config: DispatcherConfig,
+        config: SendSettings,
         *,
         owns_transports: bool = False,
         transport_for: Callable[[ssl.SSLContext], httpx.AsyncBaseTransport] | None = None,
@@ -361,12 +361,12 @@ class HttpxClient:
 class AiohttpClient:
     """A small HTTP client on aiohttp with the guarantees of the httpx path.
 
-    One ``aiohttp.ClientSession`` over :func:`~dispatchers.ssrf.guarded_connector`
+    One ``aiohttp.ClientSession`` over :func:`~dispatchers.delivery.ssrf.guarded_connector`
     (the SSRF guard: one resolution, refused addresses never dialled, IP literals
     checked, TLS verified against the URL's host), holding at most ``limit``
     connections. With a ``proxy``, every request goes through it and the guard
     checks each request's destination instead
-    (:class:`~dispatchers.ssrf.ProxiedDestinations`). A request's own ``tls``
+    (:class:`~dispatchers.delivery.ssrf.ProxiedDestinations`). A request's own ``tls``
     context is aiohttp's ``ssl`` for it, and aiohttp keeps the connections of
     each context in a pool of their own. Redirects are not followed, no proxy is
     taken from the environment, no cookie is ever used, bodies are not

@@ -8,22 +8,22 @@ at most as many again whose outcome awaits its write (so claiming overlaps the
 writing of outcomes). A message stays held, its lease renewed, until its outcome
 is written. The dispatcher composes the rest:
 
-- the **flusher** (:mod:`dispatchers.flusher`) writes outcomes in fenced batches;
+- the **flusher** (:mod:`dispatchers.runtime.flusher`) writes outcomes in fenced batches;
 - the **heartbeat**, the **rescuer** and **retention**
-  (:mod:`dispatchers.maintenance`) renew leases, hand on expired ones, and remove
+  (:mod:`dispatchers.runtime.maintenance`) renew leases, hand on expired ones, and remove
   old history;
-- the **breakers** (:mod:`dispatchers.breakers`) hold a destination that asked
+- the **breakers** (:mod:`dispatchers.runtime.breakers`) hold a destination that asked
   for a pause (Retry-After) and open the circuit breaker of one that fails most
   of its attempts, so that claims pass its messages over;
-- the **waker** (:mod:`dispatchers.waker`) turns notifications into claims, and
-  the claim cadence (:mod:`dispatchers.cadence`) says when to claim next;
-- :mod:`dispatchers.reporting` counts and logs what happens.
+- the **waker** (:mod:`dispatchers.runtime.waker`) turns notifications into claims, and
+  the claim cadence (:mod:`dispatchers.runtime.cadence`) says when to claim next;
+- :mod:`dispatchers.runtime.reporting` counts and logs what happens.
 
 Transient database errors pause claiming and are retried; outcomes are kept until
 written (writing them twice is harmless: the fence makes it a no-op). A permanent
 error that persists for a lease, or a drain that makes no progress for
 ``drain_timeout``, stops the dispatcher through the same graceful shutdown, and
-:meth:`Dispatcher.run` then raises it (see :mod:`dispatchers.watchdog`).
+:meth:`Dispatcher.run` then raises it (see :mod:`dispatchers.runtime.watchdog`).
 
 The module stays whole past the usual length: claiming, capacity and shutdown are
 one state machine, and splitting it would scatter the transitions a reader must
@@ -48,23 +48,26 @@ from typing import Any
 
 import httpx
 
-from dispatchers import completions
-from dispatchers import loop as loops
-from dispatchers.backoff import Backoff
-from dispatchers.breakers import Breakers
-from dispatchers.cadence import Cadence
-from dispatchers.config import DispatcherConfig
-from dispatchers.db import Store
-from dispatchers.flusher import Flusher, OutcomeWriter
-from dispatchers.http import HttpClient, Sender
-from dispatchers.jobs import Completion, Job, Opener
-from dispatchers.log import EventLog
-from dispatchers.maintenance import Heartbeat, Rescuer, Retention
-from dispatchers.metrics import serve, urls
-from dispatchers.reporting import Reporter, Stats
-from dispatchers.tracing import attempt_spans
-from dispatchers.waker import Waker
-from dispatchers.watchdog import DispatcherFailed, Watchdog
+from dispatchers.delivery.http import HttpClient, Sender
+from dispatchers.delivery.jobs import Job
+from dispatchers.delivery.tracing import attempt_spans
+from dispatchers.errors import DispatcherFailed
+from dispatchers.runtime import completions
+from dispatchers.runtime import loop as loops
+from dispatchers.runtime.backoff import Backoff
+from dispatchers.runtime.breakers import Breakers
+from dispatchers.runtime.cadence import Cadence
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.flusher import Flusher, OutcomeWriter
+from dispatchers.runtime.log import EventLog
+from dispatchers.runtime.maintenance import Heartbeat, Rescuer, Retention
+from dispatchers.runtime.metrics import serve, urls
+from dispatchers.runtime.opening import Opener
+from dispatchers.runtime.reporting import Reporter, Stats
+from dispatchers.runtime.waker import Waker
+from dispatchers.runtime.watchdog import Watchdog
+from dispatchers.store.messages import Completion
+from dispatchers.store.postgres import Store
 
 HAND_OFF_AFTER = 0.1
 """Seconds a dispatcher on duty may have every request slot taken before it hands
@@ -90,14 +93,14 @@ class Dispatcher:
     :param config: settings (validated on construction).
     :param transport: an httpx transport to send with, instead of the default
         SSRF-guarded one.
-    :param client: an :class:`~dispatchers.http.HttpClient` to send with instead
+    :param client: an :class:`~dispatchers.delivery.http.HttpClient` to send with instead
         (neither is closed by the dispatcher).
     :param log: where events go (default: JSON lines on stdout).
     :param owner: the lease owner id (default: :func:`make_owner`).
     :param tracer_provider: the OpenTelemetry ``TracerProvider`` of the attempts'
         spans (default: the global one, when ``opentelemetry-api`` is installed;
-        see :mod:`dispatchers.tracing`).
-    :param store: the statements it runs (default: a :class:`~dispatchers.db.Store`
+        see :mod:`dispatchers.delivery.tracing`).
+    :param store: the statements it runs (default: a :class:`~dispatchers.store.postgres.Store`
         on ``conninfo`` with ``config``); the dispatcher opens and closes it.
     """
 
@@ -245,7 +248,7 @@ class Dispatcher:
         """Run until :meth:`stop` (or, with ``drain``, until no message is due or
         running anywhere); then shut down gracefully and return the counters.
 
-        Raises :class:`~dispatchers.watchdog.DispatcherFailed`, once shut down, when
+        Raises :class:`~dispatchers.errors.DispatcherFailed`, once shut down, when
         a permanent database error persisted for a lease, when a drain made no
         progress for ``drain_timeout``, or when a drain was stopped while the
         database was failing.

@@ -1,4 +1,4 @@
-"""What a claim ends with: the :class:`~dispatchers.jobs.Completion` the flusher writes.
+"""What a claim ends with: the :class:`~dispatchers.store.messages.Completion` the flusher writes.
 
 Pure functions from a claimed message and what became of it (an attempt, a retry
 policy that failed, a release) to the row update and attempt row that record it.
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from dispatchers.config import DispatcherConfig
-from dispatchers.http import Attempt
-from dispatchers.jobs import Completion, Job
-from dispatchers.outcome import decide
-from dispatchers.retry import policy_for
+from dispatchers.delivery.http import Attempt
+from dispatchers.delivery.jobs import Job
+from dispatchers.delivery.outcome import decide
+from dispatchers.delivery.retry import policy_for
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.store.messages import Completion
 
 __all__ = [
     "POLICY_FAILED_DELAY",

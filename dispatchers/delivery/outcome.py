@@ -18,8 +18,8 @@ from typing import Literal, assert_never
 
 import httpx
 
-from dispatchers.retry import RetryPolicy, bounded_delay, parse_retry_after
-from dispatchers.ssrf import BlockedDestination
+from dispatchers.delivery.retry import RetryPolicy, bounded_delay, parse_retry_after
+from dispatchers.delivery.ssrf import BlockedDestination
 
 __all__ = [
     "ABORT_HEADER",
@@ -176,7 +176,7 @@ def decide(
 
     The retry delay is the policy's for ``attempts - retry_base``: the attempts of
     the current budget (a redriven message starts its schedule again), held within
-    :data:`~dispatchers.retry.MAX_DELAY` whatever the policy answers.
+    :data:`~dispatchers.delivery.retry.MAX_DELAY` whatever the policy answers.
     """
     match outcome.verdict:
         case Verdict.DELIVERED:

@@ -24,11 +24,12 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Generic, TypeVar
 
-from dispatchers.backoff import Backoff
-from dispatchers.db import Store
-from dispatchers.jobs import Completion, Job
-from dispatchers.reporting import Reporter
-from dispatchers.sqlstates import is_transient
+from dispatchers.delivery.jobs import Job
+from dispatchers.runtime.backoff import Backoff
+from dispatchers.runtime.reporting import Reporter
+from dispatchers.store.messages import Completion
+from dispatchers.store.postgres import Store
+from dispatchers.store.sqlstates import is_transient
 
 __all__ = ["Flusher", "OutcomeWriter"]
 

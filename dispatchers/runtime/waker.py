@@ -38,9 +38,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import scalar_row
 
-from dispatchers.backoff import Backoff
-from dispatchers.config import DispatcherConfig
-from dispatchers.log import EventLog
+from dispatchers.runtime.backoff import Backoff
+from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.log import EventLog
 from outbox._queries import DUTY_LOCK_CLASS, lock_object_id, queries_for
 
 

@@ -21,9 +21,10 @@ import ipaddress
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal
 
-from dispatchers.loop import EVENT_LOOPS
-from dispatchers.proxy import Proxy
-from dispatchers.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
+from dispatchers.delivery.health import BreakerSettings
+from dispatchers.delivery.proxy import Proxy
+from dispatchers.delivery.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
+from dispatchers.runtime.loop import EVENT_LOOPS
 from outbox._queries import check_schema_name
 from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import ConfigurationError
@@ -53,14 +54,12 @@ HTTP_CLIENTS = ("httpx", "aiohttp")
 IDEMPOTENCY_KEY_FORMATS = ("structured", "raw")
 """How the ``Idempotency-Key`` header carries a key (``idempotency_key_format``)."""
 
-Values = Literal[
-    "count", "seconds", "seconds_or_zero", "span", "port", "proxy", "ratio", "text"
-]
+Values = Literal["count", "seconds", "seconds_or_zero", "span", "port", "proxy", "ratio", "text"]
 """What an option's argument is: ``count`` an integer from 1 to :data:`MAX_COUNT`;
 ``seconds`` a finite number above 0, at most :data:`MAX_SECONDS`;
 ``seconds_or_zero`` the same or 0; ``span`` a whole number of units such as ``7d``,
 at most :data:`~outbox.defaults.MAX_SPAN`; ``port`` an integer from 0 to 65535; ``proxy`` a
-proxy URL (:meth:`~dispatchers.proxy.Proxy.parse`); ``ratio`` a number above 0 and
+proxy URL (:meth:`~dispatchers.delivery.proxy.Proxy.parse`); ``ratio`` a number above 0 and
 at most 1; ``text`` a string (with ``choices``, one of them)."""
 
 
@@ -110,38 +109,16 @@ def option(
     return {"option": Option(help, values, metavar, choices, flag, default)}
 
 
-@dataclass(frozen=True, slots=True)
-class BreakerSettings:
-    """When a destination's circuit breaker opens, and how long it stays open
-    before a probe (see :mod:`dispatchers.health`; the defaults are
-    :class:`DispatcherConfig`'s ``breaker_*``).
-
-    :param window: seconds of recent attempts the failure ratio is taken over.
-    :param min_attempts: no breaker opens on fewer attempts in the window.
-    :param failure_ratio: the share of failed attempts (above 0, at most 1) that
-        opens it.
-    :param backoff: seconds an opened breaker waits before its probe; each failed
-        probe in a row doubles it,
-    :param backoff_max: up to this.
-    """
-
-    window: float
-    min_attempts: int
-    failure_ratio: float
-    backoff: float
-    backoff_max: float
-
-
 @dataclass(frozen=True)
 class DispatcherConfig:
     """Every knob of a dispatcher process. Times are in seconds.
 
     ``http_client`` chooses the client that sends: ``"aiohttp"`` (the default: a
     quarter of httpx's CPU per request) or ``"httpx"``, both behind the SSRF guard
-    (see :mod:`dispatchers.http`).
-    ``event_loop`` is the loop :func:`~dispatchers.dispatcher.run_dispatcher` runs on:
+    (see :mod:`dispatchers.delivery.http`).
+    ``event_loop`` is the loop :func:`~dispatchers.runtime.dispatcher.run_dispatcher` runs on:
     ``"auto"`` (uvloop when it can be imported, else asyncio's), ``"asyncio"`` or
-    ``"uvloop"`` (see :mod:`dispatchers.loop`).
+    ``"uvloop"`` (see :mod:`dispatchers.runtime.loop`).
     ``prepared_statements`` prepares the dispatcher's statements on each server
     connection as needed (SQL ``PREPARE``, sent with the first execution), so they
     are planned once per connection; a pooler that moves the dispatcher to another
@@ -149,10 +126,10 @@ class DispatcherConfig:
     ``claim_window`` is the shortest time between two claims of a dispatcher while
     messages trickle in (they are claimed together; 0 claims on every
     notification, for the lowest latency at the highest cost); see
-    :mod:`dispatchers.cadence`.
+    :mod:`dispatchers.runtime.cadence`.
     ``lease`` is renewed every ``lease / 3``; a permanent database error that
     persists for a lease stops the dispatcher, and a drain stops after
-    ``drain_timeout`` without progress (see :mod:`dispatchers.watchdog`).
+    ``drain_timeout`` without progress (see :mod:`dispatchers.runtime.watchdog`).
     ``destination_concurrency`` bounds the requests in flight to one destination
     (None: ``concurrency`` less a quarter, see :attr:`per_destination`); claims
     share the free capacity across destinations in turns (``claim`` in
@@ -161,10 +138,10 @@ class DispatcherConfig:
     capacity (``concurrency`` minus deliveries in flight or awaiting their outcome
     write).
     ``proxy`` sends every delivery through a forward proxy (see
-    :mod:`dispatchers.proxy`); none is ever taken from the environment.
+    :mod:`dispatchers.delivery.proxy`); none is ever taken from the environment.
     ``keyring`` opens signing secrets sealed at rest (see :mod:`outbox.sealing`);
     it must hold every key that seals a secret in force (checked at start-up by
-    :mod:`dispatchers.preflight`).
+    :mod:`dispatchers.store.preflight`).
     """
 
     schema: str = DEFAULT_SCHEMA
@@ -418,7 +395,7 @@ class DispatcherConfig:
 
     @property
     def breaker(self) -> BreakerSettings:
-        """The ``breaker_*`` settings, for :class:`~dispatchers.health.HealthBook`."""
+        """The ``breaker_*`` settings, for :class:`~dispatchers.delivery.health.HealthBook`."""
         return BreakerSettings(
             window=self.breaker_window,
             min_attempts=self.breaker_min_attempts,

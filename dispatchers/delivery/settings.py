@@ -1,0 +1,43 @@
+"""What delivery reads of a dispatcher's settings.
+
+The settings belong to the runtime (:class:`~dispatchers.runtime.config.
+DispatcherConfig` has every one of these); delivery names only the ones it uses,
+so that it depends on nothing above it. Times are in seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from dispatchers.delivery.proxy import Proxy
+
+
+class SendSettings(Protocol):
+    """The settings of a :class:`~dispatchers.delivery.http.Sender` and its clients."""
+
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def connect_timeout(self) -> float: ...
+    @property
+    def request_timeout(self) -> float: ...
+    @property
+    def max_response_bytes(self) -> int: ...
+    @property
+    def excerpt_bytes(self) -> int: ...
+    @property
+    def allow_networks(self) -> tuple[str, ...]: ...
+    @property
+    def allow_private_networks(self) -> bool: ...
+    @property
+    def verify_tls(self) -> bool: ...
+    @property
+    def proxy(self) -> Proxy | None: ...
+    @property
+    def idempotency_key_format(self) -> str: ...
+    @property
+    def user_agent(self) -> str: ...
+    @property
+    def http_client(self) -> str: ...
+    @property
+    def retry_statuses(self) -> frozenset[int]: ...
