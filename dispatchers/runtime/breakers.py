@@ -28,7 +28,7 @@ from dispatchers.delivery.outcome import Outcome
 from dispatchers.delivery.retry import DEFAULT_MAX_RETRY_AFTER
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.reporting import Reporter
-from dispatchers.store.postgres import Store
+from dispatchers.store.protocol import DispatchStore
 from dispatchers.store.rows import HealthRow
 
 __all__ = ["Breakers"]
@@ -45,7 +45,7 @@ class Breakers:
     """
 
     def __init__(
-        self, store: Store, report: Reporter, *, owner: str, config: DispatcherConfig
+        self, store: DispatchStore, report: Reporter, *, owner: str, config: DispatcherConfig
     ) -> None:
         self.store = store
         self.report = report

@@ -33,7 +33,6 @@ check together.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import os
@@ -42,7 +41,6 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,6 +56,7 @@ from dispatchers.runtime.backoff import Backoff
 from dispatchers.runtime.breakers import Breakers
 from dispatchers.runtime.cadence import Cadence
 from dispatchers.runtime.config import DispatcherConfig
+from dispatchers.runtime.flights import Flight, Flights
 from dispatchers.runtime.flusher import Flusher, OutcomeWriter
 from dispatchers.runtime.log import EventLog
 from dispatchers.runtime.maintenance import Heartbeat, Rescuer, Retention
@@ -68,6 +67,7 @@ from dispatchers.runtime.waker import Waker
 from dispatchers.runtime.watchdog import Watchdog
 from dispatchers.store.messages import Completion
 from dispatchers.store.postgres import Store
+from dispatchers.store.protocol import DispatchStore
 
 HAND_OFF_AFTER = 0.1
 """Seconds a dispatcher on duty may have every request slot taken before it hands
@@ -78,12 +78,6 @@ longer)."""
 def make_owner() -> str:
     """A lease owner id unique to this process: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
-@dataclass(eq=False)
-class _Flight:
-    job: Job
-    task: asyncio.Task[None] | None = None
 
 
 class Dispatcher:
@@ -100,8 +94,9 @@ class Dispatcher:
     :param tracer_provider: the OpenTelemetry ``TracerProvider`` of the attempts'
         spans (default: the global one, when ``opentelemetry-api`` is installed;
         see :mod:`dispatchers.delivery.tracing`).
-    :param store: the statements it runs (default: a :class:`~dispatchers.store.postgres.Store`
-        on ``conninfo`` with ``config``); the dispatcher opens and closes it.
+    :param store: the statements it runs, any :class:`~dispatchers.store.protocol.
+        DispatchStore` (default: a :class:`~dispatchers.store.postgres.Store` on
+        ``conninfo`` with ``config``); the dispatcher opens and closes it.
     """
 
     def __init__(
@@ -114,7 +109,7 @@ class Dispatcher:
         log: EventLog | None = None,
         owner: str | None = None,
         tracer_provider: Any = None,
-        store: Store | None = None,
+        store: DispatchStore | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.config = config = config or DispatcherConfig()
@@ -126,7 +121,8 @@ class Dispatcher:
         self.log = report.log
         self.stats = report.stats
         self.metrics = report.metrics
-        self.metrics.in_flight.set_function(lambda: len(self._inflight))
+        self._flights = flights = Flights(config.per_destination)
+        self.metrics.in_flight.set_function(lambda: len(flights))
         self.metrics_server: asyncio.Server | None = None
         # Built here, opened by run(): a Dispatcher runs once.
         self._store = store = store or Store(conninfo, config)
@@ -135,23 +131,10 @@ class Dispatcher:
             config, transport=transport, client=client, spans=attempt_spans(tracer_provider)
         )
         self._breakers = Breakers(store, report, owner=self.owner, config=config)
-        self._inflight: dict[int, _Flight] = {}
-        self._sending = 0  # flights whose request is not finished
-        # the same per destination, for the bound on each (config.per_destination),
-        # and how many destinations are at it
-        self._sending_to: collections.Counter[str] = collections.Counter()
-        self._at_bound = 0
-        # whether the last claim that took messages met more than one destination
-        # (among its messages and those at their bound): the bound is what leaves
-        # room for the others then; alone, a destination may take every slot, and
-        # the next claim is told which one it was
-        self._crowded = False
-        self._alone: str | None = None
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()  # a second stop: end the grace period now
         self._wake = asyncio.Event()
         self._capacity = asyncio.Event()
-        self._write_lock = asyncio.Lock()  # outcome writes and renewals, one at a time
         self._shutting_down = False
         self._draining = False
         self._remaining: tuple[int, int] | None = None  # (due, running) at the last drain check
@@ -159,8 +142,7 @@ class Dispatcher:
             store,
             report,
             owner=self.owner,
-            lock=self._write_lock,
-            settle=self._settle,
+            flights=flights,
             written=self._written,
             dropped=self._dropped,
         )
@@ -179,9 +161,8 @@ class Dispatcher:
                 report,
                 owner=self.owner,
                 interval=config.renew_interval,
-                leases=self._leases,
+                flights=flights,
                 lost=self._lose,
-                lock=self._write_lock,
             ),
             Rescuer(store, report, interval=config.rescue_interval, rescued=self._wake.set),
             Retention(
@@ -227,7 +208,7 @@ class Dispatcher:
 
     @property
     def in_flight(self) -> int:
-        return len(self._inflight)
+        return len(self._flights)
 
     @property
     def waker(self) -> Waker | None:
@@ -301,7 +282,7 @@ class Dispatcher:
             # cancelled again if one lets the first cancellation pass (see stop_tasks)
             if await loops.stop_tasks(helpers):
                 self._report.internal_error("shutdown", RuntimeError("a helper did not stop"))
-            for flight in self._inflight.values():
+            for flight in self._flights:
                 if flight.task is not None:
                     flight.task.cancel()
             if self.metrics_server is not None:
@@ -325,18 +306,19 @@ class Dispatcher:
         while not self._stop.is_set():
             # Requests in flight are bounded by the concurrency; the messages held
             # (sending, or waiting for their outcome write) by twice that.
-            free = min(config.concurrency - self._sending, held_limit - len(self._inflight))
+            flights = self._flights
+            free = min(config.concurrency - flights.sending, held_limit - len(flights))
             enough = low_water
-            if self._at_bound and self._crowded:
+            if flights.at_bound and flights.crowded:
                 # The slots of destinations at their bound may not free up for a
                 # long while (one that hangs holds them until the request timeout):
                 # wait for a share of the others only.
-                others = config.concurrency - self._at_bound * config.per_destination
+                others = config.concurrency - flights.at_bound * config.per_destination
                 enough = max(1, min(config.batch_size, others) * 3 // 4)
-            if free <= 0 or (free < enough and self._inflight):
+            if free <= 0 or (free < enough and flights):
                 # Wait for capacity rather than claiming a handful at a time.
                 self._capacity.clear()
-                if len(self._inflight) >= held_limit:
+                if len(flights) >= held_limit:
                     self._outcomes.flush_soon()  # held outcomes are what blocks: write them
                 seconds: float | None = config.flush_interval if free > 0 else None
                 if free <= 0 and self._waker is not None and self._waker.want_duty:
@@ -357,7 +339,7 @@ class Dispatcher:
             self._wake.clear()
             sent_at = time.monotonic()
             try:
-                claim = await self._store.claim(self.owner, want, self._sending_to, self._alone)
+                claim = await self._store.claim(self.owner, want, flights.sending_to, flights.alone)
             except Exception as exc:
                 self._report.db_error("claim", exc)
                 await self._wait(self._stop, seconds=backoff.next())
@@ -372,14 +354,11 @@ class Dispatcher:
                 # The claim committed after the stop signal: release, never start.
                 self._release_unstarted(jobs)
                 return False
-            if jobs:
-                met = self._destinations_met(jobs)
-                self._crowded = len(met) > 1
-                self._alone = None if self._crowded else met.pop()
+            flights.claimed(jobs)
             for job in jobs:
                 self._start(job)
             if len(jobs) < want:
-                if drain and not self._inflight and await self._drained():
+                if drain and not flights and await self._drained():
                     return True
                 await self._until_next_claim()
         return False
@@ -423,34 +402,21 @@ class Dispatcher:
             if not self._stop.is_set():
                 self._watchdog.check_stall()
 
-    def _destinations_met(self, jobs: list[Job]) -> set[str]:
-        """The destinations of ``jobs`` and those at their bound: more than one,
-        and a claim leaves room under the bound to each; one alone with ready
-        messages and below its bound gets the whole batch."""
-        destinations = {job.destination for job in jobs}
-        if self._at_bound:
-            bound = self.config.per_destination
-            destinations.update(d for d, n in self._sending_to.items() if n >= bound)
-        return destinations
-
     def _start(self, job: Job) -> None:
-        stale = self._inflight.get(job.id)
+        stale = self._flights.hold(job)
         if stale is not None:
             # Claimed again while an older attempt is still held here (its lease ran
             # out while this process could not write): that attempt is lost.
-            self._lose(job.id, stale.job.attempts, "claimed again")
-        flight = _Flight(job)
-        self._inflight[job.id] = flight
+            self._lost(stale, stale.job.attempts, "claimed again")
+        flight = self._flights.get(job.id)
+        assert flight is not None
         if job.secrets_unavailable is not None:
             # Never sent unsigned: given back unsent until the key is here.
             withheld = completions.withheld(job)
             self._report.secrets_unavailable(job, withheld.delay)
             self._outcomes.add(job.id, withheld)
             return
-        self._sending += 1
-        self._sending_to[job.destination] += 1
-        if self._sending_to[job.destination] == self.config.per_destination:
-            self._at_bound += 1
+        self._flights.sending_started(job)
         self.stats.claimed += 1
         if job.probe:
             self._report.probing(job)
@@ -462,33 +428,26 @@ class Dispatcher:
 
     def _release_unstarted(self, jobs: list[Job]) -> None:
         for job in jobs:
-            self._inflight[job.id] = _Flight(job)
+            self._flights.hold(job)
             self._outcomes.add(job.id, completions.released(job))
 
     # -- delivering ------------------------------------------------------------
 
     def _sent(self, destination: str, task: asyncio.Task[None]) -> None:
-        self._sending -= 1
-        sending = self._sending_to[destination]
-        if sending > 1:
-            self._sending_to[destination] = sending - 1
-        else:  # only the destinations with requests in flight go with a claim
-            del self._sending_to[destination]
-        if sending == self.config.per_destination:
+        if self._flights.sending_ended(destination):
             # The last claim may have passed this destination's due messages over
             # for want of room there, and no notification announces room.
-            self._at_bound -= 1
             self._wake.set()
         self._capacity.set()
 
-    async def _attempt(self, flight: _Flight) -> None:
+    async def _attempt(self, flight: Flight) -> None:
         job = flight.job
         started_at = datetime.now(UTC)
         start = time.monotonic()
         try:
             attempt = await self._sender.send(job)
         except asyncio.CancelledError:
-            if self._shutting_down and self._inflight.get(job.id) is flight:
+            if self._shutting_down and self._flights.get(job.id) is flight:
                 # Grace expired: give the message back, fenced.
                 duration_ms = int((time.monotonic() - start) * 1000)
                 self._outcomes.add(
@@ -496,7 +455,7 @@ class Dispatcher:
                     completions.released(job, started_at=started_at, duration_ms=duration_ms),
                 )
             raise
-        if self._inflight.get(job.id) is not flight:
+        if self._flights.get(job.id) is not flight:
             return  # lease lost while sending: the outcome is dropped
         try:
             completion = completions.from_attempt(job, attempt, self.config)
@@ -509,40 +468,31 @@ class Dispatcher:
 
     # -- recording outcomes (the outcome writer's side) ----------------------------
 
-    def _settle(self, completion: Completion) -> Job | None:
-        """Stop tracking the flight ``completion`` belongs to and return its job; a
-        newer claim of the same message (another attempt number) is left alone."""
-        flight = self._inflight.get(completion.id)
-        if flight is None or flight.job.attempts != completion.attempt:
-            return None
-        del self._inflight[completion.id]
-        return flight.job
-
     def _written(self, unblocked: bool) -> None:
         self._capacity.set()
-        if unblocked or (self._draining and not self._inflight):
+        if unblocked or (self._draining and not self._flights):
             # The next message of that ordering key may be due now, and nobody
             # announces it; or nothing is held: see whether the drain is done.
             self._wake.set()
 
     def _dropped(self, completion: Completion) -> None:
         self._outcomes.discard(completion.id, completion)
-        self._settle(completion)
+        self._flights.settle(completion.id, completion.attempt)
         self._capacity.set()
 
     # -- leases (the heartbeat's side) ---------------------------------------------
 
-    def _leases(self) -> list[tuple[int, int]]:
-        return [(mid, f.job.attempts) for mid, f in self._inflight.items()]
+    def _lose(self, message_id: int, attempt: int) -> None:
+        """The heartbeat did not find this lease: stop its delivery."""
+        flight = self._flights.drop(message_id)
+        if flight is not None:
+            self._lost(flight, attempt, "lease not renewed")
 
-    def _lose(self, message_id: int, attempt: int, reason: str = "lease not renewed") -> None:
-        flight = self._inflight.pop(message_id, None)
-        if flight is None:
-            return
-        self._outcomes.discard(message_id)
+    def _lost(self, flight: Flight, attempt: int, reason: str) -> None:
+        self._outcomes.discard(flight.job.id)
         if flight.task is not None and not flight.task.done():
             flight.task.cancel()
-        self._report.lease_lost(message_id, attempt, reason)
+        self._report.lease_lost(flight.job.id, attempt, reason)
         self._capacity.set()
 
     # -- shutdown ---------------------------------------------------------------
@@ -550,9 +500,7 @@ class Dispatcher:
     async def _shutdown(self) -> None:
         """Give in-flight deliveries the grace period, release the rest, record all."""
         self._shutting_down = True
-        running = [
-            f.task for f in self._inflight.values() if f.task is not None and not f.task.done()
-        ]
+        running = self._flights.running()
         if running:
             self._report.stopping(len(running), self.config.grace)
             hurry: asyncio.Task[Any] = asyncio.create_task(self._hurry.wait())

@@ -24,11 +24,11 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Generic, TypeVar
 
-from dispatchers.delivery.jobs import Job
 from dispatchers.runtime.backoff import Backoff
+from dispatchers.runtime.flights import Flights
 from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.messages import Completion
-from dispatchers.store.postgres import Store
+from dispatchers.store.protocol import DispatchStore
 from dispatchers.store.sqlstates import is_transient
 
 __all__ = ["Flusher", "OutcomeWriter"]
@@ -135,10 +135,10 @@ class OutcomeWriter:
     (owner and attempt match): an outcome of a lost lease changes nothing, and is
     reported as a lost lease.
 
-    :param lock: held while writing; the heartbeat holds it too, so that it never
-        renews while an outcome is recorded and its claim not yet settled.
-    :param settle: stops tracking the claim an outcome ends; returns its job, or
-        None when that claim is no longer held here.
+    :param flights: what the dispatcher holds: each outcome written settles its
+        claim there (unless that claim is no longer held), under ``flights.lock``,
+        which the heartbeat holds too, so that it never renews while an outcome
+        is recorded and its claim not yet settled.
     :param written: called after each batch written, with whether it finished a
         message that has an ordering key (the next one of that key may be due).
     :param dropped: called with an outcome that could not be written at all.
@@ -146,20 +146,18 @@ class OutcomeWriter:
 
     def __init__(
         self,
-        store: Store,
+        store: DispatchStore,
         report: Reporter,
         *,
         owner: str,
-        lock: asyncio.Lock,
-        settle: Callable[[Completion], Job | None],
+        flights: Flights,
         written: Callable[[bool], None],
         dropped: Callable[[Completion], None],
     ) -> None:
         self.store = store
         self.report = report
         self.owner = owner
-        self._lock = lock
-        self._settle = settle
+        self._flights = flights
         self._written = written
         self._dropped = dropped
 
@@ -198,7 +196,7 @@ class OutcomeWriter:
         """One try at writing ``batch``; then settle the claims it ends."""
         store = self.store
         report = self.report
-        async with self._lock:
+        async with self._flights.lock:
             applied, disabled = await store.complete(self.owner, batch)
             if retried and len(applied) < len(batch):
                 # An earlier try may have committed with its answer lost: what
@@ -212,7 +210,7 @@ class OutcomeWriter:
             now = datetime.now(UTC)
             unblocked = False  # a message with an ordering key is done with
             for completion in batch:
-                job = self._settle(completion)
+                job = self._flights.settle(completion.id, completion.attempt)
                 if completion.id in applied:
                     report.outcome(completion, job, now)
                     unblocked |= job is not None and job.ordering_key is not None

@@ -30,13 +30,11 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from dispatchers.runtime.backoff import Backoff
+from dispatchers.runtime.flights import Flights, Lease
 from dispatchers.runtime.reporting import Reporter
-from dispatchers.store.postgres import Store
+from dispatchers.store.protocol import DispatchStore
 
 __all__ = ["Heartbeat", "Rescuer", "Retention", "Service"]
-
-Lease = tuple[int, int]
-"""A held lease: message id and attempt number (the fencing token)."""
 
 
 class Service(ABC):
@@ -50,7 +48,7 @@ class Service(ABC):
     operation: ClassVar[str]
     wait_first: ClassVar[bool] = True
 
-    def __init__(self, store: Store, report: Reporter, *, interval: float) -> None:
+    def __init__(self, store: DispatchStore, report: Reporter, *, interval: float) -> None:
         self.store = store
         self.report = report
         self.interval = interval
@@ -79,38 +77,36 @@ class Service(ABC):
 class Heartbeat(Service):
     """Renews the leases of ``owner`` in one statement per round.
 
-    :param leases: returns the leases held now.
+    :param flights: what the dispatcher holds: the leases to renew, read under
+        ``flights.lock``, which the outcome writer holds too, so that a renewal
+        never sees a lease whose outcome was just recorded (a row that has left
+        the table) and takes it for lost.
     :param lost: called with each lease the renewal did not find (another
         dispatcher took the message over, or its lease expired and it was
         rescued): the caller stops its delivery.
-    :param lock: held while renewing; the outcome writer holds it too, so that a
-        renewal never sees a lease whose outcome was just recorded (a row that
-        has left the table) and takes it for lost.
     """
 
     operation = "renew"
 
     def __init__(
         self,
-        store: Store,
+        store: DispatchStore,
         report: Reporter,
         *,
         owner: str,
         interval: float,
-        leases: Callable[[], list[Lease]],
+        flights: Flights,
         lost: Callable[[int, int], None],
-        lock: asyncio.Lock,
     ) -> None:
         super().__init__(store, report, interval=interval)
         self.owner = owner
-        self._leases = leases
+        self._flights = flights
         self._lost = lost
-        self._lock = lock
 
     async def run_once(self) -> list[Lease]:
         """Renew every lease held; return (and hand to ``lost``) those that are gone."""
-        async with self._lock:
-            held = self._leases()
+        async with self._flights.lock:
+            held = self._flights.leases()
             if not held:
                 return []
             alive = await self.store.renew(self.owner, held)
@@ -137,7 +133,7 @@ class Rescuer(Service):
 
     def __init__(
         self,
-        store: Store,
+        store: DispatchStore,
         report: Reporter,
         *,
         interval: float,
@@ -171,7 +167,7 @@ class Retention(Service):
 
     def __init__(
         self,
-        store: Store,
+        store: DispatchStore,
         report: Reporter,
         *,
         interval: float,

@@ -25,33 +25,20 @@ producer did not notify. A producer that fails to take the lock notifies at
 commit, and the dispatcher holding it claims when the notification arrives.
 A notification that comes when nobody needs it costs one early claim.
 
-The lock keys are ``Queries.wake_lock`` (:mod:`outbox._queries`) and :func:`duty_lock_key`
-of the schema, so dispatchers of different schemas never meet.
+The statements and the socket are the session's (:mod:`dispatchers.store.session`),
+which also names the lock keys: the schema's, so dispatchers of different schemas
+never meet.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
-from typing import Any
-
-import psycopg
-from psycopg.rows import scalar_row
+from collections.abc import Callable
 
 from dispatchers.runtime.backoff import Backoff
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.log import EventLog
-from outbox._queries import DUTY_LOCK_CLASS, lock_object_id, queries_for
-
-
-def duty_lock_key(schema: str) -> tuple[int, int]:
-    """The advisory lock (two-int form) of the dispatcher on duty for ``schema``."""
-    return DUTY_LOCK_CLASS, lock_object_id(schema)
-
-
-def _lock(key: tuple[int, int]) -> dict[str, int]:
-    """The parameters of the advisory lock statements for the two-int ``key``."""
-    return {"class": key[0], "object": key[1]}
+from dispatchers.store.session import Session, duty_lock_key, wake_lock_key
 
 
 class Waker:
@@ -77,15 +64,15 @@ class Waker:
         self.log = log
         self._on_notify = on_notify
         self._on_change = on_change
-        self._queries = queries_for(config.schema)
         self._duty = duty_lock_key(config.schema)
-        self._wake = self._queries.wake_lock
+        self._wake = wake_lock_key(config.schema)
         self.on_duty = False
         self.notified = False  # holds the wake lock: producers notify us
         self.want_wake = False
         self.want_duty = True
         self.notifications = 0  # received, for benchmarks and tests
-        self.round_trips = 0  # statements sent
+        self._round_trips = 0  # statements sent on sessions closed since
+        self._session: Session | None = None
         self._changed = asyncio.Event()
 
     def request(self, *, wake: bool | None = None, duty: bool | None = None) -> None:
@@ -104,118 +91,74 @@ class Waker:
         backoff = Backoff(initial=0.5, maximum=10.0)
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(
+                session = await Session.connect(
                     self.conninfo,
-                    autocommit=True,
-                    connect_timeout=max(1, int(self.config.db_connect_timeout)),
+                    self.config.schema,
+                    connect_timeout=self.config.db_connect_timeout,
+                    on_notify=self._notified,
                 )
-                async with conn:
-                    conn.add_notify_handler(lambda _: self._notified())
-                    await self._serve(conn)
+                async with session:
+                    self._session = session
+                    await self._serve(session)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self.log.event("listen_error", error=type(exc).__name__)
             finally:
+                if self._session is not None:
+                    self._round_trips += self._session.round_trips
+                    self._session = None
                 self._set(on_duty=False, notified=False)
             await asyncio.sleep(backoff.next())
 
-    async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    @property
+    def round_trips(self) -> int:
+        """Statements sent so far, on every session."""
+        return self._round_trips + (self._session.round_trips if self._session else 0)
+
+    async def _serve(self, session: Session) -> None:
         # The one lock wait here (for duty) is bounded by lock_timeout; every
         # statement by statement_timeout; and the server notices a vanished
         # dispatcher (its locks are then freed) by TCP keepalives.
-        poll_ms = int(self.config.poll_interval * 1000)
-        await self._run(
-            conn,
-            "waker_session",
-            {
-                "lock_timeout": f"{poll_ms}ms",
-                "statement_timeout": f"{poll_ms + int(self.config.statement_timeout * 1000)}ms",
-            },
+        poll = self.config.poll_interval
+        await session.configure(
+            lock_timeout=poll, statement_timeout=poll + self.config.statement_timeout
         )
         while True:
-            if not self.on_duty and self.want_duty and await self._take_duty(conn):
+            if not self.on_duty and self.want_duty and await session.lock(self._duty):
                 # Listen before the wake lock can be taken: a producer that sees it
                 # held notifies at once, and that notification must not be lost.
-                await self._run(conn, "waker_listen")
+                await session.listen()
                 self._set(on_duty=True, notified=False)
             if self.on_duty and not self.want_duty:
                 # Hand off: the next dispatcher queued for duty takes it at once.
-                await self._run(conn, "waker_unlisten")
-                await self._run(conn, "waker_unlock_all")
+                await session.unlisten()
+                await session.unlock_all()
                 self._set(on_duty=False, notified=False)
             if self.on_duty:
                 if self.want_wake and not self.notified:
-                    if await self._try(conn, self._wake):
+                    if await session.try_lock(self._wake):
                         self._set(on_duty=True, notified=True)
                 elif not self.want_wake and self.notified:
-                    await self._run(conn, "waker_unlock", _lock(self._wake))
+                    await session.unlock(self._wake)
                     self._set(on_duty=True, notified=False)
             if not self.on_duty:
                 if not self.want_duty:
-                    await self._wait(conn, None)
-                # else: queue for duty again at once (the wait is in _take_duty)
+                    await self._wait(session, None)
+                # else: queue for duty again at once (the wait is in session.lock)
             elif self.want_wake == self.notified:
-                await self._wait(conn, None)
+                await self._wait(session, None)
             else:
                 # On duty but not yet holding the wake lock (a producer holds it
                 # shared until its commit): try again soon.
-                await self._wait(conn, self.config.claim_window)
+                await self._wait(session, self.config.claim_window)
 
-    async def _take_duty(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Wait for the duty lock, at most ``poll_interval`` (the lock_timeout);
-        say whether it was taken."""
-        try:
-            await self._run(conn, "waker_lock", _lock(self._duty))
-        except psycopg.errors.LockNotAvailable:
-            return False
-        return True
-
-    async def _try(self, conn: psycopg.AsyncConnection[Any], key: tuple[int, int]) -> bool:
-        """Take the session lock ``key`` if it is free; say whether it was."""
-        return bool(await self._run(conn, "waker_try_lock", _lock(key)))
-
-    async def _run(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        name: str,
-        params: Mapping[str, Any] | None = None,
-    ) -> Any:
-        """Run the statement ``name``; return its one value, if it has one."""
-        self.round_trips += 1
-        async with conn.cursor(row_factory=scalar_row) as cur:
-            await cur.execute(self._queries[name].query, params)
-            return await cur.fetchone() if cur.description else None
-
-    async def _wait(self, conn: psycopg.AsyncConnection[Any], seconds: float | None) -> None:
+    async def _wait(self, session: Session, seconds: float | None) -> None:
         """Wait for a notification, a request or ``seconds``, with nothing sent.
-
-        The socket is watched directly (psycopg would hold the connection for the
-        whole wait); notifications are read from libpq's buffer once it is readable.
         Notifications that arrive while a statement runs reach ``on_notify``
-        through the connection's notify handler.
-        """
-        loop = asyncio.get_running_loop()
-        readable = asyncio.Event()
+        through the session too."""
         self._changed.clear()
-        fd = conn.fileno()
-        loop.add_reader(fd, readable.set)
-        try:
-            waits = [asyncio.ensure_future(e.wait()) for e in (readable, self._changed)]
-            try:
-                await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
-        finally:
-            loop.remove_reader(fd)
-        if readable.is_set():
-            pgconn = conn.pgconn
-            pgconn.consume_input()  # raises if the server went away: reconnect
-            while pgconn.notifies() is not None:
-                self._notified()
-            if pgconn.status != psycopg.pq.ConnStatus.OK:
-                raise psycopg.OperationalError("the listen connection was closed")
+        await session.wait(self._changed, seconds)
 
     def _notified(self) -> None:
         self.notifications += 1

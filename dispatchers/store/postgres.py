@@ -19,7 +19,7 @@ import os
 import socket
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -27,6 +27,7 @@ import psycopg_pool
 from psycopg.rows import BaseRowFactory, TupleRow
 
 from dispatchers.store.messages import Claimed, ClaimResult, Completion, Signal, claim_rows
+from dispatchers.store.protocol import Busy
 from dispatchers.store.rows import (
     Completed,
     HealthRow,
@@ -41,7 +42,6 @@ from dispatchers.store.settings import StoreSettings
 from outbox._queries import Statement, queries_for
 
 R = TypeVar("R")
-Busy = Mapping[str, int] | None  # requests in flight per destination, for a claim
 
 CAPPED_RECHECK = 60.0
 """Seconds a dispatcher that met a destination with a policy (a capped endpoint, a

@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 
+from dispatchers.runtime.flights import Flights
 from dispatchers.runtime.log import NullLog
 from dispatchers.runtime.maintenance import Heartbeat, Rescuer
 from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.postgres import Store
 from tests.dispatching import Db, fast_config
+from tests.jobs import job
 
 URL = "https://example.com/hook"
 
@@ -77,14 +78,16 @@ async def test_the_heartbeat_renews_its_leases_and_reports_a_stolen_one_lost(
     )
     lost: list[tuple[int, int]] = []
     reporter = report()
+    flights = Flights(per_destination=10)
+    for j in jobs.values():
+        flights.hold(job(id=j.id, attempts=j.attempts))
     heartbeat = Heartbeat(
         store,
         reporter,
         owner="owner-a",
         interval=1.0,
-        leases=lambda: [(j.id, j.attempts) for j in jobs.values()],
+        flights=flights,
         lost=lambda message_id, attempt: lost.append((message_id, attempt)),
-        lock=asyncio.Lock(),
     )
 
     assert await heartbeat.run_once() == [(stolen, 1)]
@@ -106,9 +109,8 @@ async def test_the_heartbeat_sends_nothing_while_nothing_is_held(store: Store) -
         report(),
         owner="owner-a",
         interval=1.0,
-        leases=list,
+        flights=Flights(per_destination=10),
         lost=lambda message_id, attempt: None,
-        lock=asyncio.Lock(),
     )
     assert await heartbeat.run_once() == []
     assert store.round_trips == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,14 +18,7 @@ from dispatchers.runtime.waker import Waker
 from outbox import Outbox
 from tests.dispatching import fast_config
 from tests.receiver import Receiver, Reply
-
-
-async def until(condition: Callable[[], bool], what: str, within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:g} s: {what}")
-        await asyncio.sleep(0.01)
+from tests.waiting import until
 
 
 @asynccontextmanager
