@@ -28,10 +28,10 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 
 from dispatchers.delivery.outcome import Outcome, Verdict
+from dispatchers.delivery.settings import BreakerSettings
 
 __all__ = [
     "HOLD_SLACK",
@@ -42,28 +42,6 @@ __all__ = [
     "is_counted",
     "is_failure",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class BreakerSettings:
-    """When a destination's circuit breaker opens, and how long it stays open
-    before a probe (see :mod:`dispatchers.delivery.health`; the defaults are
-    :class:`DispatcherConfig`'s ``breaker_*``).
-
-    :param window: seconds of recent attempts the failure ratio is taken over.
-    :param min_attempts: no breaker opens on fewer attempts in the window.
-    :param failure_ratio: the share of failed attempts (above 0, at most 1) that
-        opens it.
-    :param backoff: seconds an opened breaker waits before its probe; each failed
-        probe in a row doubles it,
-    :param backoff_max: up to this.
-    """
-
-    window: float
-    min_attempts: int
-    failure_ratio: float
-    backoff: float
-    backoff_max: float
 
 
 HOLD_STATUSES = frozenset({429, 503})

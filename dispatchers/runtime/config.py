@@ -21,9 +21,9 @@ import ipaddress
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal
 
-from dispatchers.delivery.health import BreakerSettings
 from dispatchers.delivery.proxy import Proxy
 from dispatchers.delivery.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
+from dispatchers.delivery.settings import BreakerSettings
 from dispatchers.runtime.loop import EVENT_LOOPS
 from outbox._queries import check_schema_name
 from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
