@@ -12,7 +12,9 @@ build step, no CDN. The parts:
 - :mod:`~dispatchers.ui.store`: the database, read-only for pages;
 - :mod:`~dispatchers.ui.charts`: per-minute charts as SVG (pure);
 - :mod:`~dispatchers.ui.fields`: what a query string or a form may hold (pure);
-- :mod:`~dispatchers.ui.limits`: the bounds on connections, sign-ins and pages.
+- :mod:`~dispatchers.ui.limits`: the bounds on connections, sign-ins and pages;
+- :mod:`~dispatchers.ui.policy_text`: spans, retry schedules, rate limits and TLS
+  digests as the dashboard (and the CLI, which imports it) word them (pure).
 
 The dispatcher never imports this package, nor this package the CLI.
 """
