@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from outbox._queries import collect, parse, queries_for, sql_dir
+from outbox._queries import catalog, collect, parse, queries_for, sql_dir
 from outbox.errors import OutboxError
 
 
@@ -75,3 +77,36 @@ def test_every_file_is_loaded_and_bound_to_the_schema() -> None:
     assert '"some_schema".messages' in queries["claim"].text
     assert "pg_notify('some_schema_ready', '')" in queries["enqueue_notify"].text
     assert "pg_notify(" not in queries["enqueue"].text
+
+
+def test_a_catalog_holds_the_statements_of_the_files_it_is_given(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "one.sql").write_text("-- name: one\nSELECT 1 FROM {schema}.t{notify}\n")
+    (tmp_path / "a" / "two.sql").write_text("-- name: two\nLISTEN {channel}\n")
+    (tmp_path / "b.sql").write_text("-- name: three\nSELECT 3\n")
+    (tmp_path / "a.txt").write_text("-- name: not_sql\nSELECT 4\n")
+    queries = catalog("tenant", (tmp_path / "a", tmp_path / "b.sql"))
+    assert queries.names() == ["one", "one_notify", "two", "three"]
+    assert queries.files() == ["one", "two", "b"]
+    assert queries["one"].text == 'SELECT 1 FROM "tenant".t'
+    assert "pg_notify('tenant_ready', '')" in queries["one_notify"].text
+    assert queries["two"].text == 'LISTEN "tenant_ready"'
+    assert queries.wake_lock == queries_for("tenant").wake_lock
+    assert catalog("tenant", (tmp_path / "a", tmp_path / "b.sql")) is queries
+    assert "enqueue" not in queries and "enqueue" in queries_for("tenant")
+
+
+def test_names_are_unique_within_a_catalog_and_its_files_named_once(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "one.sql").write_text("-- name: enqueue\nSELECT 1\n")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "one.sql").write_text("-- name: other\nSELECT 2\n")
+    (tmp_path / "c.sql").write_text("-- name: enqueue\nSELECT 3\n")
+    # another catalog may use a name of the library's
+    assert catalog("outbox", (tmp_path / "a",))["enqueue"].text == "SELECT 1"
+    with pytest.raises(OutboxError, match=r"'enqueue' is named in both one and c"):
+        catalog("outbox", (tmp_path / "a", tmp_path / "c.sql"))
+    with pytest.raises(OutboxError, match=r"two statement files are named one\.sql"):
+        catalog("outbox", (tmp_path / "a", tmp_path / "b"))
+    with pytest.raises(OutboxError, match=r"no SQL files found in .*missing"):
+        catalog("outbox", (tmp_path / "missing",))
