@@ -1,7 +1,8 @@
 """Named SQL statements, loaded from ``.sql`` files and bound to one schema.
 
-The library's own are ``sql/queries/*.sql`` (:func:`queries_for`); other sets of
-files are catalogs of their own (:func:`catalog`).
+The library's own are ``sql/queries/*.sql`` (:func:`queries_for`); the runtime
+keeps its statements in its own packages and loads them here too, as catalogs of
+their own (:func:`catalog`), so that the library never loads them.
 
 Statements are written once, in psycopg's ``%(name)s`` parameter style. The same
 text serves psycopg connections directly and SQLAlchemy connections through
@@ -246,8 +247,10 @@ class Queries:
     names are unique across the files of one catalog, so a statement is looked up
     by name alone. ``paths`` are directories (their ``*.sql`` files) or single
     ``.sql`` files; by default the library's own, ``sql/queries`` (see
-    :func:`queries_for`). Fragments: ``{schema}`` (the quoted schema),
-    ``{channel}`` (the quoted notification channel) and ``{notify}`` (see below).
+    :func:`queries_for`). The runtime's statements are catalogs of their own, in
+    its packages (``dispatchers.store.statements`` and others). Fragments:
+    ``{schema}`` (the quoted schema), ``{channel}`` (the quoted notification
+    channel) and ``{notify}`` (see below).
     """
 
     def __init__(self, schema: str, paths: tuple[Path, ...] | None = None) -> None:
@@ -296,7 +299,8 @@ class Queries:
 @functools.lru_cache(maxsize=64)
 def catalog(schema: str, paths: tuple[Path, ...]) -> Queries:
     """The (cached) statements of ``paths`` bound to ``schema``: one catalog per
-    schema and set of files."""
+    schema and set of files, such as the dispatcher's
+    (``dispatchers.store.statements.store_queries``)."""
     return Queries(schema, paths)
 
 

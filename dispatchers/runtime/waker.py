@@ -41,7 +41,8 @@ from psycopg.rows import scalar_row
 from dispatchers.runtime.backoff import Backoff
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.log import EventLog
-from outbox._queries import DUTY_LOCK_CLASS, lock_object_id, queries_for
+from dispatchers.store.statements import store_queries
+from outbox._queries import DUTY_LOCK_CLASS, lock_object_id
 
 
 def duty_lock_key(schema: str) -> tuple[int, int]:
@@ -77,7 +78,7 @@ class Waker:
         self.log = log
         self._on_notify = on_notify
         self._on_change = on_change
-        self._queries = queries_for(config.schema)
+        self._queries = store_queries(config.schema)
         self._duty = duty_lock_key(config.schema)
         self._wake = self._queries.wake_lock
         self.on_duty = False

@@ -71,10 +71,11 @@ def test_the_notify_twin_of_a_statement_is_a_name_of_its_own() -> None:
 def test_every_file_is_loaded_and_bound_to_the_schema() -> None:
     queries = queries_for("some_schema")
     files = {path.stem for path in (sql_dir() / "queries").glob("*.sql")}
-    assert files >= {"enqueue", "endpoints", "admin", "dispatch", "bench"}
+    assert files >= {"enqueue", "endpoints", "admin", "migrate"}
+    assert set(queries.files()) == files
     for file in files:
         assert queries.names(file)
-    assert '"some_schema".messages' in queries["claim"].text
+    assert '"some_schema".messages' in queries["enqueue"].text
     assert "pg_notify('some_schema_ready', '')" in queries["enqueue_notify"].text
     assert "pg_notify(" not in queries["enqueue"].text
 
