@@ -25,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import psycopg
@@ -36,12 +37,20 @@ from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import NullLog
 from outbox import Outbox, migrate
-from outbox._queries import queries_for
+from outbox._queries import Queries, catalog
 from outbox.endpoints import Endpoints
 from outbox.receiver import Inbox, InvalidSignature, verify
 
 SCHEMA = "outbox_demo"
 INBOX_SCHEMA = "outbox_demo_inbox"
+
+QUERIES = Path(__file__).with_name("demo.sql")
+"""The demo's tables and the statements on them (shipped in the wheel with the package)."""
+
+
+def demo_queries(schema: str) -> Queries:
+    """The demo's statements bound to ``schema`` (cached by the loader)."""
+    return catalog(schema, (QUERIES,))
 
 
 class _Effects(NamedTuple):
@@ -131,7 +140,7 @@ class DemoReceiver:
             first = self.inbox.claim(conn, webhook_id)
             if first:
                 conn.execute(
-                    queries_for(INBOX_SCHEMA)["demo_effect_insert"].query,
+                    demo_queries(INBOX_SCHEMA)["demo_effect_insert"].query,
                     {
                         "webhook_id": webhook_id,
                         "endpoint": path,
@@ -165,12 +174,12 @@ class DemoReceiver:
 def _prepare(database_url: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         for schema in (SCHEMA, INBOX_SCHEMA):
-            conn.execute(queries_for(schema)["demo_drop_schema"].query)
+            conn.execute(demo_queries(schema)["demo_drop_schema"].query)
     migrate(database_url, schema=SCHEMA)
     with psycopg.connect(database_url) as conn:
         Inbox(schema=INBOX_SCHEMA).ensure_schema(conn)
-        conn.execute(queries_for(SCHEMA)["demo_orders_create"].query)
-        conn.execute(queries_for(INBOX_SCHEMA)["demo_effects_create"].query)
+        conn.execute(demo_queries(SCHEMA)["demo_orders_create"].query)
+        conn.execute(demo_queries(INBOX_SCHEMA)["demo_effects_create"].query)
 
 
 def _progress(done: int, total: int, started: float, *, final: bool = False) -> None:
@@ -235,7 +244,7 @@ def run_demo(
                     time.sleep(pause)
                 with conn.transaction(force_rollback=key in rolled_back):
                     conn.execute(
-                        queries_for(SCHEMA)["demo_order_insert"].query,
+                        demo_queries(SCHEMA)["demo_order_insert"].query,
                         {"id": i, "total": rng.randint(100, 10_000)},
                     )
                     box.publish(conn, "order.created", {"order_id": i}, idempotency_key=key)
@@ -291,9 +300,9 @@ def _summarise(
     tally = receiver.tally
     with psycopg.connect(database_url) as conn:
         with conn.cursor(row_factory=class_row(_Effects)) as cur:
-            effects = cur.execute(queries_for(INBOX_SCHEMA)["demo_effects_count"].query).fetchone()
+            effects = cur.execute(demo_queries(INBOX_SCHEMA)["demo_effects_count"].query).fetchone()
         with conn.cursor(row_factory=scalar_row) as cur:
-            dead = cur.execute(queries_for(SCHEMA)["demo_dead_count"].query).fetchone()
+            dead = cur.execute(demo_queries(SCHEMA)["demo_dead_count"].query).fetchone()
     effects = effects or _Effects(0, 0)
     latencies = sorted(
         (tally.arrival[wid] - committed_at[wid.rsplit(":", 1)[0]]) * 1000

@@ -1,4 +1,8 @@
-"""Named SQL statements, loaded from ``sql/queries/*.sql`` and bound to one schema.
+"""Named SQL statements, loaded from ``.sql`` files and bound to one schema.
+
+The library's own are ``sql/queries/*.sql`` (:func:`queries_for`); the runtime
+keeps its statements in its own packages and loads them here too, as catalogs of
+their own (:func:`catalog`), so that the library never loads them.
 
 Statements are written once, in psycopg's ``%(name)s`` parameter style. The same
 text serves psycopg connections directly and SQLAlchemy connections through
@@ -208,24 +212,51 @@ def collect(files: Mapping[str, str]) -> dict[str, _Source]:
     return found
 
 
+def library_paths() -> tuple[Path, ...]:
+    """Where the library's own statements are: ``sql/queries``."""
+    return (sql_dir() / "queries",)
+
+
+def _files(paths: tuple[Path, ...]) -> dict[str, str]:
+    """The text of every ``.sql`` file of ``paths`` by file name (without ``.sql``):
+    each path a directory (its ``*.sql`` files, in name order) or one ``.sql`` file."""
+    files: dict[str, str] = {}
+    for path in paths:
+        if path.is_dir():
+            found = sorted(path.glob("*.sql"))
+        elif path.suffix == ".sql" and path.is_file():
+            found = [path]
+        else:
+            raise OutboxError(f"no SQL files found in {path}")
+        for file in found:
+            if file.stem in files:
+                raise OutboxError(f"two statement files are named {file.name} (one is {file})")
+            files[file.stem] = file.read_text("utf-8")
+    return files
+
+
 @functools.cache
-def _sources() -> dict[str, _Source]:
-    files = sorted((sql_dir() / "queries").glob("*.sql"))
-    return collect({path.stem: path.read_text("utf-8") for path in files})
+def _sources(paths: tuple[Path, ...]) -> dict[str, _Source]:
+    return collect(_files(paths))
 
 
 class Queries:
-    """Every named statement of ``sql/queries/*.sql``, bound to one schema.
+    """The named statements of a set of ``.sql`` files, bound to one schema.
 
-    Files group statements by audience (``enqueue``, ``endpoints``, ``admin``,
-    ``dispatch``, ...); names are unique across them, so a statement is looked up
-    by name alone. Fragments: ``{schema}`` (the quoted schema), ``{channel}`` (the
-    quoted notification channel) and ``{notify}`` (see below).
+    Files group statements by audience (``enqueue``, ``endpoints``, ``admin``, ...);
+    names are unique across the files of one catalog, so a statement is looked up
+    by name alone. ``paths`` are directories (their ``*.sql`` files) or single
+    ``.sql`` files; by default the library's own, ``sql/queries`` (see
+    :func:`queries_for`). The runtime's statements are catalogs of their own, in
+    its packages (``dispatchers.store.statements`` and others). Fragments:
+    ``{schema}`` (the quoted schema), ``{channel}`` (the quoted notification
+    channel) and ``{notify}`` (see below).
     """
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, paths: tuple[Path, ...] | None = None) -> None:
         check_schema_name(schema)
         self.schema = schema
+        self.paths = library_paths() if paths is None else tuple(paths)
         self.channel = f"{schema}_ready"
         self.wake_lock = (WAKE_LOCK_CLASS, lock_object_id(schema))
         # Notify only when a dispatcher waits for it (it holds the wake lock, so
@@ -242,7 +273,7 @@ class Queries:
         parts = {"schema": sql.Identifier(schema), "channel": sql.Identifier(self.channel)}
         self._statements: dict[str, Statement] = {}
         self._files: dict[str, list[str]] = {}
-        for name, source in _sources().items():
+        for name, source in _sources(self.paths).items():
             with_notify = notify if source.notify else sql.SQL("")
             text = sql.SQL(source.body).format(notify=with_notify, **parts).as_string(None)
             self._statements[name] = Statement(name, text)
@@ -251,14 +282,29 @@ class Queries:
     def __getitem__(self, name: str) -> Statement:
         return self._statements[name]
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._statements
+
     def names(self, file: str | None = None) -> list[str]:
-        """Names of every statement (of ``file``, such as ``"bench"``), in file order."""
+        """Names of every statement (of ``file``, such as ``"enqueue"``), in file order."""
         if file is None:
             return list(self._statements)
         return list(self._files[file])
 
+    def files(self) -> list[str]:
+        """The names of the files the statements come from (without ``.sql``)."""
+        return list(self._files)
+
+
+@functools.lru_cache(maxsize=64)
+def catalog(schema: str, paths: tuple[Path, ...]) -> Queries:
+    """The (cached) statements of ``paths`` bound to ``schema``: one catalog per
+    schema and set of files, such as the dispatcher's
+    (``dispatchers.store.statements.store_queries``)."""
+    return Queries(schema, paths)
+
 
 @functools.lru_cache(maxsize=32)
 def queries_for(schema: str) -> Queries:
-    """The (cached) statements bound to ``schema``."""
-    return Queries(schema)
+    """The (cached) statements of the library (``sql/queries``) bound to ``schema``."""
+    return catalog(schema, library_paths())

@@ -144,7 +144,7 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         # a message's id is taken for its key first (nextval)
         "messages_id_seq": {"USAGE": WHOLE_TABLE},
     },
-    # dispatch.sql: claim, renew, complete, rescue, retention, health, preflight
+    # dispatchers/store/sql: claim, renew, complete, rescue, retention, health, preflight
     "dispatcher": {
         "messages": {
             # a claim reads what it delivers, and completion moves whole rows to
@@ -243,7 +243,7 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         "schema_migrations": {"SELECT": WHOLE_TABLE},
     },
     # admin.sql, endpoints.sql, destinations.sql, event_types.sql, slots.sql,
-    # ui.sql: every row of every table; not the migrations' record
+    # dispatchers/ui/queries.sql: every row of every table; not the migrations' record
     "operator": {
         **{table: _EVERYTHING for table in TABLES if table != "schema_migrations"},
         # replay of an event, and a test event, take ids for their new messages;

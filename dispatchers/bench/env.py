@@ -8,14 +8,13 @@
 - :class:`CpuClock` reads the CPU time of a process (and its children) from
   ``/proc``; :func:`postgres_clock` finds the server's postmaster when the server
   runs on this host, so PostgreSQL's CPU per message can be reported.
-- :func:`bench_queries` gives the benchmark's own SQL (``sql/queries/bench.sql``,
+- :func:`bench_queries` gives the benchmark's own SQL (``dispatchers/bench/queries.sql``,
   loaded as all named statements are) bound to one schema; :func:`bench_statement`
   one of them that names no schema.
 """
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import os
 import tempfile
@@ -32,7 +31,7 @@ from psycopg.rows import class_row
 
 from dispatchers.embedded import Database, EmbeddedPostgres
 from outbox._message import build_message
-from outbox._queries import check_schema_name, queries_for
+from outbox._queries import catalog, check_schema_name, queries_for
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA
 from outbox.dsn import libpq_url
 from outbox.migrations import load_migrations, migrate
@@ -175,12 +174,15 @@ def row_counts(url: str, schema: str) -> RowCounts:
 
 # -- the benchmark's own SQL ----------------------------------------------------------
 
+QUERIES = Path(__file__).with_name("queries.sql")
+"""The benchmark's own statements (shipped in the wheel with the package)."""
 
-@functools.lru_cache(maxsize=64)
+
 def bench_queries(schema: str) -> dict[str, str]:
-    """The benchmark's statements (``sql/queries/bench.sql``) bound to ``schema``."""
-    queries = queries_for(schema)
-    return {name: queries[name].text for name in queries.names("bench")}
+    """The benchmark's statements (``queries.sql``) bound to ``schema`` (the
+    loader caches them)."""
+    queries = catalog(schema, (QUERIES,))
+    return {name: queries[name].text for name in queries.names()}
 
 
 def bench_statement(name: str) -> str:

@@ -4,7 +4,7 @@
 :class:`~dispatchers.delivery.health.HealthBook` and writes the transitions the book (or a
 probe's outcome) calls for to the destination's shared ``destination_health`` row,
 which every dispatcher's claim reads (see its migration, ``*_destination_health.sql``, and the
-``health_*`` fragments of ``sql/queries/dispatch.sql``):
+``health_*`` fragments of ``dispatchers/store/sql/claim.sql``):
 
 - a 429 or 503 with ``Retry-After`` holds the destination that long (at most the
   retry policy's ``max_retry_after``; unless ``retry_after_holds`` is off); the

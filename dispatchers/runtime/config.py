@@ -133,7 +133,7 @@ class DispatcherConfig:
     ``destination_concurrency`` bounds the requests in flight to one destination
     (None: ``concurrency`` less a quarter, see :attr:`per_destination`); claims
     share the free capacity across destinations in turns (``claim`` in
-    ``sql/queries/dispatch.sql``).
+    ``dispatchers/store/sql/claim.sql``).
     ``batch_size`` bounds one claim statement; a dispatcher claims at most its free
     capacity (``concurrency`` minus deliveries in flight or awaiting their outcome
     write).

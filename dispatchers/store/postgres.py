@@ -3,7 +3,7 @@
 Every statement runs in its own short transaction whose timeouts are set with
 ``set_config(..., is_local => true)``: no session state and no startup parameters,
 so the dispatcher works behind PgBouncer in transaction mode. The statements
-themselves live in ``sql/queries/dispatch.sql``.
+themselves live in ``dispatchers/store/sql`` (:mod:`dispatchers.store.statements`).
 
 The module stays whole: one ``Store._run`` decides how every statement is sent (its
 session statement, preparing and re-planning, the deadline on its answer), and each
@@ -39,7 +39,8 @@ from dispatchers.store.rows import (
     named_row,
 )
 from dispatchers.store.settings import StoreSettings
-from outbox._queries import Statement, queries_for
+from dispatchers.store.statements import store_queries
+from outbox._queries import Statement
 
 R = TypeVar("R")
 
@@ -137,7 +138,7 @@ class Store:
 
     def __init__(self, conninfo: str, config: StoreSettings) -> None:
         self.config = config
-        self.queries = queries_for(config.schema)
+        self.queries = store_queries(config.schema)
         # Each statement goes out behind its timeouts, in one message: the text is
         # built from these parts at each call (see _run).
         self._set_timeouts = self.queries["set_timeouts"].text + ";\n"

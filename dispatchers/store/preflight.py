@@ -33,7 +33,8 @@ from dispatchers.store.postgres import TIMEOUT_PARAMS, timeout_values
 from dispatchers.store.rows import MissingPrivilege, SchemaAccess, named_row
 from dispatchers.store.settings import StoreSettings
 from dispatchers.store.sqlstates import describe
-from outbox._queries import Queries, queries_for
+from dispatchers.store.statements import store_queries
+from outbox._queries import Statement, queries_for
 from outbox.migrations import load_migrations
 from outbox.roles import PRIVILEGES
 
@@ -60,19 +61,20 @@ def check_database(conninfo: str, config: StoreSettings) -> None:
         raise DatabaseUnusable(f"cannot connect to the database: {describe(exc)}") from exc
     with conn:
         try:
-            _check(conn, queries_for(config.schema), config)
+            _check(conn, config)
         except psycopg.Error as exc:
             raise DatabaseUnusable(f"the start-up check failed: {describe(exc)}") from exc
 
 
-def _check(conn: psycopg.Connection[Any], queries: Queries, config: StoreSettings) -> None:
+def _check(conn: psycopg.Connection[Any], config: StoreSettings) -> None:
     """The checks, in the order that makes each one's answer meaningful: the
     schema before its tables, the version before the tables it brings."""
     schema = config.schema
+    queries = store_queries(schema)
     migrate = f"run: outbox migrate --schema {schema}"
     bounds = timeout_values(config, config.statement_timeout)
-    _rows(conn, queries, "set_timeouts", dict(zip(TIMEOUT_PARAMS, bounds, strict=True)), tuple_row)
-    [access] = _rows(conn, queries, "preflight_schema", {"schema": schema}, named_row(SchemaAccess))
+    _rows(conn, queries["set_timeouts"], dict(zip(TIMEOUT_PARAMS, bounds, strict=True)), tuple_row)
+    [access] = _rows(conn, queries["preflight_schema"], {"schema": schema}, named_row(SchemaAccess))
     role = access.role
     if not access.schema_exists:
         raise DatabaseUnusable(f'schema "{schema}" does not exist; {migrate}')
@@ -87,7 +89,7 @@ def _check(conn: psycopg.Connection[Any], queries: Queries, config: StoreSetting
         raise DatabaseUnusable(
             f'role "{role}" may not read {schema}.schema_migrations: grant it SELECT there'
         )
-    applied = set(_rows(conn, queries, "migrations_applied", {}, scalar_row))
+    applied = set(_rows(conn, queries_for(schema)["migrations_applied"], {}, scalar_row))
     needed = [m.version for m in load_migrations()]
     if not applied.issuperset(needed):
         current = max(applied, default=0)
@@ -103,8 +105,7 @@ def _check(conn: psycopg.Connection[Any], queries: Queries, config: StoreSetting
     ]
     missing = _rows(
         conn,
-        queries,
-        "preflight_privileges",
+        queries["preflight_privileges"],
         {
             "schema": schema,
             "tables": [table for table, _ in wanted],
@@ -120,7 +121,7 @@ def _check(conn: psycopg.Connection[Any], queries: Queries, config: StoreSetting
         raise DatabaseUnusable(
             f'role "{role}" lacks privileges in schema "{schema}": {lacking}; grant them to it'
         )
-    in_use = _rows(conn, queries, "preflight_secret_keys", {}, scalar_row)
+    in_use = _rows(conn, queries["preflight_secret_keys"], {}, scalar_row)
     missing_keys = config.keyring.missing(in_use) if config.keyring is not None else in_use
     if missing_keys:
         raise SecretKeysMissing(
@@ -133,12 +134,11 @@ def _check(conn: psycopg.Connection[Any], queries: Queries, config: StoreSetting
 
 def _rows(
     conn: psycopg.Connection[Any],
-    queries: Queries,
-    name: str,
+    statement: Statement,
     params: Mapping[str, Any],
     row: BaseRowFactory[R],
 ) -> list[R]:
-    """The rows of the statement ``name``, made by ``row``."""
+    """The rows of ``statement``, made by ``row``."""
     with conn.cursor(row_factory=row) as cur:
-        cur.execute(queries[name].query, params)
+        cur.execute(statement.query, params)
         return cur.fetchall()

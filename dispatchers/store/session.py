@@ -18,7 +18,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import scalar_row
 
-from outbox._queries import DUTY_LOCK_CLASS, lock_object_id, queries_for
+from dispatchers.store.statements import store_queries
+from outbox._queries import DUTY_LOCK_CLASS, lock_object_id
 
 Key = tuple[int, int]
 """An advisory lock in its two-int form."""
@@ -33,7 +34,7 @@ def wake_lock_key(schema: str) -> Key:
     """The advisory lock a dispatcher holds while it waits to be notified, which
     producers try to take shared (see the ``{notify}`` part of the enqueue
     statements)."""
-    return queries_for(schema).wake_lock
+    return store_queries(schema).wake_lock
 
 
 class Session:
@@ -43,7 +44,7 @@ class Session:
         self, conn: psycopg.AsyncConnection[Any], schema: str, on_notify: Callable[[], None]
     ) -> None:
         self._conn = conn
-        self._queries = queries_for(schema)
+        self._queries = store_queries(schema)
         self._on_notify = on_notify
         self.round_trips = 0  # statements sent
 

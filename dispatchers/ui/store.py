@@ -7,8 +7,8 @@ loop that serves the other requests. Every page runs in a ``READ ONLY``
 transaction: a page cannot write, whatever its code does. Only :meth:`DashboardStore.write`
 opens a transaction that can, and the dashboard never calls it in read-only mode.
 
-The dashboard's statements are those of ``sql/queries/ui.sql``, bound to the
-schema as the library binds its own.
+The dashboard's statements are those of ``dispatchers/ui/queries.sql``
+(:func:`ui_queries`), bound to the schema by the library's loader.
 """
 
 from __future__ import annotations
@@ -16,16 +16,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from outbox._inspect import DestinationHealth
-from outbox._queries import queries_for
+from outbox._queries import Queries, catalog
 from outbox._transaction import rows_plan, run_sync, scalar
 
 T = TypeVar("T")
+
+QUERIES = Path(__file__).with_name("queries.sql")
+"""The dashboard's own statements (shipped in the wheel with the package)."""
 
 SEARCH_LIMIT = 100
 """The most messages one search shows."""
@@ -53,6 +57,11 @@ passes jit_above_cost is compiled at each execution, for longer than it runs. Se
 per transaction, not per connection, so that it works behind a pooler."""
 
 READ_ONLY = "SET TRANSACTION READ ONLY; " + BOUNDED
+
+
+def ui_queries(schema: str) -> Queries:
+    """The dashboard's statements bound to ``schema`` (cached by the loader)."""
+    return catalog(schema, (QUERIES,))
 
 
 class Minute(NamedTuple):
@@ -185,10 +194,10 @@ class DashboardStore:
             conn.execute(READ_ONLY if read_only else BOUNDED)
             return work(conn)
 
-    # -- the dashboard's own statements (sql/queries/ui.sql) ------------------------
+    # -- the dashboard's own statements (queries.sql) --------------------------------
 
     def minutes(self, conn: psycopg.Connection[Any]) -> list[Minute]:
-        return run_sync(conn, rows_plan(queries_for(self.schema)["ui_minutes"], {}, Minute))
+        return run_sync(conn, rows_plan(ui_queries(self.schema)["ui_minutes"], {}, Minute))
 
     def hours(self, conn: psycopg.Connection[Any], *, until: datetime) -> list[Minute]:
         """Attempts per hour in the 23 whole hours before ``until`` (an hour's
@@ -204,7 +213,7 @@ class DashboardStore:
         rows: list[Minute] = []
         if since < until:
             params = {"since": since, "until": until}
-            rows = run_sync(conn, rows_plan(queries_for(self.schema)["ui_hours"], params, Minute))
+            rows = run_sync(conn, rows_plan(ui_queries(self.schema)["ui_hours"], params, Minute))
         row = conn.execute("SELECT now()").fetchone()
         now: datetime = row[0] if row else datetime.now(UTC)
         settled = min(
@@ -226,31 +235,31 @@ class DashboardStore:
 
     def endpoint_hour(self, conn: psycopg.Connection[Any], endpoint_id: int) -> EndpointHour:
         plan = rows_plan(
-            queries_for(self.schema)["ui_endpoint_hour"], {"endpoint_id": endpoint_id}, EndpointHour
+            ui_queries(self.schema)["ui_endpoint_hour"], {"endpoint_id": endpoint_id}, EndpointHour
         )
         return run_sync(conn, plan)[0]
 
     def endpoints_hour(self, conn: psycopg.Connection[Any]) -> dict[int, EndpointsHour]:
-        plan = rows_plan(queries_for(self.schema)["ui_endpoints_hour"], {}, EndpointsHour)
+        plan = rows_plan(ui_queries(self.schema)["ui_endpoints_hour"], {}, EndpointsHour)
         return {row.endpoint_id: row for row in run_sync(conn, plan)}
 
     def endpoint_attempts(
         self, conn: psycopg.Connection[Any], endpoint_id: int
     ) -> list[RecentAttempt]:
         params = {"endpoint_id": endpoint_id, "limit": RECENT_ATTEMPTS}
-        plan = rows_plan(queries_for(self.schema)["ui_endpoint_attempts"], params, RecentAttempt)
+        plan = rows_plan(ui_queries(self.schema)["ui_endpoint_attempts"], params, RecentAttempt)
         return run_sync(conn, plan)
 
     def destination_health(
         self, conn: psycopg.Connection[Any], destination: str
     ) -> DestinationHealth | None:
         """Why ``destination`` is blocked, or None if it is not."""
-        query = queries_for(self.schema)["ui_destination_health"]
+        query = ui_queries(self.schema)["ui_destination_health"]
         rows = run_sync(conn, rows_plan(query, {"destination": destination}, DestinationHealth))
         return rows[0] if rows else None
 
     def owners(self, conn: psycopg.Connection[Any]) -> list[Owner]:
-        return run_sync(conn, rows_plan(queries_for(self.schema)["ui_dispatchers"], {}, Owner))
+        return run_sync(conn, rows_plan(ui_queries(self.schema)["ui_dispatchers"], {}, Owner))
 
     def endpoint_page(
         self, conn: psycopg.Connection[Any], *, after: int, attention: bool, limit: int
@@ -258,12 +267,12 @@ class DashboardStore:
         """Up to ``limit`` endpoints after id ``after``, by id (those that need
         attention only, if asked)."""
         params = {"after": after, "attention": attention, "limit": limit, "types": LISTED_TYPES}
-        plan = rows_plan(queries_for(self.schema)["ui_endpoint_page"], params, ListedEndpoint)
+        plan = rows_plan(ui_queries(self.schema)["ui_endpoint_page"], params, ListedEndpoint)
         return run_sync(conn, plan)
 
     def sealed_secrets(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether any signing secret is sealed."""
-        rows = run_sync(conn, rows_plan(queries_for(self.schema)["ui_sealed_secrets"], {}, scalar))
+        rows = run_sync(conn, rows_plan(ui_queries(self.schema)["ui_sealed_secrets"], {}, scalar))
         return bool(rows[0])
 
     def search(
@@ -286,4 +295,4 @@ class DashboardStore:
             "created_until": created_until,
             "limit": SEARCH_LIMIT,
         }
-        return run_sync(conn, rows_plan(queries_for(self.schema)["ui_messages"], params, Found))
+        return run_sync(conn, rows_plan(ui_queries(self.schema)["ui_messages"], params, Found))

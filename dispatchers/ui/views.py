@@ -3,7 +3,7 @@
 A page reads in one read-only transaction (:meth:`DashboardStore.read`) through the
 library's operator functions where they answer (:func:`outbox.admin.status`,
 :func:`~outbox.admin.message_show`, the dead-letter functions), and through the
-dashboard's own statements (``sql/queries/ui.sql``) where they do not. An
+dashboard's own statements (``dispatchers/ui/queries.sql``) where they do not. An
 action writes in one transaction, logs who did what to how many messages, and
 redirects to a page (so reloading that page repeats nothing). Input from the
 query string or a form is checked first (:mod:`dispatchers.ui.fields`); a value

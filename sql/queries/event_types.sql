@@ -1,7 +1,7 @@
 -- Event types' settings, written by operators (outbox.event_types): the retry
 -- schedule of the webhooks of one event type whose endpoint has none of its own.
--- A claim reads it (dispatch.sql, fragment "retry_schedule"). Placeholders as
--- in enqueue.sql.
+-- A claim reads it (fragment "retry_schedule" of the dispatcher's claim.sql, in
+-- dispatchers/store/sql). Placeholders as in enqueue.sql.
 
 -- fragment: event_type_rows
 SELECT event_type, CAST(retry_schedule AS double precision[]) AS retry_schedule,

@@ -9,10 +9,10 @@
 -- Concurrency slots: the missing ones added, those above the cap deleted. Every
 -- request in flight there then holds a slot within the cap, or is listed in
 -- unseated_requests (migration 0021) when there is none left for it, and takes
--- the next one that frees ("slots_passed" in dispatch.sql). So the free slots
--- are the new cap less the requests in flight, and none while more are in
--- flight than it: no request starts until the destination is under the new
--- cap. Rate slots: rate_burst of them, each usable once every
+-- the next one that frees ("slots_passed" in the dispatcher's complete.sql,
+-- dispatchers/store/sql). So the free slots are the new cap less the requests
+-- in flight, and none while more are in flight than it: no request starts
+-- until the destination is under the new cap. Rate slots: rate_burst of them, each usable once every
 -- rate_burst / rate_limit_per_s seconds; a slot kept keeps its next_at, so that
 -- a change never grants a fresh burst.
 cap_removed AS (

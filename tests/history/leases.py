@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from tests.history.history import AttemptRow, History, MessageEvent, Request
 
 RESCUED = "lease expired"
-"""How the rescuer's last_error begins (dispatch.sql "rescue")."""
+"""How the rescuer's last_error begins (dispatchers/store/sql/complete.sql, "rescue")."""
 
 
 @dataclass(frozen=True)

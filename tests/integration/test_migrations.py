@@ -20,6 +20,8 @@ import pytest
 from psycopg import sql
 
 from dispatchers.embedded import EmbeddedPostgres
+from dispatchers.store.statements import store_queries
+from dispatchers.ui.store import ui_queries
 from outbox import ConfigurationError, MigrationError, Outbox, migrate
 from outbox._message import url_origin
 from outbox._queries import queries_for
@@ -793,13 +795,22 @@ def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None
         f"outbox/_sql/{p.relative_to(REPO / 'sql').as_posix()}"
         for p in (REPO / "sql").rglob("*.sql")
     }
+    # the runtime's statements, in its packages (the dispatcher's, the dashboard's,
+    # the bench's, the demo's)
+    runtime_sql = {p.relative_to(REPO).as_posix() for p in (REPO / "dispatchers").rglob("*.sql")}
+    assert "dispatchers/store/sql/claim.sql" in runtime_sql
+    assert runtime_sql <= names
 
     # Installed (a pure-Python wheel is its files), the package finds them inside itself.
     script = (
         "from outbox.migrations import load_migrations\n"
         "from outbox._queries import queries_for, sql_dir\n"
+        "from dispatchers.store.statements import SQL_DIR, store_queries\n"
+        "from dispatchers.ui.store import ui_queries\n"
         "print(sql_dir())\n"
-        "print(len(load_migrations()), len(queries_for('outbox').names()))\n"
+        "print(SQL_DIR)\n"
+        "print(len(load_migrations()), len(queries_for('outbox').names()),"
+        " len(store_queries('outbox').names()), len(ui_queries('outbox').names()))\n"
     )
     installed = tmp_path / "installed"
     run = subprocess.run(
@@ -811,9 +822,16 @@ def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None
         cwd=tmp_path,
         check=True,
     )
-    found_dir, counts = run.stdout.splitlines()
+    found_dir, store_dir, counts = run.stdout.splitlines()
     assert Path(found_dir) == installed / "outbox" / "_sql"
-    assert counts == f"{len(load_migrations())} {len(queries_for('outbox').names())}"
+    assert Path(store_dir) == installed / "dispatchers" / "store" / "sql"
+    expected = (
+        load_migrations(),
+        queries_for("outbox").names(),
+        store_queries("outbox").names(),
+        ui_queries("outbox").names(),
+    )
+    assert counts == " ".join(str(len(each)) for each in expected)
 
 
 # -- the embedded server -------------------------------------------------------------

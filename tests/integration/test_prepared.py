@@ -15,8 +15,8 @@ import pytest
 
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.store.postgres import Store
+from dispatchers.store.statements import store_queries
 from outbox import Outbox
-from outbox._queries import queries_for
 
 URL = "https://example.com/hook"
 
@@ -48,7 +48,7 @@ async def test_a_statement_is_prepared_once_per_connection(database_url: str, st
     for _ in range(3):
         assert len((await store.claim("owner-p", 1)).messages) == 1
     assert store.round_trips == 3  # the PREPARE went with the first execution
-    name = queries_for("outbox")["claim_uncapped"].prepared.name
+    name = store_queries("outbox")["claim_uncapped"].prepared.name
     async with store.pool.connection() as conn:
         assert name in await prepared_here(conn)
 
@@ -68,7 +68,7 @@ async def test_a_statement_missing_on_the_connection_is_prepared_again(
 async def test_a_statement_a_peer_prepared_already_is_used(database_url: str, store: Store) -> None:
     # as if another client of the pooler had prepared it on this server connection
     enqueue(database_url, "a")
-    prepared = queries_for("outbox")["renew"].prepared
+    prepared = store_queries("outbox")["renew"].prepared
     async with store.pool.connection() as conn:
         await conn.execute(prepared.prepare.replace("%%", "%"))
     assert await store.renew("owner-p", []) == set()

@@ -11,6 +11,7 @@ from dispatchers.runtime.log import NullLog
 from dispatchers.runtime.maintenance import Retention
 from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.postgres import Store
+from dispatchers.store.statements import store_queries
 from outbox import Outbox
 from tests.dispatching import fast_config, wait_until
 
@@ -103,7 +104,7 @@ def test_retention_finds_keys_by_their_primary_key(database_url: str) -> None:
         plan = "\n".join(
             r[0]
             for r in conn.execute(
-                "EXPLAIN " + Outbox().queries["retention"].text,
+                "EXPLAIN " + store_queries("outbox")["retention"].text,
                 {"retention_s": 7 * 86400.0, "limit": 100},
             ).fetchall()
         )

@@ -13,36 +13,52 @@ each role is the end-to-end tests' (test_roles.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
 
-from outbox._queries import queries_for
+from dispatchers.store.statements import store_queries
+from dispatchers.ui.store import ui_queries
+from outbox._queries import Queries, Statement, queries_for
 from outbox.roles import SEQUENCES, holds
 from tests.conftest import PgServer
 from tests.integration.test_roles import Roles, grant_all, made_roles
 
 SCHEMA = "outbox"
 
-#: the statement files whose statements each role's code runs
-FILES = {
+#: the files of the library's statements (sql/queries) each role's code runs
+FILES: dict[str, tuple[str, ...]] = {
     # the library in the application's transaction: enqueue and publish
     "producer": ("enqueue",),
-    # outbox dispatch, its preflight and its waker; it checks the schema's version
-    "dispatcher": ("dispatch",),
-    # the admin commands and the dashboard
-    "operator": ("admin", "endpoints", "destinations", "event_types", "slots", "ui"),
+    # outbox dispatch checks the schema's version (and runs its own, below)
+    "dispatcher": (),
+    # the admin commands (and the dashboard, below)
+    "operator": ("admin", "endpoints", "destinations", "event_types", "slots"),
 }
 ALSO = {"dispatcher": ("migrations_applied",)}
+#: the runtime's catalogs each role's code runs whole: outbox dispatch, its
+#: preflight and its waker; the dashboard
+RUNTIME: dict[str, Callable[[str], Queries]] = {"dispatcher": store_queries, "operator": ui_queries}
 
 _EXPLAINED = re.compile(r"^\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 _NEXTVAL = re.compile(r"""nextval\('"?\w+"?\.(\w+)'\)""")
 
 
-def statements(kind: str) -> list[str]:
-    queries = queries_for(SCHEMA)
-    return [name for file in FILES[kind] for name in queries.names(file)] + list(ALSO.get(kind, ()))
+def statements(kind: str) -> list[Statement]:
+    library = queries_for(SCHEMA)
+    names = [name for file in FILES[kind] for name in library.names(file)]
+    found = [library[name] for name in names + list(ALSO.get(kind, ()))]
+    if kind in RUNTIME:
+        runtime = RUNTIME[kind](SCHEMA)
+        found += [runtime[name] for name in runtime.names()]
+    return found
+
+
+def files(kind: str) -> int:
+    """How many statement files the role's code runs statements of."""
+    runtime = len(RUNTIME[kind](SCHEMA).files()) if kind in RUNTIME else 0
+    return len(FILES[kind]) + runtime
 
 
 @pytest.fixture
@@ -56,11 +72,10 @@ def test_each_statement_a_role_runs_is_planned_as_that_role_without_a_privilege_
     database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str], kind: str
 ) -> None:
     grant_all(database_url, roles, capsys)
-    queries = queries_for(SCHEMA)
     explained, refused = [], []
     with psycopg.connect(roles.urls[kind], autocommit=True) as conn:
-        for name in statements(kind):
-            statement = queries[name]
+        for statement in statements(kind):
+            name = statement.name
             if not _EXPLAINED.match(statement.text):
                 continue  # LISTEN, SET: no table
             params = dict.fromkeys(re.findall(r"%\((\w+)\)s", statement.text))
@@ -71,16 +86,15 @@ def test_each_statement_a_role_runs_is_planned_as_that_role_without_a_privilege_
                 refused.append((name, error.diag.message_primary))
             explained.append(name)
     assert refused == []
-    assert len(explained) > len(FILES[kind])  # every file has statements to explain
+    assert len(explained) > files(kind)  # every file has statements to explain
 
 
 @pytest.mark.parametrize("kind", list(FILES))
 def test_the_sequences_a_role_takes_ids_from_are_granted_to_it(kind: str) -> None:
-    queries = queries_for(SCHEMA)
     taken = {
-        (name, sequence)
-        for name in statements(kind)
-        for sequence in _NEXTVAL.findall(queries[name].text)
+        (statement.name, sequence)
+        for statement in statements(kind)
+        for sequence in _NEXTVAL.findall(statement.text)
     }
     assert {sequence for _, sequence in taken} <= set(SEQUENCES)
     assert [(name, s) for name, s in sorted(taken) if not holds(kind, s, "USAGE")] == []

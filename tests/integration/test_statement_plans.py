@@ -21,11 +21,11 @@ from typing import Any, ClassVar
 import psycopg
 import pytest
 
+from dispatchers.bench.env import bench_queries
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.store.messages import Completion
 from dispatchers.store.postgres import REPLAN_FLOOR, Store
 from outbox import Outbox
-from outbox._queries import queries_for
 from outbox.endpoints import Endpoints
 from tests.plans import backlog, explain, indexes, jit_available, seq_scans
 
@@ -149,8 +149,8 @@ def test_the_claim_takes_what_it_reads_by_index_in_its_plan(database_url: str) -
 
 def _history(url: str, rows: int) -> None:
     with psycopg.connect(url) as conn:
-        statement = queries_for("outbox")["seed_history"]
-        conn.execute(statement.query, {"target": "https://example.com", "rows": rows, "body": b""})
+        statement = bench_queries("outbox")["seed_history"]
+        conn.execute(statement, {"target": "https://example.com", "rows": rows, "body": b""})
         conn.execute("UPDATE outbox.delivered SET completed_at = completed_at - interval '30 days'")
         conn.execute("ANALYZE outbox.delivered, outbox.message_keys, outbox.attempts")
 

@@ -14,11 +14,11 @@ import pytest
 import trustme
 from markupsafe import escape
 
+from dispatchers.bench.env import bench_queries
 from dispatchers.cli import main
 from dispatchers.ui.auth import token_id
-from dispatchers.ui.store import READ_ONLY, Minute
+from dispatchers.ui.store import READ_ONLY, Minute, ui_queries
 from outbox._endpoint_tls import pem_digest
-from outbox._queries import queries_for
 from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from outbox.secrets import fingerprint
@@ -359,7 +359,7 @@ def _plan(db: Db, name: str, **params: object) -> str:
     # as a page runs it: in the dashboard's transaction, planned for its values
     with db.tx() as conn:
         conn.execute(READ_ONLY)
-        text = queries_for("outbox")[name].text
+        text = ui_queries("outbox")[name].text
         rows = conn.execute("EXPLAIN (ANALYZE) " + text, params).fetchall()
         plan = "\n".join(str(r[0]) for r in rows)
     assert "JIT:" not in plan, plan
@@ -371,8 +371,8 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     # on tables as a busy outbox has them, with their statistics: a month of
     # history, a backlog, some of it running
     with psycopg.connect(db.url) as conn:
-        seed = queries_for("outbox")["seed_history"]
-        conn.execute(seed.query, {"target": "https://example.com", "rows": 20_000, "body": b""})
+        seed = bench_queries("outbox")["seed_history"]
+        conn.execute(seed, {"target": "https://example.com", "rows": 20_000, "body": b""})
         for table, column, columns in (
             ("attempts", "message_id", ("started_at",)),
             ("delivered", "id", ("created_at", "completed_at")),

@@ -181,7 +181,7 @@ def _rollback(s: State, p: int, prod: Producer) -> Step:
     return Step(f"P{p} rolls back", s, ())
 
 
-# -- a dispatcher: dispatch.sql and dispatchers/ --------------------------------------
+# -- a dispatcher: dispatchers/store/sql and dispatchers/ -----------------------------
 
 
 def _dispatcher(s: State, c: Config, d: int, disp: Dispatcher) -> Iterator[Step]:
@@ -210,7 +210,7 @@ def _dispatcher(s: State, c: Config, d: int, disp: Dispatcher) -> Iterator[Step]
 
 
 def _ordering_key_free(s: State, c: Config, m: Msg) -> bool:
-    """dispatch.sql fragment "ordering_key_free", on the claim's snapshot (rows of
+    """claim.sql fragment "ordering_key_free", on the claim's snapshot (rows of
     open transactions are not in it)."""
     if m.key is None:
         return True
@@ -227,7 +227,7 @@ def _ordering_key_free(s: State, c: Config, m: Msg) -> bool:
 
 
 def _probe_allowed(h: Health, c: Config) -> bool:
-    """dispatch.sql fragment "health_probes": an open breaker past its back-off,
+    """claim.sql fragment "health_probes": an open breaker past its back-off,
     or a probe whose lease passed (its dispatcher vanished)."""
     if Mutation.PROBE_WHILE_PROBING in c.mutations and h.state == "probing":
         return True
@@ -235,7 +235,7 @@ def _probe_allowed(h: Health, c: Config) -> bool:
 
 
 def _claim(s: State, c: Config, d: int, disp: Dispatcher, m: Msg) -> Step | None:
-    """dispatch.sql "claim" ("claim_uncapped" / "claim_lone" without a policy or a
+    """claim.sql "claim" ("claim_uncapped" / "claim_lone" without a policy or a
     breaker): fragment "claimable" (ready, due, ordering_key_free), the health_*
     fragments (none open, or this claim takes the one probe: room 1), the slots of
     "policy_slots" (the lowest free one), then "claimed": running under this
@@ -280,7 +280,7 @@ def _answer(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight, ho
     (outbox.receiver.Inbox.claim) and applies the effect the first time only;
     its answer is a 2xx or a failure to retry (or, at shutdown, the request is
     cut short before the answer). Then dispatchers.runtime.breakers.Breakers.attempted
-    writes what the answer calls for: dispatch.sql "health_close" /
+    writes what the answer calls for: health.sql "health_close" /
     "health_reopen" for the probe (fenced by probe_owner and state 'probing'),
     "health_open" for a failure while the breaker is closed."""
     m = _msg(s, f.msg)
@@ -311,7 +311,7 @@ def _fenced_in(s: State, c: Config, d: int, f: Flight) -> bool:
 
 
 def _complete(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) -> Step:
-    """dispatch.sql "complete" / "complete_delivered": a 2xx is delivered (moved to
+    """complete.sql "complete" / "complete_delivered": a 2xx is delivered (moved to
     history); a failure goes back to ready, or to dead once attempts are spent;
     "freed" frees the slot. A write the fence stops changes nothing."""
     s2 = _set_disp(s, d, _with_flight(disp, i, None))
@@ -333,7 +333,7 @@ def _complete(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) 
 
 
 def _release(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) -> Step:
-    """dispatch.sql "complete" with a "released" outcome never started (a claim
+    """complete.sql "complete" with a "released" outcome never started (a claim
     that committed after the stop signal, dispatchers.runtime.completions.released):
     ready again, the attempt refunded (attempts - 1). A released probe writes no
     health: its lease on the breaker stands."""
@@ -348,7 +348,7 @@ def _release(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) -
 
 
 def _renew(s: State, c: Config, d: int, disp: Dispatcher) -> Step:
-    """dispatch.sql "renew": one statement for every lease the dispatcher holds,
+    """leases.sql "renew": one statement for every lease the dispatcher holds,
     fenced as "complete"; the heartbeat drops each flight it did not return."""
     kept = []
     for f in disp.flights:
@@ -390,7 +390,7 @@ def _tick(s: State) -> Step:
 
 
 def _rescue(s: State, c: Config) -> Step:
-    """dispatch.sql "rescue": running rows whose lease_until < now() go back to
+    """complete.sql "rescue": running rows whose lease_until < now() go back to
     ready, or dead when their attempts are spent; "freed" frees their slots and
     any slot whose holder no longer runs."""
     msgs = []

@@ -4,10 +4,12 @@
 tree (code, tests and ``sql/``) is copied once into a temporary directory, so
 that the SQL and the tests that judge it are of one moment while the working
 tree changes; then for each mutant, one at a time, one statement of the copy's
-SQL is changed (a fence removed, a bound moved, a lock dropped), and the
-mutant's set of integration tests runs in the copy, its statements loaded from
-the copy's ``sql/`` through the ``tests.mutation.sql_copy`` plugin, which points
-the loader there. The working tree is never written.
+SQL is changed (a fence removed, a bound moved, a lock dropped), in the
+library's files (``sql/queries``) or the dispatcher's
+(``dispatchers/store/sql``), and the mutant's set of integration tests runs in
+the copy, its statements loaded from the copy's files through the
+``tests.mutation.sql_copy`` plugin, which points the loader there. The working
+tree is never written.
 
 Killed: a test failed, and it is named. Survived: every test passed, so nothing
 pins down what the mutated text does; write the test that does, or, when no
@@ -42,6 +44,8 @@ SNAPSHOT = ("outbox", "dispatchers", "sql", "tests", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
 PLUGIN = "tests.mutation.sql_copy"
 ENV = "OUTBOX_SQL_COPY"
+LIBRARY_SQL = "sql/queries"
+STORE_SQL = "dispatchers/store/sql"
 _HEADER = re.compile(r"^-- (?:name|fragment):[ \t]*(\w+)[ \t]*$", re.MULTILINE)
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
@@ -96,8 +100,9 @@ SETS = {"fences": FENCES, "health": HEALTH, "slots": SLOTS, "ordering": ORDERING
 @dataclass(frozen=True)
 class Mutant:
     """``old`` replaced by ``new`` in the statement or fragment ``section`` of
-    ``file`` (in ``sql/queries``), where ``old`` must occur exactly once. Runs of
-    whitespace in ``old`` match any run of whitespace."""
+    ``file`` (a path in the tree: ``sql/queries/...`` for the library's,
+    ``dispatchers/store/sql/...`` for the dispatcher's), where ``old`` must occur
+    exactly once. Runs of whitespace in ``old`` match any run of whitespace."""
 
     name: str
     file: str
@@ -138,7 +143,10 @@ def _mutants() -> list[Mutant]:
     ) -> None:
         out.append(Mutant(name, file, section, old, new, tests, equivalent))
 
-    d = "dispatch.sql"
+    # the dispatcher's files (dispatchers/store/sql)
+    claim, complete, leases, health = (
+        f"{STORE_SQL}/{name}.sql" for name in ("claim", "complete", "leases", "health")
+    )
     # -- the fences of completion and renewal, each alone -------------------------
     owner, attempt, running = (
         "AND m.lease_owner = %(owner)s",
@@ -147,28 +155,28 @@ def _mutants() -> list[Mutant]:
     )
     for cte, tail in (("done", "AND o.state = 'delivered'"), ("updated", "AND o.state <>")):
         fence = f"WHERE m.id = o.id {attempt} {owner} {running} {tail}"
-        add(f"complete_{cte}_owner", d, "complete", fence,
+        add(f"complete_{cte}_owner", complete, "complete", fence,
             f"WHERE m.id = o.id {attempt} {running} {tail}", "fences")  # fmt: skip
-        add(f"complete_{cte}_attempt", d, "complete", fence,
+        add(f"complete_{cte}_attempt", complete, "complete", fence,
             f"WHERE m.id = o.id {owner} {running} {tail}", "fences")  # fmt: skip
-        add(f"complete_{cte}_running", d, "complete", fence,
+        add(f"complete_{cte}_running", complete, "complete", fence,
             f"WHERE m.id = o.id {attempt} {owner} {tail}", "fences")  # fmt: skip
     fence = f"WHERE m.id = o.id {attempt} {owner} {running} RETURNING"
-    add("complete_delivered_owner", d, "complete_delivered", fence,
+    add("complete_delivered_owner", complete, "complete_delivered", fence,
         f"WHERE m.id = o.id {attempt} {running} RETURNING", "fences")  # fmt: skip
-    add("complete_delivered_attempt", d, "complete_delivered", fence,
+    add("complete_delivered_attempt", complete, "complete_delivered", fence,
         f"WHERE m.id = o.id {owner} {running} RETURNING", "fences")  # fmt: skip
-    add("complete_delivered_running", d, "complete_delivered", fence,
+    add("complete_delivered_running", complete, "complete_delivered", fence,
         f"WHERE m.id = o.id {attempt} {owner} RETURNING", "fences")  # fmt: skip
-    add("renew_owner", d, "renew", owner, "", "fences")
-    add("renew_attempt", d, "renew", "AND m.attempts = held.attempt", "", "fences")
-    add("renew_running", d, "renew", running, "", "fences")
-    add("release_keeps_the_attempt", d, "complete",
+    add("renew_owner", leases, "renew", owner, "", "fences")
+    add("renew_attempt", leases, "renew", "AND m.attempts = held.attempt", "", "fences")
+    add("renew_running", leases, "renew", running, "", "fences")
+    add("release_keeps_the_attempt", complete, "complete",
         "attempts = CASE WHEN o.sent THEN m.attempts ELSE m.attempts - 1 END",
         "attempts = m.attempts", "fences")  # fmt: skip
-    add("rescue_running", d, "rescue", "WHERE state = 'running' AND lease_until < now()",
+    add("rescue_running", complete, "rescue", "WHERE state = 'running' AND lease_until < now()",
         "WHERE lease_until < now()", "fences")  # fmt: skip
-    add("rescue_spent", d, "rescue",
+    add("rescue_spent", complete, "rescue",
         "SET state = CASE WHEN m.attempts >= m.max_attempts",
         "SET state = CASE WHEN m.attempts > m.max_attempts", "fences")  # fmt: skip
 
@@ -179,43 +187,43 @@ def _mutants() -> list[Mutant]:
         " (probe_owner IS NOT NULL)), which test_only_a_probing_breaker_has_a_probe_owner pins"
     )
     for statement in ("health_close", "health_reopen"):
-        add(f"{statement}_owner", d, statement, probe_fence, "", "health")
-        add(f"{statement}_probing", d, statement, "AND dh.state = 'probing'", "", "health",
+        add(f"{statement}_owner", health, statement, probe_fence, "", "health")
+        add(f"{statement}_probing", health, statement, "AND dh.state = 'probing'", "", "health",
             only_probing)  # fmt: skip
     doubled = "%(backoff_s)s * power(2, LEAST(dh.failed_probes + 1, 30))"
-    add("health_reopen_not_doubled", d, "health_reopen", doubled,
+    add("health_reopen_not_doubled", health, "health_reopen", doubled,
         "%(backoff_s)s * power(2, 1)", "health")  # fmt: skip
-    add("health_reopen_uncapped", d, "health_reopen",
+    add("health_reopen_uncapped", health, "health_reopen",
         f"LEAST({doubled}, %(backoff_max_s)s)", doubled, "health")  # fmt: skip
-    add("health_reopen_no_hold", d, "health_reopen", "%(backoff_max_s)s), %(hold_s)s))",
+    add("health_reopen_no_hold", health, "health_reopen", "%(backoff_max_s)s), %(hold_s)s))",
         "%(backoff_max_s)s), 0))", "health")  # fmt: skip
-    add("health_reopen_not_counted", d, "health_reopen",
+    add("health_reopen_not_counted", health, "health_reopen",
         "failed_probes = dh.failed_probes + 1", "failed_probes = dh.failed_probes",
         "health")  # fmt: skip
-    add("probe_lease_none", d, "health_probed",
+    add("probe_lease_none", claim, "health_probed",
         "blocked_until = now() + make_interval(secs => %(lease_s)s)",
         "blocked_until = now()", "health")  # fmt: skip
-    add("probe_before_backoff", d, "health_probes",
+    add("probe_before_backoff", claim, "health_probes",
         "AND dh.state <> 'held' AND dh.blocked_until <= now()",
         "AND dh.state <> 'held'", "health")  # fmt: skip
-    add("probe_takes_a_batch", d, "destinations_due",
+    add("probe_takes_a_batch", claim, "destinations_due",
         "WHEN probe.destination IS NOT NULL THEN 1",
         "WHEN probe.destination IS NOT NULL THEN %(limit)s", "health")  # fmt: skip
-    add("held_claimed_during_hold", d, "health_admitted",
+    add("held_claimed_during_hold", claim, "health_admitted",
         "(dh.state = 'held' AND dh.blocked_until <= now())", "(dh.state = 'held')",
         "health")  # fmt: skip
-    add("health_open_reopens", d, "health_open", "WHERE dh.state = 'held'", "", "health")
-    add("health_open_shortens_hold", d, "health_open",
+    add("health_open_reopens", health, "health_open", "WHERE dh.state = 'held'", "", "health")
+    add("health_open_shortens_hold", health, "health_open",
         "GREATEST(dh.blocked_until, excluded.blocked_until)", "excluded.blocked_until",
         "health")  # fmt: skip
-    add("health_hold_shortens", d, "health_hold",
+    add("health_hold_shortens", health, "health_hold",
         "WHERE dh.blocked_until < excluded.blocked_until", "", "health")  # fmt: skip
-    add("health_alone_ignores_open", d, "health_alone",
+    add("health_alone_ignores_open", claim, "health_alone",
         "AND (dh.blocked_until > now() OR dh.state <> 'held')",
         "AND dh.blocked_until > now()", "health")  # fmt: skip
 
     # -- slots ---------------------------------------------------------------------
-    s = "slots.sql"
+    s = f"{LIBRARY_SQL}/slots.sql"
     add("cap_removed_keeps_one_more", s, "slots_synced",
         "s.slot > COALESCE(b.max_concurrency, 0)",
         "s.slot > COALESCE(b.max_concurrency, 0) + 1", "slots")  # fmt: skip
@@ -246,39 +254,39 @@ def _mutants() -> list[Mutant]:
     add("rate_change_grants_a_burst", s, "slots_synced",
         "DO UPDATE SET period = EXCLUDED.period",
         "DO UPDATE SET period = EXCLUDED.period, next_at = now()", "slots")  # fmt: skip
-    add("slot_freed_not_passed", d, "slots_passed", "SET message_id = h.message_id",
+    add("slot_freed_not_passed", complete, "slots_passed", "SET message_id = h.message_id",
         "SET message_id = NULL", "slots")  # fmt: skip
-    add("slot_passed_to_the_ending", d, "slots_passed",
+    add("slot_passed_to_the_ending", complete, "slots_passed",
         "AND u.message_id NOT IN (SELECT id FROM ending)", "", "slots")  # fmt: skip
-    add("complete_frees_no_slot", d, "complete", "ending AS ( SELECT id FROM applied )",
+    add("complete_frees_no_slot", complete, "complete", "ending AS ( SELECT id FROM applied )",
         "ending AS ( SELECT id FROM applied WHERE false )", "slots")  # fmt: skip
-    add("complete_delivered_frees_no_slot", d, "complete_delivered",
+    add("complete_delivered_frees_no_slot", complete, "complete_delivered",
         "ending AS ( SELECT id FROM done )", "ending AS ( SELECT id FROM done WHERE false )",
         "slots")  # fmt: skip
-    add("rescue_frees_only_rescued", d, "rescue",
+    add("rescue_frees_only_rescued", complete, "rescue",
         "FROM {schema}.destination_slots AS s WHERE s.message_id IS NOT NULL",
         "FROM {schema}.destination_slots AS s WHERE false", "slots")  # fmt: skip
-    add("rescue_keeps_ended_unseated", d, "rescue",
+    add("rescue_keeps_ended_unseated", complete, "rescue",
         "FROM {schema}.unseated_requests AS u WHERE (SELECT",
         "FROM {schema}.unseated_requests AS u WHERE false AND (SELECT", "slots")  # fmt: skip
-    add("claim_takes_a_held_slot", d, "policy_slots",
+    add("claim_takes_a_held_slot", claim, "policy_slots",
         "WHERE s.destination = w.destination AND s.message_id IS NULL",
         "WHERE s.destination = w.destination", "slots")  # fmt: skip
-    add("claim_takes_a_rate_slot_early", d, "policy_slots",
+    add("claim_takes_a_rate_slot_early", claim, "policy_slots",
         "WHERE s.destination = w.destination AND s.next_at <= now()",
         "WHERE s.destination = w.destination", "slots")  # fmt: skip
 
     # -- ordering keys ---------------------------------------------------------------
-    e = "enqueue.sql"
-    add("ordering_key_ignored", d, "ordering_key_free",
+    e = f"{LIBRARY_SQL}/enqueue.sql"
+    add("ordering_key_ignored", claim, "ordering_key_free",
         "(m.ordering_key IS NULL OR NOT EXISTS", "(true OR NOT EXISTS", "ordering")  # fmt: skip
-    add("ordering_later_running_ignored", d, "ordering_key_free",
+    add("ordering_later_running_ignored", claim, "ordering_key_free",
         "AND (other.id < m.id OR other.state = 'running')", "AND other.id < m.id",
         "ordering")  # fmt: skip
-    add("ordering_paused_ignored", d, "ordering_key_free",
+    add("ordering_paused_ignored", claim, "ordering_key_free",
         "other.state IN ('ready', 'running', 'paused')", "other.state IN ('ready', 'running')",
         "ordering")  # fmt: skip
-    add("ordering_dead_holds", d, "ordering_key_free",
+    add("ordering_dead_holds", claim, "ordering_key_free",
         "other.state IN ('ready', 'running', 'paused')",
         "other.state IN ('ready', 'running', 'paused', 'dead')", "ordering")  # fmt: skip
     add("ordered_no_lock", e, "ordered", "WHERE k.ordering_key IS NOT NULL", "WHERE false",
@@ -317,8 +325,8 @@ def _copy() -> Path:
 
 def _pytest(work: Path, tests: Sequence[str], log: Path) -> tuple[int, str]:
     """Run ``tests`` in the snapshot ``work`` (its packages come first on the path),
-    the statements loaded from its ``sql/``."""
-    env = {**os.environ, ENV: str(work / "sql"), "OUTBOX_TEST_SERVERS": "embedded"}
+    the statements loaded from its files (``sql/`` and the runtime's packages)."""
+    env = {**os.environ, ENV: str(work), "OUTBOX_TEST_SERVERS": "embedded"}
     env.pop("PYTHONPATH", None)
     command = [
         sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider",
@@ -329,10 +337,10 @@ def _pytest(work: Path, tests: Sequence[str], log: Path) -> tuple[int, str]:
     return run.returncode, log.read_text(errors="replace")
 
 
-def _applied(mutant: Mutant, sql: Path) -> tuple[str, str] | None:
-    """The text of the mutant's file in ``sql``, and the text with the mutation
+def _applied(mutant: Mutant, tree: Path) -> tuple[str, str] | None:
+    """The text of the mutant's file in ``tree``, and the text with the mutation
     made; None when it does not apply or changes no statement (only comments)."""
-    original = (sql / "queries" / mutant.file).read_text("utf-8")
+    original = (tree / mutant.file).read_text("utf-8")
     mutated = mutant.apply(original)
     if mutated is None or parse(mutant.file, mutated) == parse(mutant.file, original):
         return None
@@ -341,8 +349,8 @@ def _applied(mutant: Mutant, sql: Path) -> tuple[str, str] | None:
 
 def run_mutant(mutant: Mutant, work: Path) -> Verdict:
     start = time.monotonic()
-    path = work / "sql" / "queries" / mutant.file
-    texts = _applied(mutant, work / "sql")
+    path = work / mutant.file
+    texts = _applied(mutant, work)
     if texts is None:
         why = f"{mutant.old!r} is not once in {mutant.section}, or only in comments"
         return Verdict("not applicable", why, 0.0)
@@ -381,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown mutant(s) {', '.join(unknown)}; --list names them")
     chosen = [MUTANTS[n] for n in args.names] if args.names else list(MUTANTS.values())
     if args.check:
-        stale = [m.name for m in chosen if _applied(m, ROOT / "sql") is None]
+        stale = [m.name for m in chosen if _applied(m, ROOT) is None]
         for name in stale:
             print(f"{name:36} not applicable")
         return 1 if stale else 0

@@ -1,11 +1,25 @@
-"""The named statements of ``sql/queries/``: how files are read and names kept unique."""
+"""The named statements: how files are read and names kept unique, and which
+catalog holds which (the library's ``sql/queries/``, the runtime's own)."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
-from outbox._queries import collect, parse, queries_for, sql_dir
+from dispatchers.bench.env import bench_queries
+from dispatchers.demo import demo_queries
+from dispatchers.store.statements import SQL_DIR, store_queries
+from dispatchers.ui.store import ui_queries
+from outbox._queries import catalog, collect, parse, queries_for, sql_dir
 from outbox.errors import OutboxError
+
+DISPATCHER_CODE = ("store", "runtime", "delivery")
+"""The packages of the dispatcher's code under ``dispatchers``."""
+
+FROM_THE_LIBRARY = {"migrations_applied"}
+"""The library's statements the dispatcher runs (its preflight checks the version)."""
 
 
 def test_statements_are_split_at_their_name_headers() -> None:
@@ -69,9 +83,104 @@ def test_the_notify_twin_of_a_statement_is_a_name_of_its_own() -> None:
 def test_every_file_is_loaded_and_bound_to_the_schema() -> None:
     queries = queries_for("some_schema")
     files = {path.stem for path in (sql_dir() / "queries").glob("*.sql")}
-    assert files >= {"enqueue", "endpoints", "admin", "dispatch", "bench"}
+    assert files >= {"enqueue", "endpoints", "admin", "migrate"}
+    assert set(queries.files()) == files
     for file in files:
         assert queries.names(file)
-    assert '"some_schema".messages' in queries["claim"].text
+    assert '"some_schema".messages' in queries["enqueue"].text
     assert "pg_notify('some_schema_ready', '')" in queries["enqueue_notify"].text
     assert "pg_notify(" not in queries["enqueue"].text
+
+
+def test_a_catalog_holds_the_statements_of_the_files_it_is_given(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "one.sql").write_text("-- name: one\nSELECT 1 FROM {schema}.t{notify}\n")
+    (tmp_path / "a" / "two.sql").write_text("-- name: two\nLISTEN {channel}\n")
+    (tmp_path / "b.sql").write_text("-- name: three\nSELECT 3\n")
+    (tmp_path / "a.txt").write_text("-- name: not_sql\nSELECT 4\n")
+    queries = catalog("tenant", (tmp_path / "a", tmp_path / "b.sql"))
+    assert queries.names() == ["one", "one_notify", "two", "three"]
+    assert queries.files() == ["one", "two", "b"]
+    assert queries["one"].text == 'SELECT 1 FROM "tenant".t'
+    assert "pg_notify('tenant_ready', '')" in queries["one_notify"].text
+    assert queries["two"].text == 'LISTEN "tenant_ready"'
+    assert queries.wake_lock == queries_for("tenant").wake_lock
+    assert catalog("tenant", (tmp_path / "a", tmp_path / "b.sql")) is queries
+    assert "enqueue" not in queries and "enqueue" in queries_for("tenant")
+
+
+def test_names_are_unique_within_a_catalog_and_its_files_named_once(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "one.sql").write_text("-- name: enqueue\nSELECT 1\n")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "one.sql").write_text("-- name: other\nSELECT 2\n")
+    (tmp_path / "c.sql").write_text("-- name: enqueue\nSELECT 3\n")
+    # another catalog may use a name of the library's
+    assert catalog("outbox", (tmp_path / "a",))["enqueue"].text == "SELECT 1"
+    with pytest.raises(OutboxError, match=r"'enqueue' is named in both one and c"):
+        catalog("outbox", (tmp_path / "a", tmp_path / "c.sql"))
+    with pytest.raises(OutboxError, match=r"two statement files are named one\.sql"):
+        catalog("outbox", (tmp_path / "a", tmp_path / "b"))
+    with pytest.raises(OutboxError, match=r"no SQL files found in .*missing"):
+        catalog("outbox", (tmp_path / "missing",))
+
+
+def test_the_dispatchers_statements_are_bound_to_the_schema_and_its_channel() -> None:
+    queries = store_queries("some_schema")
+    files = {path.stem for path in SQL_DIR.glob("*.sql")}
+    assert files == {"claim", "complete", "leases", "retention", "health", "session", "preflight"}
+    assert set(queries.files()) == files
+    assert '"some_schema".messages' in queries["claim"].text
+    assert queries["waker_listen"].text == 'LISTEN "some_schema_ready"'
+    assert queries.wake_lock == queries_for("some_schema").wake_lock
+    assert store_queries("some_schema") is store_queries("some_schema")  # cached
+
+
+def runtime_catalogs(schema: str) -> dict[str, set[str]]:
+    """The statement names of each of the runtime's catalogs."""
+    return {
+        "store": set(store_queries(schema).names()),
+        "ui": set(ui_queries(schema).names()),
+        "bench": set(bench_queries(schema)),
+        "demo": set(demo_queries(schema).names()),
+    }
+
+
+def test_the_library_loads_none_of_the_runtimes_statements() -> None:
+    library = set(queries_for("outbox").names())
+    runtime = runtime_catalogs("outbox")
+    assert all(runtime.values())
+    for name, names in runtime.items():
+        assert library.isdisjoint(names), (name, library & names)
+    assert "claim" not in queries_for("outbox")
+    assert not [n for n in library if n.startswith(("ui_", "demo_", "waker_", "health_"))]
+    # and no runtime catalog holds another's
+    everything = [n for names in runtime.values() for n in names]
+    assert len(everything) == len(set(everything))
+
+
+def _literals(package: str) -> set[str]:
+    """Every string constant of the Python code of ``dispatchers/<package>``."""
+    root = SQL_DIR.parents[1] / package
+    return {
+        node.value
+        for path in root.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+
+
+def test_the_stores_catalog_holds_every_statement_the_dispatcher_names() -> None:
+    # A string of the dispatcher's code that names a statement of any catalog
+    # names one of the store's (or one it takes from the library), and every
+    # statement of the store's is named there: none left behind in another
+    # catalog, none loaded that nothing runs.
+    store = store_queries("outbox")
+    other = runtime_catalogs("outbox")
+    named = set().union(*(_literals(package) for package in DISPATCHER_CODE))
+    statements = set(queries_for("outbox").names()).union(*other.values())
+    # "statement_timeout": a setting the dispatcher names, and a bench statement
+    found = (named & statements) - {"statement_timeout"}
+    assert found - set(store.names()) == FROM_THE_LIBRARY
+    assert set(store.names()) <= named
+    assert {"claim", "claim_uncapped", "claim_lone", "complete", "renew", "rescue"} <= found
