@@ -70,6 +70,12 @@ class Owner(NamedTuple):
     in_flight: int
     lease_until: datetime | None
     last_attempt_at: datetime | None
+    last_seen: datetime | None
+    """When its latest attempt of the last hour ended."""
+    status: str
+    """``alive`` (a lease not run out, or an attempt in the last minute),
+    ``lease expired`` (it holds only leases that ran out: it stopped without
+    handing them back) or ``stopped`` (stopped, or idle: nothing tells them apart)."""
 
 
 class EndpointHour(NamedTuple):

@@ -14,9 +14,14 @@ GROUP BY 1
 ORDER BY 1
 
 -- name: ui_dispatchers
--- The dispatchers seen: owners of live leases (from the lease partial index) and
--- owners of attempts started in the last hour, with what each holds now and when
--- it last started an attempt.
+-- The dispatchers seen: owners of leases (from the lease partial index) and
+-- owners of attempts started in the last hour, with what each holds now, when it
+-- was last seen (the end of its latest attempt) and whether it is alive. A
+-- dispatcher renews its leases every third of their length, so one holding a
+-- lease that has not run out was heard from within its lease period; one that
+-- made an attempt in the last minute is alive too. Others have stopped (their
+-- leases ran out, or a --drain run exited), or are idle: with no lease and no
+-- attempt, the database cannot tell an idle dispatcher from a stopped one.
 WITH leases AS (
     SELECT lease_owner AS owner, count(*) AS in_flight, max(lease_until) AS lease_until
     FROM {schema}.messages
@@ -24,16 +29,23 @@ WITH leases AS (
     GROUP BY lease_owner
 ),
 recent AS (
-    SELECT owner, max(started_at) AS last_attempt_at
+    SELECT owner, max(started_at) AS last_attempt_at,
+           max(started_at + COALESCE(duration_ms, 0) * interval '1 millisecond') AS last_seen
     FROM {schema}.attempts
     WHERE started_at >= now() - interval '1 hour'
     GROUP BY owner
 )
-SELECT COALESCE(l.owner, r.owner) AS owner, COALESCE(l.in_flight, 0) AS in_flight,
-       l.lease_until, r.last_attempt_at
-FROM leases AS l
-FULL JOIN recent AS r ON r.owner = l.owner
-ORDER BY 1
+SELECT * FROM (
+    SELECT COALESCE(l.owner, r.owner) AS owner, COALESCE(l.in_flight, 0) AS in_flight,
+           l.lease_until, r.last_attempt_at, r.last_seen,
+           CASE WHEN l.lease_until >= now() OR r.last_seen >= now() - interval '1 minute'
+                THEN 'alive'
+                WHEN l.lease_until < now() THEN 'lease expired'
+                ELSE 'stopped' END AS status
+    FROM leases AS l
+    FULL JOIN recent AS r ON r.owner = l.owner
+) AS seen
+ORDER BY status <> 'alive', owner
 LIMIT 100
 
 -- name: ui_messages

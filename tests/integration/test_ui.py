@@ -648,3 +648,42 @@ async def test_the_day_chart_reads_a_settled_hour_once_and_the_others_every_time
     async with running(db.url) as ui:
         store = ui.dashboard.store
         assert delivered(await store.read(lambda conn: store.hours(conn, until=until))) == 4
+
+
+def _owner_status(page: str, owner: str) -> str:
+    match = re.search(rf'<td data-owner="{re.escape(owner)}"><span[^>]*>([^<]+)</span>', page)
+    assert match is not None, owner
+    return match[1]
+
+
+async def test_dispatchers_seen_say_whether_each_is_alive_or_stopped(db: Db) -> None:
+    live, expired = db.enqueue("held-live"), db.enqueue("held-expired")
+    for message, until in ((live, "1 minute"), (expired, "-5 minutes")):
+        db.query(
+            "UPDATE outbox.messages SET state = 'running', lease_owner = %s,"
+            " lease_until = now() + CAST(%s AS interval) WHERE id = %s",
+            f"host:{message}:lease",
+            until,
+            message,
+        )
+    drained = db.enqueue("drained")
+    working = db.enqueue("working")
+    for message, owner, ago in ((drained, "host:1:drain", "20 minutes"), (working, "host:2:w", "5")):
+        db.query(
+            "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, duration_ms,"
+            " status, outcome) VALUES (%s, 1, %s, now() - CAST(%s AS interval), 40, 200,"
+            " 'delivered')",
+            message,
+            owner,
+            ago,
+        )
+    async with running(db.url) as ui:
+        _, page = await ui.get("/")
+    assert _owner_status(page, f"host:{live}:lease") == "alive"
+    assert _owner_status(page, "host:2:w") == "alive"
+    assert _owner_status(page, f"host:{expired}:lease") == "stopped, leases expired"
+    assert _owner_status(page, "host:1:drain") == "stopped or idle"
+    # the alive first; the drained run with when it was last seen (its attempt's end)
+    assert page.index("host:2:w") < page.index("host:1:drain")
+    row = page[page.index('data-owner="host:1:drain"') :]
+    assert re.match(r'[^\n]*\n\s*<td><time datetime="[^"]+">', row)
