@@ -30,6 +30,11 @@ T = TypeVar("T")
 SEARCH_LIMIT = 100
 """The most messages one search shows."""
 
+BODY_SCAN = 5000
+"""The most messages of the queue, and of the history, whose bodies one search
+for a text in bodies reads: the newest that match the other filters, before
+the page's cursor."""
+
 LISTED_TYPES = 10
 """The most event types the endpoints list shows of one endpoint (its page
 shows them all)."""
@@ -155,6 +160,8 @@ class Found(NamedTuple):
     attempts: int
     last_status: int | None
     created_at: datetime
+    held: bool
+    """Ready, but its destination's breaker is open or a Retry-After holds it."""
 
 
 class DashboardStore:
@@ -282,7 +289,15 @@ class DashboardStore:
         state: str | None,
         created_from: datetime | None,
         created_until: datetime | None,
+        body: str | None = None,
+        before: int | None = None,
+        after: int | None = None,
+        limit: int = SEARCH_LIMIT,
     ) -> list[Found]:
+        """Up to ``limit`` messages matching every filter given, newest first:
+        older than id ``before``, or the newest just newer than id ``after``.
+        ``body``: text to find in bodies, looked for in the newest
+        :data:`BODY_SCAN` messages of each side matching the other filters."""
         params = {
             "key": key,
             "event_type": event_type,
@@ -290,6 +305,12 @@ class DashboardStore:
             "state": state,
             "created_from": created_from,
             "created_until": created_until,
-            "limit": SEARCH_LIMIT,
+            "body": None if body is None else body.encode("utf-8"),
+            "before": before,
+            "after": after,
+            "scan": limit if body is None else max(BODY_SCAN, limit),
+            "limit": limit,
         }
-        return run_sync(conn, rows_plan(queries_for(self.schema)["ui_messages"], params, Found))
+        name = "ui_messages" if after is None else "ui_messages_newer"
+        found = run_sync(conn, rows_plan(queries_for(self.schema)[name], params, Found))
+        return found if after is None else found[::-1]

@@ -42,6 +42,7 @@ from dispatchers.ui.fields import (
     route_id,
 )
 from dispatchers.ui.limits import TABLE_ROWS
+from dispatchers.ui.store import BODY_SCAN, SEARCH_LIMIT
 from outbox.admin import (
     dead_count,
     dead_list,
@@ -179,6 +180,9 @@ async def overview(request: web.Request) -> web.StreamResponse:
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
+    """Messages matching the filters, :data:`SEARCH_LIMIT` a page, newest first;
+    ``before``/``after``: the id the page starts below or above (keyset paging,
+    the filters kept in the links)."""
     store = dashboard_of(request).store
     query = request.query
     try:
@@ -191,6 +195,10 @@ async def messages(request: web.Request) -> web.StreamResponse:
             raise BadInput(f"state: must be one of {', '.join(STATES)}")
         webhook_id, webhook_endpoint = read_webhook_id(query)
         created_from, created_until = read_moment(query, "from"), read_moment(query, "until")
+        body = read_text(query, "body")
+        before, after = read_id(query, "before"), read_id(query, "after")
+        if before is not None and after is not None:
+            raise BadInput("before: cannot be given with after")
     except BadInput as exc:
         return bad(request, exc)
     if message_id is not None:
@@ -208,21 +216,42 @@ async def messages(request: web.Request) -> web.StreamResponse:
             state=state,
             created_from=created_from,
             created_until=created_until,
+            body=body,
+            before=before,
+            after=after,
+            limit=SEARCH_LIMIT + 1,  # one more: whether there is another page
         )
     )
+    more = len(found) > SEARCH_LIMIT
+    found = found[-SEARCH_LIMIT:] if after is not None else found[:SEARCH_LIMIT]
+    filters = {
+        "key": key,
+        "event_type": event_type,
+        "endpoint": endpoint_id,
+        "state": state,
+        "from": read_text(query, "from"),
+        "until": read_text(query, "until"),
+        "body": body,
+    }
+    kept = {k: str(v) for k, v in filters.items() if v is not None}
+    older = newer = None
+    if found and (more if after is None else True):
+        older = urlencode({**kept, "before": found[-1].id})
+    if after is not None and more and found:
+        newer = urlencode({**kept, "after": found[0].id})
+    elif before is not None:
+        newer = urlencode({**kept, "after": found[0].id}) if found else urlencode(kept)
     return render(
         request,
         "messages.html",
         found=found,
         states=STATES,
-        query={
-            "key": key,
-            "event_type": event_type,
-            "endpoint": endpoint_id,
-            "state": state,
-            "from": read_text(query, "from"),
-            "until": read_text(query, "until"),
-        },
+        query=filters,
+        older=older,
+        newer=newer,
+        newest=urlencode(kept) if (before is not None or after is not None) else None,
+        page_size=SEARCH_LIMIT,
+        body_scan=BODY_SCAN,
     )
 
 

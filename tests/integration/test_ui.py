@@ -394,10 +394,15 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     owners = _plan(db, "ui_dispatchers")
     assert "attempts_started_idx" in owners and "messages_lease_idx" in owners
     assert "destination_health_pkey" in _plan(db, "ui_destination_health", destination="x")
-    search = dict.fromkeys(
-        ("key", "event_type", "endpoint_id", "state", "created_from", "created_until")
-    )
+    search: dict[str, object] = dict.fromkeys(
+        ("key", "event_type", "endpoint_id", "state", "created_from", "created_until", "body")
+    ) | {"before": None, "after": None, "scan": 100}
     newest = _plan(db, "ui_messages", **search, limit=100)
+    for name, cursor in (("ui_messages", "before"), ("ui_messages_newer", "after")):
+        paged = _plan(db, name, **(search | {cursor: 5000}), limit=100)
+        assert "messages_pkey" in paged and "delivered_pkey" in paged, name
+    bodies = _plan(db, "ui_messages", **(search | {"body": b"x", "scan": 5000}), limit=100)
+    assert "messages_pkey" in bodies and "delivered_pkey" in bodies
     by_key = _plan(db, "ui_messages", **(search | {"key": "order-42"}), limit=100)
     assert "delivered_key_idx" in by_key
     assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
@@ -687,3 +692,76 @@ async def test_dispatchers_seen_say_whether_each_is_alive_or_stopped(db: Db) -> 
     assert page.index("host:2:w") < page.index("host:1:drain")
     row = page[page.index('data-owner="host:1:drain"') :]
     assert re.match(r'[^\n]*\n\s*<td><time datetime="[^"]+">', row)
+
+
+def _listed(page: str) -> list[int]:
+    return [int(i) for i in re.findall(r'<td class="num"><a href="/messages/(\d+)">', page)]
+
+
+def _link(page: str, name: str) -> str | None:
+    match = re.search(rf'href="(/messages\?[^"]*)" id="{name}-page"', page)
+    return html.unescape(match[1]) if match else None
+
+
+async def test_messages_page_by_id_keeping_the_filters_both_ways(db: Db) -> None:
+    ids = [db.enqueue(f"page-{i}") for i in range(230)]
+    db.query("UPDATE outbox.messages SET event_type = 'order.created'")
+    other = db.enqueue("not-an-order")
+    _delivered(db, db.endpoint(), 9100)  # in the history: 'order.created' too, newest id
+    async with running(db.url) as ui:
+        _, first = await ui.get("/messages", params={"event_type": "order.created"})
+        older = _link(first, "older")
+        assert older is not None and "event_type=order.created" in older
+        _, second = await ui.get(older)
+        third_link = _link(second, "older")
+        assert third_link is not None
+        _, third = await ui.get(third_link)
+        newer = _link(third, "newer")
+        assert newer is not None
+        _, back = await ui.get(newer)
+        bad, refusal = await ui.get("/messages?before=3&after=1")
+    everything = [9100, *reversed(ids)]
+    assert _listed(first) == everything[:100] and _newest_absent(first)
+    assert _listed(second) == everything[100:200]
+    assert _listed(third) == everything[200:] and _link(third, "older") is None
+    assert _listed(back) == _listed(second)  # newer from the third page: the second
+    assert other not in _listed(first) + _listed(second) + _listed(third)
+    assert bad == 400 and "before:" in refusal
+
+
+def _newest_absent(page: str) -> bool:
+    return 'id="newest-page"' not in page and _link(page, "newer") is None
+
+
+async def test_messages_are_found_by_text_in_their_bodies_within_a_stated_bound(
+    db: Db,
+) -> None:
+    needle = db.enqueue("k1", json={"customer": "cus_NEEDLE_42"})
+    db.enqueue("k2", json={"customer": "cus_other"})
+    async with running(db.url) as ui:
+        _, found = await ui.get("/messages", params={"body": "NEEDLE_42"})
+        _, nothing = await ui.get("/messages", params={"body": "absent-text"})
+    assert _listed(found) == [needle]
+    assert "newest 5,000 messages" in found and 'id="body-bound"' in found
+    assert _listed(nothing) == [] and "No message matches" in nothing
+
+
+async def test_messages_held_by_a_breaker_are_marked_and_link_their_endpoint(db: Db) -> None:
+    endpoint = db.endpoint(event_types=["order.created"])
+    (held,) = db.publish("order.created", "e1")
+    free = db.enqueue("free")
+    db.query(
+        "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
+        " VALUES (%s, 'open', now() + interval '1 minute', now()) RETURNING 1",
+        f"endpoint:{endpoint}",
+    )
+    async with running(db.url) as ui:
+        _, page = await ui.get("/messages")
+    rows = {int(m[0]): m[1] for m in re.findall(r'href="/messages/(\d+)">.*?</tr>()', page, re.S)}
+    held_row = page[page.index(f'href="/messages/{held}"') :]
+    held_row = held_row[: held_row.index("</tr>")]
+    free_row = page[page.index(f'href="/messages/{free}"') :]
+    free_row = free_row[: free_row.index("</tr>")]
+    assert len(rows) == 2
+    assert "held by breaker" in held_row and "held by breaker" not in free_row
+    assert f'<a href="/endpoints/{endpoint}">{endpoint}</a>' in held_row
