@@ -133,6 +133,7 @@ def build_app(dashboard: Dashboard) -> web.Application:
         app.router.add_post("/messages/{id}/reveal", views.message_reveal)
         app.router.add_post("/messages/{id}/retry", views.message_retry)
         app.router.add_post("/messages/{id}/replay", views.message_replay)
+        app.router.add_post("/messages/{id}/cancel", views.cancel_message)
         app.router.add_get("/dead/confirm", views.dead_confirm)
         app.router.add_post("/dead/{action:retry|purge}", views.dead_act)
         app.router.add_post(

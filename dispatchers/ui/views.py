@@ -48,6 +48,7 @@ from outbox.admin import (
     dead_list,
     dead_purge,
     dead_retry,
+    message_cancel,
     message_show,
     replay_message,
     status,
@@ -277,7 +278,33 @@ async def _message_page(request: web.Request, *, revealed: bool) -> web.StreamRe
             body = message.body.decode("utf-8")
         except UnicodeDecodeError:
             body = "(binary) " + message.body.hex()
-    return render(request, "message.html", message=message, revealed=revealed, body=body)
+    return render(
+        request,
+        "message.html",
+        message=message,
+        revealed=revealed,
+        body=body,
+        notice=None if revealed else _message_notice(request.query),
+    )
+
+
+_MESSAGE_DONE = {
+    "retry": ("Sent again: it is ready for the next claim.", "It was not dead: nothing retried."),
+    "replay": ("Replayed: it is ready for the next claim.", "It was not delivered: nothing sent."),
+    "cancel": (
+        "Cancelled: it is dead and will not be sent unless retried.",
+        "It was not waiting (a dispatcher holds it, or it ended): nothing cancelled.",
+    ),
+}
+
+
+def _message_notice(fields: Mapping[str, Any]) -> str | None:
+    """What a message's page says after an action redirected to it."""
+    done, count = fields.get("done"), fields.get("count")
+    if done not in _MESSAGE_DONE or count not in ("0", "1"):
+        return None
+    succeeded, passed_over = _MESSAGE_DONE[done]
+    return succeeded if count == "1" else passed_over
 
 
 async def message(request: web.Request) -> web.StreamResponse:
@@ -297,7 +324,23 @@ async def message_retry(request: web.Request) -> web.StreamResponse:
         return bad(request, exc)
     count = await store.write(lambda conn: dead_retry(conn, schema=store.schema, ids=[message_id]))
     log_action(dashboard, "retry", count, message_id=message_id)
-    raise web.HTTPSeeOther(f"/messages/{message_id}")
+    raise web.HTTPSeeOther(f"/messages/{message_id}?done=retry&count={count}")
+
+
+async def cancel_message(request: web.Request) -> web.StreamResponse:
+    """Cancel a waiting message (:func:`outbox.admin.message_cancel`): ready,
+    scheduled or paused, never one a dispatcher holds."""
+    dashboard = dashboard_of(request)
+    store = dashboard.store
+    try:
+        message_id = route_id(request)
+    except BadInput as exc:
+        return bad(request, exc)
+    cancelled = await store.write(
+        lambda conn: message_cancel(conn, [message_id], schema=store.schema)
+    )
+    log_action(dashboard, "cancel", len(cancelled), message_id=message_id)
+    raise web.HTTPSeeOther(f"/messages/{message_id}?done=cancel&count={len(cancelled)}")
 
 
 async def message_replay(request: web.Request) -> web.StreamResponse:
@@ -316,7 +359,7 @@ async def message_replay(request: web.Request) -> web.StreamResponse:
     except InvalidArgument as exc:
         return bad(request, exc)
     log_action(dashboard, "replay_message", int(replayed), message_id=message_id)
-    raise web.HTTPSeeOther(f"/messages/{message_id}")
+    raise web.HTTPSeeOther(f"/messages/{message_id}?done=replay&count={int(replayed)}")
 
 
 # -- dead letters --------------------------------------------------------------

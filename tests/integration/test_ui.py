@@ -5,6 +5,7 @@ escaping of every value a tenant controls."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,8 +24,11 @@ from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from outbox.secrets import fingerprint
 from tests.dashboard import HOSTILE, running
+from tests.dispatching import Db as DispatchDb
+from tests.dispatching import drain, fast_config
 from tests.operating import Db
 from tests.plans import backlog
+from tests.receiver import Receiver
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -214,10 +218,18 @@ async def test_retry_without_the_csrf_token_is_refused_and_changes_nothing(db: D
         assert _state(db, message) == "dead"
         assert ui.events("ui_action") == []
 
-        status, _ = await ui.post(f"/messages/{message}/retry", {"csrf": csrf})
-        assert status == 303
+        status, location = await ui.post_location(f"/messages/{message}/retry", {"csrf": csrf})
+        assert status == 303 and location == f"/messages/{message}?done=retry&count=1"
         assert _state(db, message) == "ready"
-        (event,) = ui.events("ui_action")
+        _, page = await ui.get(location)
+        assert "Sent again: it is ready for the next claim." in page
+        # the same address once the message is no longer dead says nothing was done
+        status, location = await ui.post_location(f"/messages/{message}/retry", {"csrf": csrf})
+        _, again = await ui.get(location)
+        assert "It was not dead: nothing retried." in again
+        _, forged = await ui.get(f"/messages/{message}?done=retry&count=<b>")
+        assert 'id="notice"' not in forged
+        event, _ = ui.events("ui_action")
     assert event | {"ts": None} == {
         "ts": None,
         "level": "info",
@@ -581,10 +593,12 @@ async def test_a_delivered_webhook_is_replayed_from_its_page(db: Db) -> None:
         assert status == 403  # no CSRF token: still in the history
         assert db.query("SELECT count(*) FROM outbox.delivered WHERE id = 9003") == [(1,)]
         status, location = await ui.post_location("/messages/9003/replay", {"csrf": csrf})
-        _, after = await ui.get("/messages/9003")
+        _, after = await ui.get(location)
         events = ui.events("ui_action")
     assert 'id="replay"' in page and 'id="replay"' not in waiting
-    assert status == 303 and location == "/messages/9003"
+    assert status == 303 and location == "/messages/9003?done=replay&count=1"
+    assert '<p class="notice" role="status" id="notice">Replayed:' in after
+    assert 'id="notice"' not in page
     assert _state(db, 9003) == "ready" and 'id="replay"' not in after
     assert [(e["action"], e["rows"]) for e in events] == [("replay_message", 1)]
 
@@ -765,3 +779,56 @@ async def test_messages_held_by_a_breaker_are_marked_and_link_their_endpoint(db:
     assert len(rows) == 2
     assert "held by breaker" in held_row and "held by breaker" not in free_row
     assert f'<a href="/endpoints/{endpoint}">{endpoint}</a>' in held_row
+
+
+async def test_a_waiting_message_is_cancelled_and_never_sent_but_a_held_one_is_not(
+    db: Db, receiver: Receiver
+) -> None:
+    due = db.enqueue("due", url=receiver.url)
+    scheduled = db.enqueue(
+        "later", url=receiver.url, available_at=datetime.now(UTC) + timedelta(hours=1)
+    )
+    held = db.enqueue("held", url=receiver.url)
+    sent = db.enqueue("sent", url=receiver.url)
+    db.query(
+        "UPDATE outbox.messages SET state = 'running', lease_owner = 'host:1:x',"
+        " lease_until = now() + interval '1 minute' WHERE id = %s",
+        held,
+    )
+    async with running(db.url) as ui:
+        _, page = await ui.get(f"/messages/{due}")
+        _, running_page = await ui.get(f"/messages/{held}")
+        csrf = await ui.csrf(f"/messages/{due}")
+        refused, _ = await ui.post(f"/messages/{due}/cancel", {})
+        assert refused == 403 and _state(db, due) == "ready"
+        answers = [
+            await ui.post_location(f"/messages/{m}/cancel", {"csrf": csrf})
+            for m in (due, scheduled, held)
+        ]
+        _, notice = await ui.get(answers[0][1])
+        _, passed_over = await ui.get(answers[2][1])
+        events = [(e["action"], e["rows"], e["message_id"]) for e in ui.events("ui_action")]
+    assert 'id="cancel"' in page and 'id="cancel"' not in running_page
+    assert answers == [
+        (303, f"/messages/{due}?done=cancel&count=1"),
+        (303, f"/messages/{scheduled}?done=cancel&count=1"),
+        (303, f"/messages/{held}?done=cancel&count=0"),
+    ]
+    assert "Cancelled: it is dead and will not be sent unless retried." in notice
+    assert "nothing cancelled" in passed_over
+    assert events == [("cancel", 1, due), ("cancel", 1, scheduled), ("cancel", 0, held)]
+    assert _state(db, held) == "running"  # the dispatcher holding it decides
+    ((error,),) = db.query("SELECT last_error FROM outbox.messages WHERE id = %s", due)
+    assert error == "cancelled by an operator"
+    # a dispatcher drains the outbox, after the scheduled one's time: only the
+    # message never cancelled is sent
+    db.query("UPDATE outbox.messages SET available_at = now() RETURNING 1")
+    db.query(
+        "UPDATE outbox.messages SET state = 'dead', lease_owner = NULL, lease_until = NULL,"
+        " completed_at = now() WHERE id = %s RETURNING 1",
+        held,
+    )
+    await drain(DispatchDb(db.url), fast_config())
+    assert [json.loads(r.body) for r in receiver.requests] == [{"key": "sent"}]
+    assert {_state(db, m) for m in (due, scheduled)} == {"dead"}
+    assert sent not in [row[0] for row in db.query("SELECT id FROM outbox.messages")]
