@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
+from multidict import MultiMapping
 
 from outbox._arguments import MAX_ID
 
@@ -72,6 +73,20 @@ def read_id(fields: Mapping[str, Any], name: str) -> int | None:
     if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_ID:
         raise BadInput(f"{name}: {value[:40]!r} is not an id")
     return int(value)
+
+
+def read_ids(fields: MultiMapping[Any], name: str, *, most: int) -> list[int]:
+    """Every ``name`` of a query string or form (a checkbox per id), each an id;
+    at most ``most`` of them."""
+    values = fields.getall(name, [])
+    if len(values) > most:
+        raise BadInput(f"{name}: more than {most} selected")
+    ids = []
+    for value in values:
+        one = read_id({name: value}, name)
+        if one is not None:
+            ids.append(one)
+    return sorted(set(ids))
 
 
 def route_id(request: web.Request) -> int:

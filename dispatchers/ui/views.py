@@ -35,6 +35,7 @@ from dispatchers.ui.fields import (
     SPANS,
     BadInput,
     read_id,
+    read_ids,
     read_moment,
     read_since,
     read_text,
@@ -391,16 +392,22 @@ async def dead(request: web.Request) -> web.StreamResponse:
 
 
 async def dead_confirm(request: web.Request) -> web.StreamResponse:
+    """How many dead messages an action would touch: those selected (``id``, one
+    per checkbox), else those matching the filters; its button posts them."""
     store = dashboard_of(request).store
     action = request.query.get("action")
     try:
         if action not in ("retry", "purge"):
             raise BadInput("action: must be retry or purge")
+        ids = read_ids(request.query, "id", most=DEAD_LIMIT)
+        if request.query.get("selected") and not ids:
+            raise BadInput("id: no message selected; tick the ones to act on")
         filters = _dead_filters(request.query)
     except BadInput as exc:
         return bad(request, exc)
+    selection = {"ids": ids} if ids else _selection(filters)
     count = await store.read(
-        lambda conn: dead_count(conn, schema=store.schema, **_selection(filters))
+        lambda conn: dead_count(conn, schema=store.schema, **selection)
     )
     return render(
         request,
@@ -408,7 +415,8 @@ async def dead_confirm(request: web.Request) -> web.StreamResponse:
         action=action,
         count=count,
         filters=filters,
-        fields=_filter_query(filters),
+        ids=ids,
+        fields={} if ids else _filter_query(filters),
     )
 
 
@@ -416,13 +424,19 @@ async def dead_act(request: web.Request) -> web.StreamResponse:
     dashboard = dashboard_of(request)
     store = dashboard.store
     action = request.match_info["action"]
+    form = await read_form(request)
     try:
-        filters = _dead_filters(await read_form(request))
+        ids = read_ids(form, "id", most=DEAD_LIMIT)
+        filters = _dead_filters(form)
     except BadInput as exc:
         return bad(request, exc)
-    selection = _selection(filters)
+    selection = {"ids": ids} if ids else _selection(filters)
     act = dead_retry if action == "retry" else dead_purge
     count = await store.write(lambda conn: act(conn, schema=store.schema, **selection))
-    log_action(dashboard, f"dead_{action}", count, **_filter_query(filters))
-    query = {**_filter_query(filters), "done": action, "count": str(count)}
+    if ids:
+        log_action(dashboard, f"dead_{action}", count, ids=ids)
+        query = {"done": action, "count": str(count)}
+    else:
+        log_action(dashboard, f"dead_{action}", count, **_filter_query(filters))
+        query = {**_filter_query(filters), "done": action, "count": str(count)}
     raise web.HTTPSeeOther("/dead?" + urlencode(query))

@@ -687,7 +687,10 @@ async def test_dispatchers_seen_say_whether_each_is_alive_or_stopped(db: Db) -> 
         )
     drained = db.enqueue("drained")
     working = db.enqueue("working")
-    for message, owner, ago in ((drained, "host:1:drain", "20 minutes"), (working, "host:2:w", "5")):
+    for message, owner, ago in (
+        (drained, "host:1:drain", "20 minutes"),
+        (working, "host:2:w", "5"),
+    ):
         db.query(
             "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, duration_ms,"
             " status, outcome) VALUES (%s, 1, %s, now() - CAST(%s AS interval), 40, 200,"
@@ -832,3 +835,55 @@ async def test_a_waiting_message_is_cancelled_and_never_sent_but_a_held_one_is_n
     assert [json.loads(r.body) for r in receiver.requests] == [{"key": "sent"}]
     assert {_state(db, m) for m in (due, scheduled)} == {"dead"}
     assert sent not in [row[0] for row in db.query("SELECT id FROM outbox.messages")]
+
+
+async def test_selected_dead_messages_are_retried_or_purged_after_a_confirmation(
+    db: Db,
+) -> None:
+    dead = [db.enqueue(f"dead-{i}") for i in range(4)]
+    for message in dead:
+        db.kill(message, attempts=1)
+    waiting = db.enqueue("waiting")
+    async with running(db.url) as ui:
+        _, listing = await ui.get("/dead")
+        boxes = re.findall(r'<input type="checkbox" name="id" value="(\d+)"', listing)
+        selected = [
+            ("selected", "1"),
+            ("action", "purge"),
+            ("id", str(dead[0])),
+            ("id", str(dead[2])),
+            ("id", str(waiting)),
+        ]
+        _, confirm = await ui.get("/dead/confirm", params=selected)
+        fields = re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', confirm)
+        refused, _ = await ui.post("/dead/purge", {k: v for k, v in fields if k != "csrf"})
+        assert refused == 403 and len(db.query("SELECT id FROM outbox.messages")) == 5
+        async with ui.http.post(
+            ui.url + "/dead/purge", data=fields, allow_redirects=False
+        ) as response:
+            status, location = response.status, response.headers["Location"]
+        _, notice = await ui.get(location)
+        retry = [("action", "retry"), ("selected", "1"), ("id", str(dead[1]))]
+        _, confirm_retry = await ui.get("/dead/confirm", params=retry)
+        fields = re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', confirm_retry)
+        async with ui.http.post(ui.url + "/dead/retry", data=fields) as response:
+            assert response.status == 200
+        none, refusal = await ui.get(
+            "/dead/confirm", params=[("action", "retry"), ("selected", "1")]
+        )
+        many = [("action", "purge")] + [("id", str(i)) for i in range(1, 102)]
+        too_many, _ = await ui.get("/dead/confirm", params=many)
+        events = [(e["action"], e["rows"], e.get("ids")) for e in ui.events("ui_action")]
+    assert sorted(map(int, boxes)) == sorted(dead)
+    assert re.search(r'<b id="count">2</b>', confirm)  # the waiting one is not dead
+    assert sorted(v for k, v in fields if k == "id") == [str(dead[1])]
+    assert status == 303 and location == "/dead?done=purge&count=2"
+    assert "Purged 2 dead message(s)." in notice
+    remaining = {row[0]: row[1] for row in db.query("SELECT id, state FROM outbox.messages")}
+    assert remaining == {dead[1]: "ready", dead[3]: "dead", waiting: "ready"}
+    assert none == 400 and "no message selected" in refusal
+    assert too_many == 400
+    assert events == [
+        ("dead_purge", 2, sorted([dead[0], dead[2], waiting])),
+        ("dead_retry", 1, [dead[1]]),
+    ]
