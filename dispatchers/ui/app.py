@@ -140,6 +140,7 @@ def build_app(dashboard: Dashboard) -> web.Application:
             "/endpoints/{id}/{action:enable|disable}", endpoint_pages.endpoint_toggle
         )
         app.router.add_post("/endpoints/{id}/edit", endpoint_pages.endpoint_edit)
+        app.router.add_get("/endpoints/{id}/rotate-secret", endpoint_pages.endpoint_rotate_confirm)
         app.router.add_post("/endpoints/{id}/rotate-secret", endpoint_pages.endpoint_rotate)
         app.router.add_post("/endpoints/{id}/replay", endpoint_pages.endpoint_replay)
         app.router.add_post("/endpoints/{id}/test", endpoint_pages.endpoint_test)

@@ -226,17 +226,40 @@ async def endpoint_edit(request: web.Request) -> web.StreamResponse:
     raise web.HTTPSeeOther(f"/endpoints/{endpoint_id}?done=edit")
 
 
-async def endpoint_rotate(request: web.Request) -> web.StreamResponse:
-    """Sign with a new secret; the page that answers is the only place it is
-    shown (not a redirect: reloading it does not show it again, and the log
-    names its fingerprint only). Without a keyring where secrets are sealed, it
-    is refused: the new secret would be stored in plain text."""
-    dashboard = dashboard_of(request)
-    store = dashboard.store
+ROTATE = "rotate"
+"""The value of the ``confirm`` field that the confirmation page's button posts."""
+
+
+async def endpoint_rotate_confirm(request: web.Request) -> web.StreamResponse:
+    """What rotating the endpoint's secret does, and the button that does it: a
+    rotation is one step further than a click on the endpoint's page."""
+    store = dashboard_of(request).store
     try:
         endpoint_id = route_id(request)
     except BadInput as exc:
         return bad(request, exc)
+    row = await store.read(lambda conn: _endpoint_get(conn, store.schema, endpoint_id))
+    if row is None:
+        return render(request, "error.html", status=404, message=f"No endpoint {endpoint_id}.")
+    hours = DEFAULT_ROTATION_OVERLAP / timedelta(hours=1)
+    return render(request, "rotate.html", endpoint=row, overlap_hours=hours, confirm=ROTATE)
+
+
+async def endpoint_rotate(request: web.Request) -> web.StreamResponse:
+    """Sign with a new secret, once confirmed (a form without ``confirm`` is sent
+    to the confirmation page, nothing changed); the page that answers is the only
+    page that shows it (not a redirect: reloading it does not show it again, and
+    the log names its fingerprint only). Without a keyring where secrets are
+    sealed, it is refused: the new secret would be stored in plain text."""
+    dashboard = dashboard_of(request)
+    store = dashboard.store
+    try:
+        endpoint_id = route_id(request)
+        confirmed = read_choice(await read_form(request), "confirm", (ROTATE,))
+    except BadInput as exc:
+        return bad(request, exc)
+    if confirmed is None:
+        raise web.HTTPSeeOther(f"/endpoints/{endpoint_id}/rotate-secret")
     box = dashboard.endpoints()
     secret = generate_secret()
 

@@ -406,9 +406,7 @@ async def dead_confirm(request: web.Request) -> web.StreamResponse:
     except BadInput as exc:
         return bad(request, exc)
     selection = {"ids": ids} if ids else _selection(filters)
-    count = await store.read(
-        lambda conn: dead_count(conn, schema=store.schema, **selection)
-    )
+    count = await store.read(lambda conn: dead_count(conn, schema=store.schema, **selection))
     return render(
         request,
         "confirm.html",

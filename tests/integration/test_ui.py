@@ -552,8 +552,20 @@ async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed
 
         status, _ = await ui.post(f"/endpoints/{endpoint}/rotate-secret", {})
         assert status == 403  # no CSRF token: nothing rotated
-        status, answer = await ui.post(f"/endpoints/{endpoint}/rotate-secret", {"csrf": csrf})
+        # one click is not enough: the form without confirm leads to the confirmation
+        status, location = await ui.post_location(
+            f"/endpoints/{endpoint}/rotate-secret", {"csrf": csrf}
+        )
+        assert (status, location) == (303, f"/endpoints/{endpoint}/rotate-secret")
+        assert db.query("SELECT count(*) FROM outbox.endpoint_secrets") == [(1,)]
+        _, confirmation = await ui.get(location)
+        fields = dict(re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', confirmation))
+        assert fields == {"csrf": csrf, "confirm": "rotate"}
+        assert 'id="confirm-rotate"' in confirmation and "keep signing" in confirmation
+        status, answer = await ui.post(f"/endpoints/{endpoint}/rotate-secret", fields)
         assert status == 200 and "keep signing for 24 hours" in answer
+        assert f"outbox endpoints show {endpoint} --show-secrets" in answer
+        assert "not shown again." not in answer
         match = re.search(r'<pre id="secret">(whsec_[A-Za-z0-9+/=]+)</pre>', answer)
         assert match is not None
         secret = match[1]
@@ -562,7 +574,8 @@ async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed
         status, _ = await ui.post(f"/endpoints/{endpoint}/replay", {"csrf": csrf, "since": "1h"})
         assert status == 303
         _, replayed = await ui.get(f"/endpoints/{endpoint}?done=replay&count=1")
-        for action, form in (("replay", {"since": "1h"}), ("rotate-secret", {}), ("edit", {})):
+        rotate = {"confirm": "rotate"}
+        for action, form in (("replay", {"since": "1h"}), ("rotate-secret", rotate), ("edit", {})):
             status, refusal = await ui.post(f"/endpoints/999999/{action}", {"csrf": csrf, **form})
             assert status == 400 and "no endpoint with id 999999" in refusal, action
         events = ui.events("ui_action")
