@@ -38,9 +38,9 @@ from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOO
 from outbox.errors import InvalidArgument
 
 __all__ = [
+    "CANCELLED",
     "MAX_DEAD_LIST",
     "TEST_EVENT_TYPE",
-    "CANCELLED",
     "AttemptInfo",
     "DeadMessage",
     "MessageInfo",
