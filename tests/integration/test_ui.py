@@ -129,7 +129,7 @@ async def test_the_overview_lists_held_and_open_destinations_and_policies(db: Db
     assert '<td data-health="https://down.example:443"><span class="bad">open</span>' in page
     assert "HTTP 503" in page
     assert "<script>alert" not in page and str(escape(HOSTILE)) in page
-    assert re.search(r"https://slow.example:443</td>\s*<td class=\"num\">2.5</td>", page)
+    assert re.search(r"https://slow.example:443</span></td>\s*<td class=\"num\">2.5</td>", page)
 
 
 async def test_an_endpoints_page_shows_its_payload_filter_as_text(db: Db) -> None:
