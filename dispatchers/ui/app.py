@@ -127,6 +127,9 @@ def build_app(dashboard: Dashboard) -> web.Application:
     app.router.add_get("/messages/{id}", views.message)
     app.router.add_get("/dead", views.dead)
     app.router.add_get("/endpoints", endpoint_pages.endpoints)
+    if not dashboard.read_only:
+        app.router.add_get("/endpoints/new", endpoint_pages.endpoint_new)
+        app.router.add_post("/endpoints/new", endpoint_pages.endpoint_add)
     app.router.add_get("/endpoints/{id}", endpoint_pages.endpoint)
     app.router.add_static("/static/", views.STATIC, append_version=True)
     if not dashboard.read_only:
@@ -140,6 +143,8 @@ def build_app(dashboard: Dashboard) -> web.Application:
             "/endpoints/{id}/{action:enable|disable}", endpoint_pages.endpoint_toggle
         )
         app.router.add_post("/endpoints/{id}/edit", endpoint_pages.endpoint_edit)
+        app.router.add_get("/endpoints/{id}/delete", endpoint_pages.endpoint_delete_confirm)
+        app.router.add_post("/endpoints/{id}/delete", endpoint_pages.endpoint_delete)
         app.router.add_get("/endpoints/{id}/rotate-secret", endpoint_pages.endpoint_rotate_confirm)
         app.router.add_post("/endpoints/{id}/rotate-secret", endpoint_pages.endpoint_rotate)
         app.router.add_post("/endpoints/{id}/replay", endpoint_pages.endpoint_replay)

@@ -302,12 +302,21 @@ async def test_read_only_offers_and_accepts_no_action(db: Db) -> None:
             f"/endpoints/{endpoint}/rotate-secret",
             f"/endpoints/{endpoint}/replay",
             f"/endpoints/{endpoint}/test",
+            f"/endpoints/{endpoint}/delete",
+            "/endpoints/new",
             f"/messages/{message}/replay",
+            f"/messages/{message}/cancel",
         ):
             status, _ = await ui.post(path, {})
             assert status in (403, 405), path
         status, _ = await ui.get("/dead/confirm?action=purge")
-    assert status == 404
+        confirmations = [
+            (await ui.get(p))[0]
+            for p in (f"/endpoints/{endpoint}/rotate-secret", f"/endpoints/{endpoint}/delete")
+        ]
+        new_status, new_page = await ui.get("/endpoints/new")
+    assert status == 404 and confirmations == [404, 404]
+    assert new_status == 400 and 'name="url"' not in new_page
     assert _state(db, message) == "dead"
     assert db.query("SELECT count(*) FROM outbox.messages") == [(1,)]
     assert db.query("SELECT count(*) FROM outbox.endpoint_secrets") == [(1,)]
@@ -900,3 +909,145 @@ async def test_selected_dead_messages_are_retried_or_purged_after_a_confirmation
         ("dead_purge", 2, sorted([dead[0], dead[2], waiting])),
         ("dead_retry", 1, [dead[1]]),
     ]
+
+
+def _form_error(page: str) -> tuple[str, list[str]]:
+    """The form's error, and the fields marked invalid."""
+    match = re.search(r'id="form-error">([^<]*)<', page)
+    assert match is not None, page
+    invalid = re.findall(r'name="(\w+)"[^>]*aria-invalid="true"', page)
+    return html.unescape(match[1]), invalid
+
+
+async def test_an_endpoint_is_added_from_its_form_and_refusals_name_the_field(db: Db) -> None:
+    async with running(db.url) as ui:
+        _, listing = await ui.get("/endpoints")
+        _, form_page = await ui.get("/endpoints/new")
+        csrf = await ui.csrf("/endpoints/new")
+        form = {
+            "csrf": csrf,
+            "url": "https://hooks.example.com/orders?token=t0k3n",
+            "description": "Acme orders",
+            "event_types": "order.created\norder.*",
+            "filter": "amount > `10`",
+            "cap": "4",
+            "rate_limit": "2.5",
+            "burst": "5",
+            "retry_schedule": "5s,1m,90m",
+        }
+        refusals = {}
+        for field, value in (
+            ("url", ""),
+            ("url", "ftp://hooks.example.com/"),
+            ("filter", "amount =="),
+            ("retry_schedule", "5s,soon"),
+            ("retry_schedule", "5s,9w"),
+            ("cap", "0"),
+            ("rate_limit", "-1"),
+        ):
+            status, page = await ui.post("/endpoints/new", form | {field: value})
+            refusals[(field, value)] = (status, *_form_error(page))
+            assert html.escape(form["description"]) in page  # what was posted, shown again
+        status, page = await ui.post("/endpoints/new", form | {"rate_limit": "", "burst": "5"})
+        burst_alone = (status, *_form_error(page))
+        assert db.query("SELECT count(*) FROM outbox.endpoints") == [(0,)]  # nothing written
+        unguarded, _ = await ui.post(
+            "/endpoints/new", {k: v for k, v in form.items() if k != "csrf"}
+        )
+        status, answer = await ui.post("/endpoints/new", form)
+        events = ui.events("ui_action")
+        log = ui.log.getvalue()
+    assert 'id="add"' in listing and 'name="url"' in form_page
+    for (field, value), (code, error, invalid) in refusals.items():
+        assert code == 400, (field, value)
+        assert error.startswith(f"{field}:") and invalid == [field], (field, value, error)
+    assert burst_alone[0] == 400 and burst_alone[2] == ["burst"]
+    assert unguarded == 403
+    assert status == 200 and "is added" in answer
+    match = re.search(r'<pre id="secret">(whsec_[A-Za-z0-9+/=]+)</pre>', answer)
+    assert match is not None
+    with db.tx() as conn:
+        (added,) = Endpoints().all(conn)
+    assert added.url == form["url"] and added.description == "Acme orders"
+    assert added.event_types == ["order.created", "order.*"]
+    assert added.filter == "amount > `10`" and added.max_concurrency == 4
+    assert (added.rate_limit_per_s, added.burst) == (2.5, 5)
+    assert added.retry_schedule == [5, 60, 5400]
+    assert [s.secret for s in added.secrets] == [match[1]]
+    assert [(e["action"], e["endpoint_id"]) for e in events] == [("endpoint_add", added.id)]
+    assert match[1] not in log and "t0k3n" not in log  # neither the secret nor the URL
+
+
+async def test_an_endpoints_every_setting_is_changed_and_cleared_from_its_page(db: Db) -> None:
+    endpoint = db.endpoint(
+        event_types=["order.created"], rate_limit=2.5, burst=5, retry_schedule=[5, 60]
+    )
+    async with running(db.url) as ui:
+        _, page = await ui.get(f"/endpoints/{endpoint}")
+        shown = dict(re.findall(r'<input name="(\w+)" value="([^"]*)"', page))
+        csrf = await ui.csrf(f"/endpoints/{endpoint}")
+        form = {
+            "csrf": csrf,
+            "url": "https://new.example.com/hook",
+            "description": "moved",
+            "event_types": "refund.created",
+            "filter": "amount > `10`",
+            "cap": "2",
+            "rate_limit": "0.5",
+            "burst": "",
+            "retry_schedule": "10s,2h",
+        }
+        saved, _ = await ui.post(f"/endpoints/{endpoint}/edit", form)
+        with db.tx() as conn:
+            changed = Endpoints().require(conn, endpoint)
+        refused, refusal = await ui.post(
+            f"/endpoints/{endpoint}/edit", form | {"url": "https://x.example/", "filter": "=="}
+        )
+        with db.tx() as conn:
+            unchanged = Endpoints().require(conn, endpoint)
+        cleared_form = form | {"filter": "", "cap": "", "rate_limit": "", "retry_schedule": ""}
+        cleared_status, _ = await ui.post(f"/endpoints/{endpoint}/edit", cleared_form)
+        events = [(e["action"], e["fields"]) for e in ui.events("ui_action")]
+    assert shown["rate_limit"] == "2.5" and shown["burst"] == "5"
+    assert shown["retry_schedule"] == "5s,1m" and shown["url"] == "https://example.com/wh"
+    assert saved == 303
+    assert (changed.url, changed.description) == ("https://new.example.com/hook", "moved")
+    assert changed.event_types == ["refund.created"] and changed.filter == "amount > `10`"
+    assert changed.max_concurrency == 2 and changed.rate_limit_per_s == 0.5
+    assert changed.retry_schedule == [10, 7200]
+    assert refused == 400 and _form_error(refusal)[1] == ["filter"]
+    assert 'value="https://x.example/"' in refusal  # the form as posted
+    assert unchanged.url == changed.url  # the valid URL beside it was not written either
+    assert cleared_status == 303
+    with db.tx() as conn:
+        cleared = Endpoints().require(conn, endpoint)
+    assert cleared.filter is None and cleared.max_concurrency is None
+    assert cleared.rate_limit_per_s is None and cleared.retry_schedule is None
+    assert events[0] == ("endpoint_edit", sorted(set(form) - {"csrf", "cap"} | {"max_concurrency"}))
+
+
+async def test_an_endpoint_is_deleted_only_from_its_confirmation(db: Db) -> None:
+    endpoint = db.endpoint(event_types=["order.created"])
+    (waiting,) = db.publish("order.created", "e1")
+    async with running(db.url) as ui:
+        _, page = await ui.get(f"/endpoints/{endpoint}")
+        csrf = await ui.csrf(f"/endpoints/{endpoint}")
+        unguarded, _ = await ui.post(f"/endpoints/{endpoint}/delete", {"confirm": "delete"})
+        status, location = await ui.post_location(f"/endpoints/{endpoint}/delete", {"csrf": csrf})
+        assert (status, location) == (303, f"/endpoints/{endpoint}/delete")
+        assert db.query("SELECT count(*) FROM outbox.endpoints") == [(1,)]
+        _, confirm = await ui.get(location)
+        fields = dict(re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', confirm))
+        status, location = await ui.post_location(f"/endpoints/{endpoint}/delete", fields)
+        _, listing = await ui.get(location)
+        missing, _ = await ui.get(f"/endpoints/{endpoint}/delete")
+        events = [(e["action"], e["rows"]) for e in ui.events("ui_action")]
+    assert 'id="delete"' in page and unguarded == 403
+    assert re.search(r'<b id="pending">1</b>', confirm)
+    assert fields == {"csrf": csrf, "confirm": "delete"}
+    assert status == 303 and location.startswith("/endpoints?done=delete")
+    assert f"Deleted endpoint {endpoint}; its 1 message(s)" in listing
+    assert db.query("SELECT count(*) FROM outbox.endpoints") == [(0,)]
+    assert _state(db, waiting) == "dead"
+    assert missing == 404
+    assert events == [("endpoint_delete", 1)]

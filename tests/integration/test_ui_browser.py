@@ -310,3 +310,60 @@ def test_times_switch_to_the_browsers_zone_and_back_keeping_the_other_in_the_tit
         page.locator("#times").click()
         expect(page.locator("dd time").nth(1)).to_have_text("2026-01-15 12:00:00Z")
         browser.close()
+
+
+def test_an_operator_cancels_a_message_acts_on_ticked_dead_letters_and_manages_an_endpoint(
+    database_url: str, chromium: str, artifacts: Path, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    db = Db(database_url)
+    waiting = db.enqueue("waiting")
+    dead = [db.enqueue(f"dead-{i}") for i in range(3)]
+    for message in dead:
+        db.kill(message, attempts=1)
+
+    command = ["ui", "--port", "0", "--database-url", database_url]
+    with serving(command, tmp_path / "ui.log") as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(20_000)
+
+        page.goto(f"{url}messages/{waiting}")
+        page.locator("#cancel").click()
+        expect(page.locator("#state")).to_have_text("dead")
+        expect(page.locator("#notice")).to_contain_text("Cancelled")
+
+        page.goto(url + "dead")
+        page.get_by_label(f"select message {dead[0]}").check()
+        page.get_by_label(f"select message {dead[2]}").check()
+        page.locator("#purge-selected").click()
+        expect(page.locator("#count")).to_have_text("2")
+        page.screenshot(path=artifacts / "purge-selected.png", full_page=True)
+        page.locator("#confirm").click()
+        expect(page.locator(".notice")).to_have_text("Purged 2 dead message(s).")
+        expect(page.locator("tbody tr")).to_have_count(2)  # dead[1] and the cancelled one
+
+        page.get_by_role("link", name="Endpoints").click()
+        page.locator("#add").click()
+        page.fill('input[name="url"]', "https://hooks.example.com/orders")
+        page.fill('textarea[name="event_types"]', "order.created")
+        page.fill('input[name="retry_schedule"]', "5s,soon")
+        page.locator("#save").click()
+        expect(page.locator("#form-error")).to_contain_text("retry_schedule:")
+        expect(page.locator('input[name="url"]')).to_have_value("https://hooks.example.com/orders")
+        page.screenshot(path=artifacts / "endpoint-form-error.png", full_page=True)
+        page.fill('input[name="retry_schedule"]', "5s,1m")
+        page.locator("#save").click()
+        assert page.locator("#secret").inner_text().startswith("whsec_")
+        page.get_by_role("link", name="Go to endpoint").click()
+        expect(page.locator('input[name="retry_schedule"]')).to_have_value("5s,1m")
+        page.fill('input[name="cap"]', "3")
+        page.locator("#save").click()
+        expect(page.get_by_text("Saved.")).to_be_visible()
+        expect(page.locator("#in-flight")).to_have_text("0 of 3")
+        page.locator("#delete").click()
+        page.locator("#confirm-delete").click()
+        expect(page.locator("#notice")).to_contain_text("Deleted endpoint")
+        browser.close()
+    assert db.query("SELECT count(*) FROM outbox.endpoints") == [(0,)]
