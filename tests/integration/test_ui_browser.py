@@ -307,6 +307,15 @@ def test_times_switch_to_the_browsers_zone_and_back_keeping_the_other_in_the_tit
         expect(created).to_have_attribute("title", "2026-01-15 12:00:00Z (UTC)")
         page.reload()  # the choice is kept
         expect(page.locator("dd time").nth(1)).to_have_text("2026-01-15 17:30:00 +05:30")
+        # and applies to what the overview's refresh swaps in
+        page.goto(url)
+        as_of = page.locator("main > p.muted time").first
+        expect(as_of).to_contain_text("+05:30")
+        first = as_of.get_attribute("datetime")
+        assert first is not None
+        expect(as_of).not_to_have_attribute("datetime", first, timeout=20_000)
+        expect(as_of).to_contain_text("+05:30")
+        page.goto(f"{url}messages/{dead}")
         page.locator("#times").click()
         expect(page.locator("dd time").nth(1)).to_have_text("2026-01-15 12:00:00Z")
         browser.close()
