@@ -38,6 +38,7 @@ from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOO
 from outbox.errors import InvalidArgument
 
 __all__ = [
+    "CANCELLED",
     "MAX_DEAD_LIST",
     "TEST_EVENT_TYPE",
     "AttemptInfo",
@@ -49,6 +50,7 @@ __all__ = [
     "dead_missing",
     "dead_purge",
     "dead_retry",
+    "message_cancel",
     "message_show",
     "replay",
     "replay_event",
@@ -128,6 +130,32 @@ def _selection(
             "ids", "give message ids, a filter (endpoint_id, event_type, since) or all_=True"
         )
     return params
+
+
+# -- cancelling ---------------------------------------------------------------
+
+CANCELLED = "cancelled by an operator"
+"""The last error of a message :func:`message_cancel` cancelled without a reason."""
+
+
+def message_cancel(
+    tx: Any, ids: Iterable[int], *, schema: str = DEFAULT_SCHEMA, reason: str = CANCELLED
+) -> list[int]:
+    """Cancel waiting messages: each of ``ids`` that is ready (due or scheduled)
+    or paused becomes dead with ``reason`` as its last error, and is never sent
+    unless retried as a dead letter (:func:`dead_retry`; :func:`dead_purge`
+    deletes it). A running message is passed over: a dispatcher holds it and may
+    be sending it. Return the ids cancelled, in order."""
+    id_list = _check_ids(ids)
+    if id_list is None:
+        return []
+    if not isinstance(reason, str) or not reason.strip() or "\x00" in reason:
+        raise InvalidArgument("reason", "must be a non-empty text without NUL")
+    params = {"ids": id_list, "reason": reason}
+    rows = run_sync(
+        tx, rows_plan(queries_for(schema)["message_cancel"], params, _Id), schema=schema
+    )
+    return sorted(row.id for row in rows)
 
 
 # -- dead letters ------------------------------------------------------------

@@ -69,6 +69,17 @@ def _scale_top(peak: int) -> int:
         top *= 10
 
 
+def scale_ticks(top: int) -> list[int]:
+    """The values the scale labels, from 0 up to ``top`` (1, 2 or 5 times a power
+    of ten): five or four even steps, each a round number (1, 2 or 5 times a
+    power of ten, and whole), else fewer."""
+    for parts in (5, 4, 2, 1):
+        step, rest = divmod(top, parts)
+        if rest == 0 and str(step).rstrip("0") in ("1", "2", "5"):
+            return [step * i for i in range(parts + 1)]
+    return [0, top]
+
+
 def bars(
     buckets: Sequence[Bucket],
     *,
@@ -87,9 +98,16 @@ def bars(
         f'aria-label="{label}" '
         'xmlns="http://www.w3.org/2000/svg">',
         f'<line class="axis" x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{WIDTH}" y2="{_TOP + plot_h}"/>',
-        f'<text class="scale" x="{_LEFT - 4}" y="{_TOP + 8}" text-anchor="end">{top}</text>',
-        f'<text class="scale" x="{_LEFT - 4}" y="{_TOP + plot_h}" text-anchor="end">0</text>',
     ]
+    for tick in scale_ticks(top):
+        y = _TOP + plot_h - plot_h * tick / top
+        if tick:
+            parts.append(
+                f'<line class="grid" x1="{_LEFT}" y1="{y:.1f}" x2="{WIDTH}" y2="{y:.1f}"/>'
+            )
+        parts.append(
+            f'<text class="scale" x="{_LEFT - 4}" y="{y + 3.5:.1f}" text-anchor="end">{tick}</text>'
+        )
     for i, bucket in enumerate(buckets):
         x = _LEFT + i * slot + 1
         base: float = _TOP + plot_h

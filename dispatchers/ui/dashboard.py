@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
 
 import jinja2
 from aiohttp import web
+from multidict import MultiMapping
 
 from dispatchers.runtime.log import EventLog
 from dispatchers.ui.auth import COOKIE, Guard
@@ -78,7 +78,7 @@ def dashboard_of(request: web.Request) -> Dashboard:
     return request.app[DASHBOARD]
 
 
-async def read_form(request: web.Request) -> Mapping[str, Any]:
+async def read_form(request: web.Request) -> MultiMapping[Any]:
     """The request's form, read within the body timeout (else 408)."""
     try:
         async with asyncio.timeout(dashboard_of(request).limits.body_timeout):

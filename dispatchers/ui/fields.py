@@ -11,12 +11,16 @@ statement or a template that cannot take it.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
+from multidict import MultiMapping
 
+from dispatchers.ui.policy_text import UNIT_SECONDS
 from outbox._arguments import MAX_ID
 
 SPANS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
@@ -72,6 +76,20 @@ def read_id(fields: Mapping[str, Any], name: str) -> int | None:
     if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_ID:
         raise BadInput(f"{name}: {value[:40]!r} is not an id")
     return int(value)
+
+
+def read_ids(fields: MultiMapping[Any], name: str, *, most: int) -> list[int]:
+    """Every ``name`` of a query string or form (a checkbox per id), each an id;
+    at most ``most`` of them."""
+    values = fields.getall(name, [])
+    if len(values) > most:
+        raise BadInput(f"{name}: more than {most} selected")
+    ids = []
+    for value in values:
+        one = read_id({name: value}, name)
+        if one is not None:
+            ids.append(one)
+    return sorted(set(ids))
 
 
 def route_id(request: web.Request) -> int:
@@ -133,4 +151,50 @@ def read_cap(fields: Mapping[str, Any]) -> int | None:
         return None
     if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_CAP:
         raise BadInput(f"cap: {value[:40]!r} is not a number from 1 to {MAX_CAP}")
+    return int(value)
+
+
+_SPAN = re.compile(r"(\d{1,9}(?:\.\d{1,3})?)([smhdw])")
+
+
+def read_schedule(fields: Mapping[str, Any]) -> list[float] | None:
+    """``retry_schedule``: the delays before each retry as the endpoint's page
+    writes them (``5s,1m,90m``), or None (blank) for the dispatcher's back-off.
+    How many and how long, :class:`outbox.endpoints.Endpoints` checks."""
+    value = read_text(fields, "retry_schedule")
+    if value is None:
+        return None
+    delays = []
+    for part in value.split(","):
+        match = _SPAN.fullmatch(part.strip())
+        if match is None:
+            raise BadInput(
+                f"retry_schedule: {part.strip()[:40]!r} is not a span like 30s, 5m or 2h "
+                "(comma-separated)"
+            )
+        delays.append(float(match[1]) * UNIT_SECONDS[match[2]])
+    return delays
+
+
+def read_rate(fields: Mapping[str, Any]) -> float | None:
+    """``rate_limit``: deliveries a second (a positive number), or None (blank)."""
+    value = read_text(fields, "rate_limit")
+    if value is None:
+        return None
+    try:
+        rate = float(value)
+    except ValueError:
+        raise BadInput(f"rate_limit: {value[:40]!r} is not a number") from None
+    if not math.isfinite(rate) or rate <= 0:
+        raise BadInput(f"rate_limit: {value[:40]!r} is not a positive number")
+    return rate
+
+
+def read_count(fields: Mapping[str, Any], name: str) -> int | None:
+    """``name``: a whole number, or None (blank); its range the library checks."""
+    value = read_text(fields, name)
+    if value is None:
+        return None
+    if not value.isascii() or not value.isdigit() or len(value) > 9:
+        raise BadInput(f"{name}: {value[:40]!r} is not a whole number")
     return int(value)

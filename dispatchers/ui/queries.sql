@@ -14,9 +14,14 @@ GROUP BY 1
 ORDER BY 1
 
 -- name: ui_dispatchers
--- The dispatchers seen: owners of live leases (from the lease partial index) and
--- owners of attempts started in the last hour, with what each holds now and when
--- it last started an attempt.
+-- The dispatchers seen: owners of leases (from the lease partial index) and
+-- owners of attempts started in the last hour, with what each holds now, when it
+-- was last seen (the end of its latest attempt) and whether it is alive. A
+-- dispatcher renews its leases every third of their length, so one holding a
+-- lease that has not run out was heard from within its lease period; one that
+-- made an attempt in the last minute is alive too. Others have stopped (their
+-- leases ran out, or a --drain run exited), or are idle: with no lease and no
+-- attempt, the database cannot tell an idle dispatcher from a stopped one.
 WITH leases AS (
     SELECT lease_owner AS owner, count(*) AS in_flight, max(lease_until) AS lease_until
     FROM {schema}.messages
@@ -24,58 +29,142 @@ WITH leases AS (
     GROUP BY lease_owner
 ),
 recent AS (
-    SELECT owner, max(started_at) AS last_attempt_at
+    SELECT owner, max(started_at) AS last_attempt_at,
+           max(started_at + COALESCE(duration_ms, 0) * interval '1 millisecond') AS last_seen
     FROM {schema}.attempts
     WHERE started_at >= now() - interval '1 hour'
     GROUP BY owner
 )
-SELECT COALESCE(l.owner, r.owner) AS owner, COALESCE(l.in_flight, 0) AS in_flight,
-       l.lease_until, r.last_attempt_at
-FROM leases AS l
-FULL JOIN recent AS r ON r.owner = l.owner
-ORDER BY 1
+SELECT * FROM (
+    SELECT COALESCE(l.owner, r.owner) AS owner, COALESCE(l.in_flight, 0) AS in_flight,
+           l.lease_until, r.last_attempt_at, r.last_seen,
+           CASE WHEN l.lease_until >= now() OR r.last_seen >= now() - interval '1 minute'
+                THEN 'alive'
+                WHEN l.lease_until < now() THEN 'lease expired'
+                ELSE 'stopped' END AS status
+    FROM leases AS l
+    FULL JOIN recent AS r ON r.owner = l.owner
+) AS seen
+ORDER BY status <> 'alive', owner
 LIMIT 100
 
 -- name: ui_messages
--- Messages matching an operator's search, newest first, from the hot table and
--- the history: each side is cut at the limit before the two are merged. A filter
--- left NULL matches every message; the state 'delivered' names the history.
--- A message completes after it is created, so "created since" also bounds the
--- history's completion time, which delivered_completed_idx can range over.
+-- Messages matching an operator's search, newest first, older than id
+-- %(before)s when it is given (keyset paging: a range scan of each primary key,
+-- as cheap far back as at the start), from the hot table and the history: each
+-- side is cut at the limit before the two are merged. A filter left NULL matches
+-- every message; the state 'delivered' names the history. A message completes
+-- after it is created, so "created since" also bounds the history's completion
+-- time, which delivered_completed_idx can range over. %(body)s, when given, is
+-- looked for in the bodies of the newest %(scan)s messages of each side that
+-- match the other filters, never more (the caller passes %(limit)s as %(scan)s
+-- without it). held: a ready message whose destination an open breaker or a
+-- Retry-After hold blocks, as the claim reads destination_health.
 (SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url, m.endpoint_id,
         m.event_type, CAST(m.state AS text) AS state, m.attempts, m.last_status,
-        m.created_at
- FROM {schema}.messages AS m
+        m.created_at,
+        m.state = 'ready' AND EXISTS (
+            SELECT 1 FROM {schema}.destination_health AS dh
+            WHERE dh.destination = m.destination
+              AND (dh.blocked_until > now() OR dh.state <> 'held')) AS held
+ FROM (SELECT *
+       FROM {schema}.messages AS m
+       WHERE (CAST(%(key)s AS text) IS NULL OR m.idempotency_key = CAST(%(key)s AS text))
+         AND (CAST(%(event_type)s AS text) IS NULL
+              OR m.event_type = CAST(%(event_type)s AS text))
+         AND (CAST(%(endpoint_id)s AS bigint) IS NULL
+              OR m.endpoint_id = CAST(%(endpoint_id)s AS bigint))
+         AND (CAST(%(state)s AS text) IS NULL OR m.state = CAST(%(state)s AS text))
+         AND (CAST(%(created_from)s AS timestamptz) IS NULL
+              OR m.created_at >= CAST(%(created_from)s AS timestamptz))
+         AND (CAST(%(created_until)s AS timestamptz) IS NULL
+              OR m.created_at < CAST(%(created_until)s AS timestamptz))
+         AND (CAST(%(before)s AS bigint) IS NULL OR m.id < CAST(%(before)s AS bigint))
+       ORDER BY m.id DESC
+       LIMIT %(scan)s) AS m
  LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
- WHERE (CAST(%(key)s AS text) IS NULL OR m.idempotency_key = CAST(%(key)s AS text))
-   AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
-   AND (CAST(%(endpoint_id)s AS bigint) IS NULL
-        OR m.endpoint_id = CAST(%(endpoint_id)s AS bigint))
-   AND (CAST(%(state)s AS text) IS NULL OR m.state = CAST(%(state)s AS text))
-   AND (CAST(%(created_from)s AS timestamptz) IS NULL
-        OR m.created_at >= CAST(%(created_from)s AS timestamptz))
-   AND (CAST(%(created_until)s AS timestamptz) IS NULL
-        OR m.created_at < CAST(%(created_until)s AS timestamptz))
+ WHERE CAST(%(body)s AS bytea) IS NULL OR position(CAST(%(body)s AS bytea) IN m.body) > 0
  ORDER BY m.id DESC
  LIMIT %(limit)s)
 UNION ALL
 (SELECT d.id, d.idempotency_key, COALESCE(d.url, e.url), d.endpoint_id, d.event_type,
-        'delivered', d.attempts, d.last_status, d.created_at
- FROM {schema}.delivered AS d
+        'delivered', d.attempts, d.last_status, d.created_at, false
+ FROM (SELECT *
+       FROM {schema}.delivered AS d
+       WHERE (CAST(%(state)s AS text) IS NULL OR CAST(%(state)s AS text) = 'delivered')
+         AND (CAST(%(key)s AS text) IS NULL OR d.idempotency_key = CAST(%(key)s AS text))
+         AND (CAST(%(event_type)s AS text) IS NULL
+              OR d.event_type = CAST(%(event_type)s AS text))
+         AND (CAST(%(endpoint_id)s AS bigint) IS NULL
+              OR d.endpoint_id = CAST(%(endpoint_id)s AS bigint))
+         AND (CAST(%(created_from)s AS timestamptz) IS NULL
+              OR (d.created_at >= CAST(%(created_from)s AS timestamptz)
+                  AND d.completed_at >= CAST(%(created_from)s AS timestamptz)))
+         AND (CAST(%(created_until)s AS timestamptz) IS NULL
+              OR d.created_at < CAST(%(created_until)s AS timestamptz))
+         AND (CAST(%(before)s AS bigint) IS NULL OR d.id < CAST(%(before)s AS bigint))
+       ORDER BY d.id DESC
+       LIMIT %(scan)s) AS d
  LEFT JOIN {schema}.endpoints AS e ON e.id = d.endpoint_id
- WHERE (CAST(%(state)s AS text) IS NULL OR CAST(%(state)s AS text) = 'delivered')
-   AND (CAST(%(key)s AS text) IS NULL OR d.idempotency_key = CAST(%(key)s AS text))
-   AND (CAST(%(event_type)s AS text) IS NULL OR d.event_type = CAST(%(event_type)s AS text))
-   AND (CAST(%(endpoint_id)s AS bigint) IS NULL
-        OR d.endpoint_id = CAST(%(endpoint_id)s AS bigint))
-   AND (CAST(%(created_from)s AS timestamptz) IS NULL
-        OR (d.created_at >= CAST(%(created_from)s AS timestamptz)
-            AND d.completed_at >= CAST(%(created_from)s AS timestamptz)))
-   AND (CAST(%(created_until)s AS timestamptz) IS NULL
-        OR d.created_at < CAST(%(created_until)s AS timestamptz))
+ WHERE CAST(%(body)s AS bytea) IS NULL OR position(CAST(%(body)s AS bytea) IN d.body) > 0
  ORDER BY d.id DESC
  LIMIT %(limit)s)
 ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: ui_messages_newer
+-- ui_messages the other way: the messages just newer than id %(after)s, oldest
+-- first (the caller shows them newest first).
+(SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url, m.endpoint_id,
+        m.event_type, CAST(m.state AS text) AS state, m.attempts, m.last_status,
+        m.created_at,
+        m.state = 'ready' AND EXISTS (
+            SELECT 1 FROM {schema}.destination_health AS dh
+            WHERE dh.destination = m.destination
+              AND (dh.blocked_until > now() OR dh.state <> 'held')) AS held
+ FROM (SELECT *
+       FROM {schema}.messages AS m
+       WHERE (CAST(%(key)s AS text) IS NULL OR m.idempotency_key = CAST(%(key)s AS text))
+         AND (CAST(%(event_type)s AS text) IS NULL
+              OR m.event_type = CAST(%(event_type)s AS text))
+         AND (CAST(%(endpoint_id)s AS bigint) IS NULL
+              OR m.endpoint_id = CAST(%(endpoint_id)s AS bigint))
+         AND (CAST(%(state)s AS text) IS NULL OR m.state = CAST(%(state)s AS text))
+         AND (CAST(%(created_from)s AS timestamptz) IS NULL
+              OR m.created_at >= CAST(%(created_from)s AS timestamptz))
+         AND (CAST(%(created_until)s AS timestamptz) IS NULL
+              OR m.created_at < CAST(%(created_until)s AS timestamptz))
+         AND (CAST(%(after)s AS bigint) IS NULL OR m.id > CAST(%(after)s AS bigint))
+       ORDER BY m.id ASC
+       LIMIT %(scan)s) AS m
+ LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
+ WHERE CAST(%(body)s AS bytea) IS NULL OR position(CAST(%(body)s AS bytea) IN m.body) > 0
+ ORDER BY m.id ASC
+ LIMIT %(limit)s)
+UNION ALL
+(SELECT d.id, d.idempotency_key, COALESCE(d.url, e.url), d.endpoint_id, d.event_type,
+        'delivered', d.attempts, d.last_status, d.created_at, false
+ FROM (SELECT *
+       FROM {schema}.delivered AS d
+       WHERE (CAST(%(state)s AS text) IS NULL OR CAST(%(state)s AS text) = 'delivered')
+         AND (CAST(%(key)s AS text) IS NULL OR d.idempotency_key = CAST(%(key)s AS text))
+         AND (CAST(%(event_type)s AS text) IS NULL
+              OR d.event_type = CAST(%(event_type)s AS text))
+         AND (CAST(%(endpoint_id)s AS bigint) IS NULL
+              OR d.endpoint_id = CAST(%(endpoint_id)s AS bigint))
+         AND (CAST(%(created_from)s AS timestamptz) IS NULL
+              OR (d.created_at >= CAST(%(created_from)s AS timestamptz)
+                  AND d.completed_at >= CAST(%(created_from)s AS timestamptz)))
+         AND (CAST(%(created_until)s AS timestamptz) IS NULL
+              OR d.created_at < CAST(%(created_until)s AS timestamptz))
+         AND (CAST(%(after)s AS bigint) IS NULL OR d.id > CAST(%(after)s AS bigint))
+       ORDER BY d.id ASC
+       LIMIT %(scan)s) AS d
+ LEFT JOIN {schema}.endpoints AS e ON e.id = d.endpoint_id
+ WHERE CAST(%(body)s AS bytea) IS NULL OR position(CAST(%(body)s AS bytea) IN d.body) > 0
+ ORDER BY d.id ASC
+ LIMIT %(limit)s)
+ORDER BY id ASC
 LIMIT %(limit)s
 
 -- name: ui_hours

@@ -34,6 +34,11 @@ QUERIES = Path(__file__).with_name("queries.sql")
 SEARCH_LIMIT = 100
 """The most messages one search shows."""
 
+BODY_SCAN = 5000
+"""The most messages of the queue, and of the history, whose bodies one search
+for a text in bodies reads: the newest that match the other filters, before
+the page's cursor."""
+
 LISTED_TYPES = 10
 """The most event types the endpoints list shows of one endpoint (its page
 shows them all)."""
@@ -79,6 +84,12 @@ class Owner(NamedTuple):
     in_flight: int
     lease_until: datetime | None
     last_attempt_at: datetime | None
+    last_seen: datetime | None
+    """When its latest attempt of the last hour ended."""
+    status: str
+    """``alive`` (a lease not run out, or an attempt in the last minute),
+    ``lease expired`` (it holds only leases that ran out: it stopped without
+    handing them back) or ``stopped`` (stopped, or idle: nothing tells them apart)."""
 
 
 class EndpointHour(NamedTuple):
@@ -158,6 +169,8 @@ class Found(NamedTuple):
     attempts: int
     last_status: int | None
     created_at: datetime
+    held: bool
+    """Ready, but its destination's breaker is open or a Retry-After holds it."""
 
 
 class DashboardStore:
@@ -285,7 +298,15 @@ class DashboardStore:
         state: str | None,
         created_from: datetime | None,
         created_until: datetime | None,
+        body: str | None = None,
+        before: int | None = None,
+        after: int | None = None,
+        limit: int = SEARCH_LIMIT,
     ) -> list[Found]:
+        """Up to ``limit`` messages matching every filter given, newest first:
+        older than id ``before``, or the newest just newer than id ``after``.
+        ``body``: text to find in bodies, looked for in the newest
+        :data:`BODY_SCAN` messages of each side matching the other filters."""
         params = {
             "key": key,
             "event_type": event_type,
@@ -293,6 +314,12 @@ class DashboardStore:
             "state": state,
             "created_from": created_from,
             "created_until": created_until,
-            "limit": SEARCH_LIMIT,
+            "body": None if body is None else body.encode("utf-8"),
+            "before": before,
+            "after": after,
+            "scan": limit if body is None else max(BODY_SCAN, limit),
+            "limit": limit,
         }
-        return run_sync(conn, rows_plan(ui_queries(self.schema)["ui_messages"], params, Found))
+        name = "ui_messages" if after is None else "ui_messages_newer"
+        found = run_sync(conn, rows_plan(ui_queries(self.schema)[name], params, Found))
+        return found if after is None else found[::-1]

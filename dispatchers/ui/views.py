@@ -35,6 +35,7 @@ from dispatchers.ui.fields import (
     SPANS,
     BadInput,
     read_id,
+    read_ids,
     read_moment,
     read_since,
     read_text,
@@ -42,11 +43,13 @@ from dispatchers.ui.fields import (
     route_id,
 )
 from dispatchers.ui.limits import TABLE_ROWS
+from dispatchers.ui.store import BODY_SCAN, SEARCH_LIMIT
 from outbox.admin import (
     dead_count,
     dead_list,
     dead_purge,
     dead_retry,
+    message_cancel,
     message_show,
     replay_message,
     status,
@@ -179,6 +182,9 @@ async def overview(request: web.Request) -> web.StreamResponse:
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
+    """Messages matching the filters, :data:`SEARCH_LIMIT` a page, newest first;
+    ``before``/``after``: the id the page starts below or above (keyset paging,
+    the filters kept in the links)."""
     store = dashboard_of(request).store
     query = request.query
     try:
@@ -191,6 +197,10 @@ async def messages(request: web.Request) -> web.StreamResponse:
             raise BadInput(f"state: must be one of {', '.join(STATES)}")
         webhook_id, webhook_endpoint = read_webhook_id(query)
         created_from, created_until = read_moment(query, "from"), read_moment(query, "until")
+        body = read_text(query, "body")
+        before, after = read_id(query, "before"), read_id(query, "after")
+        if before is not None and after is not None:
+            raise BadInput("before: cannot be given with after")
     except BadInput as exc:
         return bad(request, exc)
     if message_id is not None:
@@ -208,21 +218,42 @@ async def messages(request: web.Request) -> web.StreamResponse:
             state=state,
             created_from=created_from,
             created_until=created_until,
+            body=body,
+            before=before,
+            after=after,
+            limit=SEARCH_LIMIT + 1,  # one more: whether there is another page
         )
     )
+    more = len(found) > SEARCH_LIMIT
+    found = found[-SEARCH_LIMIT:] if after is not None else found[:SEARCH_LIMIT]
+    filters = {
+        "key": key,
+        "event_type": event_type,
+        "endpoint": endpoint_id,
+        "state": state,
+        "from": read_text(query, "from"),
+        "until": read_text(query, "until"),
+        "body": body,
+    }
+    kept = {k: str(v) for k, v in filters.items() if v is not None}
+    older = newer = None
+    if found and (more if after is None else True):
+        older = urlencode({**kept, "before": found[-1].id})
+    if after is not None and more and found:
+        newer = urlencode({**kept, "after": found[0].id})
+    elif before is not None:
+        newer = urlencode({**kept, "after": found[0].id}) if found else urlencode(kept)
     return render(
         request,
         "messages.html",
         found=found,
         states=STATES,
-        query={
-            "key": key,
-            "event_type": event_type,
-            "endpoint": endpoint_id,
-            "state": state,
-            "from": read_text(query, "from"),
-            "until": read_text(query, "until"),
-        },
+        query=filters,
+        older=older,
+        newer=newer,
+        newest=urlencode(kept) if (before is not None or after is not None) else None,
+        page_size=SEARCH_LIMIT,
+        body_scan=BODY_SCAN,
     )
 
 
@@ -248,7 +279,33 @@ async def _message_page(request: web.Request, *, revealed: bool) -> web.StreamRe
             body = message.body.decode("utf-8")
         except UnicodeDecodeError:
             body = "(binary) " + message.body.hex()
-    return render(request, "message.html", message=message, revealed=revealed, body=body)
+    return render(
+        request,
+        "message.html",
+        message=message,
+        revealed=revealed,
+        body=body,
+        notice=None if revealed else _message_notice(request.query),
+    )
+
+
+_MESSAGE_DONE = {
+    "retry": ("Sent again: it is ready for the next claim.", "It was not dead: nothing retried."),
+    "replay": ("Replayed: it is ready for the next claim.", "It was not delivered: nothing sent."),
+    "cancel": (
+        "Cancelled: it is dead and will not be sent unless retried.",
+        "It was not waiting (a dispatcher holds it, or it ended): nothing cancelled.",
+    ),
+}
+
+
+def _message_notice(fields: Mapping[str, Any]) -> str | None:
+    """What a message's page says after an action redirected to it."""
+    done, count = fields.get("done"), fields.get("count")
+    if done not in _MESSAGE_DONE or count not in ("0", "1"):
+        return None
+    succeeded, passed_over = _MESSAGE_DONE[done]
+    return succeeded if count == "1" else passed_over
 
 
 async def message(request: web.Request) -> web.StreamResponse:
@@ -268,7 +325,23 @@ async def message_retry(request: web.Request) -> web.StreamResponse:
         return bad(request, exc)
     count = await store.write(lambda conn: dead_retry(conn, schema=store.schema, ids=[message_id]))
     log_action(dashboard, "retry", count, message_id=message_id)
-    raise web.HTTPSeeOther(f"/messages/{message_id}")
+    raise web.HTTPSeeOther(f"/messages/{message_id}?done=retry&count={count}")
+
+
+async def cancel_message(request: web.Request) -> web.StreamResponse:
+    """Cancel a waiting message (:func:`outbox.admin.message_cancel`): ready,
+    scheduled or paused, never one a dispatcher holds."""
+    dashboard = dashboard_of(request)
+    store = dashboard.store
+    try:
+        message_id = route_id(request)
+    except BadInput as exc:
+        return bad(request, exc)
+    cancelled = await store.write(
+        lambda conn: message_cancel(conn, [message_id], schema=store.schema)
+    )
+    log_action(dashboard, "cancel", len(cancelled), message_id=message_id)
+    raise web.HTTPSeeOther(f"/messages/{message_id}?done=cancel&count={len(cancelled)}")
 
 
 async def message_replay(request: web.Request) -> web.StreamResponse:
@@ -287,7 +360,7 @@ async def message_replay(request: web.Request) -> web.StreamResponse:
     except InvalidArgument as exc:
         return bad(request, exc)
     log_action(dashboard, "replay_message", int(replayed), message_id=message_id)
-    raise web.HTTPSeeOther(f"/messages/{message_id}")
+    raise web.HTTPSeeOther(f"/messages/{message_id}?done=replay&count={int(replayed)}")
 
 
 # -- dead letters --------------------------------------------------------------
@@ -319,24 +392,29 @@ async def dead(request: web.Request) -> web.StreamResponse:
 
 
 async def dead_confirm(request: web.Request) -> web.StreamResponse:
+    """How many dead messages an action would touch: those selected (``id``, one
+    per checkbox), else those matching the filters; its button posts them."""
     store = dashboard_of(request).store
     action = request.query.get("action")
     try:
         if action not in ("retry", "purge"):
             raise BadInput("action: must be retry or purge")
+        ids = read_ids(request.query, "id", most=DEAD_LIMIT)
+        if request.query.get("selected") and not ids:
+            raise BadInput("id: no message selected; tick the ones to act on")
         filters = _dead_filters(request.query)
     except BadInput as exc:
         return bad(request, exc)
-    count = await store.read(
-        lambda conn: dead_count(conn, schema=store.schema, **_selection(filters))
-    )
+    selection = {"ids": ids} if ids else _selection(filters)
+    count = await store.read(lambda conn: dead_count(conn, schema=store.schema, **selection))
     return render(
         request,
         "confirm.html",
         action=action,
         count=count,
         filters=filters,
-        fields=_filter_query(filters),
+        ids=ids,
+        fields={} if ids else _filter_query(filters),
     )
 
 
@@ -344,13 +422,19 @@ async def dead_act(request: web.Request) -> web.StreamResponse:
     dashboard = dashboard_of(request)
     store = dashboard.store
     action = request.match_info["action"]
+    form = await read_form(request)
     try:
-        filters = _dead_filters(await read_form(request))
+        ids = read_ids(form, "id", most=DEAD_LIMIT)
+        filters = _dead_filters(form)
     except BadInput as exc:
         return bad(request, exc)
-    selection = _selection(filters)
+    selection = {"ids": ids} if ids else _selection(filters)
     act = dead_retry if action == "retry" else dead_purge
     count = await store.write(lambda conn: act(conn, schema=store.schema, **selection))
-    log_action(dashboard, f"dead_{action}", count, **_filter_query(filters))
-    query = {**_filter_query(filters), "done": action, "count": str(count)}
+    if ids:
+        log_action(dashboard, f"dead_{action}", count, ids=ids)
+        query = {"done": action, "count": str(count)}
+    else:
+        log_action(dashboard, f"dead_{action}", count, **_filter_query(filters))
+        query = {**_filter_query(filters), "done": action, "count": str(count)}
     raise web.HTTPSeeOther("/dead?" + urlencode(query))

@@ -82,6 +82,19 @@ WITH chosen AS (
 SELECT (SELECT count(*) FROM retried) AS retried,
        (SELECT count(*) FROM retried WHERE state = 'paused') AS paused{notify}
 
+-- name: message_cancel
+-- Cancel waiting messages: those ready (due or scheduled) or paused become dead,
+-- with the reason as their last error, so no dispatcher sends them (a claim takes
+-- ready messages only; retrying them as dead letters sends them again, purging
+-- deletes them). A running message is left alone: a dispatcher holds its lease
+-- and may be sending it. The row lock decides a race with a claim: a claim skips
+-- a row this statement locked, and this statement, having waited for a claim's
+-- lock, reads the row again and finds it running.
+UPDATE {schema}.messages AS m
+SET state = 'dead', last_error = %(reason)s, completed_at = now()
+WHERE m.id = ANY (CAST(%(ids)s AS bigint[])) AND m.state IN ('ready', 'paused')
+RETURNING m.id
+
 -- name: dead_purge
 -- Delete dead messages and their attempt rows. Their message_keys rows stay:
 -- the key remains used, so enqueuing it again returns the purged id and writes

@@ -24,6 +24,7 @@ from outbox.admin import (
     dead_missing,
     dead_purge,
     dead_retry,
+    message_cancel,
     message_show,
     replay,
     replay_event,
@@ -109,6 +110,44 @@ def test_dead_list_walks_the_dead_index(db: Db) -> None:
         params = {"endpoint_id": None, "event_type": None, "since": None, "limit": 10}
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement.text, params).fetchall())
     assert "messages_dead_idx" in plan
+
+
+# -- message_cancel ------------------------------------------------------------
+
+
+def test_message_cancel_kills_waiting_messages_and_passes_held_ones_over(db: Db) -> None:
+    due = db.enqueue("due")
+    later = db.enqueue("later", available_at=datetime.now(UTC) + timedelta(hours=1))
+    held = db.enqueue("held")
+    done = db.enqueue("done")
+    db.query(
+        "UPDATE outbox.messages SET state = 'running', lease_owner = 'd1',"
+        " lease_until = now() + interval '1 minute', attempts = 1 WHERE id = %s RETURNING id",
+        held,
+    )
+    db.kill(done)  # dead already: nothing to cancel
+
+    with db.tx() as conn:
+        assert message_cancel(conn, [later, held, due, done, 10**12]) == [due, later]
+    for mid in (due, later):
+        state, _, _, _, _, _ = db.row(mid)
+        assert state == "dead"
+        ((error,),) = db.query("SELECT last_error FROM outbox.messages WHERE id = %s", mid)
+        assert error == "cancelled by an operator"
+    assert db.row(held)[0] == "running"  # a dispatcher holds it: left alone
+    with db.tx() as conn:
+        assert dead_retry(conn, ids=[due]) == 1  # a cancelled message is a dead letter
+    assert db.row(due)[0] == "ready"
+
+
+def test_message_cancel_refuses_bad_input_naming_the_field(db: Db) -> None:
+    mid = db.enqueue("k")
+    with db.tx() as conn:
+        with invalid_argument("ids"):
+            message_cancel(conn, [-1])
+        with invalid_argument("reason"):
+            message_cancel(conn, [mid], reason=" ")
+    assert db.row(mid)[0] == "ready"
 
 
 # -- dead_retry --------------------------------------------------------------

@@ -5,6 +5,7 @@ escaping of every value a tenant controls."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,8 +24,11 @@ from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from outbox.secrets import fingerprint
 from tests.dashboard import HOSTILE, running
+from tests.dispatching import Db as DispatchDb
+from tests.dispatching import drain, fast_config
 from tests.operating import Db
 from tests.plans import backlog
+from tests.receiver import Receiver
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,7 +129,7 @@ async def test_the_overview_lists_held_and_open_destinations_and_policies(db: Db
     assert '<td data-health="https://down.example:443"><span class="bad">open</span>' in page
     assert "HTTP 503" in page
     assert "<script>alert" not in page and str(escape(HOSTILE)) in page
-    assert re.search(r"https://slow.example:443</td>\s*<td class=\"num\">2.5</td>", page)
+    assert re.search(r"https://slow.example:443</span></td>\s*<td class=\"num\">2.5</td>", page)
 
 
 async def test_an_endpoints_page_shows_its_payload_filter_as_text(db: Db) -> None:
@@ -214,10 +218,18 @@ async def test_retry_without_the_csrf_token_is_refused_and_changes_nothing(db: D
         assert _state(db, message) == "dead"
         assert ui.events("ui_action") == []
 
-        status, _ = await ui.post(f"/messages/{message}/retry", {"csrf": csrf})
-        assert status == 303
+        status, location = await ui.post_location(f"/messages/{message}/retry", {"csrf": csrf})
+        assert status == 303 and location == f"/messages/{message}?done=retry&count=1"
         assert _state(db, message) == "ready"
-        (event,) = ui.events("ui_action")
+        _, page = await ui.get(location)
+        assert "Sent again: it is ready for the next claim." in page
+        # the same address once the message is no longer dead says nothing was done
+        status, location = await ui.post_location(f"/messages/{message}/retry", {"csrf": csrf})
+        _, again = await ui.get(location)
+        assert "It was not dead: nothing retried." in again
+        _, forged = await ui.get(f"/messages/{message}?done=retry&count=<b>")
+        assert 'id="notice"' not in forged
+        event, _ = ui.events("ui_action")
     assert event | {"ts": None} == {
         "ts": None,
         "level": "info",
@@ -290,12 +302,21 @@ async def test_read_only_offers_and_accepts_no_action(db: Db) -> None:
             f"/endpoints/{endpoint}/rotate-secret",
             f"/endpoints/{endpoint}/replay",
             f"/endpoints/{endpoint}/test",
+            f"/endpoints/{endpoint}/delete",
+            "/endpoints/new",
             f"/messages/{message}/replay",
+            f"/messages/{message}/cancel",
         ):
             status, _ = await ui.post(path, {})
             assert status in (403, 405), path
         status, _ = await ui.get("/dead/confirm?action=purge")
-    assert status == 404
+        confirmations = [
+            (await ui.get(p))[0]
+            for p in (f"/endpoints/{endpoint}/rotate-secret", f"/endpoints/{endpoint}/delete")
+        ]
+        new_status, new_page = await ui.get("/endpoints/new")
+    assert status == 404 and confirmations == [404, 404]
+    assert new_status == 400 and 'name="url"' not in new_page
     assert _state(db, message) == "dead"
     assert db.query("SELECT count(*) FROM outbox.messages") == [(1,)]
     assert db.query("SELECT count(*) FROM outbox.endpoint_secrets") == [(1,)]
@@ -394,10 +415,15 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     owners = _plan(db, "ui_dispatchers")
     assert "attempts_started_idx" in owners and "messages_lease_idx" in owners
     assert "destination_health_pkey" in _plan(db, "ui_destination_health", destination="x")
-    search = dict.fromkeys(
-        ("key", "event_type", "endpoint_id", "state", "created_from", "created_until")
-    )
+    search: dict[str, object] = dict.fromkeys(
+        ("key", "event_type", "endpoint_id", "state", "created_from", "created_until", "body")
+    ) | {"before": None, "after": None, "scan": 100}
     newest = _plan(db, "ui_messages", **search, limit=100)
+    for name, cursor in (("ui_messages", "before"), ("ui_messages_newer", "after")):
+        paged = _plan(db, name, **(search | {cursor: 5000}), limit=100)
+        assert "messages_pkey" in paged and "delivered_pkey" in paged, name
+    bodies = _plan(db, "ui_messages", **(search | {"body": b"x", "scan": 5000}), limit=100)
+    assert "messages_pkey" in bodies and "delivered_pkey" in bodies
     by_key = _plan(db, "ui_messages", **(search | {"key": "order-42"}), limit=100)
     assert "delivered_key_idx" in by_key
     assert "messages_pkey" in newest and "delivered_pkey" in newest  # newest first, by id
@@ -535,8 +561,20 @@ async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed
 
         status, _ = await ui.post(f"/endpoints/{endpoint}/rotate-secret", {})
         assert status == 403  # no CSRF token: nothing rotated
-        status, answer = await ui.post(f"/endpoints/{endpoint}/rotate-secret", {"csrf": csrf})
+        # one click is not enough: the form without confirm leads to the confirmation
+        status, location = await ui.post_location(
+            f"/endpoints/{endpoint}/rotate-secret", {"csrf": csrf}
+        )
+        assert (status, location) == (303, f"/endpoints/{endpoint}/rotate-secret")
+        assert db.query("SELECT count(*) FROM outbox.endpoint_secrets") == [(1,)]
+        _, confirmation = await ui.get(location)
+        fields = dict(re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', confirmation))
+        assert fields == {"csrf": csrf, "confirm": "rotate"}
+        assert 'id="confirm-rotate"' in confirmation and "keep signing" in confirmation
+        status, answer = await ui.post(f"/endpoints/{endpoint}/rotate-secret", fields)
         assert status == 200 and "keep signing for 24 hours" in answer
+        assert f"outbox endpoints show {endpoint} --show-secrets" in answer
+        assert "not shown again." not in answer
         match = re.search(r'<pre id="secret">(whsec_[A-Za-z0-9+/=]+)</pre>', answer)
         assert match is not None
         secret = match[1]
@@ -545,7 +583,8 @@ async def test_an_endpoint_is_edited_its_secret_rotated_and_its_history_replayed
         status, _ = await ui.post(f"/endpoints/{endpoint}/replay", {"csrf": csrf, "since": "1h"})
         assert status == 303
         _, replayed = await ui.get(f"/endpoints/{endpoint}?done=replay&count=1")
-        for action, form in (("replay", {"since": "1h"}), ("rotate-secret", {}), ("edit", {})):
+        rotate = {"confirm": "rotate"}
+        for action, form in (("replay", {"since": "1h"}), ("rotate-secret", rotate), ("edit", {})):
             status, refusal = await ui.post(f"/endpoints/999999/{action}", {"csrf": csrf, **form})
             assert status == 400 and "no endpoint with id 999999" in refusal, action
         events = ui.events("ui_action")
@@ -576,10 +615,12 @@ async def test_a_delivered_webhook_is_replayed_from_its_page(db: Db) -> None:
         assert status == 403  # no CSRF token: still in the history
         assert db.query("SELECT count(*) FROM outbox.delivered WHERE id = 9003") == [(1,)]
         status, location = await ui.post_location("/messages/9003/replay", {"csrf": csrf})
-        _, after = await ui.get("/messages/9003")
+        _, after = await ui.get(location)
         events = ui.events("ui_action")
     assert 'id="replay"' in page and 'id="replay"' not in waiting
-    assert status == 303 and location == "/messages/9003"
+    assert status == 303 and location == "/messages/9003?done=replay&count=1"
+    assert '<p class="notice" role="status" id="notice">Replayed:' in after
+    assert 'id="notice"' not in page
     assert _state(db, 9003) == "ready" and 'id="replay"' not in after
     assert [(e["action"], e["rows"]) for e in events] == [("replay_message", 1)]
 
@@ -648,3 +689,365 @@ async def test_the_day_chart_reads_a_settled_hour_once_and_the_others_every_time
     async with running(db.url) as ui:
         store = ui.dashboard.store
         assert delivered(await store.read(lambda conn: store.hours(conn, until=until))) == 4
+
+
+def _owner_status(page: str, owner: str) -> str:
+    match = re.search(rf'<td data-owner="{re.escape(owner)}"><span[^>]*>([^<]+)</span>', page)
+    assert match is not None, owner
+    return match[1]
+
+
+async def test_dispatchers_seen_say_whether_each_is_alive_or_stopped(db: Db) -> None:
+    live, expired = db.enqueue("held-live"), db.enqueue("held-expired")
+    for message, until in ((live, "1 minute"), (expired, "-5 minutes")):
+        db.query(
+            "UPDATE outbox.messages SET state = 'running', lease_owner = %s,"
+            " lease_until = now() + CAST(%s AS interval) WHERE id = %s",
+            f"host:{message}:lease",
+            until,
+            message,
+        )
+    drained = db.enqueue("drained")
+    working = db.enqueue("working")
+    for message, owner, ago in (
+        (drained, "host:1:drain", "20 minutes"),
+        (working, "host:2:w", "5"),
+    ):
+        db.query(
+            "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, duration_ms,"
+            " status, outcome) VALUES (%s, 1, %s, now() - CAST(%s AS interval), 40, 200,"
+            " 'delivered')",
+            message,
+            owner,
+            ago,
+        )
+    async with running(db.url) as ui:
+        _, page = await ui.get("/")
+    assert _owner_status(page, f"host:{live}:lease") == "alive"
+    assert _owner_status(page, "host:2:w") == "alive"
+    assert _owner_status(page, f"host:{expired}:lease") == "stopped, leases expired"
+    assert _owner_status(page, "host:1:drain") == "stopped or idle"
+    # the alive first; the drained run with when it was last seen (its attempt's end)
+    assert page.index("host:2:w") < page.index("host:1:drain")
+    row = page[page.index('data-owner="host:1:drain"') :]
+    assert re.match(r'[^\n]*\n\s*<td><time datetime="[^"]+">', row)
+
+
+def _listed(page: str) -> list[int]:
+    return [int(i) for i in re.findall(r'<td class="num"><a href="/messages/(\d+)">', page)]
+
+
+def _link(page: str, name: str) -> str | None:
+    match = re.search(rf'href="(/messages\?[^"]*)" id="{name}-page"', page)
+    return html.unescape(match[1]) if match else None
+
+
+async def test_messages_page_by_id_keeping_the_filters_both_ways(db: Db) -> None:
+    ids = [db.enqueue(f"page-{i}") for i in range(230)]
+    db.query("UPDATE outbox.messages SET event_type = 'order.created'")
+    other = db.enqueue("not-an-order")
+    _delivered(db, db.endpoint(), 9100)  # in the history: 'order.created' too, newest id
+    async with running(db.url) as ui:
+        _, first = await ui.get("/messages", params={"event_type": "order.created"})
+        older = _link(first, "older")
+        assert older is not None and "event_type=order.created" in older
+        _, second = await ui.get(older)
+        third_link = _link(second, "older")
+        assert third_link is not None
+        _, third = await ui.get(third_link)
+        newer = _link(third, "newer")
+        assert newer is not None
+        _, back = await ui.get(newer)
+        bad, refusal = await ui.get("/messages?before=3&after=1")
+    everything = [9100, *reversed(ids)]
+    assert _listed(first) == everything[:100] and _newest_absent(first)
+    assert _listed(second) == everything[100:200]
+    assert _listed(third) == everything[200:] and _link(third, "older") is None
+    assert _listed(back) == _listed(second)  # newer from the third page: the second
+    assert other not in _listed(first) + _listed(second) + _listed(third)
+    assert bad == 400 and "before:" in refusal
+
+
+def _newest_absent(page: str) -> bool:
+    return 'id="newest-page"' not in page and _link(page, "newer") is None
+
+
+async def test_messages_are_found_by_text_in_their_bodies_within_a_stated_bound(
+    db: Db,
+) -> None:
+    needle = db.enqueue("k1", json={"customer": "cus_NEEDLE_42"})
+    db.enqueue("k2", json={"customer": "cus_other"})
+    async with running(db.url) as ui:
+        _, found = await ui.get("/messages", params={"body": "NEEDLE_42"})
+        _, nothing = await ui.get("/messages", params={"body": "absent-text"})
+    assert _listed(found) == [needle]
+    assert "newest 5,000 messages" in found and 'id="body-bound"' in found
+    assert _listed(nothing) == [] and "No message matches" in nothing
+
+
+async def test_messages_held_by_a_breaker_are_marked_and_link_their_endpoint(db: Db) -> None:
+    endpoint = db.endpoint(event_types=["order.created"])
+    (held,) = db.publish("order.created", "e1")
+    free = db.enqueue("free")
+    db.query(
+        "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
+        " VALUES (%s, 'open', now() + interval '1 minute', now()) RETURNING 1",
+        f"endpoint:{endpoint}",
+    )
+    async with running(db.url) as ui:
+        _, page = await ui.get("/messages")
+    rows = {int(m[0]): m[1] for m in re.findall(r'href="/messages/(\d+)">.*?</tr>()', page, re.S)}
+    held_row = page[page.index(f'href="/messages/{held}"') :]
+    held_row = held_row[: held_row.index("</tr>")]
+    free_row = page[page.index(f'href="/messages/{free}"') :]
+    free_row = free_row[: free_row.index("</tr>")]
+    assert len(rows) == 2
+    assert "held by breaker" in held_row and "held by breaker" not in free_row
+    assert f'<a href="/endpoints/{endpoint}">{endpoint}</a>' in held_row
+
+
+async def test_a_waiting_message_is_cancelled_and_never_sent_but_a_held_one_is_not(
+    db: Db, receiver: Receiver
+) -> None:
+    due = db.enqueue("due", url=receiver.url)
+    scheduled = db.enqueue(
+        "later", url=receiver.url, available_at=datetime.now(UTC) + timedelta(hours=1)
+    )
+    held = db.enqueue("held", url=receiver.url)
+    sent = db.enqueue("sent", url=receiver.url)
+    db.query(
+        "UPDATE outbox.messages SET state = 'running', lease_owner = 'host:1:x',"
+        " lease_until = now() + interval '1 minute' WHERE id = %s",
+        held,
+    )
+    async with running(db.url) as ui:
+        _, page = await ui.get(f"/messages/{due}")
+        _, running_page = await ui.get(f"/messages/{held}")
+        csrf = await ui.csrf(f"/messages/{due}")
+        refused, _ = await ui.post(f"/messages/{due}/cancel", {})
+        assert refused == 403 and _state(db, due) == "ready"
+        answers = [
+            await ui.post_location(f"/messages/{m}/cancel", {"csrf": csrf})
+            for m in (due, scheduled, held)
+        ]
+        _, notice = await ui.get(answers[0][1])
+        _, passed_over = await ui.get(answers[2][1])
+        events = [(e["action"], e["rows"], e["message_id"]) for e in ui.events("ui_action")]
+    assert 'id="cancel"' in page and 'id="cancel"' not in running_page
+    assert answers == [
+        (303, f"/messages/{due}?done=cancel&count=1"),
+        (303, f"/messages/{scheduled}?done=cancel&count=1"),
+        (303, f"/messages/{held}?done=cancel&count=0"),
+    ]
+    assert "Cancelled: it is dead and will not be sent unless retried." in notice
+    assert "nothing cancelled" in passed_over
+    assert events == [("cancel", 1, due), ("cancel", 1, scheduled), ("cancel", 0, held)]
+    assert _state(db, held) == "running"  # the dispatcher holding it decides
+    ((error,),) = db.query("SELECT last_error FROM outbox.messages WHERE id = %s", due)
+    assert error == "cancelled by an operator"
+    # a dispatcher drains the outbox, after the scheduled one's time: only the
+    # message never cancelled is sent
+    db.query("UPDATE outbox.messages SET available_at = now() RETURNING 1")
+    db.query(
+        "UPDATE outbox.messages SET state = 'dead', lease_owner = NULL, lease_until = NULL,"
+        " completed_at = now() WHERE id = %s RETURNING 1",
+        held,
+    )
+    await drain(DispatchDb(db.url), fast_config())
+    assert [json.loads(r.body) for r in receiver.requests] == [{"key": "sent"}]
+    assert {_state(db, m) for m in (due, scheduled)} == {"dead"}
+    assert sent not in [row[0] for row in db.query("SELECT id FROM outbox.messages")]
+
+
+async def test_selected_dead_messages_are_retried_or_purged_after_a_confirmation(
+    db: Db,
+) -> None:
+    dead = [db.enqueue(f"dead-{i}") for i in range(4)]
+    for message in dead:
+        db.kill(message, attempts=1)
+    waiting = db.enqueue("waiting")
+    async with running(db.url) as ui:
+        _, listing = await ui.get("/dead")
+        boxes = re.findall(r'<input type="checkbox" name="id" value="(\d+)"', listing)
+        selected = [
+            ("selected", "1"),
+            ("action", "purge"),
+            ("id", str(dead[0])),
+            ("id", str(dead[2])),
+            ("id", str(waiting)),
+        ]
+        _, confirm = await ui.get("/dead/confirm", params=selected)
+        fields = re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', confirm)
+        refused, _ = await ui.post("/dead/purge", {k: v for k, v in fields if k != "csrf"})
+        assert refused == 403 and len(db.query("SELECT id FROM outbox.messages")) == 5
+        async with ui.http.post(
+            ui.url + "/dead/purge", data=fields, allow_redirects=False
+        ) as response:
+            status, location = response.status, response.headers["Location"]
+        _, notice = await ui.get(location)
+        retry = [("action", "retry"), ("selected", "1"), ("id", str(dead[1]))]
+        _, confirm_retry = await ui.get("/dead/confirm", params=retry)
+        fields = re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', confirm_retry)
+        async with ui.http.post(ui.url + "/dead/retry", data=fields) as response:
+            assert response.status == 200
+        none, refusal = await ui.get(
+            "/dead/confirm", params=[("action", "retry"), ("selected", "1")]
+        )
+        many = [("action", "purge")] + [("id", str(i)) for i in range(1, 102)]
+        too_many, _ = await ui.get("/dead/confirm", params=many)
+        events = [(e["action"], e["rows"], e.get("ids")) for e in ui.events("ui_action")]
+    assert sorted(map(int, boxes)) == sorted(dead)
+    assert re.search(r'<b id="count">2</b>', confirm)  # the waiting one is not dead
+    assert sorted(v for k, v in fields if k == "id") == [str(dead[1])]
+    assert status == 303 and location == "/dead?done=purge&count=2"
+    assert "Purged 2 dead message(s)." in notice
+    remaining = {row[0]: row[1] for row in db.query("SELECT id, state FROM outbox.messages")}
+    assert remaining == {dead[1]: "ready", dead[3]: "dead", waiting: "ready"}
+    assert none == 400 and "no message selected" in refusal
+    assert too_many == 400
+    assert events == [
+        ("dead_purge", 2, sorted([dead[0], dead[2], waiting])),
+        ("dead_retry", 1, [dead[1]]),
+    ]
+
+
+def _form_error(page: str) -> tuple[str, list[str]]:
+    """The form's error, and the fields marked invalid."""
+    match = re.search(r'id="form-error">([^<]*)<', page)
+    assert match is not None, page
+    invalid = re.findall(r'name="(\w+)"[^>]*aria-invalid="true"', page)
+    return html.unescape(match[1]), invalid
+
+
+async def test_an_endpoint_is_added_from_its_form_and_refusals_name_the_field(db: Db) -> None:
+    async with running(db.url) as ui:
+        _, listing = await ui.get("/endpoints")
+        _, form_page = await ui.get("/endpoints/new")
+        csrf = await ui.csrf("/endpoints/new")
+        form = {
+            "csrf": csrf,
+            "url": "https://hooks.example.com/orders?token=t0k3n",
+            "description": "Acme orders",
+            "event_types": "order.created\norder.*",
+            "filter": "amount > `10`",
+            "cap": "4",
+            "rate_limit": "2.5",
+            "burst": "5",
+            "retry_schedule": "5s,1m,90m",
+        }
+        refusals = {}
+        for field, value in (
+            ("url", ""),
+            ("url", "ftp://hooks.example.com/"),
+            ("filter", "amount =="),
+            ("retry_schedule", "5s,soon"),
+            ("retry_schedule", "5s,9w"),
+            ("cap", "0"),
+            ("rate_limit", "-1"),
+        ):
+            status, page = await ui.post("/endpoints/new", form | {field: value})
+            refusals[(field, value)] = (status, *_form_error(page))
+            assert html.escape(form["description"]) in page  # what was posted, shown again
+        status, page = await ui.post("/endpoints/new", form | {"rate_limit": "", "burst": "5"})
+        burst_alone = (status, *_form_error(page))
+        assert db.query("SELECT count(*) FROM outbox.endpoints") == [(0,)]  # nothing written
+        unguarded, _ = await ui.post(
+            "/endpoints/new", {k: v for k, v in form.items() if k != "csrf"}
+        )
+        status, answer = await ui.post("/endpoints/new", form)
+        events = ui.events("ui_action")
+        log = ui.log.getvalue()
+    assert 'id="add"' in listing and 'name="url"' in form_page
+    for (field, value), (code, error, invalid) in refusals.items():
+        assert code == 400, (field, value)
+        assert error.startswith(f"{field}:") and invalid == [field], (field, value, error)
+    assert burst_alone[0] == 400 and burst_alone[2] == ["burst"]
+    assert unguarded == 403
+    assert status == 200 and "is added" in answer
+    match = re.search(r'<pre id="secret">(whsec_[A-Za-z0-9+/=]+)</pre>', answer)
+    assert match is not None
+    with db.tx() as conn:
+        (added,) = Endpoints().all(conn)
+    assert added.url == form["url"] and added.description == "Acme orders"
+    assert added.event_types == ["order.created", "order.*"]
+    assert added.filter == "amount > `10`" and added.max_concurrency == 4
+    assert (added.rate_limit_per_s, added.burst) == (2.5, 5)
+    assert added.retry_schedule == [5, 60, 5400]
+    assert [s.secret for s in added.secrets] == [match[1]]
+    assert [(e["action"], e["endpoint_id"]) for e in events] == [("endpoint_add", added.id)]
+    assert match[1] not in log and "t0k3n" not in log  # neither the secret nor the URL
+
+
+async def test_an_endpoints_every_setting_is_changed_and_cleared_from_its_page(db: Db) -> None:
+    endpoint = db.endpoint(
+        event_types=["order.created"], rate_limit=2.5, burst=5, retry_schedule=[5, 60]
+    )
+    async with running(db.url) as ui:
+        _, page = await ui.get(f"/endpoints/{endpoint}")
+        shown = dict(re.findall(r'<input name="(\w+)" value="([^"]*)"', page))
+        csrf = await ui.csrf(f"/endpoints/{endpoint}")
+        form = {
+            "csrf": csrf,
+            "url": "https://new.example.com/hook",
+            "description": "moved",
+            "event_types": "refund.created",
+            "filter": "amount > `10`",
+            "cap": "2",
+            "rate_limit": "0.5",
+            "burst": "",
+            "retry_schedule": "10s,2h",
+        }
+        saved, _ = await ui.post(f"/endpoints/{endpoint}/edit", form)
+        with db.tx() as conn:
+            changed = Endpoints().require(conn, endpoint)
+        refused, refusal = await ui.post(
+            f"/endpoints/{endpoint}/edit", form | {"url": "https://x.example/", "filter": "=="}
+        )
+        with db.tx() as conn:
+            unchanged = Endpoints().require(conn, endpoint)
+        cleared_form = form | {"filter": "", "cap": "", "rate_limit": "", "retry_schedule": ""}
+        cleared_status, _ = await ui.post(f"/endpoints/{endpoint}/edit", cleared_form)
+        events = [(e["action"], e["fields"]) for e in ui.events("ui_action")]
+    assert shown["rate_limit"] == "2.5" and shown["burst"] == "5"
+    assert shown["retry_schedule"] == "5s,1m" and shown["url"] == "https://example.com/wh"
+    assert saved == 303
+    assert (changed.url, changed.description) == ("https://new.example.com/hook", "moved")
+    assert changed.event_types == ["refund.created"] and changed.filter == "amount > `10`"
+    assert changed.max_concurrency == 2 and changed.rate_limit_per_s == 0.5
+    assert changed.retry_schedule == [10, 7200]
+    assert refused == 400 and _form_error(refusal)[1] == ["filter"]
+    assert 'value="https://x.example/"' in refusal  # the form as posted
+    assert unchanged.url == changed.url  # the valid URL beside it was not written either
+    assert cleared_status == 303
+    with db.tx() as conn:
+        cleared = Endpoints().require(conn, endpoint)
+    assert cleared.filter is None and cleared.max_concurrency is None
+    assert cleared.rate_limit_per_s is None and cleared.retry_schedule is None
+    assert events[0] == ("endpoint_edit", sorted(set(form) - {"csrf", "cap"} | {"max_concurrency"}))
+
+
+async def test_an_endpoint_is_deleted_only_from_its_confirmation(db: Db) -> None:
+    endpoint = db.endpoint(event_types=["order.created"])
+    (waiting,) = db.publish("order.created", "e1")
+    async with running(db.url) as ui:
+        _, page = await ui.get(f"/endpoints/{endpoint}")
+        csrf = await ui.csrf(f"/endpoints/{endpoint}")
+        unguarded, _ = await ui.post(f"/endpoints/{endpoint}/delete", {"confirm": "delete"})
+        status, location = await ui.post_location(f"/endpoints/{endpoint}/delete", {"csrf": csrf})
+        assert (status, location) == (303, f"/endpoints/{endpoint}/delete")
+        assert db.query("SELECT count(*) FROM outbox.endpoints") == [(1,)]
+        _, confirm = await ui.get(location)
+        fields = dict(re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', confirm))
+        status, location = await ui.post_location(f"/endpoints/{endpoint}/delete", fields)
+        _, listing = await ui.get(location)
+        missing, _ = await ui.get(f"/endpoints/{endpoint}/delete")
+        events = [(e["action"], e["rows"]) for e in ui.events("ui_action")]
+    assert 'id="delete"' in page and unguarded == 403
+    assert re.search(r'<b id="pending">1</b>', confirm)
+    assert fields == {"csrf": csrf, "confirm": "delete"}
+    assert status == 303 and location.startswith("/endpoints?done=delete")
+    assert f"Deleted endpoint {endpoint}; its 1 message(s)" in listing
+    assert db.query("SELECT count(*) FROM outbox.endpoints") == [(0,)]
+    assert _state(db, waiting) == "dead"
+    assert missing == 404
+    assert events == [("endpoint_delete", 1)]

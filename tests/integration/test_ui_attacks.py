@@ -64,7 +64,9 @@ async def test_with_the_key_sealed_secrets_show_and_the_endpoint_is_edited_and_r
         csrf = await ui.csrf(f"/endpoints/{endpoint}")
         form = {"csrf": csrf, "event_types": "order.created", "cap": "2"}
         edited, _ = await ui.post(f"/endpoints/{endpoint}/edit", form)
-        rotated, answer = await ui.post(f"/endpoints/{endpoint}/rotate-secret", {"csrf": csrf})
+        rotated, answer = await ui.post(
+            f"/endpoints/{endpoint}/rotate-secret", {"csrf": csrf, "confirm": "rotate"}
+        )
     assert (listed, shown, edited, rotated) == (200, 200, 303, 200)
     assert fingerprint(SECRET) in listing and fingerprint(SECRET) in page
     assert SECRET not in listing and SECRET not in page
@@ -92,9 +94,11 @@ async def test_without_the_key_pages_show_sealed_secrets_and_changes_that_need_i
         shown, page = await ui.get(f"/endpoints/{endpoint}")
         overview, _ = await ui.get("/")
         csrf = await ui.csrf(f"/endpoints/{endpoint}")
-        rotated, refusal = await ui.post(f"/endpoints/{endpoint}/rotate-secret", {"csrf": csrf})
+        rotated, refusal = await ui.post(
+            f"/endpoints/{endpoint}/rotate-secret", {"csrf": csrf, "confirm": "rotate"}
+        )
         rotated_plain, plain_refusal = await ui.post(
-            f"/endpoints/{plain}/rotate-secret", {"csrf": csrf}
+            f"/endpoints/{plain}/rotate-secret", {"csrf": csrf, "confirm": "rotate"}
         )
         form = {"csrf": csrf, "event_types": "order.created", "cap": ""}
         edited, edit_refusal = await ui.post(f"/endpoints/{endpoint}/edit", form)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import itertools
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -155,6 +157,33 @@ def test_bars_stack_failures_on_deliveries_under_a_round_scale() -> None:
     assert svg.count('<rect class="delivered"') == 1 and svg.count('<rect class="failed"') == 1
     assert ">50</text>" in svg  # 37 attempts: the scale tops at 50
     assert "<rect" not in str(bars(per_minute([], now=NOW)))
+
+
+def _scale(svg: str) -> list[tuple[float, int]]:
+    found = re.findall(r'<text class="scale" x="[\d.]+" y="([\d.]+)"[^>]*>(\d+)</text>', svg)
+    return [(float(y), int(value)) for y, value in found]
+
+
+@pytest.mark.parametrize(
+    ("peak", "labels"),
+    [
+        (150, [0, 50, 100, 150, 200]),
+        (37, [0, 10, 20, 30, 40, 50]),
+        (2, [0, 1, 2]),
+        (1, [0, 1]),
+        (0, [0, 1]),
+        (1500, [0, 500, 1000, 1500, 2000]),
+    ],
+)
+def test_the_scale_labels_round_steps_from_zero_to_its_top(peak: int, labels: list[int]) -> None:
+    svg = str(bars(per_minute([(NOW.replace(second=0), peak, 0)], now=NOW)))
+    scale = _scale(svg)
+    assert [value for _, value in scale] == labels
+    heights = [y for y, _ in scale]
+    assert heights == sorted(heights, reverse=True)  # zero at the bottom, the top above
+    gaps = {round(a - b, 1) for a, b in itertools.pairwise(heights)}
+    assert len(gaps) == 1  # evenly spaced
+    assert svg.count('<line class="grid"') == len(labels) - 1
 
 
 def _ui_parser() -> argparse.ArgumentParser:
