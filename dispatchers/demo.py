@@ -37,8 +37,8 @@ from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import NullLog
 from outbox import Outbox, migrate
-from outbox._queries import Queries, catalog
 from outbox.endpoints import Endpoints
+from outbox.internal import Queries, catalog
 from outbox.receiver import Inbox, InvalidSignature, verify
 
 SCHEMA = "outbox_demo"

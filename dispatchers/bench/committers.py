@@ -29,7 +29,7 @@ import psycopg
 
 from dispatchers.bench.env import SPAWN, bench_queries, connect, payload, run_id
 from outbox import Outbox
-from outbox._message import DEFAULT_MAX_BODY_BYTES, encode_body
+from outbox.internal import DEFAULT_MAX_BODY_BYTES, encode_body
 
 MODES = ("plain", "floor", "outbox", "outbox-no-notify")
 TARGET = "http://127.0.0.1:9/orders"  # the enqueued messages' URL; nothing sends there

@@ -30,10 +30,9 @@ import psycopg
 from psycopg.rows import class_row
 
 from dispatchers.embedded import Database, EmbeddedPostgres
-from outbox._message import build_message
-from outbox._queries import catalog, check_schema_name, queries_for
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA
 from outbox.dsn import libpq_url
+from outbox.internal import build_message, catalog, check_schema_name, queries_for
 from outbox.migrations import load_migrations, migrate
 
 CONNECT_TIMEOUT = 10  # seconds, for the benchmark's own connections

@@ -43,9 +43,9 @@ from dispatchers.embedded import Database, configured_url, embedded_path, resolv
 from dispatchers.environment import SECRETS_KEY_VARIABLE
 from dispatchers.runtime.config import MAX_COUNT, MAX_NUMBER, MAX_SECONDS
 from dispatchers.ui.policy_text import UNIT_SECONDS, format_duration
-from outbox._arguments import MAX_ID
 from outbox.defaults import DEFAULT_SCHEMA, MAX_RETRY_DELAY, MAX_RETRY_SCHEDULE, MAX_SPAN
 from outbox.errors import InvalidArgument, OutboxError
+from outbox.internal import MAX_ID
 from outbox.sealing import Keyring
 
 T = TypeVar("T")

@@ -24,10 +24,14 @@ from dispatchers.cli._common import (
 )
 from dispatchers.cli._endpoint_tls import add_tls_options, pem_texts
 from dispatchers.cli.destinations import rate_options
-from outbox._endpoint_fields import MAX_METADATA_BYTES, check_metadata
-from outbox._filters import MAX_FILTER_LENGTH, check_filter
-from outbox._storable import check_text
 from outbox.errors import InvalidMessage
+from outbox.internal import (
+    MAX_FILTER_LENGTH,
+    MAX_METADATA_BYTES,
+    check_filter,
+    check_metadata,
+    check_text,
+)
 
 __all__ = ["OPTIONS", "add_settings_options", "parse_metadata", "settings"]
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from dispatchers.cli._common import UsageError, read_small_file
-from outbox._endpoint_tls import MAX_PEM
 from outbox.errors import InvalidArgument
+from outbox.internal import MAX_PEM
 
 _TLS_OPTIONS = {
     "ca_bundle": "--ca-bundle",

@@ -25,8 +25,8 @@ from dispatchers.cli._common import (
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit, fields, table
 from dispatchers.ui.policy_text import rate_text
-from outbox._policy_fields import MAX_BURST, MAX_RATE_LIMIT, MIN_RATE_LIMIT
 from outbox.destinations import Destinations
+from outbox.internal import MAX_BURST, MAX_RATE_LIMIT, MIN_RATE_LIMIT
 
 if TYPE_CHECKING:
     from outbox.destinations import DestinationPolicy

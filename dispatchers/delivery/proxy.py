@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote_to_bytes, urlsplit
 
-from outbox._message import check_url
 from outbox.errors import ConfigurationError, InvalidMessage
+from outbox.internal import check_url
 
 __all__ = ["Proxy"]
 

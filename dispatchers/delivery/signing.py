@@ -11,8 +11,8 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 
-from outbox._message import check_key
 from outbox.errors import InvalidMessage
+from outbox.internal import check_key
 from outbox.secrets import generate_secret, parse_secret, signature
 
 __all__ = ["generate_secret", "parse_secret", "sign", "webhook_headers"]

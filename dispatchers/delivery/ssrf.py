@@ -55,8 +55,8 @@ import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from dispatchers.delivery.proxy import Proxy
-from outbox._message import ipv4_host_problem
 from outbox.errors import ConfigurationError, OutboxError
+from outbox.internal import ipv4_host_problem
 
 __all__ = [
     "DEFAULT_LIMITS",

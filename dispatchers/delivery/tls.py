@@ -25,7 +25,7 @@ import ssl
 
 import httpx
 
-from outbox._endpoint_tls import load_client_cert
+from outbox.internal import load_client_cert
 from outbox.sealing import (
     CLIENT_KEY,
     Keyring,

@@ -25,9 +25,9 @@ from dispatchers.delivery.proxy import Proxy
 from dispatchers.delivery.retry import STANDARD_WEBHOOKS_SCHEDULE, ExponentialBackoff, RetryPolicy
 from dispatchers.delivery.settings import BreakerSettings
 from dispatchers.runtime.loop import EVENT_LOOPS
-from outbox._queries import check_schema_name
 from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import ConfigurationError
+from outbox.internal import check_schema_name
 from outbox.sealing import Keyring
 
 LEASE_BUDGET_FACTOR = 1.5

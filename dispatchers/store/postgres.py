@@ -40,7 +40,7 @@ from dispatchers.store.rows import (
 )
 from dispatchers.store.settings import StoreSettings
 from dispatchers.store.statements import store_queries
-from outbox._queries import Statement
+from outbox.internal import Statement
 
 R = TypeVar("R")
 

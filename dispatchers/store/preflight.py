@@ -34,7 +34,7 @@ from dispatchers.store.rows import MissingPrivilege, SchemaAccess, named_row
 from dispatchers.store.settings import StoreSettings
 from dispatchers.store.sqlstates import describe
 from dispatchers.store.statements import store_queries
-from outbox._queries import Statement, queries_for
+from outbox.internal import Statement, queries_for
 from outbox.migrations import load_migrations
 from outbox.roles import PRIVILEGES
 

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import scalar_row
 
 from dispatchers.store.statements import store_queries
-from outbox._queries import DUTY_LOCK_CLASS, lock_object_id
+from outbox.internal import DUTY_LOCK_CLASS, lock_object_id
 
 Key = tuple[int, int]
 """An advisory lock in its two-int form."""

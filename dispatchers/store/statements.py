@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from outbox._queries import Queries, catalog
+from outbox.internal import Queries, catalog
 
 SQL_DIR = Path(__file__).parent / "sql"
 """The dispatcher's ``.sql`` files (shipped in the wheel with the package)."""

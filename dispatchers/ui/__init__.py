@@ -7,7 +7,10 @@ build step, no CDN. The parts:
 - :mod:`~dispatchers.ui.app`: the application, its routes, the guard middleware
   and the security headers;
 - :mod:`~dispatchers.ui.auth`: sessions, the login token, CSRF, loopback (pure);
-- :mod:`~dispatchers.ui.views`: the pages and actions;
+- :mod:`~dispatchers.ui.views`: the overview and the message pages and actions;
+- :mod:`~dispatchers.ui.dead_pages`: the dead letters, retried or purged by selection;
+- :mod:`~dispatchers.ui.endpoint_pages`, :mod:`~dispatchers.ui.endpoint_forms`: the
+  endpoints, their secrets, and the forms that add, edit and delete one;
 - :mod:`~dispatchers.ui.dashboard`: what every request shares, and rendering;
 - :mod:`~dispatchers.ui.store`: the database, read-only for pages;
 - :mod:`~dispatchers.ui.charts`: per-minute charts as SVG (pure);

@@ -26,7 +26,7 @@ import psycopg
 from aiohttp import web
 
 from dispatchers.runtime.log import EventLog
-from dispatchers.ui import endpoint_pages, views
+from dispatchers.ui import dead_pages, endpoint_forms, endpoint_pages, views
 from dispatchers.ui.auth import COOKIE
 from dispatchers.ui.dashboard import (
     DASHBOARD,
@@ -125,11 +125,11 @@ def build_app(dashboard: Dashboard) -> web.Application:
     app.router.add_post("/login", views.login)
     app.router.add_get("/messages", views.messages)
     app.router.add_get("/messages/{id}", views.message)
-    app.router.add_get("/dead", views.dead)
+    app.router.add_get("/dead", dead_pages.dead)
     app.router.add_get("/endpoints", endpoint_pages.endpoints)
     if not dashboard.read_only:
-        app.router.add_get("/endpoints/new", endpoint_pages.endpoint_new)
-        app.router.add_post("/endpoints/new", endpoint_pages.endpoint_add)
+        app.router.add_get("/endpoints/new", endpoint_forms.endpoint_new)
+        app.router.add_post("/endpoints/new", endpoint_forms.endpoint_add)
     app.router.add_get("/endpoints/{id}", endpoint_pages.endpoint)
     app.router.add_static("/static/", views.STATIC, append_version=True)
     if not dashboard.read_only:
@@ -137,14 +137,14 @@ def build_app(dashboard: Dashboard) -> web.Application:
         app.router.add_post("/messages/{id}/retry", views.message_retry)
         app.router.add_post("/messages/{id}/replay", views.message_replay)
         app.router.add_post("/messages/{id}/cancel", views.cancel_message)
-        app.router.add_get("/dead/confirm", views.dead_confirm)
-        app.router.add_post("/dead/{action:retry|purge}", views.dead_act)
+        app.router.add_get("/dead/confirm", dead_pages.dead_confirm)
+        app.router.add_post("/dead/{action:retry|purge}", dead_pages.dead_act)
         app.router.add_post(
             "/endpoints/{id}/{action:enable|disable}", endpoint_pages.endpoint_toggle
         )
-        app.router.add_post("/endpoints/{id}/edit", endpoint_pages.endpoint_edit)
-        app.router.add_get("/endpoints/{id}/delete", endpoint_pages.endpoint_delete_confirm)
-        app.router.add_post("/endpoints/{id}/delete", endpoint_pages.endpoint_delete)
+        app.router.add_post("/endpoints/{id}/edit", endpoint_forms.endpoint_edit)
+        app.router.add_get("/endpoints/{id}/delete", endpoint_forms.endpoint_delete_confirm)
+        app.router.add_post("/endpoints/{id}/delete", endpoint_forms.endpoint_delete)
         app.router.add_get("/endpoints/{id}/rotate-secret", endpoint_pages.endpoint_rotate_confirm)
         app.router.add_post("/endpoints/{id}/rotate-secret", endpoint_pages.endpoint_rotate)
         app.router.add_post("/endpoints/{id}/replay", endpoint_pages.endpoint_replay)

@@ -21,7 +21,7 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from dispatchers.ui.policy_text import UNIT_SECONDS
-from outbox._arguments import MAX_ID
+from outbox.internal import MAX_ID
 
 SPANS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 """The "since" choices of the dead-letter filters and of an endpoint's replay."""

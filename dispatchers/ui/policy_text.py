@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from outbox._endpoint_tls import pem_digest
+from outbox.internal import pem_digest
 
 if TYPE_CHECKING:
     from outbox.endpoints import Endpoint

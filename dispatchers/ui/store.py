@@ -22,9 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from outbox._inspect import DestinationHealth
-from outbox._queries import Queries, catalog
-from outbox._transaction import rows_plan, run_sync, scalar
+from outbox.internal import DestinationHealth, Queries, catalog, rows_plan, run_sync, scalar
 
 T = TypeVar("T")
 

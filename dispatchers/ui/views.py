@@ -8,7 +8,9 @@ action writes in one transaction, logs who did what to how many messages, and
 redirects to a page (so reloading that page repeats nothing). Input from the
 query string or a form is checked first (:mod:`dispatchers.ui.fields`); a value
 that cannot be meant is a 400 page naming the field, before anything runs. The
-endpoint pages are in :mod:`dispatchers.ui.endpoint_pages`.
+dead letters are in :mod:`dispatchers.ui.dead_pages`, the endpoint pages in
+:mod:`dispatchers.ui.endpoint_pages` and their forms in
+:mod:`dispatchers.ui.endpoint_forms`.
 """
 
 from __future__ import annotations
@@ -32,12 +34,9 @@ from dispatchers.ui.dashboard import (
     set_session,
 )
 from dispatchers.ui.fields import (
-    SPANS,
     BadInput,
     read_id,
-    read_ids,
     read_moment,
-    read_since,
     read_text,
     read_webhook_id,
     route_id,
@@ -45,9 +44,6 @@ from dispatchers.ui.fields import (
 from dispatchers.ui.limits import TABLE_ROWS
 from dispatchers.ui.store import BODY_SCAN, SEARCH_LIMIT
 from outbox.admin import (
-    dead_count,
-    dead_list,
-    dead_purge,
     dead_retry,
     message_cancel,
     message_show,
@@ -61,43 +57,6 @@ STATIC = Path(__file__).parent / "static"
 
 STATES = ("ready", "running", "paused", "dead", "delivered")
 """The states a message search can filter on (``delivered``: the history)."""
-
-DEAD_LIMIT = 100
-"""The most dead messages one page lists."""
-
-
-def _notice(fields: Mapping[str, Any]) -> str | None:
-    """What the dead-letter page says after an action redirected to it."""
-    done, count = fields.get("done"), fields.get("count", "")
-    if done not in ("retry", "purge") or not count.isascii() or not count.isdigit():
-        return None
-    verb = "Retried" if done == "retry" else "Purged"
-    return f"{verb} {int(count)} dead message(s)."
-
-
-def _dead_filters(fields: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "endpoint_id": read_id(fields, "endpoint"),
-        "event_type": read_text(fields, "event_type"),
-        "since": read_since(fields),
-    }
-
-
-def _selection(filters: Mapping[str, Any]) -> dict[str, Any]:
-    """The dead-letter functions' selection: the filters given, or every dead
-    message when none is (the confirmation page says which)."""
-    given = {k: v for k, v in filters.items() if v is not None}
-    return given or {"all_": True}
-
-
-def _filter_query(filters: Mapping[str, Any]) -> dict[str, str]:
-    """Filters as query or form fields that parse back to the same filters."""
-    fields = {
-        "endpoint": filters["endpoint_id"],
-        "event_type": filters["event_type"],
-        "since": filters["since"].isoformat() if filters["since"] else None,
-    }
-    return {k: str(v) for k, v in fields.items() if v is not None}
 
 
 # -- sign-in -----------------------------------------------------------------------
@@ -364,77 +323,3 @@ async def message_replay(request: web.Request) -> web.StreamResponse:
 
 
 # -- dead letters --------------------------------------------------------------
-
-
-async def dead(request: web.Request) -> web.StreamResponse:
-    store = dashboard_of(request).store
-    try:
-        filters = _dead_filters(request.query)
-    except BadInput as exc:
-        return bad(request, exc)
-    rows = await store.read(
-        lambda conn: dead_list(conn, schema=store.schema, limit=DEAD_LIMIT, **filters)
-    )
-    return render(
-        request,
-        "dead.html",
-        rows=rows,
-        limit=DEAD_LIMIT,
-        spans=SPANS,
-        query={
-            "endpoint": filters["endpoint_id"],
-            "event_type": filters["event_type"],
-            "since": read_text(request.query, "since"),
-        },
-        filter_query=urlencode(_filter_query(filters)),
-        notice=_notice(request.query),
-    )
-
-
-async def dead_confirm(request: web.Request) -> web.StreamResponse:
-    """How many dead messages an action would touch: those selected (``id``, one
-    per checkbox), else those matching the filters; its button posts them."""
-    store = dashboard_of(request).store
-    action = request.query.get("action")
-    try:
-        if action not in ("retry", "purge"):
-            raise BadInput("action: must be retry or purge")
-        ids = read_ids(request.query, "id", most=DEAD_LIMIT)
-        if request.query.get("selected") and not ids:
-            raise BadInput("id: no message selected; tick the ones to act on")
-        filters = _dead_filters(request.query)
-    except BadInput as exc:
-        return bad(request, exc)
-    selection = {"ids": ids} if ids else _selection(filters)
-    count = await store.read(lambda conn: dead_count(conn, schema=store.schema, **selection))
-    return render(
-        request,
-        "confirm.html",
-        action=action,
-        count=count,
-        filters=filters,
-        ids=ids,
-        fields={} if ids else _filter_query(filters),
-    )
-
-
-async def dead_act(request: web.Request) -> web.StreamResponse:
-    dashboard = dashboard_of(request)
-    store = dashboard.store
-    action = request.match_info["action"]
-    form = await read_form(request)
-    try:
-        ids = read_ids(form, "id", most=DEAD_LIMIT)
-        filters = _dead_filters(form)
-    except BadInput as exc:
-        return bad(request, exc)
-    selection = {"ids": ids} if ids else _selection(filters)
-    act = dead_retry if action == "retry" else dead_purge
-    count = await store.write(lambda conn: act(conn, schema=store.schema, **selection))
-    if ids:
-        log_action(dashboard, f"dead_{action}", count, ids=ids)
-        query = {"done": action, "count": str(count)}
-    else:
-        log_action(dashboard, f"dead_{action}", count, **_filter_query(filters))
-        query = {**_filter_query(filters), "done": action, "count": str(count)}
-    raise web.HTTPSeeOther("/dead?" + urlencode(query))

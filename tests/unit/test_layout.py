@@ -66,3 +66,16 @@ def test_environment_variables_are_read_in_one_module() -> None:
             if reads and id(node) not in copied:
                 readers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert readers == []
+
+
+def test_the_runtime_is_kept_from_every_private_module_of_the_library() -> None:
+    config = tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())
+    (contract,) = [
+        c
+        for c in config["tool"]["importlinter"]["contracts"]
+        if c["type"] == "forbidden" and c["source_modules"] == ["dispatchers"]
+    ]
+    private = {
+        f"outbox.{p.stem}" for p in ROOT.joinpath("outbox").glob("_*.py") if p.stem != "__init__"
+    }
+    assert set(contract["forbidden_modules"]) == private

@@ -75,7 +75,7 @@ from dispatchers.bench.env import (
 from dispatchers.bench.measure import delta, per_msg_us, percentile
 from dispatchers.bench.receiver_process import ReceiverProcess
 from dispatchers.bench.results import DrainRun, PgqueuerLatency
-from outbox._queries import check_schema_name
+from outbox.internal import check_schema_name
 
 if TYPE_CHECKING:
     import aiohttp
