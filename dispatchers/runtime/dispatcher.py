@@ -262,6 +262,7 @@ class Dispatcher:
                 event_loop=loops.running(),
                 http_client=config.http_client,
                 proxy=None if config.proxy is None else str(config.proxy),  # credentials masked
+                ssrf_guard=config.ssrf_guard,
                 **(urls(self.metrics_server) if self.metrics_server is not None else {}),
             )
             helpers.append(asyncio.create_task(self._outcomes.run(), name="outbox-flusher"))
@@ -463,6 +464,8 @@ class Dispatcher:
             self._report.internal_error("decide", exc)
             completion = completions.policy_failed(job, attempt, exc)
         self._outcomes.add(job.id, completion)
+        if completion.outcome == "blocked":
+            self._report.destination_blocked(job, attempt.outcome.error, completion.delay)
         # after the outcome is held: a shutdown that cancels this write loses nothing
         await self._breakers.attempted(job, attempt.outcome)
 

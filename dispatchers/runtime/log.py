@@ -41,6 +41,7 @@ EVENT_LEVELS = {
     "breaker_reopened": "warning",
     "breaker_probe_returned": "info",
     "destination_held": "warning",
+    "destination_blocked": "error",
 }
 
 
