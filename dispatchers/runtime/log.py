@@ -42,6 +42,7 @@ EVENT_LEVELS = {
     "breaker_probe_returned": "info",
     "destination_held": "warning",
     "destination_blocked": "error",
+    "reconnected": "info",
 }
 
 

@@ -25,7 +25,7 @@ from dispatchers.runtime.metrics import Metrics
 from dispatchers.runtime.watchdog import Watchdog
 from dispatchers.store.messages import Completion
 from dispatchers.store.rows import HealthRow
-from dispatchers.store.sqlstates import is_transient
+from dispatchers.store.sqlstates import is_transient, is_unreachable
 
 
 @dataclass
@@ -73,11 +73,24 @@ class Reporter:
         # per destination refused by the SSRF guard: when its event was last
         # logged, and the messages held since (see destination_blocked)
         self._blocked: dict[str, tuple[float, int]] = {}
+        # while the database is unreachable: when that began, and the errors since
+        self._outage: tuple[float, int] | None = None
 
     def answered(self, operation: str) -> None:
-        """The database answered ``operation``."""
+        """The database answered ``operation``; after it was unreachable, the
+        first answer logs ``reconnected``, once for the outage."""
         if self.watchdog is not None:
             self.watchdog.answered(operation)
+        self.metrics.database_answered()
+        if self._outage is not None:
+            began, errors = self._outage
+            self._outage = None
+            self.log.event(
+                "reconnected",
+                operation=operation,
+                unreachable_s=round(time.monotonic() - began, 3),
+                errors=errors,
+            )
 
     def progressed(self) -> None:
         """The outbox's work moved on: claimed, recorded, rescued, or seen to change."""
@@ -101,7 +114,6 @@ class Reporter:
         else:
             self.stats.empty_claims += 1
         metrics = self.metrics
-        metrics.database_answered()
         metrics.claims.inc()
         metrics.claim_batch.observe(count)
 
@@ -110,7 +122,6 @@ class Reporter:
         self.stats.flushes += 1
         self.answered("complete")
         self.progressed()
-        self.metrics.database_answered()
         self.metrics.flush_batch.observe(count)
 
     # -- messages ------------------------------------------------------------------------
@@ -228,6 +239,11 @@ class Reporter:
         }
         if retry is not None:
             fields["retry"] = retry
+        if is_unreachable(exc):
+            # /healthz says so at once; the next answer ends the outage
+            self.metrics.database_unreachable()
+            began, errors = self._outage or (time.monotonic(), 0)
+            self._outage = (began, errors + 1)
         self.log.event("db_error", **fields)
         if self.watchdog is not None:
             self.watchdog.failed(operation, exc)
