@@ -3,7 +3,8 @@
 ``outbox dispatch --metrics-port N`` serves, on 127.0.0.1 unless told otherwise:
 
 - ``/metrics``: deliveries by outcome (``delivered``, ``retry``, ``failed``,
-  ``gone``, ``released``), attempt latency, commit-to-delivery latency,
+  ``gone``, ``released``, ``blocked``: held unsent, its destination refused by
+  the SSRF guard), attempt latency, commit-to-delivery latency,
   in-flight deliveries, claims and their batch sizes, outcome batch sizes, lease
   losses, database errors by operation, destination health transitions
   (``opened``, ``probing``, ``closed``, ``reopened`` breakers; ``held``

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -14,12 +15,14 @@ import httpx
 import psycopg
 import pytest
 
+from dispatchers.cli import main
 from dispatchers.delivery.retry import ExponentialBackoff
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import EventLog, NullLog
 from dispatchers.runtime.waker import Waker
 from dispatchers.store.messages import ClaimResult, Completion
 from dispatchers.store.postgres import Store
+from outbox.admin import status
 from tests.dispatching import Db, drain, fast_config, running, wait_until
 from tests.receiver import Received, Receiver, Reply
 
@@ -157,7 +160,9 @@ async def test_connection_reset_is_retried(db: Db, receiver: Receiver) -> None:
     assert error_class in ("network_error", "protocol_error")
 
 
-async def test_ssrf_guard_refuses_loopback_by_default(db: Db, receiver: Receiver) -> None:
+async def test_ssrf_guard_refuses_loopback_by_default(
+    db: Db, receiver: Receiver, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Refused, the message is held unsent (it used to go dead at once): a setting
     # of the dispatcher, not a fault of the message.
     mid = db.enqueue(receiver.url, "k-ssrf")
@@ -174,6 +179,13 @@ async def test_ssrf_guard_refuses_loopback_by_default(db: Db, receiver: Receiver
     assert 30 < held_s <= 60  # held for blocked_delay, not claimed in every loop
     assert db.query("SELECT count(*) FROM outbox.attempts") == [(0,)]  # nothing was sent
     assert (dispatcher.stats.blocked, dispatcher.stats.dead) == (1, 0)
+    # outbox status counts it, and says where to look
+    with psycopg.connect(db.url) as conn:
+        assert status(conn)["messages"]["held_unsent"] == 1
+    assert main(["status", "--database-url", db.url]) == 0
+    out, err = capsys.readouterr()
+    assert re.search(r"^held unsent \(see last error\) +1$", out, flags=re.M), out
+    assert "1 message(s) held unsent" in err
 
 
 async def test_a_held_message_is_delivered_once_the_dispatcher_allows_its_destination(
