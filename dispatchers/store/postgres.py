@@ -137,6 +137,11 @@ class _Deadline:
         self._timer.cancel()
 
 
+def _ignore_outcome(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so that asyncio does not log it
+
+
 def _messages(rows: Sequence[Claimed | Signal]) -> list[Claimed]:
     return [row for row in rows if isinstance(row, Claimed)]
 
@@ -201,6 +206,9 @@ class Store:
         after the server is back. One sweep at a time."""
         if self._sweep is None or self._sweep.done():
             self._sweep = asyncio.create_task(self.pool.check(), name="outbox-pool-check")
+            # a sweep that fails (the pool closing) has nothing to report: the
+            # statements that need a connection say what is wrong
+            self._sweep.add_done_callback(_ignore_outcome)
 
     async def _run(
         self,
