@@ -141,7 +141,10 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
 
     - ``messages``: counts by state: ``ready`` (due now, and claimable),
       ``blocked`` (due, but an open breaker or a ``Retry-After`` hold keeps its
-      destination's messages back), ``scheduled`` (due later), ``running``
+      destination's messages back), ``scheduled`` (due later), ``held_unsent``
+      (of those, held unsent by a dispatcher: a destination its SSRF guard
+      refused, signing secrets it could not open; their last error says
+      which), ``running``
       (live lease), ``lease_expired`` (running past the lease: the dispatcher
       died or froze; the rescuer returns them), ``paused``, ``dead``;
     - ``oldest_ready_age_s``: seconds the oldest ready message has waited since it
@@ -184,6 +187,7 @@ def _status_plan(schema: str) -> Plan[dict[str, Any]]:
             "ready": c.ready,
             "blocked": c.blocked,
             "scheduled": c.scheduled,
+            "held_unsent": c.held_unsent,
             "running": c.running,
             "lease_expired": c.lease_expired,
             "paused": c.paused,
@@ -210,6 +214,7 @@ class _StatusCounts(NamedTuple):
     ready: int
     blocked: int
     scheduled: int
+    held_unsent: int
     running: int
     lease_expired: int
     paused: int

@@ -39,7 +39,7 @@ from dispatchers.cli._exit import ExitCode
 from dispatchers.delivery.proxy import Proxy
 from dispatchers.delivery.retry import ExponentialBackoff
 from dispatchers.environment import PROXY_VARIABLE
-from dispatchers.runtime.config import DispatcherConfig, Option, Values
+from dispatchers.runtime.config import LOOPBACK_NETWORKS, DispatcherConfig, Option, Values
 from dispatchers.runtime.log import LEVELS, EventLog
 from dispatchers.ui.policy_text import format_duration
 from outbox.errors import ConfigurationError
@@ -167,6 +167,13 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
     log.capture_logging()
     resolve_event_loop(config.event_loop)  # a missing uvloop fails here, once, not per child
     db = resolve_database(args)
+    argv = args.argv
+    if db.embedded:
+        # No URL given: the embedded server is a development database by
+        # definition, so a receiver on this machine is allowed (loopback only;
+        # the started event says so). A URL, even one to localhost, never is.
+        config = dataclasses.replace(config, embedded_database=True)
+        argv = [*argv, *(f"--allow-network={net}" for net in LOOPBACK_NETWORKS)]
     try:
         check_database(db.url, config)
         if terminated:
@@ -176,7 +183,7 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
             from dispatchers.runtime.supervisor import supervise
 
             status = supervise(
-                args.argv,
+                argv,
                 db.url,
                 args.processes,
                 drain=args.drain,

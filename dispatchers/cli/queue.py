@@ -160,6 +160,12 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
     with transaction(args) as conn:
         snapshot = status(conn, schema=args.schema)
     warnings = snapshot["warnings"] = _secrets_warnings(snapshot["secrets"], ring)
+    if held := snapshot["messages"]["held_unsent"]:
+        warnings.append(
+            f"{held} message(s) held unsent by a dispatcher: a destination its SSRF guard "
+            "refused (--allow-private-networks, --allow-network CIDR) or signing secrets "
+            "it could not open; outbox messages show ID says which (last error)"
+        )
     age: float | None = snapshot["oldest_ready_age_s"]
     lagging = args.max_lag is not None and age is not None and age > args.max_lag
     if args.max_lag is not None:
@@ -174,6 +180,7 @@ def _status_once(args: argparse.Namespace) -> ExitCode:
             ("blocked (breaker or hold)", counts["blocked"]),
             ("oldest ready waiting", None if age is None else f"{age:.1f} s"),
             ("scheduled (due later)", counts["scheduled"]),
+            ("held unsent (see last error)", counts["held_unsent"]),
             ("running", counts["running"]),
             ("running, lease expired", counts["lease_expired"]),
             ("paused", counts["paused"]),

@@ -155,7 +155,7 @@ class Sender:
             self.client = HttpxClient([transport], config)
             return
         policy = AddressPolicy.from_strings(
-            config.allow_networks, allow_private_networks=config.allow_private_networks
+            config.allowed_networks, allow_private_networks=config.allow_private_networks
         )
         # one TLS context for every client: building one per client is costly
         tls: ssl.SSLContext | bool = (

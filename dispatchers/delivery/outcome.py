@@ -63,6 +63,10 @@ class Verdict(StrEnum):
     """Permanent failure: the message is dead."""
     GONE = "gone"
     """HTTP 410: permanent, and the endpoint must be disabled."""
+    BLOCKED = "blocked"
+    """Refused by the SSRF guard before anything was sent: a setting of the
+    dispatcher, not a fault of the message, which is held unsent (its attempt
+    refunded) rather than spent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +139,8 @@ def classify_response(
 def classify_exception(exc: BaseException) -> Outcome:
     """Classify an exception raised while sending a request or reading its response.
 
-    A ``BlockedDestination`` anywhere in the cause/context chain fails permanently.
+    A ``BlockedDestination`` anywhere in the cause/context chain is ``BLOCKED``
+    (nothing was sent: the dispatcher's guard refused the address).
     Timeouts, connection, protocol and other transport errors retry; an invalid URL or
     unsupported scheme fails; anything unexpected retries as ``internal_error`` with only
     the exception's type name as text. Non-``Exception`` errors such as cancellation
@@ -143,7 +148,7 @@ def classify_exception(exc: BaseException) -> Outcome:
     """
     blocked = _find_blocked(exc)
     if blocked is not None:
-        return _failed("blocked_destination", _bounded(str(blocked)))
+        return Outcome(Verdict.BLOCKED, None, _bounded(str(blocked)), "blocked_destination", None)
     if isinstance(exc, httpx.InvalidURL):
         return _failed("invalid_url", _described("invalid URL", exc))
     if isinstance(exc, httpx.UnsupportedProtocol):
@@ -177,6 +182,9 @@ def decide(
     The retry delay is the policy's for ``attempts - retry_base``: the attempts of
     the current budget (a redriven message starts its schedule again), held within
     :data:`~dispatchers.delivery.retry.MAX_DELAY` whatever the policy answers.
+    ``BLOCKED`` is ready again with no delay of its own: nothing was sent, so the
+    caller refunds the attempt and chooses how long to hold it
+    (:func:`~dispatchers.runtime.completions.blocked`).
     """
     match outcome.verdict:
         case Verdict.DELIVERED:
@@ -185,6 +193,8 @@ def decide(
             return Decision("dead", 0.0, disable_endpoint=False)
         case Verdict.GONE:
             return Decision("dead", 0.0, disable_endpoint=True)
+        case Verdict.BLOCKED:
+            return Decision("ready", 0.0, disable_endpoint=False)
         case Verdict.RETRY:
             if attempts >= max_attempts:
                 return Decision("dead", 0.0, disable_endpoint=False)

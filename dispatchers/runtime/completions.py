@@ -12,7 +12,7 @@ from datetime import datetime
 
 from dispatchers.delivery.http import Attempt
 from dispatchers.delivery.jobs import Job
-from dispatchers.delivery.outcome import decide
+from dispatchers.delivery.outcome import Verdict, decide
 from dispatchers.delivery.retry import policy_for
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.store.messages import Completion
@@ -20,6 +20,7 @@ from dispatchers.store.messages import Completion
 __all__ = [
     "POLICY_FAILED_DELAY",
     "WITHHELD_DELAY",
+    "blocked",
     "from_attempt",
     "policy_failed",
     "released",
@@ -42,9 +43,12 @@ def from_attempt(job: Job, attempt: Attempt, config: DispatcherConfig) -> Comple
     A message follows the retry schedule its claim found (its endpoint's, else its
     event type's); without one, webhook deliveries (those with an endpoint) follow
     ``webhook_retry_policy``, other messages ``retry_policy``. Raises what the
-    policy raises.
+    policy raises. A destination the SSRF guard refused holds the message
+    (:func:`blocked`) instead: nothing was sent.
     """
     outcome = attempt.outcome
+    if outcome.verdict is Verdict.BLOCKED:
+        return blocked(job, attempt, delay=config.blocked_delay)
     webhook = job.endpoint_id is not None
     default = config.webhook_retry_policy if webhook else config.retry_policy
     decision = decide(
@@ -120,7 +124,8 @@ def released(
 def withheld(job: Job) -> Completion:
     """Hold back a webhook whose signing secrets could not be opened
     (``job.secrets_unavailable``): never sent unsigned, it is given back unsent,
-    its attempt refunded, and due again after :data:`WITHHELD_DELAY`."""
+    its attempt refunded, and due again after :data:`WITHHELD_DELAY`; its last
+    error says why."""
     return Completion(
         id=job.id,
         attempt=job.attempts,
@@ -128,4 +133,25 @@ def withheld(job: Job) -> Completion:
         outcome="released",
         sent=False,
         delay=WITHHELD_DELAY,
+        error_class="secrets_unavailable",
+        error=f"held unsent: {job.secrets_unavailable}",
+    )
+
+
+def blocked(job: Job, attempt: Attempt, *, delay: float) -> Completion:
+    """Hold a message whose destination the SSRF guard refused: a setting of the
+    dispatcher (``--allow-private-networks``, ``--allow-network``), not a fault of
+    the message. Nothing was sent, so it is given back unsent, its attempt
+    refunded and no attempt row written, due again after ``delay``; its last
+    error names the address and the options that allow it. A dispatcher started
+    with them delivers it; one without never spends it."""
+    return Completion(
+        id=job.id,
+        attempt=job.attempts,
+        state="ready",
+        outcome=str(Verdict.BLOCKED),
+        sent=False,
+        delay=delay,
+        error_class=attempt.outcome.error_class,
+        error=f"held unsent: {attempt.outcome.error}",
     )

@@ -41,6 +41,9 @@ MAX_SECONDS = 7 * 24 * 3600.0
 interval, the grace period. PostgreSQL's own timeouts stop at 24.8 days (whole
 milliseconds in a 32-bit integer); a week past now fits every datetime."""
 
+LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
+"""The networks :attr:`DispatcherConfig.embedded_database` allows: this machine only."""
+
 MAX_COUNT = 1_000_000_000
 """The largest count or size in bytes a setting may be (a billion): fits a 32-bit
 integer, and any ``LIMIT``."""
@@ -257,6 +260,15 @@ class DispatcherConfig:
         ),
     )
     verify_tls: bool = True
+    embedded_database: bool = False
+    """The database is the embedded development server (no URL was given, see
+    :func:`dispatchers.embedded.resolve`): loopback destinations
+    (:data:`LOOPBACK_NETWORKS`) are allowed, so that a receiver on this machine
+    works on the first try. Never inferred from a URL."""
+    blocked_delay: float = field(default=60.0, metadata=kind("seconds"))
+    """Seconds a message whose destination the SSRF guard refused waits, unsent and
+    its attempt refunded, before it is claimed again (see
+    :func:`dispatchers.runtime.completions.blocked`)."""
     proxy: Proxy | None = field(
         default=None,
         metadata=option(
@@ -392,6 +404,30 @@ class DispatcherConfig:
         if self.destination_concurrency is not None:
             return self.destination_concurrency
         return max(1, self.concurrency - max(1, self.concurrency // 4))
+
+    @property
+    def allowed_networks(self) -> tuple[str, ...]:
+        """The non-public networks the SSRF guard admits: ``allow_networks``, and
+        loopback on the embedded development database."""
+        if not self.embedded_database:
+            return self.allow_networks
+        return (
+            *self.allow_networks,
+            *(n for n in LOOPBACK_NETWORKS if n not in self.allow_networks),
+        )
+
+    @property
+    def ssrf_guard(self) -> str:
+        """The SSRF guard as the ``started`` event describes it."""
+        if self.allow_private_networks:
+            return "off (--allow-private-networks): every address allowed"
+        allowed = self.allowed_networks
+        if not allowed:
+            return "on: public addresses only (others: --allow-network CIDR)"
+        text = "on: public addresses and " + ", ".join(allowed)
+        if self.embedded_database:
+            text += " (loopback: the embedded development database)"
+        return text
 
     @property
     def breaker(self) -> BreakerSettings:

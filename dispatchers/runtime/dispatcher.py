@@ -75,6 +75,13 @@ duty to another (a drain fills them for moments at a time; slow receivers for
 longer)."""
 
 
+CLAIM_RETRY_MAX = 2.0
+"""The longest pause between two claims that failed (the first pauses 0.05 s,
+doubling): once the database answers again, deliveries resume within about this
+(the pool connects again at once when a claim asks, see
+:data:`~dispatchers.store.postgres.RECONNECT_TIMEOUT`)."""
+
+
 def make_owner() -> str:
     """A lease owner id unique to this process: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -221,8 +228,14 @@ class Dispatcher:
         return self._store.round_trips + (self._waker.round_trips if self._waker else 0)
 
     def healthy(self) -> bool:
-        """The database answered within the last lease period."""
-        since = time.monotonic() - self.metrics.last_db_success
+        """The database answers: no operation found it unreachable since its last
+        answer (a lost connection, none to be had, no answer in time), and it
+        answered within the last lease period (errors it answers with, such as
+        a missing privilege, count after a lease, as they stop the dispatcher)."""
+        metrics = self.metrics
+        if metrics.db_unreachable_since is not None:
+            return False
+        since = time.monotonic() - metrics.last_db_success
         return since < max(self.config.lease, 3 * self.config.poll_interval)
 
     async def run(self, *, drain: bool = False) -> Stats:
@@ -262,6 +275,7 @@ class Dispatcher:
                 event_loop=loops.running(),
                 http_client=config.http_client,
                 proxy=None if config.proxy is None else str(config.proxy),  # credentials masked
+                ssrf_guard=config.ssrf_guard,
                 **(urls(self.metrics_server) if self.metrics_server is not None else {}),
             )
             helpers.append(asyncio.create_task(self._outcomes.run(), name="outbox-flusher"))
@@ -301,7 +315,7 @@ class Dispatcher:
         config = self.config
         low_water = max(1, min(config.batch_size, config.concurrency) * 3 // 4)
         held_limit = 2 * config.concurrency
-        backoff = Backoff()
+        backoff = Backoff(maximum=CLAIM_RETRY_MAX)
         full_since: float | None = None  # when every request slot was last taken
         while not self._stop.is_set():
             # Requests in flight are bounded by the concurrency; the messages held
@@ -463,6 +477,8 @@ class Dispatcher:
             self._report.internal_error("decide", exc)
             completion = completions.policy_failed(job, attempt, exc)
         self._outcomes.add(job.id, completion)
+        if completion.outcome == "blocked":
+            self._report.destination_blocked(job, attempt.outcome.error, completion.delay)
         # after the outcome is held: a shutdown that cancels this write loses nothing
         await self._breakers.attempted(job, attempt.outcome)
 

@@ -41,6 +41,8 @@ EVENT_LEVELS = {
     "breaker_reopened": "warning",
     "breaker_probe_returned": "info",
     "destination_held": "warning",
+    "destination_blocked": "error",
+    "reconnected": "info",
 }
 
 
@@ -77,7 +79,9 @@ class EventLog:
             record.update(fields)
             line = json.dumps(record, default=str, separators=(",", ":"))
         else:
-            details = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+            # one line per event, whatever a value holds (libpq's messages and
+            # tracebacks span lines)
+            details = " ".join(f"{k}={_one_line(v)}" for k, v in fields.items() if v is not None)
             line = f"{now:%H:%M:%S} {level.upper():7} {event:11} {details}"
         try:
             self.stream.write(line + "\n")
@@ -113,12 +117,21 @@ class _Records(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            fields: dict[str, Any] = {"logger": record.name, "message": record.getMessage()}
+            fields: dict[str, Any] = {
+                "logger": record.name,
+                "message": _one_line(record.getMessage()),
+            }
             if record.exc_info and record.exc_info[1] is not None:
                 fields["error"] = "".join(traceback.format_exception(record.exc_info[1]))
             self._log.write(_level_of(record.levelno), "log", fields)
         except Exception:
             self.handleError(record)
+
+
+def _one_line(value: object) -> str:
+    """``value`` as text on one line: every run of whitespace, line breaks
+    included, made one space."""
+    return " ".join(str(value).split())
 
 
 def _level_of(levelno: int) -> str:

@@ -3,13 +3,16 @@
 ``outbox dispatch --metrics-port N`` serves, on 127.0.0.1 unless told otherwise:
 
 - ``/metrics``: deliveries by outcome (``delivered``, ``retry``, ``failed``,
-  ``gone``, ``released``), attempt latency, commit-to-delivery latency,
+  ``gone``, ``released``, ``blocked``: held unsent, its destination refused by
+  the SSRF guard), attempt latency, commit-to-delivery latency,
   in-flight deliveries, claims and their batch sizes, outcome batch sizes, lease
   losses, database errors by operation, destination health transitions
   (``opened``, ``probing``, ``closed``, ``reopened`` breakers; ``held``
   destinations, see :mod:`dispatchers.delivery.health`);
-- ``/healthz``: 200 while the database answered within the last lease period,
-  503 otherwise (a readiness probe: the process is alive but cannot work);
+- ``/healthz``: 200 while the database answers: 503 from the first operation
+  that found it unreachable (a lost connection, none to be had, no answer in
+  time) until the next answer, and once nothing has answered for a lease period
+  (a readiness probe: the process is alive but cannot work);
 - ``/livez``: 200 while the event loop runs (a liveness probe: restarting a
   dispatcher does not bring a database back).
 """
@@ -72,9 +75,18 @@ class Metrics:
             registry=r,
         )
         self.last_db_success = time.monotonic()
+        self.db_unreachable_since: float | None = None
+        """When the database last stopped answering (None: it answers)."""
 
     def database_answered(self) -> None:
         self.last_db_success = time.monotonic()
+        self.db_unreachable_since = None
+
+    def database_unreachable(self) -> None:
+        """An operation found no database to answer it (a lost connection, none
+        to be had, no answer in time), and none answered since."""
+        if self.db_unreachable_since is None:
+            self.db_unreachable_since = time.monotonic()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

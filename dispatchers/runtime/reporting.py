@@ -13,6 +13,7 @@ only when the log level asks for it), and the waker's ``listen_error``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
@@ -24,7 +25,7 @@ from dispatchers.runtime.metrics import Metrics
 from dispatchers.runtime.watchdog import Watchdog
 from dispatchers.store.messages import Completion
 from dispatchers.store.rows import HealthRow
-from dispatchers.store.sqlstates import is_transient
+from dispatchers.store.sqlstates import is_transient, is_unreachable
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Stats:
     retried: int = 0
     dead: int = 0
     released: int = 0
+    blocked: int = 0
     lease_lost: int = 0
     rescued: int = 0
     claims: int = 0
@@ -68,11 +70,27 @@ class Reporter:
         self.stats = stats if stats is not None else Stats()
         self.metrics = metrics if metrics is not None else Metrics()
         self.watchdog = watchdog
+        # per destination refused by the SSRF guard: when its event was last
+        # logged, and the messages held since (see destination_blocked)
+        self._blocked: dict[str, tuple[float, int]] = {}
+        # while the database is unreachable: when that began, and the errors since
+        self._outage: tuple[float, int] | None = None
 
     def answered(self, operation: str) -> None:
-        """The database answered ``operation``."""
+        """The database answered ``operation``; after it was unreachable, the
+        first answer logs ``reconnected``, once for the outage."""
         if self.watchdog is not None:
             self.watchdog.answered(operation)
+        self.metrics.database_answered()
+        if self._outage is not None:
+            began, errors = self._outage
+            self._outage = None
+            self.log.event(
+                "reconnected",
+                operation=operation,
+                unreachable_s=round(time.monotonic() - began, 3),
+                errors=errors,
+            )
 
     def progressed(self) -> None:
         """The outbox's work moved on: claimed, recorded, rescued, or seen to change."""
@@ -96,7 +114,6 @@ class Reporter:
         else:
             self.stats.empty_claims += 1
         metrics = self.metrics
-        metrics.database_answered()
         metrics.claims.inc()
         metrics.claim_batch.observe(count)
 
@@ -105,7 +122,6 @@ class Reporter:
         self.stats.flushes += 1
         self.answered("complete")
         self.progressed()
-        self.metrics.database_answered()
         self.metrics.flush_batch.observe(count)
 
     # -- messages ------------------------------------------------------------------------
@@ -124,6 +140,9 @@ class Reporter:
         if c.outcome == "released":
             self.stats.released += 1
             log.event("released", message_id=c.id, attempt=c.attempt, sent=c.sent)
+        elif c.outcome == "blocked":
+            # held unsent; destination_blocked says so once per destination
+            self.stats.blocked += 1
         elif c.state == "delivered":
             self.stats.delivered += 1
             if log.enabled("delivered"):
@@ -220,6 +239,11 @@ class Reporter:
         }
         if retry is not None:
             fields["retry"] = retry
+        if is_unreachable(exc):
+            # /healthz says so at once; the next answer ends the outage
+            self.metrics.database_unreachable()
+            began, errors = self._outage or (time.monotonic(), 0)
+            self._outage = (began, errors + 1)
         self.log.event("db_error", **fields)
         if self.watchdog is not None:
             self.watchdog.failed(operation, exc)
@@ -258,9 +282,39 @@ class Reporter:
             retry_in_s=delay,
         )
 
+    def destination_blocked(self, job: Job, error: str | None, delay: float) -> None:
+        """``job`` is held unsent for ``delay`` seconds: the SSRF guard refused its
+        destination (``error`` names the address and the options that allow it).
+        Logged at once for a destination, then at most once per ``delay`` with
+        the count of messages held meanwhile: a backlog to a refused destination
+        is one line a minute, not one per message."""
+        now = time.monotonic()
+        last, held = self._blocked.get(job.destination, (None, 0))
+        held += 1
+        if last is not None and now - last < delay:
+            self._blocked[job.destination] = (last, held)
+            return
+        if len(self._blocked) >= _BLOCKED_KEPT:  # forget the quiet ones
+            self._blocked = {d: v for d, v in self._blocked.items() if now - v[0] < delay}
+        self._blocked[job.destination] = (now, 0)
+        self.log.event(
+            "destination_blocked",
+            destination=job.destination,
+            host=_host(job),
+            held=held,
+            retry_in_s=delay,
+            error=error,
+            hint="no attempt is spent; restart the dispatcher with --allow-private-networks "
+            "(or --allow-network CIDR) to deliver to it",
+        )
+
     def internal_error(self, operation: str, exc: BaseException) -> None:
         self.log.event("internal_error", operation=operation, error_class=type(exc).__name__)
 
+
+_BLOCKED_KEPT = 1024
+"""Refused destinations :meth:`Reporter.destination_blocked` remembers before it
+forgets those it has not logged within their interval."""
 
 _HEALTH_EVENTS = {
     Transition.OPENED: "breaker_opened",

@@ -88,7 +88,7 @@ class Waker:
     async def run(self) -> None:
         """Hold duty when it is free and the wake lock as requested, until cancelled;
         reconnect after errors (locks die with the session, so nothing is stuck)."""
-        backoff = Backoff(initial=0.5, maximum=10.0)
+        backoff = Backoff(initial=0.5, maximum=2.0)
         while True:
             try:
                 session = await Session.connect(

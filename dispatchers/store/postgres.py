@@ -78,6 +78,15 @@ REPLAN_FLOOR = 64
 """...and past this many pages (512 KiB): read whole, fewer cost under a millisecond."""
 
 
+RECONNECT_TIMEOUT = 2.0
+"""Seconds the pool goes on trying to replace a lost connection (after 1 s, then
+at this bound) before it gives up until a statement asks for one: then it tries
+again at once. psycopg_pool's own default (five minutes, the pause doubling
+from 1 s) left deliveries waiting up to half an outage more once the database
+was back; statements ask every few seconds while it is away (the claim loop,
+the renewals), so nothing is left without a connection."""
+
+
 def stale_plan(planned_pages: int, pages: int) -> bool:
     """Whether a plan made for ``planned_pages`` pages is to be made again at ``pages``."""
     return pages >= max(REPLAN_GROWTH * planned_pages, REPLAN_FLOOR)
@@ -129,6 +138,11 @@ class _Deadline:
         self._timer.cancel()
 
 
+def _ignore_outcome(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so that asyncio does not log it
+
+
 def _messages(rows: Sequence[Claimed | Signal]) -> list[Claimed]:
     return [row for row in rows if isinstance(row, Claimed)]
 
@@ -170,15 +184,32 @@ class Store:
                 kwargs=kwargs,
                 open=False,
                 timeout=config.statement_timeout,
+                reconnect_timeout=RECONNECT_TIMEOUT,
                 name="outbox-dispatcher",
             )
         )
+        self._sweep: asyncio.Task[None] | None = None  # see _swept
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
 
     async def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._sweep
         await self.pool.close(timeout=self.config.statement_timeout)
+
+    def _swept(self) -> None:
+        """A connection was lost: test the pool's idle ones in the background
+        (``pool.check``), so that those lost with it (the server went away) are
+        replaced now, not handed to the next statements one failure at a time
+        after the server is back. One sweep at a time."""
+        if self._sweep is None or self._sweep.done():
+            self._sweep = asyncio.create_task(self.pool.check(), name="outbox-pool-check")
+            # a sweep that fails (the pool closing) has nothing to report: the
+            # statements that need a connection say what is wrong
+            self._sweep.add_done_callback(_ignore_outcome)
 
     async def _run(
         self,
@@ -210,6 +241,22 @@ class Store:
         timeout; past that, :class:`TimeoutError` (transient), and the statement
         may or may not have committed.
         """
+        try:
+            return await self._run_pooled(statement, params, row, timeouts=timeouts)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if exc.sqlstate is None and not isinstance(exc, psycopg_pool.PoolTimeout):
+                self._swept()  # the connection was lost: others may be too
+            raise
+
+    async def _run_pooled(
+        self,
+        statement: Statement,
+        params: dict[str, Any],
+        row: BaseRowFactory[R],
+        *,
+        timeouts: tuple[str, ...] | None,
+    ) -> list[R]:
+        """:meth:`_run` on a connection of the pool."""
         timeouts = timeouts or self._timeouts
         async with self.pool.connection() as conn:
             bound = self._bounds.get(timeouts) or answer_bound(self.config.statement_timeout)

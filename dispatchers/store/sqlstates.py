@@ -31,7 +31,17 @@ from dataclasses import dataclass
 import psycopg
 import psycopg_pool
 
-__all__ = ["RULES", "UNKNOWN", "Kind", "Rule", "classify", "describe", "is_transient", "rule_for"]
+__all__ = [
+    "RULES",
+    "UNKNOWN",
+    "Kind",
+    "Rule",
+    "classify",
+    "describe",
+    "is_transient",
+    "is_unreachable",
+    "rule_for",
+]
 
 
 class Kind(enum.Enum):
@@ -110,6 +120,28 @@ def classify(exc: BaseException) -> Kind:
 def is_transient(exc: BaseException) -> bool:
     """True when :func:`classify` says a later try may not meet ``exc`` again."""
     return classify(exc) is Kind.TRANSIENT
+
+
+UNREACHABLE_SQLSTATES = ("08", "57P01", "57P02", "57P03")
+"""The SQLSTATEs (a class or codes) of a server that is going away or not yet
+there: the connection failed, or the server is shutting down or starting."""
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """True when ``exc`` says the database did not answer at all: the connection
+    was lost or could not be opened (no SQLSTATE: the client's side), the pool
+    had none to give, no answer came within our bound, or the server is going
+    away or not up yet. A statement that the server ended with an error of its
+    own (a lock or statement timeout, a serialization failure, a missing
+    privilege) was answered: the database is there."""
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return True
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate
+        if state is None:
+            return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        return state[:2] in UNREACHABLE_SQLSTATES or state in UNREACHABLE_SQLSTATES
+    return isinstance(exc, OSError | TimeoutError)
 
 
 def describe(exc: BaseException) -> str:

@@ -27,7 +27,7 @@ from dispatchers.ui.fields import (
     route_id,
 )
 from dispatchers.ui.policy_text import format_schedule
-from outbox._endpoint_rows import Endpoint
+from outbox.endpoints import Endpoint
 from outbox.errors import InvalidArgument
 from outbox.secrets import fingerprint, generate_secret
 

@@ -36,12 +36,10 @@ from dispatchers.ui.fields import (
 )
 from dispatchers.ui.limits import ENDPOINTS_PAGE
 from dispatchers.ui.policy_text import format_schedule, rate_text, tls_fields
-from outbox._endpoint_rows import Endpoint, EndpointRow, json_value
-from outbox._queries import queries_for
-from outbox._transaction import rows_plan, run_sync
 from outbox.admin import replay, send_test_event
-from outbox.endpoints import DEFAULT_ROTATION_OVERLAP
+from outbox.endpoints import DEFAULT_ROTATION_OVERLAP, Endpoint
 from outbox.errors import InvalidArgument
+from outbox.internal import EndpointRow, json_value, queries_for, rows_plan, run_sync
 from outbox.sealing import Keyring, SealBroken, Sealed, SecretKeyMissing, open_secret
 from outbox.secrets import fingerprint, generate_secret
 

@@ -315,7 +315,8 @@ ORDER BY attempt
 -- scheduled or retried message does not look late). A due message whose
 -- destination an open breaker or a Retry-After hold blocks (as the claim reads
 -- destination_health) is counted as blocked, not ready, and has no lag: no
--- dispatcher may take it yet.
+-- dispatcher may take it yet. A message a dispatcher held unsent (its last error
+-- says why) is scheduled, and counted again as held_unsent.
 WITH blocking AS MATERIALIZED (
     SELECT dh.destination FROM {schema}.destination_health AS dh
     WHERE dh.blocked_until > now() OR dh.state <> 'held'
@@ -329,6 +330,11 @@ SELECT
        AND m.destination IN (SELECT destination FROM blocking)) AS blocked,
     (SELECT count(*) FROM {schema}.messages
      WHERE state = 'ready' AND available_at > now()) AS scheduled,
+    -- of those, held unsent by a dispatcher (a destination its SSRF guard
+    -- refused, signing secrets it could not open): last_error says why
+    (SELECT count(*) FROM {schema}.messages
+     WHERE state = 'ready' AND available_at > now()
+       AND starts_with(last_error, 'held unsent: ')) AS held_unsent,
     (SELECT count(*) FROM {schema}.messages
      WHERE state = 'running' AND lease_until >= now()) AS running,
     (SELECT count(*) FROM {schema}.messages

@@ -595,6 +595,7 @@ def test_status_counts_states_lag_recent_attempts_and_endpoints(db: Db) -> None:
         "ready": 1,
         "blocked": 0,
         "scheduled": 1,
+        "held_unsent": 0,
         "running": 1,
         "lease_expired": 1,
         "paused": 1,

@@ -410,8 +410,9 @@ async def test_default_policy_refuses_ipv4_loopback_before_connecting() -> None:
             with pytest.raises(BlockedDestination) as info:
                 await get(http, server.url())
         assert server.connections == 0
+    # blocked (held unsent by the dispatcher), no longer failed
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (
-        Verdict.FAILED,
+        Verdict.BLOCKED,
         "blocked_destination",
     )
     assert info.value.address == ip_address("127.0.0.1")
@@ -427,8 +428,9 @@ async def test_default_policy_refuses_a_name_resolving_to_loopback() -> None:
             with pytest.raises(BlockedDestination) as info:
                 await get(http, url)
         assert server.connections == 0
+    # blocked (held unsent by the dispatcher), no longer failed
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (
-        Verdict.FAILED,
+        Verdict.BLOCKED,
         "blocked_destination",
     )
     assert "'localhost'" in (attempt.outcome.error or "")
@@ -443,8 +445,9 @@ async def test_default_policy_refuses_ipv6_loopback_forms(
         fast_config(SENDING, allow_private_networks=False), job(ipv6_listener.url(host))
     )
     assert ipv6_listener.connections == 0
+    # blocked (held unsent by the dispatcher), no longer failed
     assert (attempt.outcome.verdict, attempt.outcome.error_class) == (
-        Verdict.FAILED,
+        Verdict.BLOCKED,
         "blocked_destination",
     )
 

@@ -412,8 +412,12 @@ async def test_a_probe_that_never_reached_its_destination_gives_its_turn_back(db
         stream = io.StringIO()
         config = fast_config(BREAKER, allow_private_networks=False)
         async with running(db, config, log=EventLog(stream=stream, format="json")):
-            dead = "SELECT count(*) FROM outbox.messages WHERE id = ANY(%s) AND state = 'dead'"
-            await _poll(lambda: db.query(dead, refused) == [(2,)])
+            # each held unsent once refused (they used to go dead)
+            held = (
+                "SELECT count(*) FROM outbox.messages WHERE id = ANY(%s) AND state = 'ready'"
+                " AND attempts = 0 AND starts_with(last_error, 'held unsent: ')"
+            )
+            await _poll(lambda: db.query(held, refused) == [(2,)])
         assert receiver.requests == []
     assert _health(db, destination) == ("open", 0)  # open, no failed probe counted
     events = [e for e in _events(stream) if e["event"].startswith("breaker_")]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -12,13 +15,15 @@ import httpx
 import psycopg
 import pytest
 
+from dispatchers.cli import main
 from dispatchers.delivery.retry import ExponentialBackoff
 from dispatchers.runtime.dispatcher import Dispatcher
-from dispatchers.runtime.log import NullLog
+from dispatchers.runtime.log import EventLog, NullLog
 from dispatchers.runtime.waker import Waker
 from dispatchers.store.messages import ClaimResult, Completion
 from dispatchers.store.postgres import Store
-from tests.dispatching import Db, drain, fast_config, wait_until
+from outbox.admin import status
+from tests.dispatching import Db, drain, fast_config, running, wait_until
 from tests.receiver import Received, Receiver, Reply
 
 
@@ -155,14 +160,85 @@ async def test_connection_reset_is_retried(db: Db, receiver: Receiver) -> None:
     assert error_class in ("network_error", "protocol_error")
 
 
-async def test_ssrf_guard_refuses_loopback_by_default(db: Db, receiver: Receiver) -> None:
+async def test_ssrf_guard_refuses_loopback_by_default(
+    db: Db, receiver: Receiver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Refused, the message is held unsent (it used to go dead at once): a setting
+    # of the dispatcher, not a fault of the message.
     mid = db.enqueue(receiver.url, "k-ssrf")
-    await drain(db, fast_config(allow_private_networks=False))
+    dispatcher = await drain(db, fast_config(allow_private_networks=False))
     assert receiver.requests == []
-    ((state, error),) = db.query("SELECT state, last_error FROM outbox.messages WHERE id = %s", mid)
-    assert state == "dead"
+    ((state, attempts, error, held_s),) = db.query(
+        "SELECT state, attempts, last_error,"
+        " EXTRACT(epoch FROM available_at - now()) FROM outbox.messages WHERE id = %s",
+        mid,
+    )
+    assert (state, attempts) == ("ready", 0)  # never dead, no attempt spent
     assert "127.0.0.1" in error
-    assert db.query("SELECT error_class FROM outbox.attempts") == [("blocked_destination",)]
+    assert "--allow-private-networks" in error
+    assert 30 < held_s <= 60  # held for blocked_delay, not claimed in every loop
+    assert db.query("SELECT count(*) FROM outbox.attempts") == [(0,)]  # nothing was sent
+    assert (dispatcher.stats.blocked, dispatcher.stats.dead) == (1, 0)
+    # outbox status counts it, and says where to look
+    with psycopg.connect(db.url) as conn:
+        assert status(conn)["messages"]["held_unsent"] == 1
+    assert main(["status", "--database-url", db.url]) == 0
+    out, err = capsys.readouterr()
+    assert re.search(r"^held unsent \(see last error\) +1$", out, flags=re.M), out
+    assert "1 message(s) held unsent" in err
+
+
+async def test_a_held_message_is_delivered_once_the_dispatcher_allows_its_destination(
+    db: Db, receiver: Receiver
+) -> None:
+    stream = io.StringIO()
+    mid = db.enqueue(receiver.url, "k-held", max_attempts=1)
+    held = fast_config(allow_private_networks=False, blocked_delay=1.0)
+    for _ in range(3):  # held again and again: never spent, one attempt or not
+        dispatcher = Dispatcher(db.url, held, log=EventLog(stream=stream, format="json"))
+        async with asyncio.timeout(30):
+            await dispatcher.run(drain=True)
+        assert db.query("SELECT state, attempts FROM outbox.messages") == [("ready", 0)]
+        db.query("UPDATE outbox.messages SET available_at = now() RETURNING id")
+    assert receiver.requests == []
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    blocked = [e for e in events if e["event"] == "destination_blocked"]
+    # once per destination per interval, naming the host and the option, no payload
+    assert len(blocked) == 3, events  # one per dispatcher: each met it once
+    assert blocked[0]["host"] == "127.0.0.1"
+    assert "--allow-private-networks" in blocked[0]["hint"]
+    assert "k-held" not in json.dumps(blocked)
+    assert not [e for e in events if e["event"] == "dead"]
+
+    # restarted with the option: delivered, once
+    async with running(db, fast_config()) as dispatcher:
+        await wait_until(lambda: dispatcher.stats.delivered == 1)
+    assert len(receiver.requests) == 1
+    assert db.query("SELECT id, attempts FROM outbox.delivered") == [(mid, 1)]
+
+
+async def test_refused_messages_are_one_event_per_destination_not_one_per_message(
+    db: Db, receiver: Receiver
+) -> None:
+    stream = io.StringIO()
+    for i in range(20):
+        db.enqueue(receiver.url, f"k-many-{i}")
+    dispatcher = Dispatcher(
+        db.url,
+        fast_config(allow_private_networks=False),
+        log=EventLog(stream=stream, format="json"),
+    )
+    async with asyncio.timeout(30):
+        await dispatcher.run(drain=True)
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    blocked = [e for e in events if e["event"] == "destination_blocked"]
+    assert len(blocked) == 1, blocked
+    assert blocked[0]["held"] == 1  # the first one, at once; the others counted in the next
+    assert dispatcher.stats.blocked == 20
+    assert db.query("SELECT state, attempts, count(*) FROM outbox.messages GROUP BY 1, 2") == [
+        ("ready", 0, 20)
+    ]
+    assert receiver.requests == []
 
 
 async def test_response_excerpt_is_bounded(db: Db, receiver: Receiver) -> None:

@@ -22,6 +22,8 @@ import psycopg
 import pytest
 
 from dispatchers.embedded import server_state
+from outbox import Outbox
+from tests.receiver import Receiver
 
 BOUND = 60.0  # seconds: generous, for a loaded 2-core machine
 
@@ -243,3 +245,48 @@ def test_a_start_that_outlasts_pg_ctls_wait_is_waited_for(
     finally:
         server.cleanup()
     assert not (tmp_path / "pg").exists()  # the handle was counted: cleanup removed it
+
+
+def test_a_dispatcher_on_the_embedded_database_delivers_to_loopback_and_says_so(
+    embedded_home: Path, processes: list[subprocess.Popen[str]], receiver: Receiver
+) -> None:
+    # No URL: the embedded development database, where a receiver on this machine
+    # works on the first try. The same server named by a URL is not "embedded":
+    # nothing is inferred from a URL, and the guard stays on.
+    path = embedded_home / "pg"
+    holder(path, processes)  # keeps the server up between the commands
+    assert outbox(path, "migrate").returncode == 0
+    (database_url,) = [
+        line for line in outbox(path, "db", "url").stdout.split() if line.startswith("postgresql")
+    ]
+    with psycopg.connect(database_url) as conn:
+        first = Outbox().enqueue(
+            conn, url=receiver.url + "/hook", idempotency_key="first", json={"n": 1}
+        )
+
+    done = outbox(path, "dispatch", "--drain", "--log-format", "json")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    (started,) = [e for e in events if e["event"] == "started"]
+    assert "127.0.0.0/8" in started["ssrf_guard"]
+    assert "embedded development database" in started["ssrf_guard"]
+    assert len(receiver.requests) == 1
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT id FROM outbox.delivered").fetchall() == [(first,)]
+        second = Outbox().enqueue(
+            conn, url=receiver.url + "/hook", idempotency_key="second", json={"n": 2}
+        )
+
+    by_url = outbox(
+        path, "dispatch", "--drain", "--log-format", "json", "--database-url", database_url
+    )
+    assert by_url.returncode == 0, by_url.stderr
+    events = [json.loads(line) for line in by_url.stdout.splitlines()]
+    (started,) = [e for e in events if e["event"] == "started"]
+    assert started["ssrf_guard"].startswith("on: public addresses only")
+    assert [e["host"] for e in events if e["event"] == "destination_blocked"] == ["127.0.0.1"]
+    assert len(receiver.requests) == 1  # nothing more arrived
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT id, state, attempts FROM outbox.messages").fetchall() == [
+            (second, "ready", 0)
+        ]

@@ -103,3 +103,45 @@ def test_text_mode_writes_records_as_text_lines() -> None:
         logging.getLogger().removeHandler(handler)
     (line,) = stream.getvalue().splitlines()
     assert "WARNING" in line and "logger=asyncio message=slow callback" in line
+
+
+async def test_a_pool_that_cannot_connect_writes_one_text_line_per_record(
+    closed_port: int,
+) -> None:
+    # libpq's "connection refused" spans lines ("\n\tIs the server running ...");
+    # the text log stays one line per event
+    stream = Watched("logger=psycopg.pool")
+    handler = EventLog(stream=stream, format="text").capture_logging()
+    pool = psycopg_pool.AsyncConnectionPool(
+        f"postgresql://outbox@127.0.0.1:{closed_port}/outbox?connect_timeout=2",
+        min_size=1,
+        open=False,
+        reconnect_timeout=60,
+    )
+    try:
+        await pool.open(wait=False)
+        async with asyncio.timeout(20):
+            await stream.seen.wait()
+    finally:
+        await pool.close()
+        logging.getLogger().removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert lines, "no line written"
+    for line in lines:
+        assert line[:2].isdigit(), f"a line that does not start an event: {line!r}"
+    assert any("error connecting" in line and "Is the server running" in line for line in lines)
+
+
+def test_text_mode_writes_a_multi_line_traceback_on_its_events_line() -> None:
+    stream = io.StringIO()
+    handler = EventLog(stream=stream, format="text").capture_logging()
+    try:
+        try:
+            raise ValueError("boom\nsecond line")
+        except ValueError:
+            logging.getLogger("psycopg.pool").exception("first\n\tsecond")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    (line,) = stream.getvalue().splitlines()
+    assert "message=first second" in line
+    assert "ValueError: boom second line" in line

@@ -138,3 +138,12 @@ def test_each_setting_is_held_to_the_bounds_of_its_kind(name: str, kind: str) ->
     for value in (too_small, most.get(kind, MAX_SPAN) + 1):
         with pytest.raises(ConfigurationError, match=rf"^{name}: "):
             DispatcherConfig(**{name: value})
+
+
+def test_the_guard_admits_loopback_on_the_embedded_database_only() -> None:
+    assert DispatcherConfig().allowed_networks == ()
+    assert DispatcherConfig().ssrf_guard.startswith("on: public addresses only")
+    embedded = DispatcherConfig(embedded_database=True, allow_networks=("10.0.0.0/8",))
+    assert embedded.allowed_networks == ("10.0.0.0/8", "127.0.0.0/8", "::1/128")
+    assert "embedded development database" in embedded.ssrf_guard
+    assert DispatcherConfig(allow_private_networks=True).ssrf_guard.startswith("off")

@@ -36,7 +36,8 @@ BLOCKED_TEXT = "hooks.example.com resolved to 10.0.0.7 (private)"
 
 
 def test_verdict_values_are_stable_strings() -> None:
-    assert [str(v) for v in Verdict] == ["delivered", "retry", "failed", "gone"]
+    # "blocked" added: a refused destination is held, not failed
+    assert [str(v) for v in Verdict] == ["delivered", "retry", "failed", "gone", "blocked"]
 
 
 @pytest.mark.parametrize("status", [200, 201, 202, 204, 299])
@@ -205,10 +206,18 @@ def test_410_listed_in_retry_statuses_retries_instead_of_disabling() -> None:
 # --- classify_exception ---------------------------------------------------------------
 
 
-def test_blocked_destination_fails_with_its_text() -> None:
+def test_blocked_destination_is_blocked_with_its_text() -> None:
+    # a setting of the dispatcher, not a fault of the message: held, never dead
     assert classify_exception(BlockedDestination(BLOCKED_TEXT)) == Outcome(
-        Verdict.FAILED, None, BLOCKED_TEXT, "blocked_destination", None
+        Verdict.BLOCKED, None, BLOCKED_TEXT, "blocked_destination", None
     )
+
+
+@pytest.mark.parametrize("attempts", [1, 5])
+def test_a_blocked_destination_is_ready_again_at_any_attempt(attempts: int) -> None:
+    outcome = classify_exception(BlockedDestination(BLOCKED_TEXT))
+    decision = decide(outcome, attempts=attempts, max_attempts=5, policy=ExponentialBackoff())
+    assert decision == Decision("ready", 0.0, disable_endpoint=False)
 
 
 def _raise_chained(outer: Exception, inner: BaseException, *, explicit: bool) -> Exception:
@@ -232,7 +241,7 @@ def test_blocked_destination_found_inside_wrapping_exception(explicit: bool) -> 
         explicit=explicit,
     )
     assert classify_exception(exc) == Outcome(
-        Verdict.FAILED, None, BLOCKED_TEXT, "blocked_destination", None
+        Verdict.BLOCKED, None, BLOCKED_TEXT, "blocked_destination", None
     )
 
 

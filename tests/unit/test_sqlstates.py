@@ -15,6 +15,7 @@ from dispatchers.store.sqlstates import (
     classify,
     describe,
     is_transient,
+    is_unreachable,
     rule_for,
 )
 
@@ -101,3 +102,30 @@ def test_an_error_is_described_on_one_line_with_its_sqlstate() -> None:
     error = psycopg.errors.InsufficientPrivilege("permission denied\nfor table messages")
     assert describe(error) == "permission denied for table messages (SQLSTATE 42501)"
     assert describe(OSError()) == "OSError"
+
+
+@pytest.mark.parametrize(
+    ("exc", "unreachable"),
+    [
+        # nothing answered: the connection, the pool, our bound, a server going away
+        (psycopg.OperationalError("connection failed"), True),
+        (psycopg.InterfaceError("the connection is closed"), True),
+        (psycopg_pool.PoolTimeout("no connection within 3 s"), True),
+        (ConnectionResetError("reset by peer"), True),
+        (TimeoutError("no answer within 6 s"), True),
+        (psycopg.errors.lookup("08006")("connection failure"), True),
+        (psycopg.errors.lookup("57P01")("terminating connection"), True),
+        (psycopg.errors.lookup("57P03")("the database system is starting up"), True),
+        # the server answered, with an error of its own
+        (psycopg.errors.lookup("55P03")("lock not available"), False),
+        (psycopg.errors.lookup("57014")("canceling statement due to statement timeout"), False),
+        (psycopg.errors.lookup("40001")("could not serialize access"), False),
+        (psycopg.errors.lookup("42501")("permission denied"), False),
+        (psycopg.errors.lookup("57P04")("database dropped"), False),
+        (ValueError("bug"), False),
+    ],
+)
+def test_only_errors_that_no_server_answered_are_unreachable(
+    exc: BaseException, unreachable: bool
+) -> None:
+    assert is_unreachable(exc) is unreachable

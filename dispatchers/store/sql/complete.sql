@@ -52,8 +52,10 @@ vacated AS (
 -- attempt number and state, so an owner whose lease expired (and whose message
 -- was claimed again, even by itself) changes nothing. Delivered messages move to
 -- the history table; the others go back to ready (with their delay), to dead, or
--- are released. Attempt rows are written only for fenced-in outcomes that sent a
--- request. Returns the ids whose outcome was applied.
+-- are released (unsent, the attempt refunded; one held with an error, such as a
+-- destination the SSRF guard refused, records it as the last error). Attempt rows
+-- are written only for fenced-in outcomes that sent a request. Returns the ids
+-- whose outcome was applied.
 WITH outcome AS (
     SELECT *
     FROM unnest(
@@ -161,7 +163,10 @@ WITH outcome AS (
         lease_until = NULL,
         last_error = CASE WHEN o.state = 'ready' AND m.endpoint_id IS NULL
                                AND starts_with(m.target, 'endpoint:') THEN 'endpoint deleted'
-                          WHEN o.sent THEN o.error ELSE m.last_error END,
+                          WHEN o.sent THEN o.error
+                          -- held unsent (secrets unavailable, destination refused):
+                          -- why, for "messages show"; a plain release keeps the last
+                          ELSE COALESCE(o.error, m.last_error) END,
         last_status = CASE WHEN o.sent THEN o.status ELSE m.last_status END,
         completed_at = CASE WHEN o.state = 'dead'
                               OR (m.endpoint_id IS NULL AND starts_with(m.target, 'endpoint:'))
