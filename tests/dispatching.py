@@ -16,14 +16,12 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-import psycopg
-
 from dispatchers.delivery.retry import ExponentialBackoff, Schedule
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import EventLog, NullLog
 from dispatchers.store.messages import Completion
-from outbox import Outbox
+from tests.database import Db
 
 FAST_RETRY = ExponentialBackoff(base=0.05, cap=0.1, jitter=0.0)
 """Messages are retried within a tenth of a second."""
@@ -60,29 +58,6 @@ def fast_config(*presets: Mapping[str, Any], **overrides: Any) -> DispatcherConf
     settings.update(overrides)
     settings.setdefault("destination_concurrency", settings["concurrency"])
     return DispatcherConfig(**settings)
-
-
-class Db:
-    """The test's database: enqueue and query with short-lived connections."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def enqueue(self, url: str, key: str, **kwargs: Any) -> int:
-        kwargs.setdefault("json", {"key": key})
-        with psycopg.connect(self.url) as conn:
-            return Outbox().enqueue(conn, url=url, idempotency_key=key, **kwargs)
-
-    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.url) as conn:
-            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
-
-    def expire(self, message_id: int) -> None:
-        self.query(
-            "UPDATE outbox.messages SET lease_until = now() - interval '1 second'"
-            " WHERE id = %s RETURNING id",
-            message_id,
-        )
 
 
 async def drain(db: Db, cfg: DispatcherConfig, **kwargs: Any) -> Dispatcher:

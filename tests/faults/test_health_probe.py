@@ -19,7 +19,8 @@ import pytest
 
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import EventLog, NullLog
-from tests.dispatching import Db, fast_config, wait_until
+from tests.database import Db
+from tests.dispatching import fast_config, wait_until
 from tests.faults.tcp_proxy import TcpProxy, proxy_target, through
 from tests.receiver import Receiver
 
@@ -107,7 +108,7 @@ async def test_healthz_and_deliveries_follow_the_database_within_seconds(
             port = dispatcher.metrics_server.sockets[0].getsockname()[1]
             healthz = f"http://127.0.0.1:{port}/healthz"
             async with httpx.AsyncClient(timeout=10) as client:
-                db.enqueue(receiver.url, "before")
+                db.enqueue("before", receiver.url)
                 await wait_until(lambda: dispatcher.stats.delivered == 1, 30)
                 assert await status(client, healthz) == 200
 
@@ -117,7 +118,7 @@ async def test_healthz_and_deliveries_follow_the_database_within_seconds(
                 await within(UNHEALTHY_WITHIN, "healthz 503", lambda: healthy(client, healthz, 503))
                 unhealthy_after = time.monotonic() - down
                 # written straight to the database, while the dispatcher cannot see it
-                db.enqueue(receiver.url, "during")
+                db.enqueue("during", receiver.url)
                 await asyncio.sleep(max(0.0, OUTAGE - (time.monotonic() - down)))  # the outage
                 assert await status(client, healthz) == 503  # still down, still said
 

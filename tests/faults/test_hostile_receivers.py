@@ -24,7 +24,8 @@ from dispatchers.delivery.retry import ExponentialBackoff
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import EventLog
-from tests.dispatching import Db, fast_config
+from tests.database import Db
+from tests.dispatching import fast_config
 from tests.processes import Fleet, scalar, terminate, wait_until
 from tests.rawserver import RawServer, read_request
 from tests.timing import LATE
@@ -136,7 +137,7 @@ def test_50mb_error_body_is_read_only_up_to_the_bound(database_url: str, fleet: 
 
     db = Db(database_url)
     with RawServer(error_with_body) as server:
-        small = db.enqueue(server.url(path="/small"), "body-small")
+        small = db.enqueue("body-small", server.url(path="/small"))
         proc = fleet.start(
             database_url,
             *("--request-timeout", "2", "--connect-timeout", "0.5", "--lease", "9"),
@@ -146,7 +147,7 @@ def test_50mb_error_body_is_read_only_up_to_the_bound(database_url: str, fleet: 
         wait_until(lambda: scalar(database_url, probe, (small,)), timeout=20, what="first attempt")
         # The baseline has imported everything, connected and read one error response.
         before = peak_rss(proc.pid)
-        big = db.enqueue(server.url(path="/big"), "body-big")
+        big = db.enqueue("body-big", server.url(path="/big"))
         wait_until(lambda: scalar(database_url, probe, (big,)), timeout=20, what="big attempt")
         after = peak_rss(proc.pid)
         assert finished.wait(10), "the server is still sending"
@@ -180,7 +181,7 @@ async def test_endless_chunked_200_succeeds_once_the_read_bound_is_hit(db: Db) -
             conn.sendall(chunk)
 
     with RawServer(endless) as server:
-        mid = db.enqueue(server.url(), "endless-200")
+        mid = db.enqueue("endless-200", server.url())
         dispatcher = await drain_within(db, fast_config(PATIENT), 15)
     assert dispatcher.stats.delivered == 1
     assert db.query("SELECT id, attempts, last_status FROM outbox.delivered") == [(mid, 1, 200)]
@@ -203,7 +204,7 @@ async def test_trickling_200_body_times_out_and_is_retried(db: Db) -> None:
             conn.sendall(b"1\r\nx\r\n")
 
     with RawServer(trickle) as server:
-        mid = db.enqueue(server.url(), "trickle-200")
+        mid = db.enqueue("trickle-200", server.url())
         dispatcher = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
     assert dispatcher.stats.retried == 1
     assert message(db, mid)[:3] == ("ready", 1, None)
@@ -221,7 +222,7 @@ async def test_garbage_instead_of_a_status_line_is_a_protocol_error(db: Db) -> N
         conn.sendall(b"\x16\x03\x01\x00\xa5 SSH-2.0-not-http \xff\xfe\r\n\r\n")
 
     with RawServer(garbage) as server:
-        mid = db.enqueue(server.url(), "garbage")
+        mid = db.enqueue("garbage", server.url())
         dispatcher = await drain_within(db, fast_config(PATIENT), 15)
     assert dispatcher.stats.retried == 1
     state, count, status, error, _ = message(db, mid)
@@ -244,7 +245,7 @@ async def test_slowloris_status_line_is_cut_at_the_request_timeout(db: Db) -> No
 
     cfg = fast_config(request_timeout=request_timeout, lease=6.0, retry_policy=ONE_ATTEMPT)
     with RawServer(slowloris) as server:
-        mid = db.enqueue(server.url(), "slowloris")
+        mid = db.enqueue("slowloris", server.url())
         dispatcher = await drain_within(db, cfg, 15)
     assert dispatcher.stats.retried == 1
     assert message(db, mid)[:3] == ("ready", 1, None)
@@ -269,8 +270,8 @@ async def test_redirects_fail_permanently_and_are_never_followed(db: Db) -> None
             )
 
         with RawServer(redirect) as server:
-            private = db.enqueue(server.url(path="/to-private"), "redirect-private")
-            loopback = db.enqueue(server.url(path="/to-loopback"), "redirect-loopback")
+            private = db.enqueue("redirect-private", server.url(path="/to-private"))
+            loopback = db.enqueue("redirect-loopback", server.url(path="/to-loopback"))
             # The guard on, loopback allowed: even a followed redirect could reach
             # nothing beyond 127.0.0.1.
             cfg = fast_config(
@@ -290,7 +291,7 @@ async def test_redirects_fail_permanently_and_are_never_followed(db: Db) -> None
 
 async def test_a_name_resolving_to_loopback_is_blocked_before_connecting(db: Db) -> None:
     with RawServer(read_only) as server:
-        mid = db.enqueue(f"http://localhost:{server.port}/hook", "ssrf-localhost")
+        mid = db.enqueue("ssrf-localhost", f"http://localhost:{server.port}/hook")
         dispatcher = await drain_within(db, fast_config(allow_private_networks=False), 15)
         assert server.connections == 0
     # held unsent rather than dead (it used to be dead at once): no attempt spent
@@ -306,7 +307,7 @@ async def test_a_name_resolving_to_loopback_is_blocked_before_connecting(db: Db)
 
 async def test_a_server_that_closes_at_once_is_retried(db: Db) -> None:
     with RawServer() as server:
-        mid = db.enqueue(server.url(), "closes-at-once")
+        mid = db.enqueue("closes-at-once", server.url())
         dispatcher = await drain_within(db, fast_config(PATIENT), 15)
         assert server.connections >= 1
     assert dispatcher.stats.retried == 1
@@ -324,7 +325,7 @@ async def test_a_server_that_never_answers_is_cut_at_the_request_timeout(db: Db)
         closed.wait(30)
 
     with RawServer(silent) as server:
-        mid = db.enqueue(server.url(), "never-answers")
+        mid = db.enqueue("never-answers", server.url())
         dispatcher = await drain_within(db, fast_config(retry_policy=ONE_ATTEMPT), 15)
     assert dispatcher.stats.retried == 1
     assert message(db, mid)[:3] == ("ready", 1, None)

@@ -28,7 +28,8 @@ from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import EventLog
 from dispatchers.store.postgres import Completion, Store
 from outbox import Outbox
-from tests.dispatching import Db, fast_config
+from tests.database import Db
+from tests.dispatching import fast_config
 from tests.processes import DispatcherProcess, Fleet, query, scalar, terminate, wait_until
 from tests.receiver import Received, Receiver, Reply
 
@@ -193,7 +194,7 @@ async def test_a_flush_blocked_past_the_lock_timeout_records_the_outcome_once(
     log = Recorder()
     cfg = fast_config(lock_timeout=0.2)  # lease 3 s, statement timeout 0.5 s
     with Receiver(hold) as receiver:
-        mid = db.enqueue(receiver.url, "flush-1")
+        mid = db.enqueue("flush-1", receiver.url)
         dispatcher = Dispatcher(db.url, cfg, log=log)
         task = asyncio.create_task(dispatcher.run())
 
@@ -286,7 +287,7 @@ async def test_a_stale_outcome_flushed_after_a_reclaim_does_not_cost_the_new_att
 
     log = Recorder()
     with Receiver(respond) as receiver:
-        mid = db.enqueue(receiver.url, "stale-1")
+        mid = db.enqueue("stale-1", receiver.url)
         config = fast_config()
         dispatcher = Dispatcher(db.url, config, log=log, store=WritesFail(db.url, config))
         task = asyncio.create_task(dispatcher.run())

@@ -35,9 +35,9 @@ from outbox.admin import (
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.endpoints import Endpoints
 from outbox.secrets import generate_secret
+from tests.database import Db
 from tests.dispatching import fast_config
 from tests.errors import invalid_argument
-from tests.operating import Db
 from tests.receiver import Receiver, Reply
 
 

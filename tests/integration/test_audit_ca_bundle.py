@@ -17,7 +17,8 @@ import trustme
 
 from outbox import Outbox
 from outbox.endpoints import Endpoints
-from tests.dispatching import Db, drain, fast_config
+from tests.database import Db
+from tests.dispatching import drain, fast_config
 from tests.receiver import Receiver
 
 CLIENTS = ["aiohttp", "httpx"]

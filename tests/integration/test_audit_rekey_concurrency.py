@@ -27,7 +27,8 @@ from dispatchers.cli import main
 from outbox import Outbox
 from outbox.endpoints import Endpoints
 from outbox.sealing import Keyring, Sealed, generate_key, key_id
-from tests.dispatching import Db, drain, fast_config
+from tests.database import Db
+from tests.dispatching import drain, fast_config
 from tests.receiver import Receiver
 
 KEY_A, KEY_B = generate_key(), generate_key()

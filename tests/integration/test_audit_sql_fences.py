@@ -12,7 +12,8 @@ import pytest
 
 from dispatchers.store.messages import Completion
 from dispatchers.store.postgres import Store
-from tests.dispatching import Db, delivered, fast_config, retried
+from tests.database import Db
+from tests.dispatching import delivered, fast_config, retried
 from tests.dispatching import failed as dead
 
 
@@ -42,8 +43,8 @@ def history(db: Db) -> list[tuple[object, ...]]:
 async def test_another_owner_at_the_same_attempt_number_is_fenced_out_by_owner(
     db: Db, store: Store
 ) -> None:
-    taken = db.enqueue("https://example.com/x", "taken")
-    mine = db.enqueue("https://example.com/y", "mine")
+    taken = db.enqueue("taken", "https://example.com/x")
+    mine = db.enqueue("mine", "https://example.com/y")
     assert {j.id: j.attempts for j in (await store.claim("owner-a", 2)).messages} == {
         taken: 1,
         mine: 1,
@@ -77,8 +78,8 @@ async def test_another_owner_at_the_same_attempt_number_is_fenced_out_by_owner(
 async def test_an_earlier_attempt_of_the_same_owner_is_fenced_out_by_attempt(
     db: Db, store: Store
 ) -> None:
-    again = db.enqueue("https://example.com/x", "again")
-    mine = db.enqueue("https://example.com/y", "mine")
+    again = db.enqueue("again", "https://example.com/x")
+    mine = db.enqueue("mine", "https://example.com/y")
     assert {j.id for j in (await store.claim("owner-a", 2)).messages} == {again, mine}
     # `again`'s lease expires, the rescuer returns it, the same owner claims it:
     # attempt 2 under the same owner name

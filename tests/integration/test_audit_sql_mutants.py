@@ -16,7 +16,8 @@ from dispatchers.store.postgres import Store
 from outbox import Outbox
 from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
-from tests.dispatching import Db, delivered, fast_config, retried
+from tests.database import Db
+from tests.dispatching import delivered, fast_config, retried
 from tests.dispatching import failed as dead
 
 URL = "https://example.com/x"
@@ -50,8 +51,8 @@ async def test_a_message_no_longer_running_is_neither_completed_nor_renewed_by_i
     """The table lets a row that is not running keep a lease owner (only a lease
     end with it is refused): the fence of owner and attempt alone would let a
     stale completion or heartbeat write to it; the state stops them."""
-    stopped = db.enqueue(URL, "stopped")
-    other = db.enqueue("https://example.com/y", "other")
+    stopped = db.enqueue("stopped", URL)
+    other = db.enqueue("other", "https://example.com/y")
     assert {j.id: j.attempts for j in (await store.claim("owner-a", 2)).messages} == {
         stopped: 1,
         other: 1,
@@ -74,7 +75,7 @@ async def test_a_message_no_longer_running_is_neither_completed_nor_renewed_by_i
 async def test_the_rescuer_takes_only_running_messages_whatever_their_lease_end_says(
     db: Db, store: Store
 ) -> None:
-    stopped = db.enqueue(URL, "stopped")
+    stopped = db.enqueue("stopped", URL)
     (job,) = (await store.claim("owner-a", 1)).messages
     db.query(
         "UPDATE outbox.messages SET state = 'paused', lease_owner = NULL,"
@@ -184,7 +185,7 @@ async def test_a_paused_message_holds_back_the_later_messages_of_its_key(
     with psycopg.connect(db.url) as conn:
         endpoint = Endpoints().add(conn, url="https://paused.example/hook")
         box.publish(conn, "order.paid", {"n": 1}, ordering_key="acct-1")
-    later = db.enqueue("https://other.example/x", "later", ordering_key="acct-1")
+    later = db.enqueue("later", "https://other.example/x", ordering_key="acct-1")
     with psycopg.connect(db.url) as conn:
         Endpoints().disable(conn, endpoint.id)
     assert db.query("SELECT state FROM outbox.messages WHERE id <> %s", later) == [("paused",)]
@@ -202,7 +203,7 @@ def scalar(db: Db, sql: str, *params: object) -> object:
 
 
 def enqueue_many(db: Db, count: int) -> list[int]:
-    return [db.enqueue(f"{ORIGIN}/x", f"k{i}") for i in range(count)]
+    return [db.enqueue(f"k{i}", f"{ORIGIN}/x") for i in range(count)]
 
 
 async def test_a_slot_that_frees_passes_to_a_waiting_request_that_still_runs(

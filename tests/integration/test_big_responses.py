@@ -20,7 +20,8 @@ import pytest
 
 from dispatchers.delivery.http import Sender
 from dispatchers.delivery.retry import ExponentialBackoff
-from tests.dispatching import Db, drain, fast_config
+from tests.database import Db
+from tests.dispatching import drain, fast_config
 from tests.rawserver import Handler, RawServer, read_request
 
 MIB = 1024 * 1024
@@ -73,8 +74,8 @@ async def test_a_huge_body_is_classified_by_status_and_read_only_up_to_the_bound
     db = Db(database_url)
     server = HugeBodies()
     with RawServer(server) as raw:
-        ok = db.enqueue(raw.url(path="/ok"), "huge-ok")
-        failing = db.enqueue(raw.url(path="/fail"), "huge-503")
+        ok = db.enqueue("huge-ok", raw.url(path="/ok"))
+        failing = db.enqueue("huge-503", raw.url(path="/fail"))
         dispatcher = await drain(
             db,
             fast_config(

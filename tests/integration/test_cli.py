@@ -574,7 +574,7 @@ async def test_messages_show_prints_the_last_reply(cli: Cli) -> None:
     db = Db(cli.url)
     refusal = b'{"error": "invalid token"}\x07'
     with Receiver(lambda req: Reply(status=401, body=refusal)) as partner:
-        message_id = db.enqueue(partner.url + "/charges", "k-401")
+        message_id = db.enqueue("k-401", partner.url + "/charges")
         await drain(db, fast_config())
     code, out, _ = cli("messages", "show", str(message_id))
     assert code == 0
@@ -591,7 +591,7 @@ async def test_a_delivered_message_and_its_attempt_are_called_delivered(cli: Cli
 
     db = Db(cli.url)
     with Receiver() as partner:
-        message_id = db.enqueue(partner.url + "/charges", "k-200")
+        message_id = db.enqueue("k-200", partner.url + "/charges")
         await drain(db, fast_config())
     code, out, _ = cli("messages", "show", str(message_id))
     assert code == 0

@@ -25,7 +25,8 @@ from dispatchers.store.rows import HealthRow
 from outbox import Outbox
 from outbox.admin import status
 from outbox.endpoints import Endpoints
-from tests.dispatching import Db, fast_config, retried, running, wait_until
+from tests.database import Db
+from tests.dispatching import fast_config, retried, running, wait_until
 from tests.receiver import Received, Receiver, Reply
 
 BREAKER = {
@@ -89,7 +90,7 @@ async def test_a_failing_destination_opens_its_breaker_probes_and_closes(
 
     with Receiver(failing_until_recovered) as failing, Receiver() as healthy:
         for i in range(10):
-            db.enqueue(failing.url, f"down-{i}", max_attempts=50)
+            db.enqueue(f"down-{i}", failing.url, max_attempts=50)
         destination = db.query("SELECT DISTINCT destination FROM outbox.messages")[0][0]
         # one request at a time: once the breaker is written open, nothing is in
         # flight to the failing destination, so every later request is a probe
@@ -109,7 +110,7 @@ async def test_a_failing_destination_opens_its_breaker_probes_and_closes(
 
             # another destination is served meanwhile
             for i in range(3):
-                db.enqueue(healthy.url, f"up-{i}")
+                db.enqueue(f"up-{i}", healthy.url)
             await asyncio.to_thread(healthy.wait_for, 3)
 
             # after the back-off, one probe: it fails and the breaker opens again
@@ -152,7 +153,7 @@ async def test_a_retry_after_holds_the_destination_for_every_dispatcher(
         return Reply()
 
     with Receiver(limited_once) as receiver:
-        db.enqueue(receiver.url, "first")
+        db.enqueue("first", receiver.url)
         destination = db.query("SELECT DISTINCT destination FROM outbox.messages")[0][0]
         config = fast_config()
         stream = io.StringIO()
@@ -178,7 +179,7 @@ async def test_a_retry_after_holds_the_destination_for_every_dispatcher(
             assert f"held: {destination} until " in capsys.readouterr().out
             assert sorted(held(), key=lambda v: v or 0.0) in ([None, 1.0], [0.0, 1.0])
             for i in range(4):
-                db.enqueue(receiver.url, f"later-{i}")
+                db.enqueue(f"later-{i}", receiver.url)
             await asyncio.to_thread(receiver.wait_for, 6, 15)
             await wait_until(lambda: not db.query("SELECT 1 FROM outbox.messages"))
         attempts = db.query("SELECT attempts FROM outbox.delivered ORDER BY id")
@@ -194,8 +195,8 @@ async def test_a_drain_ends_leaving_a_blocked_destinations_messages_waiting(
     db: Db, state: str
 ) -> None:
     with Receiver() as blocked, Receiver() as served:
-        db.enqueue(blocked.url, "blocked")
-        db.enqueue(served.url, "served")
+        db.enqueue("blocked", blocked.url)
+        db.enqueue("served", served.url)
         db.query(
             "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
             " SELECT destination, %s, now() + interval '1 minute',"
@@ -220,8 +221,8 @@ async def test_of_two_concurrent_claims_one_takes_the_probe_of_one_message(db: D
     # an open breaker past its back-off, a backlog behind it, a healthy
     # destination beside it, and two dispatchers claiming at once (the one told
     # it was alone too): one probe goes out, the rest waits
-    probed = [db.enqueue("https://down.example/x", f"down-{i}") for i in range(5)]
-    healthy = [db.enqueue("https://up.example/x", f"up-{i}") for i in range(4)]
+    probed = [db.enqueue(f"down-{i}", "https://down.example/x") for i in range(5)]
+    healthy = [db.enqueue(f"up-{i}", "https://up.example/x") for i in range(4)]
     db.query(
         "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"
         " VALUES ('https://down.example:443', 'open', now() - interval '1 second', now())"
@@ -257,13 +258,13 @@ async def test_without_holds_a_retry_after_delays_only_its_message(db: Db) -> No
         return Reply()
 
     with Receiver(limited_once) as receiver:
-        db.enqueue(receiver.url, "first")
+        db.enqueue("first", receiver.url)
         config = fast_config(retry_after_holds=False)
         stream = io.StringIO()
         async with running(db, config, log=EventLog(stream=stream, format="json")):
             await asyncio.to_thread(receiver.wait_for, 1)
             for i in range(3):
-                db.enqueue(receiver.url, f"later-{i}")
+                db.enqueue(f"later-{i}", receiver.url)
             await asyncio.to_thread(receiver.wait_for, 4)
     assert db.query("SELECT idempotency_key FROM outbox.messages") == [("first",)]
     assert db.query("SELECT 1 FROM outbox.destination_health") == []
@@ -338,7 +339,7 @@ async def test_a_probe_whose_dispatcher_vanished_is_taken_again_once_its_lease_p
     db: Db,
 ) -> None:
     destination = "https://down.example:443"
-    waiting = [db.enqueue("https://down.example/x", f"down-{i}") for i in range(3)]
+    waiting = [db.enqueue(f"down-{i}", "https://down.example/x") for i in range(3)]
     db.query(
         "INSERT INTO outbox.destination_health"
         " (destination, state, blocked_until, opened_at, probe_owner)"
@@ -402,7 +403,7 @@ async def test_a_probe_that_never_reached_its_destination_gives_its_turn_back(db
     # (the next message would then be sent as if it had recovered) nor reopens it
     # for longer; the next claim takes another probe at once.
     with Receiver() as receiver:
-        refused = [db.enqueue(receiver.url, f"refused-{i}", max_attempts=1) for i in range(2)]
+        refused = [db.enqueue(f"refused-{i}", receiver.url, max_attempts=1) for i in range(2)]
         destination = db.query("SELECT DISTINCT destination FROM outbox.messages")[0][0]
         db.query(
             "INSERT INTO outbox.destination_health (destination, state, blocked_until, opened_at)"

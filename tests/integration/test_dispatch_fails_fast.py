@@ -36,7 +36,8 @@ from dispatchers.errors import DatabaseUnusable
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import EventLog
 from outbox.migrations import load_migrations
-from tests.dispatching import Db, fast_config
+from tests.database import Db
+from tests.dispatching import fast_config
 from tests.processes import DispatcherProcess, Fleet, enqueue_many, query, wait_until
 from tests.receiver import Received, Receiver, Reply
 
@@ -251,7 +252,7 @@ async def test_a_privilege_revoked_mid_run_stops_the_dispatcher_after_a_lease(
     with holding(release) as receiver:
         total = 12
         for i in range(total):
-            db.enqueue(receiver.url, f"revoked-{i}")
+            db.enqueue(f"revoked-{i}", receiver.url)
         dispatcher = Dispatcher(as_role(database_url, role), cfg, log=log)
         task = asyncio.create_task(dispatcher.run())
         try:
@@ -298,7 +299,7 @@ async def test_connections_terminated_again_and_again_do_not_stop_a_drain(
     with Receiver(lambda req: Reply(delay=0.2)) as receiver:
         total = 40  # 8 s of deliveries, one at a time
         for i in range(total):
-            db.enqueue(receiver.url, f"terminated-{i}")
+            db.enqueue(f"terminated-{i}", receiver.url)
         dispatcher = Dispatcher(database_url, cfg, log=log)
         task = asyncio.create_task(dispatcher.run(drain=True))
         try:

@@ -23,7 +23,8 @@ from dispatchers.runtime.waker import Waker
 from dispatchers.store.messages import ClaimResult, Completion
 from dispatchers.store.postgres import Store
 from outbox.admin import status
-from tests.dispatching import Db, drain, fast_config, running, wait_until
+from tests.database import Db
+from tests.dispatching import drain, fast_config, running, wait_until
 from tests.receiver import Received, Receiver, Reply
 
 
@@ -37,8 +38,8 @@ async def test_success_delivers_once_with_headers_and_moves_to_history(
     receiver: Receiver,
 ) -> None:
     mid = db.enqueue(
-        receiver.url + "/orders",
         "order-1",
+        receiver.url + "/orders",
         json={"total": 10},
         headers={"X-Tenant": "acme"},
     )
@@ -63,7 +64,7 @@ async def test_retry_then_success_sends_the_same_idempotency_key(
 ) -> None:
     replies = iter([Reply(status=503), Reply(status=200)])
     receiver.responder = lambda req: next(replies)
-    mid = db.enqueue(receiver.url, "k-retry")
+    mid = db.enqueue("k-retry", receiver.url)
     dispatcher = Dispatcher(db.url, fast_config(), log=NullLog())
     task = asyncio.create_task(dispatcher.run())
     try:
@@ -83,7 +84,7 @@ async def test_retry_then_success_sends_the_same_idempotency_key(
 
 async def test_client_error_is_dead_after_one_attempt(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(status=422, body=b"bad field: total")
-    mid = db.enqueue(receiver.url, "k-422")
+    mid = db.enqueue("k-422", receiver.url)
     await drain(db, fast_config())
     assert len(receiver.requests) == 1
     assert db.query(
@@ -96,7 +97,7 @@ async def test_client_error_is_dead_after_one_attempt(db: Db, receiver: Receiver
 
 async def test_retries_end_dead_when_attempts_are_spent(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(status=500)
-    mid = db.enqueue(receiver.url, "k-500", max_attempts=3)
+    mid = db.enqueue("k-500", receiver.url, max_attempts=3)
     dispatcher = Dispatcher(db.url, fast_config(), log=NullLog())
     task = asyncio.create_task(dispatcher.run())
     try:
@@ -119,7 +120,7 @@ async def test_retries_end_dead_when_attempts_are_spent(db: Db, receiver: Receiv
 
 async def test_429_retry_after_is_honoured(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(status=429, headers={"Retry-After": "30"})
-    mid = db.enqueue(receiver.url, "k-429")
+    mid = db.enqueue("k-429", receiver.url)
     before = datetime.now(UTC)
     await drain(db, fast_config())
     ((state, available_at, last_status),) = db.query(
@@ -135,7 +136,7 @@ async def test_timeout_is_retried(db: Db, receiver: Receiver) -> None:
     # The answer comes long after request_timeout (1 s), so however late a loaded
     # machine fires the deadline, only the deadline can end the attempt.
     receiver.responder = lambda req: Reply(delay=10.0)
-    mid = db.enqueue(receiver.url, "k-slow")
+    mid = db.enqueue("k-slow", receiver.url)
     await drain(db, fast_config(retry_policy=ExponentialBackoff(base=60, cap=60, jitter=0)))
     assert db.query("SELECT state, attempts FROM outbox.messages WHERE id = %s", mid) == [
         ("ready", 1)
@@ -150,7 +151,7 @@ async def test_timeout_is_retried(db: Db, receiver: Receiver) -> None:
 
 async def test_connection_reset_is_retried(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(reset=True)
-    mid = db.enqueue(receiver.url, "k-reset")
+    mid = db.enqueue("k-reset", receiver.url)
     await drain(db, fast_config(retry_policy=ExponentialBackoff(base=60, cap=60, jitter=0)))
     assert db.query(
         "SELECT state, attempts, last_status FROM outbox.messages WHERE id = %s", mid
@@ -165,7 +166,7 @@ async def test_ssrf_guard_refuses_loopback_by_default(
 ) -> None:
     # Refused, the message is held unsent (it used to go dead at once): a setting
     # of the dispatcher, not a fault of the message.
-    mid = db.enqueue(receiver.url, "k-ssrf")
+    mid = db.enqueue("k-ssrf", receiver.url)
     dispatcher = await drain(db, fast_config(allow_private_networks=False))
     assert receiver.requests == []
     ((state, attempts, error, held_s),) = db.query(
@@ -192,7 +193,7 @@ async def test_a_held_message_is_delivered_once_the_dispatcher_allows_its_destin
     db: Db, receiver: Receiver
 ) -> None:
     stream = io.StringIO()
-    mid = db.enqueue(receiver.url, "k-held", max_attempts=1)
+    mid = db.enqueue("k-held", receiver.url, max_attempts=1)
     held = fast_config(allow_private_networks=False, blocked_delay=1.0)
     for _ in range(3):  # held again and again: never spent, one attempt or not
         dispatcher = Dispatcher(db.url, held, log=EventLog(stream=stream, format="json"))
@@ -222,7 +223,7 @@ async def test_refused_messages_are_one_event_per_destination_not_one_per_messag
 ) -> None:
     stream = io.StringIO()
     for i in range(20):
-        db.enqueue(receiver.url, f"k-many-{i}")
+        db.enqueue(f"k-many-{i}", receiver.url)
     dispatcher = Dispatcher(
         db.url,
         fast_config(allow_private_networks=False),
@@ -243,7 +244,7 @@ async def test_refused_messages_are_one_event_per_destination_not_one_per_messag
 
 async def test_response_excerpt_is_bounded(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(status=400, body=b"x" * 200_000)
-    db.enqueue(receiver.url, "k-big")
+    db.enqueue("k-big", receiver.url)
     await drain(db, fast_config())
     ((excerpt,),) = db.query("SELECT response_excerpt FROM outbox.attempts")
     assert excerpt == "x" * 1024
@@ -262,7 +263,7 @@ async def test_notify_wakes_an_idle_dispatcher_before_the_poll_interval(
     try:
         await wait_until_idle(dispatcher, waker)
         claims, notifications = dispatcher.stats.claims, waker.notifications
-        db.enqueue(receiver.url, "k-wake")
+        db.enqueue("k-wake", receiver.url)
         await asyncio.to_thread(receiver.wait_for, 1, 20.0)
         assert waker.notifications > notifications
         assert dispatcher.stats.claims == claims + 1  # the one the notification prompted
@@ -306,7 +307,7 @@ async def test_ordering_key_delivers_one_at_a_time_in_id_order(db: Db, receiver:
         return Reply()
 
     receiver.responder = respond
-    ids = [db.enqueue(receiver.url, f"acct-{i}", ordering_key="acct") for i in range(5)]
+    ids = [db.enqueue(f"acct-{i}", receiver.url, ordering_key="acct") for i in range(5)]
     await drain(db, fast_config(concurrency=16))
     assert [r.body for r in receiver.requests] == [
         f'{{"key":"acct-{i}"}}'.encode() for i in range(5)
@@ -317,8 +318,8 @@ async def test_ordering_key_delivers_one_at_a_time_in_id_order(db: Db, receiver:
 
 async def test_dead_message_does_not_block_its_ordering_key(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(status=400 if b"first" in req.body else 200)
-    first = db.enqueue(receiver.url, "o-1", json="first", ordering_key="k")
-    second = db.enqueue(receiver.url, "o-2", json="second", ordering_key="k")
+    first = db.enqueue("o-1", receiver.url, json="first", ordering_key="k")
+    second = db.enqueue("o-2", receiver.url, json="second", ordering_key="k")
     await drain(db, fast_config())
     assert db.query("SELECT id, state FROM outbox.messages") == [(first, "dead")]
     assert db.query("SELECT id FROM outbox.delivered") == [(second,)]
@@ -344,7 +345,7 @@ async def test_requests_in_flight_never_exceed_the_concurrency(db: Db, receiver:
 
     receiver.responder = respond
     for i in range(60):
-        db.enqueue(receiver.url, f"cap-{i}")
+        db.enqueue(f"cap-{i}", receiver.url)
     transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=100))
     try:
         dispatcher = await drain(db, fast_config(concurrency=4, batch_size=4), transport=transport)
@@ -357,10 +358,10 @@ async def test_requests_in_flight_never_exceed_the_concurrency(db: Db, receiver:
 
 async def test_claim_respects_ordering_and_batch_limit(db: Db) -> None:
     url = "https://example.com/x"
-    a1 = db.enqueue(url, "a1", ordering_key="a")
-    db.enqueue(url, "a2", ordering_key="a")
-    b1 = db.enqueue(url, "b1")
-    db.enqueue(url, "b2")
+    a1 = db.enqueue("a1", url, ordering_key="a")
+    db.enqueue("a2", url, ordering_key="a")
+    b1 = db.enqueue("b1", url)
+    db.enqueue("b2", url)
     store = Store(db.url, fast_config())
     await store.open()
     try:
@@ -373,7 +374,7 @@ async def test_claim_respects_ordering_and_batch_limit(db: Db) -> None:
 
 
 async def test_stale_outcome_of_another_owner_changes_nothing(db: Db) -> None:
-    mid = db.enqueue("https://example.com/x", "fence-1")
+    mid = db.enqueue("fence-1", "https://example.com/x")
     store = Store(db.url, fast_config())
     await store.open()
     try:
@@ -406,7 +407,7 @@ async def test_stale_outcome_of_another_owner_changes_nothing(db: Db) -> None:
 
 
 async def test_stale_outcome_of_the_same_owner_is_fenced_by_attempt(db: Db) -> None:
-    mid = db.enqueue("https://example.com/x", "fence-2")
+    mid = db.enqueue("fence-2", "https://example.com/x")
     store = Store(db.url, fast_config())
     await store.open()
     try:
@@ -458,7 +459,7 @@ async def test_stale_outcome_of_the_same_owner_is_fenced_by_attempt(db: Db) -> N
 async def test_frozen_delivery_past_its_lease_cannot_complete(db: Db, receiver: Receiver) -> None:
     release = threading.Event()
     receiver.responder = lambda req: (release.wait(10), Reply())[1]
-    mid = db.enqueue(receiver.url, "frozen")
+    mid = db.enqueue("frozen", receiver.url)
     # A long lease: no heartbeat fires during the test; the test expires the lease.
     # One request slot, taken by the frozen delivery: the dispatcher claims nothing
     # more, so the rescued message is owner-b's to claim.
@@ -496,7 +497,7 @@ async def test_heartbeat_cancels_a_delivery_whose_lease_was_lost(
 ) -> None:
     release = threading.Event()
     receiver.responder = lambda req: (release.wait(10), Reply())[1]
-    mid = db.enqueue(receiver.url, "lost")
+    mid = db.enqueue("lost", receiver.url)
     dispatcher = Dispatcher(
         db.url, fast_config(lease=6.0, request_timeout=3.0, rescue_interval=60.0), log=NullLog()
     )
@@ -542,8 +543,8 @@ async def test_claim_uses_the_partial_index(db: Db) -> None:
 async def test_an_outcome_the_database_refuses_does_not_block_the_others(
     db: Db, receiver: Receiver
 ) -> None:
-    bad = db.enqueue(receiver.url, "refused")
-    good = db.enqueue(receiver.url, "fine")
+    bad = db.enqueue("refused", receiver.url)
+    good = db.enqueue("fine", receiver.url)
     # A stray attempt row makes the first outcome of `bad` violate the primary key.
     db.query(
         "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
@@ -569,7 +570,7 @@ async def test_an_outcome_the_database_refuses_does_not_block_the_others(
 async def test_a_claim_that_commits_after_the_stop_signal_is_released_unsent(
     db: Db, receiver: Receiver
 ) -> None:
-    ids = [db.enqueue(receiver.url, f"late-{i}") for i in range(3)]
+    ids = [db.enqueue(f"late-{i}", receiver.url) for i in range(3)]
     dispatchers: list[Dispatcher] = []
 
     class StopDuringClaim(Store):

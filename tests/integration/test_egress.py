@@ -27,7 +27,8 @@ from dispatchers.runtime.log import EventLog, NullLog
 from outbox import Outbox
 from outbox.endpoints import Endpoint, Endpoints
 from outbox.sealing import Keyring, generate_key, parse_keys
-from tests.dispatching import Db, fast_config
+from tests.database import Db
+from tests.dispatching import fast_config
 from tests.forward_proxy import ForwardProxy
 from tests.integration.test_cli import Cli
 from tests.receiver import Receiver
@@ -124,7 +125,7 @@ async def test_deliveries_reach_http_and_https_destinations_through_the_proxy(
     http_client: str,
 ) -> None:
     db = Db(database_url)
-    db.enqueue(receiver.url + "/plain", "plain-1")
+    db.enqueue("plain-1", receiver.url + "/plain")
     endpoint = add_endpoint(db, https(https_receiver), ca_bundle=pem(server_ca.cert_pem))
     publish(db)
     stream = io.StringIO()
@@ -154,9 +155,9 @@ async def test_through_the_proxy_the_guard_still_refuses_private_destinations(
     database_url: str, receiver: Receiver, http_client: str
 ) -> None:
     db = Db(database_url)
-    refused = db.enqueue("http://10.255.255.1:8080/hook", "private-1", max_attempts=1)
-    loopback = db.enqueue("http://127.0.0.2:9/hook", "loopback-1", max_attempts=1)
-    db.enqueue(receiver.url + "/allowed", "allowed-1")
+    refused = db.enqueue("private-1", "http://10.255.255.1:8080/hook", max_attempts=1)
+    loopback = db.enqueue("loopback-1", "http://127.0.0.2:9/hook", max_attempts=1)
+    db.enqueue("allowed-1", receiver.url + "/allowed")
     async with ForwardProxy() as proxy:
         config = fast_config(GUARDED, http_client=http_client, proxy=Proxy.parse(proxy.url))
         await drain(db, config)

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from dispatchers.store.postgres import Store
-from tests.dispatching import Db, drain, fast_config, running, wait_until
+from tests.database import Db
+from tests.dispatching import drain, fast_config, running, wait_until
 from tests.receiver import Received, Receiver, Reply
 from tests.timing import LATE
 
@@ -54,9 +55,9 @@ async def test_a_slow_destinations_backlog_does_not_hold_another_back(db: Db) ->
     slow_reply = Reply(delay=1.0)
     with Receiver(lambda req: slow_reply) as slow, Receiver() as healthy:
         for i in range(200):
-            db.enqueue(slow.url, f"slow-{i}")
+            db.enqueue(f"slow-{i}", slow.url)
         for i in range(10):
-            db.enqueue(healthy.url, f"healthy-{i}")
+            db.enqueue(f"healthy-{i}", healthy.url)
         config = fast_config(
             concurrency=16, destination_concurrency=None, request_timeout=2.0, lease=5.0, grace=0
         )
@@ -78,9 +79,9 @@ async def test_a_hanging_destination_holds_no_more_than_its_bound(db: Db) -> Non
     holding = Holding(seconds=30.0)
     with Receiver(holding) as hanging, Receiver() as healthy:
         for i in range(20):
-            db.enqueue(hanging.url, f"hang-{i}")
+            db.enqueue(f"hang-{i}", hanging.url)
         for i in range(12):
-            db.enqueue(healthy.url, f"healthy-{i}")
+            db.enqueue(f"healthy-{i}", healthy.url)
         config = fast_config(
             concurrency=8, destination_concurrency=3, request_timeout=20.0, lease=35.0, grace=0
         )
@@ -98,9 +99,9 @@ async def test_an_ordering_key_keeps_its_order_across_destinations(db: Db) -> No
     with Receiver() as first, Receiver() as second:
         receivers = (first, second)
         for i in range(8):
-            db.enqueue(receivers[i % 2].url, f"ordered-{i}", ordering_key="account-1")
+            db.enqueue(f"ordered-{i}", receivers[i % 2].url, ordering_key="account-1")
         for i in range(8):  # unordered traffic beside it, to both destinations
-            db.enqueue(receivers[i % 2].url, f"free-{i}")
+            db.enqueue(f"free-{i}", receivers[i % 2].url)
         await drain(db, fast_config())
     arrived = sorted(first.requests + second.requests, key=lambda r: r.at)
     ordered = [
@@ -114,8 +115,8 @@ async def test_a_claim_takes_every_destinations_first_and_fills_up_from_the_deep
 ) -> None:
     # four destinations share a batch of 20: five each at first, then the one
     # with more due fills the rest of the batch
-    deep = [db.enqueue("https://deep.example/x", f"deep-{i}") for i in range(30)]
-    shallow = [db.enqueue(f"https://shallow-{i}.example/x", f"shallow-{i}") for i in range(3)]
+    deep = [db.enqueue(f"deep-{i}", "https://deep.example/x") for i in range(30)]
+    shallow = [db.enqueue(f"shallow-{i}", f"https://shallow-{i}.example/x") for i in range(3)]
     store = Store(db.url, fast_config(destination_concurrency=100))
     await store.open()
     try:
@@ -130,7 +131,7 @@ async def test_a_destination_alone_below_its_bound_takes_the_whole_batch(db: Db)
     # past the bound (no other destination needs the room); at its bound, or
     # beside another, it gets no more than its room. Whether the claim is told
     # that it was alone last time or not.
-    alone = [db.enqueue("https://alone.example/x", f"alone-{i}") for i in range(12)]
+    alone = [db.enqueue(f"alone-{i}", "https://alone.example/x") for i in range(12)]
     destination = "https://alone.example:443"
     store = Store(db.url, fast_config(destination_concurrency=3))
     await store.open()
@@ -144,7 +145,7 @@ async def test_a_destination_alone_below_its_bound_takes_the_whole_batch(db: Db)
         assert claimed == alone[4:8]
         assert (await store.claim("owner", 8, {destination: 3})).messages == []
         assert (await store.claim("owner", 8, {destination: 3}, destination)).messages == []
-        other = db.enqueue("https://other.example/x", "other")
+        other = db.enqueue("other", "https://other.example/x")
         claimed = [
             job.id
             for job in (await store.claim("owner", 8, {destination: 2}, destination)).messages

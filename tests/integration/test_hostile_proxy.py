@@ -17,7 +17,8 @@ import pytest
 from dispatchers.delivery.proxy import Proxy
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import NullLog
-from tests.dispatching import Db, fast_config
+from tests.database import Db
+from tests.dispatching import fast_config
 from tests.forward_proxy import ForwardProxy
 from tests.receiver import Receiver
 
@@ -32,7 +33,7 @@ async def test_percent_encoded_proxy_credentials_reach_the_proxy_decoded(
     database_url: str, receiver: Receiver, http_client: str
 ) -> None:
     db = Db(database_url)
-    db.enqueue(receiver.url + "/plain", "plain-1")
+    db.enqueue("plain-1", receiver.url + "/plain")
     async with ForwardProxy(credentials=(USER, PASSWORD)) as proxy:
         host_port = proxy.url.removeprefix("http://")
         parsed = Proxy.parse(f"http://us%40er:p%3Ass%20w%25@{host_port}")

@@ -12,7 +12,8 @@ from dispatchers.runtime.log import NullLog
 from dispatchers.runtime.maintenance import Heartbeat, Rescuer
 from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.postgres import Store
-from tests.dispatching import Db, fast_config
+from tests.database import Db
+from tests.dispatching import fast_config
 from tests.jobs import job
 
 URL = "https://example.com/hook"
@@ -40,9 +41,9 @@ def report() -> Reporter:
 async def test_the_rescuer_hands_on_expired_leases_and_ends_spent_ones(
     db: Db, store: Store
 ) -> None:
-    again = db.enqueue(URL, "again")
-    spent = db.enqueue(URL, "spent", max_attempts=1)
-    held = db.enqueue(URL, "held")
+    again = db.enqueue("again", URL)
+    spent = db.enqueue("spent", URL, max_attempts=1)
+    held = db.enqueue("held", URL)
     jobs = (await store.claim("owner-a", 3)).messages
     assert sorted(j.id for j in jobs) == sorted([again, spent, held])
     db.expire(again)
@@ -67,8 +68,8 @@ async def test_the_rescuer_hands_on_expired_leases_and_ends_spent_ones(
 async def test_the_heartbeat_renews_its_leases_and_reports_a_stolen_one_lost(
     db: Db, store: Store
 ) -> None:
-    kept = db.enqueue(URL, "kept")
-    stolen = db.enqueue(URL, "stolen")
+    kept = db.enqueue("kept", URL)
+    stolen = db.enqueue("stolen", URL)
     jobs = {j.id: j for j in (await store.claim("owner-a", 2)).messages}
     db.query("UPDATE outbox.messages SET lease_until = now() + interval '1 second' RETURNING id")
     db.query(

@@ -24,7 +24,8 @@ from dispatchers.store.postgres import Store
 from outbox import Outbox
 from outbox.admin import replay_event, replay_message
 from outbox.endpoints import Endpoints
-from tests.dispatching import Db, delivered, drain, fast_config, running, wait_until
+from tests.database import Db
+from tests.dispatching import delivered, drain, fast_config, running, wait_until
 from tests.receiver import Receiver
 
 KEY = "acct-1"

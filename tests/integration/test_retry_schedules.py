@@ -22,7 +22,8 @@ from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import EventLog, NullLog
 from outbox import EventTypes, Outbox
 from outbox.endpoints import Endpoints
-from tests.dispatching import Db, fast_config, wait_until
+from tests.database import Db
+from tests.dispatching import fast_config, wait_until
 from tests.receiver import Receiver, Reply
 
 FAILING = Reply(status=503)

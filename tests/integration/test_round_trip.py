@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from outbox import Outbox
 from outbox._message import METHODS, RESERVED_HEADERS
-from tests.dispatching import Db, drain, fast_config
+from tests.database import Db
+from tests.dispatching import drain, fast_config
 from tests.rawserver import RawServer, read_message
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"

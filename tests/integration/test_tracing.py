@@ -27,7 +27,8 @@ from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import EventLog
 from outbox import Endpoints, Outbox
 from outbox.receiver import extract_context
-from tests.dispatching import Db, drain, fast_config, wait_until
+from tests.database import Db
+from tests.dispatching import drain, fast_config, wait_until
 from tests.receiver import Received, Receiver, Reply
 
 
@@ -60,7 +61,7 @@ async def test_one_trace_runs_from_the_business_span_to_the_receiver_across_a_re
     stream = io.StringIO()
     with Receiver(respond) as receiver:
         with tracer.start_as_current_span("place order") as business:
-            mid = db.enqueue(f"{receiver.url}/hooks", "order-1")
+            mid = db.enqueue("order-1", f"{receiver.url}/hooks")
         dispatcher = Dispatcher(
             db.url,
             fast_config(),
@@ -141,7 +142,7 @@ async def test_without_a_span_or_an_sdk_nothing_is_stored_or_sent(
     db: Db, receiver: Receiver
 ) -> None:
     # the dispatcher uses the global tracer provider, which nothing configured
-    db.enqueue(f"{receiver.url}/hooks", "untraced")
+    db.enqueue("untraced", f"{receiver.url}/hooks")
     with psycopg.connect(db.url) as conn:
         Endpoints().add(conn, url=f"{receiver.url}/events")
         Outbox().publish(conn, "order.paid", {"id": 1})

@@ -24,9 +24,9 @@ from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from outbox.secrets import fingerprint
 from tests.dashboard import HOSTILE, running
+from tests.database import Db
 from tests.dispatching import Db as DispatchDb
 from tests.dispatching import drain, fast_config
-from tests.operating import Db
 from tests.plans import backlog
 from tests.receiver import Receiver
 

@@ -19,7 +19,7 @@ from outbox.endpoints import Endpoints
 from outbox.sealing import Keyring, generate_key
 from outbox.secrets import fingerprint
 from tests.dashboard import Ui, running
-from tests.operating import Db
+from tests.database import Db
 
 pytestmark = pytest.mark.timeout(120)
 

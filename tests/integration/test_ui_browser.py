@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.dashboard import HOSTILE, serving
-from tests.operating import Db
+from tests.database import Db
 
 pytestmark = pytest.mark.timeout(120)
 

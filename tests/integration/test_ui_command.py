@@ -16,7 +16,7 @@ from outbox.endpoints import Endpoints
 from outbox.sealing import Keyring, generate_key
 from outbox.secrets import fingerprint
 from tests.dashboard import serving
-from tests.operating import Db
+from tests.database import Db
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -1,5 +1,6 @@
-"""A test's database as an operator sees it: messages enqueued, published, and
-made dead with recorded attempts, through short-lived connections."""
+"""The test's database, as producers, dispatchers and operators meet it: messages
+enqueued, published, made dead with recorded attempts, leases expired, through
+short-lived connections."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 
 
 class Db:
-    """Short-lived connections, each one transaction committed on success."""
+    """The test's database: short-lived connections, each one transaction committed
+    on success, and what tests do to it (enqueue, publish, make dead, expire)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -76,3 +78,11 @@ class Db:
             message_id,
         )
         return row
+
+    def expire(self, message_id: int) -> None:
+        """End the message's lease now (as if its dispatcher froze past it)."""
+        self.query(
+            "UPDATE outbox.messages SET lease_until = now() - interval '1 second'"
+            " WHERE id = %s RETURNING id",
+            message_id,
+        )
