@@ -67,7 +67,7 @@ empty and a backlog of millions: made while it was nearly empty, the claim would
 read the whole table at every claim. So a connection's plans are made again once
 ``set_timeouts_prepared`` reports the table :data:`REPLAN_GROWTH` times past the size
 they were made for (and past :data:`REPLAN_FLOOR` pages); from there up, every plan
-reaches its rows by index (``tests/integration/test_statement_plans.py``). No planner
+reaches its rows by index (``tests/store/test_statement_plans.py``). No planner
 switch forces the indexes: ``enable_seqscan = off`` did, by adding 10^10 to the
 alternative's cost, past every JIT threshold up to PostgreSQL 17."""
 

@@ -50,35 +50,36 @@ _HEADER = re.compile(r"^-- (?:name|fragment):[ \t]*(\w+)[ \t]*$", re.MULTILINE)
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
 IT = "tests/integration/"
+ST = "tests/store/"
 
 FENCES = (
-    f"{IT}test_audit_sql_fences.py",
+    f"{ST}test_fences.py",
     f"{IT}test_audit_sql_mutants.py",
-    f"{IT}test_drain_statements.py::test_lean_completion_is_fenced_by_owner_attempt_and_state",
+    f"{ST}test_claim_and_complete.py::test_lean_completion_is_fenced_by_owner_attempt_and_state",
     f"{IT}test_dispatcher.py::test_stale_outcome_of_another_owner_changes_nothing",
     f"{IT}test_dispatcher.py::test_stale_outcome_of_the_same_owner_is_fenced_by_attempt",
     f"{IT}test_dispatcher.py::test_a_claim_that_commits_after_the_stop_signal_is_released_unsent",
-    f"{IT}test_maintenance.py",
+    f"{ST}test_leases.py",
 )
 """What fences the dispatcher's writes: completion, renewal, release, rescue."""
 
 HEALTH = (
     f"{IT}test_destination_health.py",
     f"{IT}test_audit_sql_mutants.py",
-    f"{IT}test_drain_statements.py::test_the_short_way_defers_while_a_hold_is_on_its_destination",
+    f"{ST}test_claim_and_complete.py::test_the_short_way_defers_while_a_hold_is_on_its_destination",
 )
 """Circuit breakers and holds: open, hold, probe, close, reopen."""
 
 SLOTS = (
-    f"{IT}test_audit_sql_slots.py",
+    f"{ST}test_slots.py",
     f"{IT}test_audit_sql_mutants.py",
     f"{IT}test_destination_policies.py::test_a_claim_takes_a_slot_of_each_kind_which_release_and_rescue_free",
     f"{IT}test_destination_policies.py::test_lowering_a_cap_below_the_requests_in_flight_starts_none_until_under_it",
     f"{IT}test_destination_policies.py::test_no_claim_starts_while_the_cap_is_full_after_it_is_lowered_below_every_free_slot",
     f"{IT}test_destination_policies.py::test_no_claim_starts_while_the_cap_is_full_after_it_is_set_on_requests_in_flight",
     f"{IT}test_endpoint_cap.py::test_lowering_the_cap_removes_free_slots",
-    f"{IT}test_drain_statements.py::test_claim_with_a_capped_endpoint_takes_the_slots",
-    f"{IT}test_drain_statements.py::test_lean_completion_updates_endpoints_and_slots_as_the_general_one_does",
+    f"{ST}test_claim_and_complete.py::test_claim_with_a_capped_endpoint_takes_the_slots",
+    f"{ST}test_claim_and_complete.py::test_lean_completion_updates_endpoints_and_slots_as_the_general_one_does",
 )
 """Concurrency and rate slots: kept in step with the policies, taken, passed on, freed.
 (The two-process tests of test_destination_policies are left out: they take a
