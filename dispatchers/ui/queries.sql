@@ -48,18 +48,12 @@ SELECT * FROM (
 ORDER BY status <> 'alive', owner
 LIMIT 100
 
--- name: ui_messages
--- Messages matching an operator's search, newest first, older than id
--- %(before)s when it is given (keyset paging: a range scan of each primary key,
--- as cheap far back as at the start), from the hot table and the history: each
--- side is cut at the limit before the two are merged. A filter left NULL matches
--- every message; the state 'delivered' names the history. A message completes
--- after it is created, so "created since" also bounds the history's completion
--- time, which delivered_completed_idx can range over. %(body)s, when given, is
--- looked for in the bodies of the newest %(scan)s messages of each side that
--- match the other filters, never more (the caller passes %(limit)s as %(scan)s
--- without it). held: a ready message whose destination an open breaker or a
--- Retry-After hold blocks, as the claim reads destination_health.
+-- fragment: messages_found
+-- The queue's side of a message search: its columns (held: a ready message whose
+-- destination an open breaker or a Retry-After hold blocks, as the claim reads
+-- destination_health) and every filter but the page's bound, which the
+-- includer adds (ui_messages: older than %(before)s; ui_messages_newer: newer
+-- than %(after)s), with its order and scan limit.
 (SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url, m.endpoint_id,
         m.event_type, CAST(m.state AS text) AS state, m.attempts, m.last_status,
         m.created_at,
@@ -79,14 +73,9 @@ LIMIT 100
               OR m.created_at >= CAST(%(created_from)s AS timestamptz))
          AND (CAST(%(created_until)s AS timestamptz) IS NULL
               OR m.created_at < CAST(%(created_until)s AS timestamptz))
-         AND (CAST(%(before)s AS bigint) IS NULL OR m.id < CAST(%(before)s AS bigint))
-       ORDER BY m.id DESC
-       LIMIT %(scan)s) AS m
- LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
- WHERE CAST(%(body)s AS bytea) IS NULL OR position(CAST(%(body)s AS bytea) IN m.body) > 0
- ORDER BY m.id DESC
- LIMIT %(limit)s)
-UNION ALL
+
+-- fragment: delivered_found
+-- The history's side of a message search, as messages_found is the queue's.
 (SELECT d.id, d.idempotency_key, COALESCE(d.url, e.url), d.endpoint_id, d.event_type,
         'delivered', d.attempts, d.last_status, d.created_at, false
  FROM (SELECT *
@@ -102,6 +91,29 @@ UNION ALL
                   AND d.completed_at >= CAST(%(created_from)s AS timestamptz)))
          AND (CAST(%(created_until)s AS timestamptz) IS NULL
               OR d.created_at < CAST(%(created_until)s AS timestamptz))
+
+-- name: ui_messages
+-- Messages matching an operator's search, newest first, older than id
+-- %(before)s when it is given (keyset paging: a range scan of each primary key,
+-- as cheap far back as at the start), from the hot table and the history: each
+-- side is cut at the limit before the two are merged. A filter left NULL matches
+-- every message; the state 'delivered' names the history. A message completes
+-- after it is created, so "created since" also bounds the history's completion
+-- time, which delivered_completed_idx can range over. %(body)s, when given, is
+-- looked for in the bodies of the newest %(scan)s messages of each side that
+-- match the other filters, never more (the caller passes %(limit)s as %(scan)s
+-- without it). held: a ready message whose destination an open breaker or a
+-- Retry-After hold blocks, as the claim reads destination_health.
+{messages_found}
+         AND (CAST(%(before)s AS bigint) IS NULL OR m.id < CAST(%(before)s AS bigint))
+       ORDER BY m.id DESC
+       LIMIT %(scan)s) AS m
+ LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
+ WHERE CAST(%(body)s AS bytea) IS NULL OR position(CAST(%(body)s AS bytea) IN m.body) > 0
+ ORDER BY m.id DESC
+ LIMIT %(limit)s)
+UNION ALL
+{delivered_found}
          AND (CAST(%(before)s AS bigint) IS NULL OR d.id < CAST(%(before)s AS bigint))
        ORDER BY d.id DESC
        LIMIT %(scan)s) AS d
@@ -115,25 +127,7 @@ LIMIT %(limit)s
 -- name: ui_messages_newer
 -- ui_messages the other way: the messages just newer than id %(after)s, oldest
 -- first (the caller shows them newest first).
-(SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url, m.endpoint_id,
-        m.event_type, CAST(m.state AS text) AS state, m.attempts, m.last_status,
-        m.created_at,
-        m.state = 'ready' AND EXISTS (
-            SELECT 1 FROM {schema}.destination_health AS dh
-            WHERE dh.destination = m.destination
-              AND (dh.blocked_until > now() OR dh.state <> 'held')) AS held
- FROM (SELECT *
-       FROM {schema}.messages AS m
-       WHERE (CAST(%(key)s AS text) IS NULL OR m.idempotency_key = CAST(%(key)s AS text))
-         AND (CAST(%(event_type)s AS text) IS NULL
-              OR m.event_type = CAST(%(event_type)s AS text))
-         AND (CAST(%(endpoint_id)s AS bigint) IS NULL
-              OR m.endpoint_id = CAST(%(endpoint_id)s AS bigint))
-         AND (CAST(%(state)s AS text) IS NULL OR m.state = CAST(%(state)s AS text))
-         AND (CAST(%(created_from)s AS timestamptz) IS NULL
-              OR m.created_at >= CAST(%(created_from)s AS timestamptz))
-         AND (CAST(%(created_until)s AS timestamptz) IS NULL
-              OR m.created_at < CAST(%(created_until)s AS timestamptz))
+{messages_found}
          AND (CAST(%(after)s AS bigint) IS NULL OR m.id > CAST(%(after)s AS bigint))
        ORDER BY m.id ASC
        LIMIT %(scan)s) AS m
@@ -142,21 +136,7 @@ LIMIT %(limit)s
  ORDER BY m.id ASC
  LIMIT %(limit)s)
 UNION ALL
-(SELECT d.id, d.idempotency_key, COALESCE(d.url, e.url), d.endpoint_id, d.event_type,
-        'delivered', d.attempts, d.last_status, d.created_at, false
- FROM (SELECT *
-       FROM {schema}.delivered AS d
-       WHERE (CAST(%(state)s AS text) IS NULL OR CAST(%(state)s AS text) = 'delivered')
-         AND (CAST(%(key)s AS text) IS NULL OR d.idempotency_key = CAST(%(key)s AS text))
-         AND (CAST(%(event_type)s AS text) IS NULL
-              OR d.event_type = CAST(%(event_type)s AS text))
-         AND (CAST(%(endpoint_id)s AS bigint) IS NULL
-              OR d.endpoint_id = CAST(%(endpoint_id)s AS bigint))
-         AND (CAST(%(created_from)s AS timestamptz) IS NULL
-              OR (d.created_at >= CAST(%(created_from)s AS timestamptz)
-                  AND d.completed_at >= CAST(%(created_from)s AS timestamptz)))
-         AND (CAST(%(created_until)s AS timestamptz) IS NULL
-              OR d.created_at < CAST(%(created_until)s AS timestamptz))
+{delivered_found}
          AND (CAST(%(after)s AS bigint) IS NULL OR d.id > CAST(%(after)s AS bigint))
        ORDER BY d.id ASC
        LIMIT %(scan)s) AS d
