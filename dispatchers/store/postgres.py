@@ -7,17 +7,16 @@ themselves live in ``dispatchers/store/sql`` (:mod:`dispatchers.store.statements
 
 The module stays whole: one ``Store._run`` decides how every statement is sent (its
 session statement, preparing and re-planning, the deadline on its answer), and each
-method around it is a thin wrapper of one statement, its parameters and its rows.
+method around it is a thin wrapper of one statement, its parameters and its rows
+(the claim's strategy, which statement asks when, is :mod:`dispatchers.store.claim`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import os
 import socket
-import time
 import weakref
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -26,6 +25,7 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import BaseRowFactory, TupleRow
 
+from dispatchers.store.claim import Claims
 from dispatchers.store.messages import Claimed, ClaimResult, Completion, Signal, claim_rows
 from dispatchers.store.protocol import Busy
 from dispatchers.store.rows import (
@@ -43,11 +43,6 @@ from dispatchers.store.statements import store_queries
 from outbox.internal import Statement
 
 R = TypeVar("R")
-
-CAPPED_RECHECK = 60.0
-"""Seconds a dispatcher that met a destination with a policy (a capped endpoint, a
-rate limit, a capped origin) claims with the slots before it tries the cheaper
-claim of an outbox without policies again."""
 
 TIMEOUT_PARAMS = ("outbox_statement_timeout", "outbox_lock_timeout", "outbox_idle_timeout")
 """The parameters of ``set_timeouts`` (and ``set_timeouts_prepared``), sent ahead of
@@ -143,10 +138,6 @@ def _ignore_outcome(task: asyncio.Task[None]) -> None:
         task.exception()  # retrieved, so that asyncio does not log it
 
 
-def _messages(rows: Sequence[Claimed | Signal]) -> list[Claimed]:
-    return [row for row in rows if isinstance(row, Claimed)]
-
-
 class Store:
     """The statements one dispatcher runs, on a pool of a few connections."""
 
@@ -160,7 +151,6 @@ class Store:
         self.round_trips = 0  # statements sent; each is one network round trip
         self._timeouts = timeout_values(config, config.statement_timeout)
         self._claim_timeouts = timeout_values(config, config.claim_timeout)
-        self._capped_until = 0.0  # claim with the slots until then (see claim)
         # the statements prepared on each connection, and the size of the hot
         # table (pages) when each was planned (see _run)
         self._prepared: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], dict[str, int]] = (
@@ -189,6 +179,13 @@ class Store:
             )
         )
         self._sweep: asyncio.Task[None] | None = None  # see _swept
+        self._claims = Claims(self._run_claim, config)
+
+    async def _run_claim(
+        self, statement: Statement, params: dict[str, Any]
+    ) -> list[Claimed | Signal]:
+        """Run one claim statement, bounded by the claim timeout."""
+        return await self._run(statement, params, claim_rows, timeouts=self._claim_timeouts)
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -352,87 +349,18 @@ class Store:
         alone: str | None = None,
         lone: bool = False,
     ) -> tuple[Statement, dict[str, Any]]:
-        """The claim statement and its parameters: ``claim`` if some destination may
-        have a policy, else the cheaper ``claim_uncapped``, or with ``lone`` the
-        short ``claim_lone`` for the destination ``alone``. ``busy`` counts
-        the requests in flight per destination, which leave that much less room
-        there under the bound per destination; ``alone`` names the destination
-        the last claim found alone with ready messages, which the statement takes
-        from by a plain scan while that still holds."""
-        busy = busy or {}
-        name = "claim" if capped else "claim_lone" if lone else "claim_uncapped"
-        return (
-            self.queries[name],
-            {
-                "owner": owner,
-                "limit": limit,
-                "lease_s": self.config.lease,
-                "per_destination": self.config.per_destination,
-                "busy": list(busy),
-                "busy_counts": list(busy.values()),
-                "alone": alone,
-            },
+        """One claim statement and its parameters (see
+        :meth:`dispatchers.store.claim.Claims.statement`)."""
+        return self._claims.statement(
+            owner, limit, capped=capped, busy=busy, alone=alone, lone=lone
         )
 
     async def claim(
         self, owner: str, limit: int, busy: Busy = None, alone: str | None = None
     ) -> ClaimResult:
-        """Claim up to ``limit`` due messages, shared across their destinations, at
-        most ``config.per_destination`` in flight to each, ``busy`` (requests in
-        flight per destination) included, unless one is alone with ready messages
-        (``alone``: the one the last claim found so, see :meth:`claim_statement`).
-
-        ``claim_lone`` first when the destination ``alone`` has room under the
-        bound: while it still is alone and has no policy, nothing else is needed.
-        Otherwise (it says so and takes nothing) ``claim_uncapped``, which passes
-        over the messages of destinations with a policy (a cap or a rate limit) and
-        says whether there are any; if so, the rest is claimed with ``claim``
-        (which takes their slots), and so is every claim for
-        :data:`CAPPED_RECHECK` seconds. ``claim`` also says when the next rate slot
-        of a rate-limited destination frees (:attr:`ClaimResult.rate_wait`).
-        """
-        taken: list[Claimed] = []
-        if time.monotonic() >= self._capped_until:
-            if alone is not None and (busy or {}).get(alone, 0) < self.config.per_destination:
-                rows = await self._run(
-                    *self.claim_statement(owner, limit, capped=False, alone=alone, lone=True),
-                    claim_rows,
-                    timeouts=self._claim_timeouts,
-                )
-                if not rows or not isinstance(rows[-1], Signal):
-                    return ClaimResult(_messages(rows))
-                alone = None  # no longer alone, or not the short way's: the general claim
-            rows = await self._run(
-                *self.claim_statement(owner, limit, capped=False, busy=busy, alone=alone),
-                claim_rows,
-                timeouts=self._claim_timeouts,
-            )
-            taken = _messages(rows)
-            if len(taken) == len(rows):
-                return ClaimResult(taken)
-            self._capped_until = time.monotonic() + CAPPED_RECHECK
-        rate_wait = None
-        if len(taken) < limit:
-            busy = collections.Counter(busy or {})
-            busy.update(claimed.destination for claimed in taken)
-            try:
-                rows = await self._run(
-                    *self.claim_statement(
-                        owner, limit - len(taken), capped=True, busy=busy, alone=alone
-                    ),
-                    claim_rows,
-                    timeouts=self._claim_timeouts,
-                )
-            except Exception:
-                if not taken:
-                    raise
-                # The messages claimed already are held: hand them out now; the
-                # next claim meets the error again if it persists.
-            else:
-                taken += _messages(rows)
-                waits = [r.rate_wait for r in rows if isinstance(r, Signal)]
-                rate_wait = next((wait for wait in waits if wait is not None), None)
-        return ClaimResult(taken, rate_wait)
+        """Claim up to ``limit`` due messages: the strategy of
+        :meth:`dispatchers.store.claim.Claims.claim`."""
+        return await self._claims.claim(owner, limit, busy, alone)
 
     async def renew(self, owner: str, held: Sequence[tuple[int, int]]) -> set[int]:
         """Extend every lease in ``held`` (id, attempt); return the ids still held."""

@@ -14,7 +14,7 @@ import pytest
 from dispatchers.delivery.jobs import Job
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.opening import Opener
-from dispatchers.store import postgres as dbmod
+from dispatchers.store import claim as claims_module
 from dispatchers.store.messages import Completion
 from dispatchers.store.postgres import Store
 from outbox import Outbox
@@ -217,7 +217,7 @@ async def test_claim_with_a_capped_endpoint_takes_the_slots(
             for i in range(2)
         )
     plain, plain_2 = enqueue(database_url, "p1", "p2")
-    monkeypatch.setattr(dbmod, "CAPPED_RECHECK", 0.0)  # try the cheap claim every time
+    monkeypatch.setattr(claims_module, "CAPPED_RECHECK", 0.0)  # try the cheap claim every time
     before = store.round_trips
     # the cheap claim passes the capped endpoint's messages over
     assert sorted(j.id for j in (await store.claim("owner-a", 2)).messages) == [plain, plain_2]
@@ -233,7 +233,7 @@ async def test_claim_with_a_capped_endpoint_takes_the_slots(
     assert (await store.claim("owner-a", 10)).messages == []  # the cap holds
     assert store.round_trips == before + 5
     # for CAPPED_RECHECK seconds after caps were seen, straight to "claim"
-    monkeypatch.setattr(dbmod, "CAPPED_RECHECK", 60.0)
+    monkeypatch.setattr(claims_module, "CAPPED_RECHECK", 60.0)
     assert (await store.claim("owner-a", 10)).messages == []
     assert (await store.claim("owner-a", 10)).messages == []
     assert store.round_trips == before + 8
