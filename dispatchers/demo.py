@@ -12,6 +12,10 @@ publishes events from business transactions while a dispatcher delivers them:
 It ends with a summary and exits 0 only if every invariant held: every committed
 event's effect applied exactly once per subscribed endpoint, nothing from a
 rolled-back transaction sent, nothing dead.
+
+The demo runs SQL of its own (``demo.sql``, outside :mod:`dispatchers.store`): it
+plays the application, whose orders table and business transactions are its
+own, and the receiver, whose effects table is the receiver's.
 """
 
 from __future__ import annotations

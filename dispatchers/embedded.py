@@ -277,6 +277,7 @@ def client_sessions(url: str) -> list[str]:
     import psycopg
 
     with psycopg.connect(url, connect_timeout=5, autocommit=True) as conn:
+        # the server's own view of its sessions: about the server, not the outbox
         rows = conn.execute(
             "SELECT COALESCE(NULLIF(application_name, ''), 'unnamed'), pid"
             " FROM pg_stat_activity"

@@ -10,6 +10,10 @@ the ``bench`` extra) beside the drain scenarios, interleaved, and beside ours in
 latency scenario. The runner (:mod:`dispatchers.bench.runner`) prints one table, or
 one JSON object with ``--json``.
 
+The bench runs SQL of its own (outside :mod:`dispatchers.store`): it makes and
+drops its scratch schemas, seeds backlogs, plays the producers, and runs the
+baselines, whose statements are the designs being measured.
+
 This module holds only the settings (the command-line options are in
 :mod:`dispatchers.cli.bench`), so building the ``outbox`` parser imports nothing
 heavy.

@@ -24,6 +24,7 @@ def cmd_roles(args: argparse.Namespace) -> ExitCode:
         check_roles(conn, args.schema, roles)
         if args.apply:
             for statement in statements:
+                # the grants the library wrote (outbox.roles.grants), applied as asked
                 conn.execute(statement.encode())
     script = "\n".join(f"{statement};" for statement in statements)
     if args.apply:
