@@ -53,13 +53,15 @@ def configure(database_url: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--database-url",
         help="PostgreSQL URL (default: $OUTBOX_DATABASE_URL, $DATABASE_URL, else the "
         "embedded server in ./.outbox/pg, as for every outbox command)",
     )
-    parser.add_argument("--webhook-url", required=True)
+    parser.add_argument(
+        "--webhook-url", required=True, help="where the order.created webhook is sent"
+    )
     args = parser.parse_args()
     configure(resolve(args.database_url).url)
 

@@ -54,13 +54,15 @@ def place_order(session: Session, *, customer: str, total_cents: int, payments_u
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--database-url",
         help="PostgreSQL URL (default: $OUTBOX_DATABASE_URL, $DATABASE_URL, else the "
         "embedded server in ./.outbox/pg, as for every outbox command)",
     )
-    parser.add_argument("--payments-url", required=True)
+    parser.add_argument(
+        "--payments-url", required=True, help="where the outbox message charges the order"
+    )
     args = parser.parse_args()
     database_url = resolve(args.database_url).url
     engine = create_engine(sqlalchemy_url(database_url))

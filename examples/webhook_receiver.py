@@ -77,15 +77,22 @@ def make_handler(database_url: str, secret: str) -> type[BaseHTTPRequestHandler]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--database-url",
         help="PostgreSQL URL (default: $OUTBOX_DATABASE_URL, $DATABASE_URL, else the "
         "embedded server in ./.outbox/pg, as for every outbox command)",
     )
     parser.add_argument("--secret", required=True, help="the endpoint's whsec_ secret")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        help="port to listen on, 0 for any free one (default: %(default)s)",
+    )
     args = parser.parse_args()
     database_url = resolve(args.database_url).url
     with psycopg.connect(database_url) as conn:

@@ -138,7 +138,8 @@ def add_settings_options(p: argparse.ArgumentParser, *, update: bool) -> None:
         metavar="DELAYS",
         help="delays before each retry of its messages, e.g. 5s,1m,10m,1h (the last "
         "repeats until the attempts are spent; default: the event type's schedule, "
-        "else the dispatcher's)",
+        "else the dispatcher's); applies from the next retry scheduled: a message "
+        "already waiting keeps its due time",
     )
     if update:
         p.add_argument(

@@ -79,7 +79,8 @@ def add_parser(commands: Commands) -> None:
         required=True,
         metavar="DELAYS",
         help="delays before each retry, e.g. 5s,1m,10m,1h (the last repeats until "
-        "the attempts are spent)",
+        "the attempts are spent); applies from the next retry scheduled: a message "
+        "already waiting keeps its due time",
     )
 
     action("list", cmd_event_types_list, "list the event types with settings")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -180,7 +181,9 @@ async def serve(
         try:
             await site.start()
         except OSError as exc:
-            raise CannotListen(f"cannot listen on {host} port {port}: {exc.strerror}") from exc
+            # aiohttp's own text repeats the address: the system's reason is enough
+            reason = os.strerror(exc.errno) if exc.errno else exc.strerror
+            raise CannotListen(f"cannot listen on {host} port {port}: {reason}") from exc
         bound = runner.addresses[0]
         url = f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}/"
         dashboard.log.event("ui_listening", url=url, read_only=dashboard.read_only)

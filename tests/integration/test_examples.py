@@ -168,3 +168,15 @@ def test_django_example_publishes_order_created_with_the_order(database_url: str
     event = json.loads(request.body)
     assert event["type"] == "order.created"
     assert event["data"] == {"order_id": 1, "total_cents": 4200}
+
+
+def test_every_example_explains_itself_in_whole_sentences() -> None:
+    for example in sorted(EXAMPLES.glob("*.py")):
+        out = run_example(example.name, "--help")
+        description = " ".join(out.split("\n\n")[1].split())
+        assert description.endswith("."), f"{example.name}: {description!r}"
+        # every option says what it is for: on its line, or on the next, indented
+        lines = out.split("options:", 1)[1].splitlines()[1:]
+        for line, after in zip(lines, [*lines[1:], ""], strict=True):
+            if line.startswith("  -") and not re.search(r"\S {2,}\S", line):
+                assert after.startswith(" " * 8) and after.strip(), f"{example.name}: {line}"

@@ -148,6 +148,14 @@ class Newcomer:
                 process.kill()
                 process.communicate()
 
+    def wait_for(self, step: str, where: str) -> None:
+        """Wait until the receiver's table holds an event ``where`` describes (SQL)."""
+        with self.step(step):
+            deadline = time.monotonic() + STEP_TIMEOUT
+            while not self.query(f"SELECT 1 FROM crm_inbox.events WHERE {where}"):
+                assert time.monotonic() < deadline, f"no event with {where} reached the receiver"
+                time.sleep(0.2)
+
     def query(self, statement: str) -> list[tuple[object, ...]]:
         with psycopg.connect(self.env["OUTBOX_DATABASE_URL"]) as conn:
             return conn.execute(statement).fetchall()
@@ -177,25 +185,24 @@ def test_the_readme_runs_as_written_on_the_embedded_server(newcomer: Newcomer) -
     assert "every invariant held" in out
 
     newcomer.shell("db url, migrate", block("Enqueue inside your transaction"))
-    newcomer.python("enqueue snippet", block("Enqueue inside your transaction", "python"))
+    snippet = block("Enqueue inside your transaction", "python")
+    first = newcomer.python("enqueue snippet", snippet)
     # the order and its message, committed together
     assert newcomer.query("SELECT id, total FROM orders") == [(42, 1000)]
     assert newcomer.query("SELECT idempotency_key, url, state FROM outbox.messages") == [
         ("order-42-charge", "https://payments.example.com/charges", "ready")
     ]
-
-    newcomer.python("publish snippet", block("Publish webhook events", "python"))
-    assert newcomer.query("SELECT state FROM orders") == [("paid",)]
-    (endpoint,) = newcomer.query("SELECT id FROM outbox.endpoints")
-    assert newcomer.query(
-        "SELECT idempotency_key FROM outbox.messages WHERE event_type = 'order.paid'"
-    ) == [(f"order-42-paid:{endpoint[0]}",)]
+    # run again, as the README says it can: the same message, nothing written
+    assert newcomer.python("enqueue snippet again", snippet) == first
+    assert newcomer.query("SELECT count(*) FROM orders") == [(1,)]
+    assert newcomer.query("SELECT count(*) FROM outbox.messages") == [(1,)]
 
     out = newcomer.shell("examples", block("Run a dispatcher", containing="examples/orders_"))
     assert out.count("order 1 committed with its outbox message") == 2
     assert re.search(r"^running +yes$", out, flags=re.M), out  # outbox db status
 
-    command = block("Run a dispatcher", containing="webhook_receiver")
+    receiving = "Receive requests exactly once"
+    command = block(receiving, containing="webhook_receiver")
     secret = generate_secret()
     with newcomer.step("webhook receiver example"):
         check_receiver_example(
@@ -210,32 +217,49 @@ def test_the_readme_runs_as_written_on_the_embedded_server(newcomer: Newcomer) -
     port = str(free_port())
     out = newcomer.shell(
         "endpoint for the receiver",
-        block("Run a dispatcher", containing="endpoints add").replace("8000", port),
+        block(receiving, containing="endpoints add").replace("8000", port),
     )
     (walk_secret,) = re.findall(r"signing secret: (whsec_\S+)", out)
     (endpoint_id,) = re.findall(r"created endpoint (\d+)", out)
     receiver = command.replace("whsec_...", walk_secret).replace("8000", port).split()
-    dispatcher = block("Run a dispatcher", containing="--allow-private-networks").split()
+    dispatcher = block(receiving, containing="--allow-private-networks").split()
     with (
         newcomer.background("webhook receiver", receiver, ready="listening on"),
         newcomer.background("dispatcher", dispatcher, ready='"event":"started"'),
     ):
-        test = block("Run a dispatcher", containing="endpoints test").replace("ID", endpoint_id)
+        test = block(receiving, containing="endpoints test").replace("ID", endpoint_id)
         out = newcomer.shell("test event", test)
         assert "sent a test event to endpoint" in out, out
-        with newcomer.step("first delivery"):
-            deadline = time.monotonic() + STEP_TIMEOUT
-            while not newcomer.query("SELECT 1 FROM crm_inbox.events WHERE type = 'outbox.test'"):
-                assert time.monotonic() < deadline, "the test event never reached the receiver"
-                time.sleep(0.2)
-    assert newcomer.query("SELECT count(*) FROM crm_inbox.events WHERE type = 'outbox.test'") == [
-        (1,)
-    ]
-    # delivered: moved to the history, nothing of it left to send
-    delivered = "SELECT count(*) FROM outbox.delivered WHERE event_type = 'outbox.test'"
-    assert newcomer.query(delivered) == [(1,)]
-    assert newcomer.query("SELECT id FROM outbox.messages WHERE event_type = 'outbox.test'") == []
+        newcomer.wait_for("first delivery", "type = 'outbox.test'")
+        assert newcomer.query(
+            "SELECT count(*) FROM crm_inbox.events WHERE type = 'outbox.test'"
+        ) == [(1,)]
+        # delivered: moved to the history, nothing of it left to send
+        delivered = "SELECT count(*) FROM outbox.delivered WHERE event_type = 'outbox.test'"
+        assert newcomer.query(delivered) == [(1,)]
+        assert (
+            newcomer.query("SELECT id FROM outbox.messages WHERE event_type = 'outbox.test'") == []
+        )
 
-    out = newcomer.shell("db stop", block("Run a dispatcher", containing="db stop"))
+        # publish, with the receiver and the dispatcher still running
+        snippet = block("Publish webhook events", "python")
+        newcomer.python("publish snippet", snippet)
+        newcomer.python("publish snippet again", snippet)
+        assert newcomer.query("SELECT state FROM orders") == [("paid",)]
+        endpoints = dict(newcomer.query("SELECT url, id FROM outbox.endpoints"))
+        partner = endpoints.pop("https://partner.example.com/hooks")
+        assert list(endpoints.values()) == [int(endpoint_id)]
+        # to the local receiver, applied once
+        paid = f"order-42-paid:{endpoint_id}"
+        newcomer.wait_for("order.paid delivered", f"webhook_id = '{paid}'")
+        assert newcomer.query(
+            "SELECT webhook_id FROM crm_inbox.events WHERE type = 'order.paid' ORDER BY webhook_id"
+        ) == [(WEBHOOK_ID,), (paid,)]
+    # to the partner's placeholder: not delivered, waiting for a retry
+    assert newcomer.query(
+        "SELECT idempotency_key FROM outbox.messages WHERE event_type = 'order.paid'"
+    ) == [(f"order-42-paid:{partner}",)]
+
+    out = newcomer.shell("db stop", block("When you are done", containing="db stop"))
     assert out.strip() == "stopped"
     assert "OUTBOX_DATABASE_URL" not in newcomer.env

@@ -86,6 +86,7 @@ def test_a_port_that_is_taken_is_refused_naming_it(
     err = capsys.readouterr().err
     assert code == 2 and "--host/--port" in err and "Traceback" not in err, err
     assert err.strip().count("\n") == 0
+    assert err.strip().endswith(f"port {port}: Address already in use"), err
 
 
 @pytest.mark.parametrize("behind", [False, True])
