@@ -1,5 +1,5 @@
 """Shared fixtures: the PostgreSQL servers of the run, a migrated template on each,
-a fresh database per test.
+a fresh database per test; an HTTP receiver and an observing connection.
 
 Every test that takes ``pg_server`` (or a fixture built on it: ``template_url``,
 ``database_url``, ``empty_database_url``, ``tx``) runs once per server of the run,
@@ -35,6 +35,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -44,8 +45,9 @@ from dispatchers.embedded import EmbeddedPostgres
 from outbox.dsn import with_database
 from outbox.migrations import migrate
 from tests import servers
+from tests.receiver import Receiver
 from tests.servers import StockServer
-from tests.transactions import KINDS, Tx, open_tx
+from tests.transactions import KINDS, Observer, Tx, open_tx
 
 pytest_plugins = ["tests.tracing"]  # exporter, provider: spans recorded in memory
 
@@ -366,3 +368,29 @@ async def tx(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator
     """Each test that takes ``tx`` runs once per transaction kind."""
     async with AsyncExitStack() as stack:
         yield await open_tx(request.param, database_url, stack)
+
+
+# -- real HTTP on 127.0.0.1, and what several tiers share ---------------------------
+
+
+@pytest.fixture
+def observer(database_url: str) -> Iterator[Observer]:
+    """A separate autocommit connection: sees committed rows only."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """An HTTP receiver on 127.0.0.1 that answers 200 unless told otherwise."""
+    with Receiver() as r:
+        yield r
+
+
+@pytest.fixture
+def embedded_home() -> Iterator[Path]:
+    """A directory for one test's server, outside pytest's own temporary tree: a
+    server run as root drops to an unprivileged user, who must be able to reach
+    it, and a concurrent pytest session makes its tree private again."""
+    with tempfile.TemporaryDirectory(prefix="outbox-embedded-test-") as directory:
+        yield Path(directory)

@@ -6,7 +6,7 @@ outcome is recorded once. Dispatcher processes are real ``outbox dispatch``
 subprocesses (killed when the test ends); every wait is bounded.
 
 Lease budget: the CLI keeps the default statement timeout (3 s), so its lease is
-at least 9 s (see tests/integration/test_dispatch_processes.py); a request timeout
+at least 9 s (see tests/runtime/test_dispatch_processes.py); a request timeout
 of 2.5 s fits in it and leaves time to freeze the dispatcher mid-request.
 """
 

@@ -45,16 +45,16 @@ class Module:
 
 
 MODULES: dict[str, Module] = {
-    "outcome": Module("dispatchers/delivery/outcome.py", ("tests/unit/test_outcome.py",)),
+    "outcome": Module("dispatchers/delivery/outcome.py", ("tests/delivery/test_outcome.py",)),
     "retry": Module(
         "dispatchers/delivery/retry.py",
-        ("tests/unit/test_retry.py", "tests/unit/test_retry_schedules.py"),
+        ("tests/delivery/test_retry.py", "tests/delivery/test_retry_schedule_policy.py"),
     ),
-    "health": Module("dispatchers/delivery/health.py", ("tests/unit/test_destination_health.py",)),
-    "cadence": Module("dispatchers/runtime/cadence.py", ("tests/unit/test_cadence.py",)),
+    "health": Module("dispatchers/delivery/health.py", ("tests/delivery/test_health_book.py",)),
+    "cadence": Module("dispatchers/runtime/cadence.py", ("tests/runtime/test_cadence.py",)),
     "policy_text": Module(
         "dispatchers/ui/policy_text.py",
-        ("tests/unit/test_policy_text.py", "tests/unit/test_retry_schedules.py"),
+        ("tests/unit/test_policy_text.py", "tests/delivery/test_retry_schedule_policy.py"),
     ),
     "policy_fields": Module("outbox/_policy_fields.py", ("tests/unit/test_policy_fields.py",)),
     "digest": Module("outbox/_digest.py", ("tests/unit/test_request_digest.py",)),

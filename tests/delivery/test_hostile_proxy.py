@@ -3,7 +3,7 @@ space, a ``%``) reach the proxy decoded, through either HTTP client.
 
 ``--proxy 'http://us%3Aer:pw@...'`` used to be accepted and then fail as the
 aiohttp client started (its Basic encoding refuses a ``:`` in the user name);
-that one is refused when parsed now (``tests/unit/test_proxy.py``), and every
+that one is refused when parsed now (``tests/delivery/test_proxy.py``), and every
 other percent-encoded user name and password works with both clients.
 """
 
