@@ -233,6 +233,14 @@ def test_a_start_that_outlasts_pg_ctls_wait_is_waited_for(
         if command == "pg_ctl" and args[-1] == "start" and not gave_up:
             real(command, tuple("-W" if a == "-w" else a for a in args), **kwargs)  # no wait
             gave_up.append(command)
+            # A pg_ctl that gave up had waited 10 s, long after the server opened
+            # its log (which the package reads then); without waiting, a busy
+            # machine may not have started the server far enough to create it.
+            log = Path(args[list(args).index("-l") + 1])
+            deadline = time.monotonic() + 30
+            while not log.exists():
+                assert time.monotonic() < deadline, f"the server never opened {log}"
+                time.sleep(0.01)
             raise subprocess.TimeoutExpired(["pg_ctl", *args], 10)
         return real(command, args, **kwargs)
 
