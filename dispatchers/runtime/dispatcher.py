@@ -417,13 +417,12 @@ class Dispatcher:
                 self._watchdog.check_stall()
 
     def _start(self, job: Job) -> None:
-        stale = self._flights.hold(job)
+        stale = self._flights.drop(job.id)
         if stale is not None:
             # Claimed again while an older attempt is still held here (its lease ran
             # out while this process could not write): that attempt is lost.
             self._lost(stale, stale.job.attempts, "claimed again")
-        flight = self._flights.get(job.id)
-        assert flight is not None
+        flight = self._flights.hold(job)
         if job.secrets_unavailable is not None:
             # Never sent unsigned: given back unsent until the key is here.
             withheld = completions.withheld(job)

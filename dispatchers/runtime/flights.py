@@ -85,13 +85,11 @@ class Flights:
         self.crowded = len(met) > 1
         self.alone = None if self.crowded else met.pop()
 
-    def hold(self, job: Job) -> Flight | None:
-        """Hold ``job``; return the flight of an older attempt of the same message
-        that was still held (its lease ran out while this process could not write:
-        that attempt is lost), else None."""
-        stale = self._held.pop(job.id, None)
-        self._held[job.id] = Flight(job)
-        return stale
+    def hold(self, job: Job) -> Flight:
+        """Hold ``job`` (in place of any older attempt of the same message: see
+        :meth:`drop`); return its flight."""
+        flight = self._held[job.id] = Flight(job)
+        return flight
 
     def sending_started(self, job: Job) -> None:
         """Count the request of held ``job`` as in flight."""
@@ -127,8 +125,9 @@ class Flights:
         return flight.job
 
     def drop(self, message_id: int) -> Flight | None:
-        """Stop holding ``message_id`` whatever its attempt (its lease is lost);
-        return its flight, if it was held."""
+        """Stop holding ``message_id`` whatever its attempt (its lease is lost, or
+        it was claimed again while an older attempt was held); return its flight,
+        if it was held."""
         return self._held.pop(message_id, None)
 
     def leases(self) -> list[Lease]:

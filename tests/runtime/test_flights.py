@@ -39,9 +39,11 @@ def test_a_claim_alone_with_one_destination_names_it_and_one_with_more_does_not(
 
 def test_an_outcome_settles_only_the_claim_it_belongs_to() -> None:
     flights = Flights(per_destination=5)
-    assert flights.hold(job(id=1, attempts=1)) is None
-    stale = flights.hold(job(id=1, attempts=2))  # claimed again: the first attempt is lost
-    assert stale is not None and stale.job.attempts == 1
+    first = flights.hold(job(id=1, attempts=1))
+    stale = flights.drop(1)  # claimed again: the first attempt is lost
+    assert stale is first and stale.job.attempts == 1
+    assert flights.get(1) is None
+    assert flights.hold(job(id=1, attempts=2)).job.attempts == 2
 
     assert flights.settle(1, attempt=1) is None  # the old attempt's outcome settles nothing
     assert flights.leases() == [(1, 2)]
