@@ -282,6 +282,8 @@ class Outbox:
             raise InvalidMessage(
                 "idempotency_key", f"is longer than {MAX_EVENT_KEY} characters (events)"
             )
+        if payload is None:  # JSON null: an event says something
+            raise InvalidMessage("payload", "must not be null")
         # bounded before it is encoded, and before endpoint filters walk it
         check_json(payload, "payload", text=False, max_values=self.max_body_bytes // 2 + 2)
         envelope = {

@@ -8,7 +8,11 @@ Four roles share an outbox schema:
   their keys and the record of each event, takes ids from the messages sequence
   and reads endpoints' subscriptions (their id, state, event types and filter).
   It reads no other column of an endpoint (no URL, no TLS material, no signing
-  secret), and cannot change a message once written, nor read one back;
+  secret), and cannot change a message once written, nor read one back. It may
+  also execute the SQL functions ``enqueue`` and ``publish`` (migration 0022),
+  which check what they write and write it as the schema's owner: a role given
+  only ``EXECUTE`` on them (and ``USAGE`` on the schema) can produce, and do
+  nothing else;
 - a **dispatcher** claims, renews, completes and rescues messages, trims history
   and old event records, reads signing secrets, TLS material and retry
   schedules, and records endpoint health. It writes only the state, lease and
@@ -46,6 +50,8 @@ from outbox._transaction import Plan, run_sync
 from outbox.errors import InvalidArgument
 
 __all__ = [
+    "EXECUTES",
+    "FUNCTIONS",
     "PRIVILEGES",
     "ROLES",
     "SEQUENCES",
@@ -110,6 +116,13 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
 
 SEQUENCES: Final = ("messages_id_seq", "endpoints_id_seq", "endpoint_secrets_id_seq")
 """Every sequence of the schema (an identity column's is used without a grant)."""
+
+FUNCTIONS: Final = ("enqueue", "publish")
+"""The functions a role may be granted ``EXECUTE`` on (migration 0022); the
+schema's other functions are theirs to call, as its owner, and no role's."""
+
+EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {"producer": FUNCTIONS}
+"""The functions each role may execute."""
 
 _EVERYTHING: Final[Mapping[str, Columns]] = {
     privilege: WHOLE_TABLE for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE")
@@ -313,10 +326,16 @@ def grants(
         statements += [
             sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}").format(**parts),
             sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA {schema} FROM {role}").format(**parts),
+            sql.SQL("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {schema} FROM {role}").format(**parts),
             sql.SQL("GRANT USAGE ON SCHEMA {schema} TO {role}").format(**parts),
         ]
         for table, held in PRIVILEGES[kind].items():
             statements += _grants_on(schema, role, table, held)
+        if kind in EXECUTES:
+            functions = sql.SQL(", ").join(sql.Identifier(schema, f) for f in EXECUTES[kind])
+            statements.append(
+                sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(functions, parts["role"])
+            )
     return [statement.as_string(None) for statement in statements]
 
 

@@ -12,13 +12,21 @@ from tests.errors import invalid_argument
 def test_each_role_starts_from_nothing_then_gets_its_needs() -> None:
     statements = grants("box", producer="app")
 
-    assert statements[:3] == [
+    assert statements[:4] == [
         'REVOKE ALL ON ALL TABLES IN SCHEMA "box" FROM "app"',
         'REVOKE ALL ON ALL SEQUENCES IN SCHEMA "box" FROM "app"',
+        'REVOKE ALL ON ALL FUNCTIONS IN SCHEMA "box" FROM "app"',
         'GRANT USAGE ON SCHEMA "box" TO "app"',
     ]
     assert 'GRANT USAGE ON SEQUENCE "box"."messages_id_seq" TO "app"' in statements
     assert 'GRANT SELECT ("id") ON TABLE "box"."messages" TO "app"' in statements
+
+
+def test_only_the_producer_may_execute_the_sql_functions() -> None:
+    statements = grants("box", producer="p", dispatcher="d", operator="o")
+    assert [s for s in statements if s.startswith("GRANT EXECUTE")] == [
+        'GRANT EXECUTE ON FUNCTION "box"."enqueue", "box"."publish" TO "p"'
+    ]
 
 
 def test_the_producer_is_granted_nothing_on_secrets_and_no_update_of_messages() -> None:
