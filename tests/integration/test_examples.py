@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+from standardwebhooks.webhooks import Webhook
 
+from outbox.endpoints import Endpoints
 from outbox.secrets import generate_secret
 from tests.receiver import Receiver
 from tests.receiver_example import WEBHOOK_ID, check_receiver_example
@@ -180,3 +185,77 @@ def test_every_example_explains_itself_in_whole_sentences() -> None:
         for line, after in zip(lines, [*lines[1:], ""], strict=True):
             if line.startswith("  -") and not re.search(r"\S {2,}\S", line):
                 assert after.startswith(" " * 8) and after.strip(), f"{example.name}: {line}"
+
+
+NODE = EXAMPLES / "node"
+
+
+def node_missing() -> str | None:
+    """Why the Node.js example cannot run here, or None."""
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if not (NODE / "node_modules" / "pg").is_dir():
+        return "the example's packages are not installed: npm ci --prefix examples/node"
+    return None
+
+
+def libpq_env(database_url: str) -> dict[str, str]:
+    """The environment that points node-postgres (and psql) at ``database_url``."""
+    info = conninfo_to_dict(database_url)
+    names = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "dbname": "PGDATABASE"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG") and k != "DATABASE_URL"}
+    env |= {names[k]: str(v) for k, v in info.items() if k in names and v}
+    if info.get("password"):
+        env["PGPASSWORD"] = str(info["password"])
+    return env
+
+
+def test_node_producer_example_publishes_with_its_order_and_is_delivered_verified(
+    database_url: str,
+) -> None:
+    missing = node_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    with Receiver() as hooks:
+        with psycopg.connect(database_url) as conn:
+            endpoint = Endpoints().add(conn, url=hooks.url + "/hooks", event_types=["order.*"])
+        done = subprocess.run(
+            ["node", str(NODE / "orders.mjs")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=libpq_env(database_url),
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.startswith("order 1 committed with 1 webhook message(s)"), done.stdout
+        drain_to_loopback(database_url)
+    (request,) = hooks.requests
+    event = Webhook(endpoint.secrets[0].secret).verify(request.body, request.headers)
+    assert event["type"] == "order.created"
+    assert event["data"] == {"order_id": 1, "customer": "ada", "total_cents": 4200}
+    assert request.headers["webhook-id"] == f"shop-order-1-created:{endpoint.id}"
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT customer FROM shop.orders").fetchall() == [("ada",)]
+
+
+def test_trigger_example_publishes_each_new_order_once(database_url: str) -> None:
+    with Receiver() as hooks:
+        with psycopg.connect(database_url) as conn:
+            endpoint = Endpoints().add(conn, url=hooks.url + "/hooks", event_types=["order.*"])
+            conn.execute((EXAMPLES / "trigger_publish.sql").read_text().encode())
+        with psycopg.connect(database_url) as conn:
+            conn.execute("INSERT INTO shop.orders (customer, total_cents) VALUES ('ada', 4200)")
+            conn.execute("INSERT INTO shop.orders (customer, total_cents) VALUES ('bob', 990)")
+        with psycopg.connect(database_url) as conn:  # rolled back: no order, no event
+            conn.execute("INSERT INTO shop.orders (customer, total_cents) VALUES ('eve', 1)")
+            conn.rollback()
+        drain_to_loopback(database_url)
+    events = [
+        Webhook(endpoint.secrets[0].secret).verify(r.body, r.headers)["data"]
+        for r in hooks.requests
+    ]
+    assert sorted(events, key=lambda e: e["order_id"]) == [
+        {"order_id": 1, "customer": "ada", "total_cents": 4200},
+        {"order_id": 2, "customer": "bob", "total_cents": 990},
+    ]
