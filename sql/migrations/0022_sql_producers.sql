@@ -669,7 +669,13 @@ BEGIN
         SELECT s.id, s.target, s.idempotency_key, k.message_id IS NULL AS fresh,
                COALESCE(k.message_id, nextval('messages_id_seq')) AS message_id
         FROM subscribed AS s
-        LEFT JOIN message_keys AS k USING (target, idempotency_key)
+        -- a lookup of the key per endpoint: a join the planner may flatten
+        -- becomes, in the generic plan plpgsql keeps, a scan of every key
+        LEFT JOIN LATERAL (
+            SELECT k.message_id FROM message_keys AS k
+            WHERE k.target = s.target AND k.idempotency_key = s.idempotency_key
+            LIMIT 1
+        ) AS k ON true
         WHERE NOT EXISTS (SELECT FROM filtered WHERE id IS NOT NULL)
     ), new_event AS (
         INSERT INTO events (event_key, event_type, digest, message_ids)

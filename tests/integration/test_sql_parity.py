@@ -205,7 +205,7 @@ ROW = (
     "  WHERE e.event_key || ':' || m.endpoint_id = m.idempotency_key) AS event_digest"
     " FROM outbox.messages AS m"
     " JOIN outbox.message_keys AS k USING (target, idempotency_key)"
-    " WHERE m.id = ANY (%s) ORDER BY m.id"
+    " WHERE m.id = ANY (%s) ORDER BY m.target, m.idempotency_key"
 )
 
 ENQUEUE = (
