@@ -24,7 +24,7 @@ from dispatchers.store.statements import store_queries
 from dispatchers.ui.store import ui_queries
 from outbox import ConfigurationError, MigrationError, Outbox, migrate
 from outbox._message import url_origin
-from outbox._queries import queries_for
+from outbox._queries import lock_object_id, queries_for
 from outbox.endpoints import Endpoints, Secret
 from outbox.migrations import Migration, _lock_key, applied_versions, load_migrations
 
@@ -375,15 +375,27 @@ CATALOG = {
 def catalog(
     conn: psycopg.Connection[tuple[Any, ...]], schema: str
 ) -> dict[str, list[tuple[Any, ...]]]:
-    """What ``schema`` contains, with its own name replaced by SCHEMA."""
+    """What ``schema`` contains, with its own name replaced by SCHEMA, and the
+    constants migration 0022 makes of it (the library's, for that name) by names."""
     own_name = re.compile(rf'(?<![\w"])"?{re.escape(schema)}"?\.')
+    constants = {
+        f" {lock_object_id(schema)}, ": " WAKE_OBJECT, ",
+        f"'{schema}_ready'": "'SCHEMA_ready'",
+        f"""hashtext('"{schema}"')""": """hashtext('"SCHEMA"')""",
+    }
 
-    def normalise(value: Any) -> Any:
-        return own_name.sub("SCHEMA.", value) if isinstance(value, str) else value
+    def normalise(part: str, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        for made, name in constants.items():
+            value = value.replace(made, name)
+        # a function's source names no schema (each runs in a search path of
+        # its own), but may hold the text "outbox." (the digests' tags)
+        return value if part == "functions" else own_name.sub("SCHEMA.", value)
 
     return {
         part: [
-            tuple(normalise(v) for v in row)
+            tuple(normalise(part, v) for v in row)
             for row in conn.execute(query, {"schema": schema}).fetchall()
         ]
         for part, query in CATALOG.items()
