@@ -215,13 +215,16 @@ def _oauth2(args: argparse.Namespace) -> OAuth2ClientCredentials | None:
 
 
 @contextmanager
-def naming_auth_options() -> Iterator[None]:
-    """A refused credential is a usage error naming the field and its option."""
+def naming_auth_options(args: argparse.Namespace) -> Iterator[None]:
+    """A refused credential is a usage error naming the field and the option
+    that gave it."""
     try:
         yield
     except InvalidArgument as exc:
         field = exc.field
         option = _FIELDS.get(field)
+        if field == "basic_auth" and args.basic_auth_file is not None:
+            option = "--basic-auth-file"
         if option is None and field.startswith("headers["):
             option = "--header"
         if option is None:

@@ -100,7 +100,7 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
     with (
         naming_options({**OPTIONS, "url": "URL"}),
         naming_tls_options(),
-        naming_auth_options(),
+        naming_auth_options(args),
         transaction(args) as conn,
     ):
         ep = endpoints.add(conn, url=args.url, secret=args.secret, **chosen)
@@ -172,7 +172,7 @@ def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
     with (
         naming_options(OPTIONS),
         naming_tls_options(),
-        naming_auth_options(),
+        naming_auth_options(args),
         transaction(args) as conn,
     ):
         ep = endpoints.update(conn, args.id, **chosen)

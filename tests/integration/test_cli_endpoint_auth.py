@@ -131,6 +131,7 @@ def test_each_option_stores_its_credential(
         (("--basic-auth", "nocolon"), "--basic-auth"),
         (("--basic-auth", ":p"), "--basic-auth"),
         (("--basic-auth-file", "{missing}"), "--basic-auth-file"),
+        (("--basic-auth-file", "{control}"), "control characters (--basic-auth-file)"),
         (("--basic-auth", "u:p", "--basic-auth-file", "{empty}"), "--basic-auth-file"),
         (("--bearer-token-file", "{missing}"), "--bearer-token-file"),
         (("--bearer-token-file", "{empty}"), "--bearer-token-file"),
@@ -162,6 +163,7 @@ def test_bad_input_exits_2_naming_it_and_writes_nothing(
         "empty": write(tmp_path, "empty", "\n"),
         "spaced": write(tmp_path, "spaced", "two words\n"),
         "token": write(tmp_path, "token", "tok\n"),
+        "control": write(tmp_path, "control", "a\x01b:p\n"),
     }
     given = [a.format(**files) for a in argv]
     code, _, err = cli("endpoints", "add", URL, *given)
