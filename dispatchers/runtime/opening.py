@@ -4,7 +4,7 @@ database layer."""
 
 from __future__ import annotations
 
-from dispatchers.delivery.auth import OpenedAuth
+from dispatchers.delivery.credentials import OpenedAuth
 from dispatchers.delivery.jobs import Job
 from dispatchers.delivery.tls import TlsContexts
 from dispatchers.delivery.unsealing import OpenedSecrets
@@ -16,7 +16,7 @@ class Opener:
     """Makes the :class:`Job` of each claimed message, after the claim: opens its
     sealed signing secrets (:mod:`dispatchers.delivery.unsealing`), builds its
     endpoint's TLS context (:mod:`dispatchers.delivery.tls`) and opens its
-    credentials (:mod:`dispatchers.delivery.auth`), all with ``keyring``. A
+    credentials (:mod:`dispatchers.delivery.credentials`), all with ``keyring``. A
     message whose secrets, client key or credentials cannot be opened gets a job
     that says why (``secrets_unavailable``): it is never sent unsigned, nor
     without them."""

@@ -7,7 +7,8 @@ import base64
 
 import pytest
 
-from dispatchers.delivery.auth import ClientCredentials, OpenedAuth, endpoint_auth
+from dispatchers.delivery.auth import ClientCredentials
+from dispatchers.delivery.credentials import OpenedAuth, endpoint_auth
 from outbox._endpoint_auth import Auth, AuthChange, OAuth2ClientCredentials, stored_auth
 from outbox.errors import InvalidMessage
 from outbox.sealing import Keyring, Sealed, generate_key, parse_keys
