@@ -97,7 +97,7 @@ def add_auth_options(p: argparse.ArgumentParser, *, update: bool) -> None:
         "--basic-auth",
         metavar="USER:PASSWORD",
         help="send HTTP basic authentication (the password shows in ps and shell "
-        "history: prefer --basic-auth-file)",
+        "history: prefer --basic-auth-file); one of basic, bearer and OAuth2 at a time",
     )
     p.add_argument(
         "--basic-auth-file",
@@ -124,11 +124,22 @@ def add_auth_options(p: argparse.ArgumentParser, *, update: bool) -> None:
     p.add_argument("--oauth2-scope", metavar="SCOPE", help="the scope to ask the token for")
     p.add_argument("--oauth2-audience", metavar="AUDIENCE", help="the audience to ask it for")
     if update:
-        p.add_argument("--no-basic-auth", action="store_true", help="stop sending basic auth")
+        # one scheme at a time: switching is removing one and giving another
         p.add_argument(
-            "--no-bearer-token", action="store_true", help="stop sending the bearer token"
+            "--no-basic-auth",
+            action="store_true",
+            help="stop sending basic auth (with another scheme's option: switch to it)",
         )
-        p.add_argument("--no-oauth2", action="store_true", help="remove the OAuth2 client")
+        p.add_argument(
+            "--no-bearer-token",
+            action="store_true",
+            help="stop sending the bearer token (with another scheme's option: switch to it)",
+        )
+        p.add_argument(
+            "--no-oauth2",
+            action="store_true",
+            help="remove the OAuth2 client (with another scheme's option: switch to it)",
+        )
 
 
 def auth_arguments(args: argparse.Namespace, *, update: bool) -> dict[str, Any]:
