@@ -13,7 +13,7 @@ with an underscore are internal and may change without notice.
 from outbox._core import Outbox
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
 from outbox.destinations import DestinationPolicy, Destinations
-from outbox.endpoints import Endpoint, Endpoints
+from outbox.endpoints import Endpoint, Endpoints, OAuth2ClientCredentials
 from outbox.errors import (
     ConfigurationError,
     IdempotencyKeyReused,
@@ -45,6 +45,7 @@ __all__ = [
     "InvalidMessage",
     "InvalidSignature",
     "MigrationError",
+    "OAuth2ClientCredentials",
     "Outbox",
     "OutboxError",
     "SchemaNotMigrated",

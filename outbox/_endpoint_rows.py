@@ -1,7 +1,8 @@
 """An endpoint as it is read: :class:`Endpoint` and its :class:`Secret` values,
 and :class:`EndpointRow`, the row of ``endpoint_get`` and ``endpoint_list`` they
-are made from (signing secrets opened by a keyring; the client key left sealed:
-only the dispatcher opens it). :mod:`outbox.endpoints` writes endpoints and
+are made from (signing secrets opened by a keyring; the client key and the
+credentials left sealed: only the dispatcher opens them, and an update that
+keeps some of the credentials). :mod:`outbox.endpoints` writes endpoints and
 exports these types.
 """
 
@@ -63,6 +64,19 @@ class Endpoint:
     retry_schedule: list[float] | None = None
     """Seconds before each retry of its messages (the last repeats); None: the
     event type's schedule, else the dispatcher's default."""
+    # its credentials (see outbox._endpoint_auth): what may be shown of them
+    header_names: list[str] = field(default_factory=list)
+    """The names of the static headers its deliveries carry (their values are sealed)."""
+    auth_scheme: str | None = None
+    """What sets ``Authorization``: ``basic``, ``bearer``, ``oauth2``, or None."""
+    basic_username: str | None = None
+    oauth2_token_url: str | None = None
+    oauth2_client_id: str | None = None
+    oauth2_scope: str | None = None
+    oauth2_audience: str | None = None
+    auth: Sealed | None = field(default=None, repr=False)
+    """Every credential (header values, password, token, client secret) as stored:
+    one JSON value, sealed, or plain text (no key id)."""
 
     def active_secrets(self, now: datetime) -> list[str]:
         """The secrets that sign right now (more than one during a rotation)."""
@@ -100,7 +114,25 @@ class Endpoint:
             "ca_bundle_sha256": pem_digest(self.ca_bundle),
             "client_cert_sha256": pem_digest(self.client_cert),
             "client_key": None if self.client_key is None else {"key_id": self.client_key.key_id},
+            "headers": list(self.header_names),
+            "auth": self.auth_view(),
+            "credentials": None if self.auth is None else {"key_id": self.auth.key_id},
         }
+
+    def auth_view(self) -> dict[str, Any] | None:
+        """What sets ``Authorization``, as it may be shown (no password, token or
+        client secret), or None."""
+        if self.auth_scheme == "basic":
+            return {"scheme": "basic", "username": self.basic_username}
+        if self.auth_scheme == "oauth2":
+            return {
+                "scheme": "oauth2",
+                "token_url": self.oauth2_token_url,
+                "client_id": self.oauth2_client_id,
+                "scope": self.oauth2_scope,
+                "audience": self.oauth2_audience,
+            }
+        return None if self.auth_scheme is None else {"scheme": self.auth_scheme}
 
 
 def _parse_time(value: object) -> datetime | None:
@@ -136,6 +168,15 @@ class EndpointRow(NamedTuple):
     #: jsonb, likewise: [{"id", "secret", "key_id", "expires_at"}], newest first
     secrets: Any
     filter: str | None
+    auth: str | None
+    auth_key_id: str | None
+    auth_scheme: str | None
+    auth_header_names: list[str]
+    basic_username: str | None
+    oauth2_token_url: str | None
+    oauth2_client_id: str | None
+    oauth2_scope: str | None
+    oauth2_audience: str | None
 
     def stored_secrets(self, keyring: Keyring | None) -> list[tuple[int, Secret]]:
         """The endpoint's secrets, opened by ``keyring``, with the ids of their
@@ -178,6 +219,14 @@ class EndpointRow(NamedTuple):
             ),
             filter=self.filter,
             retry_schedule=self.retry_schedule,
+            header_names=list(self.auth_header_names),
+            auth_scheme=self.auth_scheme,
+            basic_username=self.basic_username,
+            oauth2_token_url=self.oauth2_token_url,
+            oauth2_client_id=self.oauth2_client_id,
+            oauth2_scope=self.oauth2_scope,
+            oauth2_audience=self.oauth2_audience,
+            auth=None if self.auth is None else Sealed(self.auth, self.auth_key_id),
         )
 
 

@@ -160,9 +160,9 @@ def status(tx: Any, *, schema: str = DEFAULT_SCHEMA) -> dict[str, Any]:
       ``probing``, ``held``), ``blocked_until`` (no claim takes its messages
       before; an open breaker's probe goes out then), ``failed_probes`` (in a
       row), ``opened_at``, ``reason`` (the answer that opened or held it);
-    - ``secrets``: signing secrets and endpoints' client keys ``plain_text``
-      (stored unsealed: whoever reads the table can forge deliveries, or pose as
-      the dispatcher) and ``sealed`` (a count per key id, see
+    - ``secrets``: signing secrets, endpoints' client keys and credentials
+      ``plain_text`` (stored unsealed: whoever reads the table can forge
+      deliveries, or pose as the dispatcher) and ``sealed`` (a count per key id, see
       :mod:`outbox.sealing`);
     - ``destinations``: per destination with a policy (an origin, or
       ``endpoint:<id>`` for an endpoint with a cap or a rate limit) its

@@ -5,12 +5,16 @@ All functions run in the caller's transaction (a SQLAlchemy ``Session`` or
 :class:`~outbox.sealing.Keyring`, :class:`Endpoints` stores new secrets sealed
 under its current key and opens sealed ones as it reads them; an endpoint's
 client private key (for mutual TLS) is sealed the same way, and never opened
-here: only the dispatcher needs it.
+here: only the dispatcher needs it. An endpoint's credentials (static
+headers, HTTP basic, a bearer token, OAuth2 client credentials) are sealed
+together as one value (see ``_endpoint_auth``), opened here only by an update
+that keeps some of them.
 
 :class:`Endpoints` is the one way an endpoint is written: every change is a plan
 that takes the endpoint's row lock, writes, and reads the endpoint back. What is
 read (:class:`Endpoint`, :class:`Secret`) is made in ``_endpoint_rows``; the
-checks and TLS material live in ``_endpoint_fields`` and ``_endpoint_tls``.
+checks, TLS material and credentials live in ``_endpoint_fields``,
+``_endpoint_tls`` and ``_endpoint_auth``.
 
 The module stays whole: the class is one plan per change, and the plans share
 the row lock and the read-back that make each change safe.
@@ -24,6 +28,7 @@ from datetime import timedelta
 from typing import Any, NamedTuple, TypeVar
 
 from outbox._arguments import check_id
+from outbox._endpoint_auth import Auth, AuthChange, OAuth2ClientCredentials, open_auth, stored_auth
 from outbox._endpoint_fields import (
     check_description,
     check_max_concurrency,
@@ -43,6 +48,7 @@ from outbox.defaults import DEFAULT_SCHEMA, MAX_SPAN
 from outbox.errors import InvalidArgument, InvalidMessage
 from outbox.sealing import (
     CLIENT_KEY,
+    ENDPOINT_AUTH,
     SIGNING_SECRET,
     Keyring,
     Sealed,
@@ -57,6 +63,7 @@ __all__ = [
     "RESEAL_BATCH",
     "Endpoint",
     "Endpoints",
+    "OAuth2ClientCredentials",
     "Secret",
 ]
 
@@ -125,6 +132,10 @@ class Endpoints:
         client_key: str | None = None,
         filter: str | None = None,
         retry_schedule: Iterable[float] | None = None,
+        headers: Mapping[str, str] | None = None,
+        basic_auth: tuple[str, str] | None = None,
+        bearer_token: str | None = None,
+        oauth2: OAuth2ClientCredentials | None = None,
     ) -> Endpoint:
         """Create an endpoint; a ``whsec_`` secret is generated unless given.
 
@@ -137,6 +148,11 @@ class Endpoints:
         :class:`outbox.InvalidMessage` naming ``filter``. ``retry_schedule``
         lists the seconds before each retry of its messages (the last repeats;
         see :mod:`outbox._retry_schedule`).
+
+        Its credentials, sealed with the keyring when there is one: ``headers``
+        every delivery carries (none the outbox sets itself, refused naming the
+        header), and at most one of ``basic_auth`` (``(user, password)``),
+        ``bearer_token`` and ``oauth2`` (the dispatcher fetches the token).
         """
         params = {
             "url": check_url(url),
@@ -152,9 +168,15 @@ class Endpoints:
         _check_pem_texts(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
         change = TlsChange.of(ca_bundle=ca_bundle, client_cert=client_cert, client_key=client_key)
         tls = None if change is None else change.applied_to(Tls(None, None, None))
-        return self._run(tx, self._insert_plan(params, new, tls))
+        credentials = AuthChange.of(
+            headers=headers, basic_auth=basic_auth, bearer_token=bearer_token, oauth2=oauth2
+        )
+        auth = None if credentials is None else credentials.applied_to(Auth())
+        return self._run(tx, self._insert_plan(params, new, tls, auth))
 
-    def _insert_plan(self, params: dict[str, Any], secret: str, tls: Tls | None) -> Plan[Endpoint]:
+    def _insert_plan(
+        self, params: dict[str, Any], secret: str, tls: Tls | None, auth: Auth | None
+    ) -> Plan[Endpoint]:
         ids: list[int] = yield self.queries["endpoint_insert"], params, scalar
         endpoint_id = ids[0]
         yield (
@@ -165,6 +187,12 @@ class Endpoints:
         if tls is not None:
             stored = stored_tls(self.keyring, tls, endpoint_id)
             yield self.queries["endpoint_tls_update"], stored, None
+        if auth is not None:
+            yield (
+                self.queries["endpoint_auth_update"],
+                stored_auth(self.keyring, auth, endpoint_id),
+                None,
+            )
         yield self.queries["endpoint_slots_sync"], {"id": endpoint_id}, None
         rows: list[EndpointRow] = yield (
             self.queries["endpoint_get"],
@@ -229,6 +257,14 @@ class Endpoints:
         clear_filter: bool = False,
         retry_schedule: Iterable[float] | None = None,
         clear_retry_schedule: bool = False,
+        headers: Mapping[str, str] | None = None,
+        clear_headers: bool = False,
+        basic_auth: tuple[str, str] | None = None,
+        clear_basic_auth: bool = False,
+        bearer_token: str | None = None,
+        clear_bearer_token: bool = False,
+        oauth2: OAuth2ClientCredentials | None = None,
+        clear_oauth2: bool = False,
     ) -> Endpoint:
         """Change the given fields; the others keep their value. A new
         ``rate_limit`` without a ``burst`` gets the default burst.
@@ -236,6 +272,13 @@ class Endpoints:
         ``client_cert`` and ``client_key`` are given together; ``clear_ca_bundle``
         and ``clear_client_cert`` remove them (the system's roots, no client
         certificate); ``clear_filter`` removes the filter.
+
+        ``headers`` replaces its static headers (``clear_headers`` removes
+        them); ``basic_auth``, ``bearer_token`` or ``oauth2`` sets what sends
+        ``Authorization``, refused while another one is set unless that one is
+        cleared in the same call (``clear_basic_auth``, ``clear_bearer_token``,
+        ``clear_oauth2``). Keeping some credentials while changing others opens
+        them, so it needs the key they are sealed under.
         """
         changes: dict[str, Any] = {}
         if url is not None:
@@ -267,8 +310,20 @@ class Endpoints:
             client_key=client_key,
             clear_client_cert=clear_client_cert,
         )
+        credentials = AuthChange.of(
+            headers=headers,
+            clear_headers=clear_headers,
+            basic_auth=basic_auth,
+            clear_basic_auth=clear_basic_auth,
+            bearer_token=bearer_token,
+            clear_bearer_token=clear_bearer_token,
+            oauth2=oauth2,
+            clear_oauth2=clear_oauth2,
+        )
         endpoint_id = check_id(endpoint_id, "endpoint_id")
-        return self._run(tx, self._update_plan(endpoint_id, changes, rotate=None, tls=tls))
+        return self._run(
+            tx, self._update_plan(endpoint_id, changes, rotate=None, tls=tls, auth=credentials)
+        )
 
     def rotate_secret(
         self,
@@ -295,6 +350,7 @@ class Endpoints:
         changes: dict[str, Any],
         rotate: tuple[str, timedelta] | None,
         tls: TlsChange | None = None,
+        auth: AuthChange | None = None,
     ) -> Plan[Endpoint]:
         locked = yield self.queries["endpoint_lock"], {"id": endpoint_id}, None
         if not locked:
@@ -305,6 +361,12 @@ class Endpoints:
             EndpointRow,
         )
         current = rows[0].endpoint(self.keyring)
+        # checked before anything is written: a second scheme is refused here
+        credentials = (
+            None
+            if auth is None
+            else auth.applied_to(open_auth(self.keyring, current.auth, endpoint_id))
+        )
         params = {
             "id": endpoint_id,
             "url": changes.get("url", current.url),
@@ -326,6 +388,12 @@ class Endpoints:
                 stored_tls(self.keyring, tls.applied_to(stored), endpoint_id),
                 None,
             )
+        if credentials is not None:
+            yield (
+                self.queries["endpoint_auth_update"],
+                stored_auth(self.keyring, credentials, endpoint_id),
+                None,
+            )
         if rotate is not None:
             new, overlap = rotate
             now = rows[0].now
@@ -341,9 +409,9 @@ class Endpoints:
         return rows[0].endpoint(self.keyring)
 
     def reseal(self, tx: Any, *, limit: int = RESEAL_BATCH) -> int:
-        """Seal under the keyring's current key up to ``limit`` signing secrets and
-        client keys that are not (plain text, or sealed under an older key);
-        return how many.
+        """Seal under the keyring's current key up to ``limit`` signing secrets,
+        client keys and endpoints' credentials that are not (plain text, or
+        sealed under an older key); return how many.
 
         Run it in transactions of their own until it returns 0: each batch's rows
         are locked until its transaction ends, so several may run at once, and
@@ -361,10 +429,12 @@ class Endpoints:
 
     def _reseal_plan(self, keyring: Keyring, limit: int) -> Plan[int]:
         sealed = 0
-        # signing secrets first, then the endpoints' client keys, in one batch
+        # signing secrets first, then the endpoints' client keys and credentials,
+        # in one batch
         for select, write, kind in (
             ("secrets_to_reseal", "secrets_reseal", SIGNING_SECRET),
             ("client_keys_to_reseal", "client_keys_reseal", CLIENT_KEY),
+            ("auth_to_reseal", "auth_reseal", ENDPOINT_AUTH),
         ):
             if sealed == limit:
                 break
@@ -391,8 +461,8 @@ class Endpoints:
         return sealed
 
     def unsealed(self, tx: Any) -> int:
-        """How many signing secrets and client keys are not sealed under the
-        keyring's current key (every plain-text one, and without a keyring all)."""
+        """How many signing secrets, client keys and endpoints' credentials are not
+        sealed under the keyring's current key (every plain-text one, and without a keyring all)."""
         current = self.keyring.current if self.keyring is not None else None
         counts: list[int] = self._run(
             tx, rows_plan(self.queries["secrets_unsealed_count"], {"key_id": current}, scalar)

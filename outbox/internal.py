@@ -15,6 +15,7 @@ promised to them.
 # the checks and bounds of arguments, messages and endpoint fields: the CLI, the
 # dashboard and the bench check their input by the library's own rules
 from outbox._arguments import MAX_ID
+from outbox._endpoint_auth import MAX_CREDENTIAL, Auth, parse_auth
 from outbox._endpoint_fields import MAX_METADATA_BYTES, check_metadata
 from outbox._endpoint_rows import EndpointRow, json_value
 from outbox._endpoint_tls import MAX_PEM, load_client_cert, pem_digest
@@ -49,12 +50,14 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DUTY_LOCK_CLASS",
     "MAX_BURST",
+    "MAX_CREDENTIAL",
     "MAX_FILTER_LENGTH",
     "MAX_ID",
     "MAX_METADATA_BYTES",
     "MAX_PEM",
     "MAX_RATE_LIMIT",
     "MIN_RATE_LIMIT",
+    "Auth",
     "DestinationHealth",
     "EndpointRow",
     "Queries",
@@ -72,6 +75,7 @@ __all__ = [
     "json_value",
     "load_client_cert",
     "lock_object_id",
+    "parse_auth",
     "pem_digest",
     "queries_for",
     "rows_plan",

@@ -14,8 +14,8 @@ Four roles share an outbox schema:
   only ``EXECUTE`` on them (and ``USAGE`` on the schema) can produce, and do
   nothing else;
 - a **dispatcher** claims, renews, completes and rescues messages, trims history
-  and old event records, reads signing secrets, TLS material and retry
-  schedules, and records endpoint health. It writes only the state, lease and
+  and old event records, reads signing secrets, TLS material, endpoints'
+  credentials and retry schedules, and records endpoint health. It writes only the state, lease and
   outcome columns of a message (never its URL, headers, body or key), and only
   the health columns of an endpoint; it may disable an endpoint but not enable
   one (migration 0020: only a role that may change an endpoint's URL may);
@@ -94,7 +94,9 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "disabled_reason", "disabled_at", "failure_streak", "failing_since",
         "last_success_at", "max_concurrency", "rate_limit_per_s", "created_at",
         "updated_at", "rate_burst", "ca_bundle", "client_cert", "client_key",
-        "client_key_id", "filter", "retry_schedule",
+        "client_key_id", "filter", "retry_schedule", "auth", "auth_key_id", "auth_scheme",
+        "auth_header_names", "basic_username", "oauth2_token_url", "oauth2_client_id",
+        "oauth2_scope", "oauth2_audience",
     ),
     "endpoint_secrets": ("id", "endpoint_id", "secret", "expires_at", "created_at", "key_id"),
     "events": ("event_key", "event_type", "digest", "message_ids", "created_at"),
@@ -207,6 +209,8 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
                 "id", "url", "enabled", "disabled_reason", "disabled_at", "failure_streak",
                 "failing_since", "last_success_at", "max_concurrency", "rate_limit_per_s",
                 "ca_bundle", "client_cert", "client_key", "client_key_id", "retry_schedule",
+                # its credentials, as stored (all it sends with is in the sealed value)
+                "auth", "auth_key_id",
             ),
             # health: a completion extends or clears the failure streak, and
             # disables (enabled false) on 410 Gone or a long failure; enabling

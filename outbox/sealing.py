@@ -7,8 +7,9 @@ random 96-bit nonce followed by the AES-GCM ciphertext and tag, in the secret's
 own column, with the id of the key that sealed it beside it (no key id: plain
 text, as stored before keys existed). The associated data names the endpoint,
 so a sealed value copied onto another endpoint's row does not open there, and
-what the value is (a signing secret, or :data:`CLIENT_KEY`, an endpoint's TLS
-private key), so that one does not open as the other.
+what the value is (a signing secret, :data:`CLIENT_KEY`, an endpoint's TLS
+private key, or :data:`ENDPOINT_AUTH`, its credentials), so that one does not
+open as another.
 
 A keyring holds one or more keys: the first seals, every one opens. Rotating
 keys is adding the new one first, re-sealing (``outbox endpoints rekey``), then
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLIENT_KEY",
+    "ENDPOINT_AUTH",
     "KEY_BYTES",
     "SIGNING_SECRET",
     "Keyring",
@@ -137,6 +139,9 @@ SIGNING_SECRET = ""
 values, unchanged)."""
 CLIENT_KEY = "client key"
 """What a sealed value is: an endpoint's client private key, for mutual TLS."""
+ENDPOINT_AUTH = "auth"
+"""What a sealed value is: an endpoint's credentials (static headers, basic,
+bearer or OAuth2 client credentials) as one JSON value (``outbox._endpoint_auth``)."""
 
 
 def _aad(endpoint_id: int, kind: str) -> bytes:

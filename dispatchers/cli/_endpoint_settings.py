@@ -1,4 +1,6 @@
-"""The settings options of ``outbox endpoints add`` and ``update``, and the
+"""The settings options of ``outbox endpoints add`` and ``update`` (those of
+TLS and credentials are :mod:`~dispatchers.cli._endpoint_tls`'s and
+:mod:`~dispatchers.cli._endpoint_auth`'s), and the
 keyword arguments of :meth:`outbox.endpoints.Endpoints.add` and ``update`` they
 make.
 
@@ -21,6 +23,12 @@ from dispatchers.cli._common import (
     positive_int,
     require_extra,
     retry_schedule,
+)
+from dispatchers.cli._endpoint_auth import (
+    AUTH_EXCLUSIVE,
+    AUTH_UPDATE_OPTIONS,
+    add_auth_options,
+    auth_arguments,
 )
 from dispatchers.cli._endpoint_tls import add_tls_options, pem_texts
 from dispatchers.cli.destinations import rate_options
@@ -77,6 +85,7 @@ _UPDATE_OPTIONS = {
     "--clear-filter": "clear_filter",
     "--retry-schedule": "retry_schedule",
     "--no-retry-schedule": "no_retry_schedule",
+    **AUTH_UPDATE_OPTIONS,
 }
 """Every option of ``update`` that changes a setting, with its destination."""
 
@@ -86,6 +95,7 @@ _EXCLUSIVE = (
     (("--rate-limit", "--burst"), "--no-rate-limit"),
     (("--filter",), "--clear-filter"),
     (("--retry-schedule",), "--no-retry-schedule"),
+    *AUTH_EXCLUSIVE,
 )
 """Options that set a value, and the one that removes it (the TLS options are
 refused together by :class:`outbox._endpoint_tls.TlsChange`, naming them)."""
@@ -148,6 +158,7 @@ def add_settings_options(p: argparse.ArgumentParser, *, update: bool) -> None:
             help="drop its retry schedule (the event type's or the dispatcher's applies)",
         )
     add_tls_options(p, update=update)
+    add_auth_options(p, update=update)
 
 
 def settings(args: argparse.Namespace, *, update: bool) -> dict[str, Any]:
@@ -178,6 +189,7 @@ def settings(args: argparse.Namespace, *, update: bool) -> dict[str, Any]:
         "filter": _payload_filter(args.filter),
         "retry_schedule": args.retry_schedule,
         **pem_texts(args),
+        **auth_arguments(args, update=update),
     }
     if update:
         if args.all_event_types:

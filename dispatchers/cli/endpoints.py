@@ -9,8 +9,11 @@ secrets are stored sealed under it, and ``rekey`` seals those that are not (see
 :mod:`outbox.sealing`). An endpoint's TLS material (``--ca-bundle``,
 ``--client-cert`` and ``--client-key``) is read from PEM files and checked
 before anything is written; the private key is sealed like a secret, and only
-digests of the PEM texts are ever shown. The options that set what an endpoint
-gets and how are :mod:`dispatchers.cli._endpoint_settings`'s.
+digests of the PEM texts are ever shown. Its credentials (``--header``,
+``--basic-auth``, ``--bearer-token-file``, ``--oauth2-*``) are sealed together
+the same way; only the headers' names and the scheme are ever shown. The
+options that set what an endpoint gets and how are
+:mod:`dispatchers.cli._endpoint_settings`'s.
 """
 
 from __future__ import annotations
@@ -36,11 +39,12 @@ from dispatchers.cli._common import (
     resolve_database,
     transaction,
 )
+from dispatchers.cli._endpoint_auth import naming_auth_options
 from dispatchers.cli._endpoint_settings import OPTIONS, add_settings_options, settings
 from dispatchers.cli._endpoint_tls import naming_tls_options
 from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import cell, emit, fields, table
-from dispatchers.ui.policy_text import format_schedule, rate_text, tls_fields
+from dispatchers.ui.policy_text import auth_fields, format_schedule, rate_text, tls_fields
 from outbox.endpoints import (
     DEFAULT_ROTATION_OVERLAP,
     MAX_RESEAL_BATCH,
@@ -80,6 +84,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
         until = f" (signs until {cell(secret.expires_at)})" if secret.expires_at else ""
         pairs.append(("secrets" if i == 0 else "", shown + until))
     pairs += tls_fields(ep)
+    pairs += auth_fields(ep)
     pairs += [("created", ep.created_at), ("updated", ep.updated_at)]
     return fields(pairs)
 
@@ -92,7 +97,12 @@ def _endpoints(args: argparse.Namespace) -> Endpoints:
 def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
     chosen = settings(args, update=False)
     endpoints = _endpoints(args)
-    with naming_options({**OPTIONS, "url": "URL"}), naming_tls_options(), transaction(args) as conn:
+    with (
+        naming_options({**OPTIONS, "url": "URL"}),
+        naming_tls_options(),
+        naming_auth_options(args),
+        transaction(args) as conn,
+    ):
         ep = endpoints.add(conn, url=args.url, secret=args.secret, **chosen)
     secret = ep.secrets[0].secret
     emit(
@@ -159,7 +169,12 @@ def cmd_endpoints_show(args: argparse.Namespace) -> ExitCode:
 def cmd_endpoints_update(args: argparse.Namespace) -> ExitCode:
     chosen = settings(args, update=True)
     endpoints = _endpoints(args)
-    with naming_options(OPTIONS), naming_tls_options(), transaction(args) as conn:
+    with (
+        naming_options(OPTIONS),
+        naming_tls_options(),
+        naming_auth_options(args),
+        transaction(args) as conn,
+    ):
         ep = endpoints.update(conn, args.id, **chosen)
     emit(
         args, ep.as_dict(), f"updated endpoint {ep.id}\n{_endpoint_fields(ep, show_secrets=False)}"
@@ -241,7 +256,7 @@ def cmd_endpoints_rekey(args: argparse.Namespace) -> ExitCode:
         )
     with transaction(args) as conn:
         remaining = endpoints.unsealed(conn)
-    text = f"sealed {sealed} signing secret(s) under key {current}"
+    text = f"sealed {sealed} secret(s) under key {current}"
     if remaining:
         text += f"; {remaining} remain (changed meanwhile): run it again"
     emit(args, {"key_id": current, "sealed": sealed, "remaining": remaining}, text)
@@ -343,8 +358,9 @@ def add_parser(commands: Commands) -> None:
     p = action(
         "rekey",
         cmd_endpoints_rekey,
-        "seal every signing secret under the first configured key (plain-text ones "
-        "included); safe while dispatchers holding the old and new keys run",
+        "seal every signing secret, client key and endpoint's credentials under the "
+        "first configured key (plain-text ones included); safe while dispatchers "
+        "holding the old and new keys run",
     )
     p.add_argument(
         "--batch",

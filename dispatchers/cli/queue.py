@@ -251,7 +251,8 @@ def _secrets_warnings(secrets: dict[str, Any], ring: Keyring | None) -> list[str
     warnings = []
     if secrets["plain_text"]:
         warnings.append(
-            f"{secrets['plain_text']} signing secret(s) or client key(s) are stored in "
+            f"{secrets['plain_text']} signing secret(s), client key(s) or endpoint "
+            "credential(s) are stored in "
             "plain text: "
             "configure a key and run `outbox endpoints rekey` (see the README, "
             '"Secrets at rest")'

@@ -196,12 +196,18 @@ class Sender:
 
     def request_headers(self, job: Job) -> dict[str, str]:
         headers = dict(job.headers)
+        if job.auth_headers:
+            # the endpoint's own headers and Authorization win over a message's
+            # of the same name (none of them is one the outbox sets)
+            own = {name.lower() for name in job.auth_headers}
+            headers = {n: v for n, v in headers.items() if n.lower() not in own}
+            headers.update(job.auth_headers)
         headers["Content-Type"] = job.content_type
         headers["Idempotency-Key"] = idempotency_header(
             job.idempotency_key, self.config.idempotency_key_format
         )
         # defaults for what the message leaves out; header names are case-insensitive
-        given = {name.lower() for name in job.headers}
+        given = {name.lower() for name in headers}
         if "user-agent" not in given:
             headers["User-Agent"] = self.config.user_agent
         if "accept-encoding" not in given:

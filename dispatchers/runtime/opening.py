@@ -1,8 +1,10 @@
-"""Opening what a claimed message carries sealed: its signing secrets and its
-endpoint's TLS material, after the claim and outside the database layer."""
+"""Opening what a claimed message carries sealed: its signing secrets, its
+endpoint's TLS material and credentials, after the claim and outside the
+database layer."""
 
 from __future__ import annotations
 
+from dispatchers.delivery.credentials import OpenedAuth
 from dispatchers.delivery.jobs import Job
 from dispatchers.delivery.tls import TlsContexts
 from dispatchers.delivery.unsealing import OpenedSecrets
@@ -12,14 +14,17 @@ from outbox.sealing import Keyring
 
 class Opener:
     """Makes the :class:`Job` of each claimed message, after the claim: opens its
-    sealed signing secrets (:mod:`dispatchers.delivery.unsealing`) and builds its
-    endpoint's TLS context (:mod:`dispatchers.delivery.tls`), both with ``keyring``. A
-    message whose secrets or client key cannot be opened gets a job that says why
-    (``secrets_unavailable``): it is never sent unsigned."""
+    sealed signing secrets (:mod:`dispatchers.delivery.unsealing`), builds its
+    endpoint's TLS context (:mod:`dispatchers.delivery.tls`) and opens its
+    credentials (:mod:`dispatchers.delivery.credentials`), all with ``keyring``. A
+    message whose secrets, client key or credentials cannot be opened gets a job
+    that says why (``secrets_unavailable``): it is never sent unsigned, nor
+    without them."""
 
     def __init__(self, keyring: Keyring | None) -> None:
         self.secrets = OpenedSecrets(keyring)
         self.tls = TlsContexts(keyring)
+        self.auth = OpenedAuth(keyring)
 
     def job(self, claimed: Claimed) -> Job:
         secrets, unavailable = self.secrets.open(
@@ -31,6 +36,9 @@ class Opener:
             claimed.client_cert,
             claimed.client_key,
             claimed.client_key_id,
+        )
+        auth, auth_unavailable = self.auth.open(
+            claimed.endpoint_id, claimed.auth, claimed.auth_key_id
         )
         return Job(
             id=claimed.id,
@@ -53,5 +61,7 @@ class Opener:
             retry_schedule=claimed.retry_schedule,
             probe=claimed.probe,
             tls=context,
-            secrets_unavailable=unavailable or key_unavailable,
+            secrets_unavailable=unavailable or key_unavailable or auth_unavailable,
+            auth_headers=auth.headers or None,
+            oauth2=auth.oauth2,
         )

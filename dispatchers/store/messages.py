@@ -16,8 +16,9 @@ from dispatchers.store.rows import result_names, taker
 
 class Claimed(NamedTuple):
     """A message as a claim statement returns it (its columns taken by name, see
-    :mod:`dispatchers.store.rows`): its signing secrets still sealed, its endpoint's TLS
-    material not yet made a context. :class:`Opener` makes the :class:`Job`."""
+    :mod:`dispatchers.store.rows`): its signing secrets and its endpoint's
+    credentials still sealed, its endpoint's TLS material not yet made a context.
+    :class:`Opener` makes the :class:`Job`."""
 
     id: int
     idempotency_key: str
@@ -45,6 +46,9 @@ class Claimed(NamedTuple):
     client_cert: str | None
     client_key: str | None
     client_key_id: str | None
+    auth: str | None
+    """The endpoint's credentials, one JSON value, sealed when ``auth_key_id`` says so."""
+    auth_key_id: str | None
 
 
 class Signal(NamedTuple):

@@ -4,8 +4,9 @@ Before ``outbox dispatch`` claims anything, :func:`check_database` makes sure th
 it can connect (within ``db_connect_timeout``), that the schema is migrated to
 the version this code needs, that its role holds every privilege the
 dispatcher's statements need, and that it holds every key that seals a signing
-secret in force (:class:`SecretKeysMissing` otherwise: it would have to hold
-those webhooks back). What is wrong is raised as one
+secret in force, a client key or an endpoint's credentials
+(:class:`SecretKeysMissing` otherwise: it would have to hold those webhooks
+back). What is wrong is raised as one
 :class:`~dispatchers.errors.DatabaseUnusable` whose message says, on one line,
 what it is and what to do: a misconfigured service fails at once and visibly,
 instead of retrying what waiting will not heal.
@@ -44,7 +45,8 @@ R = TypeVar("R")
 
 
 class SecretKeysMissing(DispatcherFailed):
-    """Signing secrets in force are sealed under keys the dispatcher lacks."""
+    """Signing secrets in force, client keys or endpoints' credentials are sealed
+    under keys the dispatcher lacks."""
 
 
 LIBPQ_SHORTEST_CONNECT_TIMEOUT = 2
@@ -125,7 +127,7 @@ def _check(conn: psycopg.Connection[Any], config: StoreSettings) -> None:
     missing_keys = config.keyring.missing(in_use) if config.keyring is not None else in_use
     if missing_keys:
         raise SecretKeysMissing(
-            f"signing secrets or client keys are sealed under key(s) "
+            f"signing secrets, client keys or endpoint credentials are sealed under key(s) "
             f"{', '.join(missing_keys)}, which this "
             "dispatcher does not hold: configure every key in use (OUTBOX_SECRETS_KEY or "
             "--secrets-key-file)"

@@ -35,7 +35,7 @@ from dispatchers.ui.fields import (
     route_id,
 )
 from dispatchers.ui.limits import ENDPOINTS_PAGE
-from dispatchers.ui.policy_text import format_schedule, rate_text, tls_fields
+from dispatchers.ui.policy_text import auth_fields, format_schedule, rate_text, tls_fields
 from outbox.admin import replay, send_test_event
 from outbox.endpoints import DEFAULT_ROTATION_OVERLAP, Endpoint
 from outbox.errors import InvalidArgument
@@ -191,6 +191,7 @@ async def endpoint(request: web.Request) -> web.StreamResponse:
         rate=rate_text(found.rate_limit_per_s, found.burst),
         schedule=format_schedule(found.retry_schedule),
         tls=tls_fields(found),
+        credentials=auth_fields(found),
         health=health,
         spans=SPANS,
         notice=_endpoint_notice(request.query),

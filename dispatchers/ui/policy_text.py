@@ -1,5 +1,5 @@
-"""How delivery policies read to an operator: spans, retry schedules, rate limits
-and TLS material, worded once for the commands and for the dashboard (which may
+"""How delivery policies read to an operator: spans, retry schedules, rate limits,
+TLS material and credentials, worded once for the commands and for the dashboard (which may
 not import the commands)."""
 
 from __future__ import annotations
@@ -48,4 +48,34 @@ def tls_fields(ep: Endpoint) -> list[tuple[str, object]]:
         ("CA bundle", bundle and f"sha256 {bundle}"),
         ("client cert", cert and f"sha256 {cert}"),
         ("client key", key),
+    ]
+
+
+def auth_fields(ep: Endpoint) -> list[tuple[str, object]]:
+    """An endpoint's credentials as an operator may see them: the names of its
+    static headers, what sets ``Authorization`` (the basic user, the OAuth2
+    client), and how they are stored; never a value, password, token or secret."""
+    if ep.auth is None:
+        return [("credentials", None)]
+    sealed_by = ep.auth.key_id
+    stored = f"sealed under key {sealed_by}" if sealed_by else "stored in plain text"
+    scheme = None
+    if ep.auth_scheme == "basic":
+        scheme = f"basic, user {ep.basic_username}"
+    elif ep.auth_scheme == "bearer":
+        scheme = "bearer token"
+    elif ep.auth_scheme == "oauth2":
+        extra = "".join(
+            f", {name} {value}"
+            for name, value in (("scope", ep.oauth2_scope), ("audience", ep.oauth2_audience))
+            if value is not None
+        )
+        scheme = (
+            f"OAuth2 client credentials, client {ep.oauth2_client_id} "
+            f"at {ep.oauth2_token_url}{extra}"
+        )
+    return [
+        ("headers", ", ".join(ep.header_names) or None),
+        ("authorization", scheme),
+        ("credentials", stored),
     ]

@@ -373,11 +373,14 @@ WHERE state <> 'held' OR blocked_until > now()
 ORDER BY destination
 
 -- name: status_secrets
--- Signing secrets and client keys by the key that seals them (NULL: plain text).
+-- Signing secrets, client keys and endpoints' credentials by the key that seals
+-- them (NULL: plain text).
 SELECT key_id, count(*) AS secrets
 FROM (SELECT key_id FROM {schema}.endpoint_secrets
       UNION ALL
-      SELECT client_key_id FROM {schema}.endpoints WHERE client_key IS NOT NULL)
+      SELECT client_key_id FROM {schema}.endpoints WHERE client_key IS NOT NULL
+      UNION ALL
+      SELECT auth_key_id FROM {schema}.endpoints WHERE auth IS NOT NULL)
     AS stored (key_id)
 GROUP BY key_id
 ORDER BY key_id NULLS FIRST

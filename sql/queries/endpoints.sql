@@ -33,7 +33,10 @@ SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disab
                         ORDER BY s.id DESC)
                  FROM {schema}.endpoint_secrets AS s
                  WHERE s.endpoint_id = e.id), '[]') AS secrets,
-       e.filter
+       e.filter,
+       -- its credentials: as stored (sealed, or plain text), and what may be shown
+       e.auth, e.auth_key_id, e.auth_scheme, e.auth_header_names, e.basic_username,
+       e.oauth2_token_url, e.oauth2_client_id, e.oauth2_scope, e.oauth2_audience
 FROM {schema}.endpoints AS e
 
 -- name: endpoint_get
@@ -76,6 +79,23 @@ SET ca_bundle = %(ca_bundle)s,
     updated_at = now()
 WHERE id = %(id)s
 
+-- name: endpoint_auth_update
+-- An endpoint's credentials, as stored (sealed under auth_key_id, or plain
+-- text), with what may be shown of them. The caller holds the endpoint's row
+-- lock, or has just inserted it.
+UPDATE {schema}.endpoints
+SET auth = %(auth)s,
+    auth_key_id = %(auth_key_id)s,
+    auth_scheme = %(auth_scheme)s,
+    auth_header_names = CAST(%(auth_header_names)s AS text[]),
+    basic_username = %(basic_username)s,
+    oauth2_token_url = %(oauth2_token_url)s,
+    oauth2_client_id = %(oauth2_client_id)s,
+    oauth2_scope = %(oauth2_scope)s,
+    oauth2_audience = %(oauth2_audience)s,
+    updated_at = now()
+WHERE id = %(id)s
+
 -- name: endpoint_secret_rotate
 -- Sign with a new secret from now on. The retired secrets go (the caller names
 -- those that no longer sign, and the new one if it was stored already); those
@@ -94,12 +114,14 @@ INSERT INTO {schema}.endpoint_secrets (endpoint_id, secret, key_id)
 VALUES (%(id)s, %(secret)s, %(key_id)s)
 
 -- name: secrets_unsealed_count
--- How many signing secrets and client keys are not sealed under the key with id
--- key_id (plain text ones included).
+-- How many signing secrets, client keys and endpoints' credentials are not
+-- sealed under the key with id key_id (plain text ones included).
 SELECT (SELECT count(*) FROM {schema}.endpoint_secrets
         WHERE key_id IS DISTINCT FROM %(key_id)s)
      + (SELECT count(*) FROM {schema}.endpoints
         WHERE client_key IS NOT NULL AND client_key_id IS DISTINCT FROM %(key_id)s)
+     + (SELECT count(*) FROM {schema}.endpoints
+        WHERE auth IS NOT NULL AND auth_key_id IS DISTINCT FROM %(key_id)s)
 
 -- name: secrets_to_reseal
 -- A batch of signing secrets not sealed under the key with id key_id, locked
@@ -132,6 +154,22 @@ FOR UPDATE SKIP LOCKED
 -- Write a batch of client keys sealed again, all under key_id.
 UPDATE {schema}.endpoints AS e
 SET client_key = r.secret, client_key_id = %(key_id)s
+FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(secrets)s AS text[])) AS r(id, secret)
+WHERE e.id = r.id
+
+-- name: auth_to_reseal
+-- As secrets_to_reseal, for the endpoints' credentials (the id is the endpoint's).
+SELECT id, id AS endpoint_id, auth AS secret, auth_key_id AS key_id
+FROM {schema}.endpoints
+WHERE auth IS NOT NULL AND auth_key_id IS DISTINCT FROM %(key_id)s
+ORDER BY id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: auth_reseal
+-- Write a batch of endpoints' credentials sealed again, all under key_id.
+UPDATE {schema}.endpoints AS e
+SET auth = r.secret, auth_key_id = %(key_id)s
 FROM unnest(CAST(%(ids)s AS bigint[]), CAST(%(secrets)s AS text[])) AS r(id, secret)
 WHERE e.id = r.id
 

@@ -285,7 +285,7 @@ def test_a_plain_text_client_key_is_warned_of_until_rekey_seals_it(
     add_endpoint(db, "https://partner.example/hook", client_cert=cert, client_key=key)
     db.query("DELETE FROM outbox.endpoint_secrets RETURNING id")  # the key alone is stored
     code, out, err = cli("status", "--json")
-    assert code == 0 and "1 signing secret(s) or client key(s)" in err
+    assert code == 0 and "1 signing secret(s), client key(s) or endpoint credential(s)" in err
     assert json.loads(out)["secrets"] == {"plain_text": 1, "sealed": {}}
 
     keys = tmp_path / "keys"

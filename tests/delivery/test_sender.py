@@ -66,3 +66,18 @@ async def test_response_excerpt_is_bounded_even_when_already_read() -> None:
     _, attempt = await send(config, job(), httpx.Response(500, content=b"y" * 5000))
     assert attempt.outcome.verdict is Verdict.RETRY
     assert attempt.excerpt == "y" * 10
+
+
+async def test_an_endpoints_own_headers_replace_a_messages_of_the_same_name() -> None:
+    message = job(
+        endpoint_id=3,
+        secrets=(generate_secret(),),
+        headers={"x-tenant": "from-message", "X-Other": "kept"},
+        auth_headers={"X-Tenant": "acme", "User-Agent": "partner-agent", "Authorization": "B t"},
+    )
+    (request,), _ = await send(DispatcherConfig(), message, httpx.Response(200))
+    assert request.headers.get_list("x-tenant") == ["acme"]
+    assert request.headers["x-other"] == "kept"
+    assert request.headers.get_list("user-agent") == ["partner-agent"]  # no default beside it
+    assert request.headers["authorization"] == "B t"
+    assert request.headers["idempotency-key"] == '"order-\\"7\\""'

@@ -146,7 +146,7 @@ async def test_a_rekey_beside_an_open_rotation_leaves_its_secrets_and_says_run_i
         )
         code, out, err = rekey()
         assert code == 1, err
-        assert f"sealed 1 signing secret(s) under key {ID_B}" in out
+        assert f"sealed 1 secret(s) under key {ID_B}" in out
         assert "1 remain (changed meanwhile): run it again" in out
         rows = {e: k for e, _, k in stored(database_url)}  # committed state
         assert rows == {rotated: ID_A, other: ID_B}

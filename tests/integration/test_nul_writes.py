@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from outbox import InvalidArgument, InvalidMessage, Outbox, admin
+from outbox import InvalidArgument, InvalidMessage, OAuth2ClientCredentials, Outbox, admin
 from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from outbox.event_types import EventTypes
@@ -85,6 +85,29 @@ def _bad(text: str) -> Callable[[str], str]:
     return lambda bad: text.replace("_", bad)
 
 
+def _oauth2(**given: str) -> OAuth2ClientCredentials:
+    fields = {"token_url": URL, "client_id": "c", "client_secret": "s"} | given
+    return OAuth2ClientCredentials(**fields)
+
+
+AUTH_CASES: list[tuple[str, str, Callable[[str], dict[str, Any]]]] = [
+    ("headers", "headers[", lambda b: {"url": URL, "headers": {"X-A" + b: "v"}}),
+    ("headers", "headers[X-A]", lambda b: {"url": URL, "headers": {"X-A": "v" + b}}),
+    ("basic_auth", "basic_auth", lambda b: {"url": URL, "basic_auth": ("u" + b, "p")}),
+    ("basic_auth", "basic_auth", lambda b: {"url": URL, "basic_auth": ("u", "p" + b)}),
+    ("bearer_token", "bearer_token", lambda b: {"url": URL, "bearer_token": "t" + b}),
+    *[
+        (
+            "oauth2",
+            f"oauth2.{name}",
+            lambda b, name=name: {"url": URL, "oauth2": _oauth2(**{name: "x" + b})},
+        )
+        for name in ("token_url", "client_id", "client_secret", "scope", "audience")
+    ],
+]
+"""The credentials' cases, for ``add`` and ``update`` alike (the URL, valid, is
+no change to ``update``)."""
+
 CASES = [
     Case("Outbox.enqueue", "url", _enqueue(url=_bad(URL + "_")), "url"),
     Case(
@@ -137,6 +160,7 @@ CASES = [
                 "client_key",
                 lambda b: {"url": URL, "client_cert": "PEM", "client_key": "PEM" + b},
             ),
+            *AUTH_CASES,
         ]
     ],
     *[
@@ -155,6 +179,7 @@ CASES = [
             ("ca_bundle", "ca_bundle", lambda b: {"ca_bundle": b}),
             ("client_cert", "client_cert", lambda b: {"client_cert": b, "client_key": "PEM"}),
             ("client_key", "client_key", lambda b: {"client_cert": "PEM", "client_key": b}),
+            *AUTH_CASES,
         ]
     ],
     Case(

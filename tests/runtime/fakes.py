@@ -162,6 +162,8 @@ def _claimed(row: Row) -> Claimed:
         client_cert=None,
         client_key=None,
         client_key_id=None,
+        auth=None,
+        auth_key_id=None,
     )
 
 

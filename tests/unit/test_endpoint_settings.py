@@ -41,7 +41,7 @@ def test_every_option_of_update_but_the_connections_is_a_setting() -> None:
 def test_an_update_without_a_setting_names_every_option_it_could_take() -> None:
     with pytest.raises(UsageError) as refused:
         settings(parse("update", "7"), update=True)
-    named = set(re.findall(r"--[a-z-]+", str(refused.value)))
+    named = set(re.findall(r"--[a-z0-9-]+", str(refused.value)))
     assert named == set(_UPDATE_OPTIONS)
 
 
@@ -51,6 +51,10 @@ def test_setting_and_removing_one_setting_together_is_refused(
 ) -> None:
     values = {"--event-type": "a", "--max-concurrency": "2", "--rate-limit": "5", "--burst": "2"}
     values |= {"--filter": "a", "--retry-schedule": "5s"}
+    # checked before any file is read
+    values |= {"--header": "X-Api-Key: k", "--basic-auth": "u:p", "--basic-auth-file": "f"}
+    values |= {"--bearer-token-file": "f", "--oauth2-token-url": "https://a.example/token"}
+    values |= {"--oauth2-client-id": "c", "--oauth2-client-secret-file": "f"}
     for setter in setters:
         argv = ["update", "7", setter, values[setter], remover]
         with pytest.raises(UsageError, match=f"{re.escape(setter)}.* or {remover}, not both"):

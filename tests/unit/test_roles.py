@@ -38,11 +38,12 @@ def test_the_producer_is_granted_nothing_on_secrets_and_no_update_of_messages() 
 def test_the_dispatcher_updates_only_the_health_columns_of_endpoints() -> None:
     on_endpoints = [s for s in grants("outbox", dispatcher="d") if '"endpoints"' in s]
     assert on_endpoints == [
-        # where and how to deliver, and its health: not its subscriptions nor filter
+        # where and how to deliver (its credentials as stored), and its health: not
+        # its subscriptions nor filter
         'GRANT SELECT ("id", "url", "enabled", "disabled_reason", "disabled_at",'
         ' "failure_streak", "failing_since", "last_success_at", "max_concurrency",'
         ' "rate_limit_per_s", "ca_bundle", "client_cert", "client_key", "client_key_id",'
-        ' "retry_schedule") ON TABLE "outbox"."endpoints" TO "d"',
+        ' "retry_schedule", "auth", "auth_key_id") ON TABLE "outbox"."endpoints" TO "d"',
         'GRANT UPDATE ("enabled", "disabled_reason", "disabled_at", "failure_streak",'
         ' "failing_since", "last_success_at", "updated_at") ON TABLE "outbox"."endpoints"'
         ' TO "d"',

@@ -281,7 +281,7 @@ policy_candidates AS (
 -- A SELECT in the shape of "claimed_rows", for a UNION ALL; it needs the CTE
 -- "policed" ("policy_room").
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        CAST(EXTRACT(epoch FROM min(CASE WHEN s.next_at > now() THEN s.next_at
                                         ELSE now() + s.period END) - now())
             AS double precision)
@@ -352,7 +352,7 @@ CAST(COALESCE(e.retry_schedule,
 -- fragment: claimed_rows
 -- The rows a claim hands the dispatcher, read by column name in
 -- dispatchers.delivery.jobs.job_rows: each claimed message with its endpoint's URL,
--- signing secrets and TLS material, its retry schedule, whether it is its
+-- signing secrets, TLS material and credentials, its retry schedule, whether it is its
 -- destination's probe, and no rate wait (the row without an id says that, see
 -- "rate_wait").
 -- A SELECT; it needs the CTEs "claimed" and "probes" ("health_probed", or the
@@ -362,6 +362,8 @@ SELECT c.id, c.idempotency_key, COALESCE(c.url, e.url) AS url,
        c.endpoint_id, c.event_type, c.created_at, c.retry_base,
        s.secrets, s.secret_keys, c.ordering_key, c.destination, c.trace_context,
        e.ca_bundle, e.client_cert, e.client_key, e.client_key_id,
+       -- its credentials as stored (sealed, or plain text), read in the same probe
+       e.auth, e.auth_key_id,
        {retry_schedule},
        c.destination IN (SELECT destination FROM probes) AS probe,
        CAST(NULL AS double precision) AS rate_wait_s
@@ -369,7 +371,8 @@ FROM claimed AS c
 -- one primary key probe per claimed message: a plain join may be planned as a
 -- hash of every endpoint (OFFSET 0 keeps the subquery apart, so it is not)
 LEFT JOIN LATERAL (
-    SELECT e.url, e.ca_bundle, e.client_cert, e.client_key, e.client_key_id, e.retry_schedule
+    SELECT e.url, e.ca_bundle, e.client_cert, e.client_key, e.client_key_id, e.auth,
+           e.auth_key_id, e.retry_schedule
     FROM {schema}.endpoints AS e
     WHERE e.id = c.endpoint_id
     OFFSET 0
@@ -389,7 +392,7 @@ LEFT JOIN LATERAL (
 -- dispatcher must claim the rest another way (see "claim_uncapped", "claim_lone").
 -- A SELECT list, the includer adds its FROM; it needs no CTE.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 
 -- name: claim
 -- Claim up to %(limit)s due messages for one dispatcher, shared fairly across

@@ -41,8 +41,8 @@ WHERE NOT COALESCE(
 ORDER BY needed.n
 
 -- name: preflight_secret_keys
--- The keys that seal signing secrets still in force and client keys: a
--- dispatcher must hold each.
+-- The keys that seal signing secrets still in force, client keys and
+-- endpoints' credentials: a dispatcher must hold each.
 SELECT key_id
 FROM {schema}.endpoint_secrets
 WHERE key_id IS NOT NULL AND (expires_at IS NULL OR expires_at > now())
@@ -50,4 +50,8 @@ UNION
 SELECT client_key_id
 FROM {schema}.endpoints
 WHERE client_key_id IS NOT NULL
+UNION
+SELECT auth_key_id
+FROM {schema}.endpoints
+WHERE auth_key_id IS NOT NULL
 ORDER BY key_id
