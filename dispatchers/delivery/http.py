@@ -87,7 +87,10 @@ class HttpClient(Protocol):
     :func:`~dispatchers.delivery.outcome.classify_exception` understands. ``tls``, when
     given, is the destination's own TLS context (its CA bundle, its client
     certificate: :mod:`dispatchers.delivery.tls`), used instead of the default one, on
-    connections of its own. The sender bounds the whole call by ``request_timeout``.
+    connections of its own. ``read_limit``, when given, is the most of the body to
+    read, all of it returned (an OAuth2 token response is read so, see
+    :mod:`dispatchers.delivery.oauth2`), instead of the configured bound of which
+    only an excerpt is kept. The sender bounds the whole call by ``request_timeout``.
     """
 
     async def request(
@@ -98,6 +101,7 @@ class HttpClient(Protocol):
         headers: Mapping[str, str],
         body: bytes,
         tls: ssl.SSLContext | None = None,
+        read_limit: int | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]: ...
 
     async def aclose(self) -> None: ...
@@ -314,6 +318,7 @@ class HttpxClient:
         headers: Mapping[str, str],
         body: bytes,
         tls: ssl.SSLContext | None = None,
+        read_limit: int | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]:
         if tls is None or self._transport_for is None:
             client = next(self._turn)
@@ -325,16 +330,18 @@ class HttpxClient:
         request = client.build_request(method, url, content=body, headers=headers)
         response = await client.send(request, stream=True)
         try:
-            data = await self._read_bounded(response)
+            if read_limit is None:
+                data = await self._read_bounded(response, self._limit, self._keep)
+            else:
+                data = await self._read_bounded(response, read_limit, read_limit)
         finally:
             await response.aclose()
         return response.status_code, response.headers, data
 
-    async def _read_bounded(self, response: httpx.Response) -> bytes:
-        """Read up to the bound, keeping its first ``excerpt_bytes``; the rest is
-        never read (closing the response then drops the connection instead of
-        reusing it)."""
-        limit, keep = self._limit, self._keep
+    @staticmethod
+    async def _read_bounded(response: httpx.Response, limit: int, keep: int) -> bytes:
+        """Read up to ``limit`` bytes, keeping the first ``keep``; the rest is never
+        read (closing the response then drops the connection instead of reusing it)."""
         kept: list[bytes] = []
         size = 0
         try:
@@ -444,6 +451,7 @@ class AiohttpClient:
         headers: Mapping[str, str],
         body: bytes,
         tls: ssl.SSLContext | None = None,
+        read_limit: int | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]:
         """Send one request; return its status, headers and body (at most
         ``keep_response_bytes`` of it)."""
@@ -477,9 +485,11 @@ class AiohttpClient:
                 proxy_headers=proxy_headers,
             )
             try:
-                data = await _read_bounded(
-                    response.content, self._max_response_bytes, self._keep_response_bytes
-                )
+                if read_limit is None:
+                    limit, keep = self._max_response_bytes, self._keep_response_bytes
+                else:
+                    limit = keep = read_limit
+                data = await _read_bounded(response.content, limit, keep)
             except BaseException:
                 response.close()
                 raise
