@@ -28,6 +28,7 @@ and having them side by side is how they are kept alike.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import ssl
 import time
@@ -43,6 +44,7 @@ from yarl import URL
 
 from dispatchers.delivery.deadline import Deadlines
 from dispatchers.delivery.jobs import Job
+from dispatchers.delivery.oauth2 import Tokens, TokenUnavailable
 from dispatchers.delivery.outcome import Outcome, Verdict, classify_exception, classify_response
 from dispatchers.delivery.proxy import Proxy
 from dispatchers.delivery.settings import SendSettings
@@ -122,6 +124,11 @@ class Sender:
     across retries and replays), ``webhook-timestamp`` the attempt's time, and
     ``webhook-signature`` one ``v1`` signature per secret in force.
 
+    A message whose endpoint has OAuth2 client credentials (``Job.oauth2``) is sent
+    with a bearer token from :attr:`tokens` (:mod:`dispatchers.delivery.oauth2`),
+    fetched through the same client; a 401 answer to it drops that token and the
+    request is sent once more, with a new one, within the attempt's deadline.
+
     :param transport: an httpx transport to use instead of the guarded default
         (for tests, or a custom network stack); the SSRF guard is then the
         transport's business, and ``config.http_client`` is not used. A transport
@@ -194,7 +201,16 @@ class Sender:
             transport_for=guarded,
         )
 
+    @functools.cached_property
+    def tokens(self) -> Tokens:
+        """The OAuth2 tokens of the endpoints that use them, made on first use."""
+        return Tokens(
+            self.client, timeout=self.config.request_timeout, user_agent=self.config.user_agent
+        )
+
     async def aclose(self) -> None:
+        if "tokens" in self.__dict__:
+            await self.tokens.aclose()
         if self._owns_client:
             await self.client.aclose()
 
@@ -234,13 +250,11 @@ class Sender:
         deadlines = self.deadlines
         deadlines.add(task)
         try:
-            status, headers, body = await self.client.request(
-                job.method,
-                job.url,
-                headers=span.inject(self.request_headers(job)),
-                body=job.body,
-                tls=job.tls,
+            status, headers, body = await self._exchange(
+                job, span.inject(self.request_headers(job))
             )
+        except TokenUnavailable as exc:
+            outcome = exc.outcome
         except asyncio.CancelledError:
             if not deadlines.expired(task):
                 span.end(None)
@@ -259,6 +273,32 @@ class Sender:
         duration_ms = int((time.monotonic() - start) * 1000)
         span.end(outcome)
         return Attempt(outcome, started_at, duration_ms, excerpt, span.trace_id)
+
+    async def _exchange(
+        self, job: Job, headers: dict[str, str]
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """Send ``job``'s request, with its bearer token when it has OAuth2
+        credentials (a second time, with a new token, after a 401)."""
+        credentials = job.oauth2
+        if credentials is None:
+            return await self.client.request(
+                job.method, job.url, headers=headers, body=job.body, tls=job.tls
+            )
+        for name in [n for n in headers if n.lower() == "authorization"]:
+            del headers[name]  # the endpoint's token, not the message's header
+        tokens = self.tokens
+        token = await tokens.token(job.endpoint_id, credentials)
+        headers["Authorization"] = f"Bearer {token}"
+        reply = await self.client.request(
+            job.method, job.url, headers=headers, body=job.body, tls=job.tls
+        )
+        if reply[0] != 401:
+            return reply
+        tokens.invalidate(job.endpoint_id, credentials, token)
+        headers["Authorization"] = f"Bearer {await tokens.token(job.endpoint_id, credentials)}"
+        return await self.client.request(
+            job.method, job.url, headers=headers, body=job.body, tls=job.tls
+        )
 
 
 class HttpxClient:

@@ -7,6 +7,8 @@ import ssl
 from dataclasses import dataclass
 from datetime import datetime
 
+from dispatchers.delivery.auth import ClientCredentials
+
 
 @dataclass(frozen=True, slots=True)
 class Job:
@@ -42,6 +44,9 @@ class Job:
     tls: ssl.SSLContext | None = None
     """The endpoint's own TLS context, for its CA bundle or client certificate
     (see :mod:`dispatchers.delivery.tls`); None: the default one."""
+    oauth2: ClientCredentials | None = None
+    """The endpoint's OAuth2 client credentials, opened: each request carries a
+    bearer token obtained with them (see :mod:`dispatchers.delivery.oauth2`)."""
     secrets_unavailable: str | None = None
     """Why the endpoint's secrets or client key could not be opened (naming the
     key): the message must not be sent unsigned, or without its certificate."""
