@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from urllib.parse import unquote_plus
 
 import pytest
@@ -261,3 +263,13 @@ async def test_each_bad_answer_has_its_reason(status: int, reply: object, error:
         await tokens(endpoint, Clock()).token(1, CREDENTIALS)
     assert str(caught.value) == f"OAuth2 token endpoint https://auth.example/token {error}"
     assert "s3cr3t" not in str(caught.value)
+
+
+def test_the_readme_states_the_defaults_the_code_has() -> None:
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    heading = r"\*\*OAuth2 client credentials per endpoint\*\*"
+    (paragraph,) = re.findall(heading + r".*?(?=\*\*|$)", readme)
+    assert f"{DEFAULT_LIFETIME / 60:g} minutes" in paragraph
+    assert f"{oauth2.MARGIN:g} s or a tenth of its lifetime" in paragraph
+    assert f"{FAILURE_HOLD:g} s before" in paragraph
+    assert f"bounded read ({oauth2.RESPONSE_LIMIT // 1024} KiB)" in paragraph
