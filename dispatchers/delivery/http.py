@@ -203,10 +203,11 @@ class Sender:
 
     @functools.cached_property
     def tokens(self) -> Tokens:
-        """The OAuth2 tokens of the endpoints that use them, made on first use."""
-        return Tokens(
-            self.client, timeout=self.config.request_timeout, user_agent=self.config.user_agent
-        )
+        """The OAuth2 tokens of the endpoints that use them, made on first use; a
+        token request may take half an attempt's time (see
+        :mod:`dispatchers.delivery.oauth2`)."""
+        config = self.config
+        return Tokens(self.client, timeout=config.request_timeout / 2, user_agent=config.user_agent)
 
     async def aclose(self) -> None:
         if "tokens" in self.__dict__:

@@ -8,13 +8,16 @@ it lives:
 - **The request**: a ``POST`` of ``grant_type=client_credentials`` (and ``scope``,
   ``audience`` when given) as a form, the client authenticated by HTTP Basic
   (``client_secret_basic``, RFC 6749 §2.3.1: id and secret form-urlencoded, then
-  base64). It goes through the sender's own :class:`~dispatchers.delivery.http.
-  HttpClient`, so the SSRF guard, the proxy, TLS verification (against the
-  system's roots: an endpoint's CA bundle and client certificate are for its
-  receiver) and a bounded read (:data:`RESPONSE_LIMIT`) apply to it as to a
-  delivery; it is bounded by ``timeout`` as a delivery is. The answer must be a
-  2xx with a JSON object holding an ``access_token`` (visible ASCII) and a
-  ``token_type`` of ``Bearer`` (any case).
+  base64). It goes through the sender's own
+  :class:`~dispatchers.delivery.http.HttpClient`, so the SSRF guard, the proxy,
+  TLS verification (against the system's roots: an endpoint's CA bundle and
+  client certificate are for its receiver) and a bounded read
+  (:data:`RESPONSE_LIMIT`) apply to it as to a delivery. It may take ``timeout``
+  seconds: the sender gives it half of an attempt's, so that an attempt waiting
+  on a slow token endpoint ends with that reason, not as a slow receiver, and a
+  token that came in time leaves time to deliver. The answer must be a 2xx with
+  a JSON object holding an ``access_token`` (visible ASCII) and a ``token_type``
+  of ``Bearer`` (any case).
 - **The cache** is keyed by the endpoint and a SHA-256 of its credentials: a
   changed token URL, client id, secret, scope or audience never reuses a token
   obtained with the old ones (whose entry is dropped). The secret itself is kept

@@ -62,6 +62,8 @@ class TokenServer:
     """Issued tokens are padded to this length, as a JWT is long."""
     reply: tuple[int, bytes] | None = None
     """Answer this instead of a token, when set."""
+    held: asyncio.Event | None = None
+    """Answer once this is set, when there is one."""
     fetches: int = 0
     fetched_at: list[float] = field(default_factory=list)
     forms: list[dict[str, list[str]]] = field(default_factory=list)
@@ -80,6 +82,8 @@ class TokenServer:
         self.url = f"http://127.0.0.1:{port}/token"
 
     async def stop(self) -> None:
+        if self.held is not None:
+            self.held.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -98,6 +102,8 @@ class TokenServer:
         self.fetched_at.append(time.monotonic())
         form = parse_qs((await request.read()).decode("ascii"), strict_parsing=True)
         self.forms.append(form)
+        if self.held is not None:
+            await asyncio.wait_for(self.held.wait(), 30)
         assert request.content_type == "application/x-www-form-urlencoded"
         scheme, _, encoded = request.headers.get("Authorization", "").partition(" ")
         client_id, _, secret = base64.b64decode(encoded).decode("ascii").partition(":")
@@ -355,6 +361,22 @@ async def test_an_unreachable_token_endpoint_makes_the_attempt_retry(
     assert is_failure(outcome)
     assert bearer_receiver.requests == []
     assert_nothing_secret(caplog, outcome.error)
+
+
+async def test_a_slow_token_endpoint_ends_the_attempt_with_its_own_reason(
+    token_server: TokenServer, bearer_receiver: BearerReceiver
+) -> None:
+    token_server.held = asyncio.Event()  # never set while the attempt lasts
+    sender = Sender(fast_config(GUARDED, request_timeout=1.0))
+    try:
+        attempt = await send_one(sender, job(bearer_receiver.url, token_server.credentials()))
+    finally:
+        await sender.aclose()
+    outcome = attempt.outcome
+    assert (outcome.verdict, outcome.error_class) == (Verdict.RETRY, "oauth2")
+    assert outcome.error == f"OAuth2 token endpoint {token_server.url} did not answer within 0.5 s"
+    assert token_server.fetches == 1
+    assert bearer_receiver.requests == []
 
 
 async def test_a_failed_fetch_is_shared_by_concurrent_deliveries(
