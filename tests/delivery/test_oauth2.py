@@ -151,7 +151,8 @@ async def token_server() -> AsyncIterator[TokenServer]:
 
 @pytest.fixture
 def bearer_receiver() -> Iterator[BearerReceiver]:
-    with BearerReceiver() as receiver:
+    receiver = BearerReceiver()
+    with receiver:
         yield receiver
 
 
