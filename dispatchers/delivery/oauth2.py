@@ -248,9 +248,13 @@ class Tokens:
         sent_at = self._clock()
         try:
             token, lifetime = await self._request(credentials)
-        except TokenUnavailable as exc:
+        except Exception as exc:  # even our own error is a failure: never a loop of fetches
             entry.token = None
-            entry.failure = exc.outcome
+            entry.failure = (
+                exc.outcome
+                if isinstance(exc, TokenUnavailable)
+                else _failed_request(credentials.token_url, exc)
+            )
             entry.failed_until = self._clock() + FAILURE_HOLD
         else:
             entry.token = token

@@ -273,3 +273,48 @@ def test_the_readme_states_the_defaults_the_code_has() -> None:
     assert f"{oauth2.MARGIN:g} s or a tenth of its lifetime" in paragraph
     assert f"{FAILURE_HOLD:g} s before" in paragraph
     assert f"bounded read ({oauth2.RESPONSE_LIMIT // 1024} KiB)" in paragraph
+
+
+class OldClient:
+    """An HttpClient written before ``read_limit``, and one that answers no bytes."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def request(
+        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        self.requests += 1
+        return 200, {}, b"{}"
+
+    async def aclose(self) -> None:
+        return None
+
+
+class NoBytes(TokenEndpoint):
+    async def request(
+        self, *args: object, **kwargs: object
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        self.requests.append(("", {}, b""))
+        return 200, {}, None  # type: ignore[return-value]
+
+
+async def test_an_error_of_our_own_is_a_held_failure_not_a_loop_of_fetches() -> None:
+    old = OldClient()
+    cache = Tokens(old, timeout=5.0, clock=Clock())  # type: ignore[arg-type]
+    for _ in range(3):
+        with pytest.raises(TokenUnavailable) as caught:
+            await cache.token(1, CREDENTIALS)
+    assert old.requests == 0
+    outcome = caught.value.outcome
+    assert (outcome.verdict, outcome.error_class) == (Verdict.RETRY, "internal_error")
+    assert (
+        outcome.error
+        == "OAuth2 token endpoint https://auth.example/token: internal error: TypeError"
+    )
+    broken = NoBytes()
+    cache = tokens(broken, Clock())
+    for _ in range(3):
+        with pytest.raises(TokenUnavailable, match=r"internal error: TypeError$"):
+            await cache.token(1, CREDENTIALS)
+    assert len(broken.requests) == 1
