@@ -48,7 +48,8 @@ without its token, and its endpoint's breaker opens on a run of them), with a on
 line reason such as ``OAuth2 token endpoint https://auth.example/token answered 400
 (invalid_client)``: the URL without user info, query or fragment, the status and
 the OAuth ``error`` code, never the body. A token URL the SSRF guard refuses is a
-``BLOCKED`` outcome, as the refusal of a delivery's own URL is.
+``BLOCKED`` outcome, as the refusal of a delivery's own URL is, and an error of our
+own an ``internal_error``, uncounted, as a delivery's is.
 
 Only ``client_secret_basic`` is offered: it is what RFC 6749 requires every server
 to support, and ``client_secret_post`` would need a choice stored per endpoint.
