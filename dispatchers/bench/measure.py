@@ -93,6 +93,7 @@ class NoopClient:
         headers: Mapping[str, str],
         body: bytes,
         tls: ssl.SSLContext | None = None,
+        read_limit: int | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]:
         self.requests += 1
         return 200, {}, b""

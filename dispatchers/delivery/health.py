@@ -11,7 +11,8 @@ dispatcher writes only those transitions to the shared ``destination_health`` ro
 batch of healthy deliveries writes nothing more than before.
 
 What counts as a failure (:func:`is_failure`): 5xx, 408 and 429 answers,
-timeouts, connection and protocol errors. Other 4xx answers are the receiver's
+timeouts, connection and protocol errors, and an endpoint's OAuth2 token that could
+not be had (:mod:`dispatchers.delivery.oauth2`). Other 4xx answers are the receiver's
 verdict on one message, not ill health of the destination: they count as
 successes of it. What never reached the destination (:func:`is_counted`): the
 SSRF guard's refusals, URLs the client cannot send to, our own errors, does not
@@ -62,9 +63,12 @@ _UNCOUNTED_ERRORS = frozenset(
 refused by the SSRF guard or unsendable before any request, or failed in our own
 code."""
 
-_FAILING_ERRORS = frozenset({"timeout", "connect_error", "protocol_error", "network_error"})
+_FAILING_ERRORS = frozenset(
+    {"timeout", "connect_error", "protocol_error", "network_error", "oauth2"}
+)
 """The error classes of :func:`~dispatchers.delivery.outcome.classify_exception` that count
-as failures of the destination (our own errors, such as ``internal_error``, do not)."""
+as failures of the destination (our own errors, such as ``internal_error``, do not), and
+an endpoint's OAuth2 token that could not be had (:mod:`dispatchers.delivery.oauth2`)."""
 
 
 class Transition(StrEnum):

@@ -28,6 +28,7 @@ and having them side by side is how they are kept alike.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import ssl
 import time
@@ -43,6 +44,7 @@ from yarl import URL
 
 from dispatchers.delivery.deadline import Deadlines
 from dispatchers.delivery.jobs import Job
+from dispatchers.delivery.oauth2 import Tokens, TokenUnavailable
 from dispatchers.delivery.outcome import Outcome, Verdict, classify_exception, classify_response
 from dispatchers.delivery.proxy import Proxy
 from dispatchers.delivery.settings import SendSettings
@@ -87,7 +89,10 @@ class HttpClient(Protocol):
     :func:`~dispatchers.delivery.outcome.classify_exception` understands. ``tls``, when
     given, is the destination's own TLS context (its CA bundle, its client
     certificate: :mod:`dispatchers.delivery.tls`), used instead of the default one, on
-    connections of its own. The sender bounds the whole call by ``request_timeout``.
+    connections of its own. ``read_limit``, when given, is the most of the body to
+    read, all of it returned (an OAuth2 token response is read so, see
+    :mod:`dispatchers.delivery.oauth2`), instead of the configured bound of which
+    only an excerpt is kept. The sender bounds the whole call by ``request_timeout``.
     """
 
     async def request(
@@ -98,6 +103,7 @@ class HttpClient(Protocol):
         headers: Mapping[str, str],
         body: bytes,
         tls: ssl.SSLContext | None = None,
+        read_limit: int | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]: ...
 
     async def aclose(self) -> None: ...
@@ -117,6 +123,11 @@ class Sender:
     at each attempt: ``webhook-id`` is the message's idempotency key (stable
     across retries and replays), ``webhook-timestamp`` the attempt's time, and
     ``webhook-signature`` one ``v1`` signature per secret in force.
+
+    A message whose endpoint has OAuth2 client credentials (``Job.oauth2``) is sent
+    with a bearer token from :attr:`tokens` (:mod:`dispatchers.delivery.oauth2`),
+    fetched through the same client; a 401 answer to it drops that token and the
+    request is sent once more, with a new one, within the attempt's deadline.
 
     :param transport: an httpx transport to use instead of the guarded default
         (for tests, or a custom network stack); the SSRF guard is then the
@@ -190,7 +201,17 @@ class Sender:
             transport_for=guarded,
         )
 
+    @functools.cached_property
+    def tokens(self) -> Tokens:
+        """The OAuth2 tokens of the endpoints that use them, made on first use; a
+        token request may take half an attempt's time (see
+        :mod:`dispatchers.delivery.oauth2`)."""
+        config = self.config
+        return Tokens(self.client, timeout=config.request_timeout / 2, user_agent=config.user_agent)
+
     async def aclose(self) -> None:
+        if "tokens" in self.__dict__:
+            await self.tokens.aclose()
         if self._owns_client:
             await self.client.aclose()
 
@@ -236,13 +257,11 @@ class Sender:
         deadlines = self.deadlines
         deadlines.add(task)
         try:
-            status, headers, body = await self.client.request(
-                job.method,
-                job.url,
-                headers=span.inject(self.request_headers(job)),
-                body=job.body,
-                tls=job.tls,
+            status, headers, body = await self._exchange(
+                job, span.inject(self.request_headers(job))
             )
+        except TokenUnavailable as exc:
+            outcome = exc.outcome
         except asyncio.CancelledError:
             if not deadlines.expired(task):
                 span.end(None)
@@ -261,6 +280,32 @@ class Sender:
         duration_ms = int((time.monotonic() - start) * 1000)
         span.end(outcome)
         return Attempt(outcome, started_at, duration_ms, excerpt, span.trace_id)
+
+    async def _exchange(
+        self, job: Job, headers: dict[str, str]
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """Send ``job``'s request, with its bearer token when it has OAuth2
+        credentials (a second time, with a new token, after a 401)."""
+        credentials = job.oauth2
+        if credentials is None:
+            return await self.client.request(
+                job.method, job.url, headers=headers, body=job.body, tls=job.tls
+            )
+        for name in [n for n in headers if n.lower() == "authorization"]:
+            del headers[name]  # the endpoint's token, not the message's header
+        tokens = self.tokens
+        token = await tokens.token(job.endpoint_id, credentials)
+        headers["Authorization"] = f"Bearer {token}"
+        reply = await self.client.request(
+            job.method, job.url, headers=headers, body=job.body, tls=job.tls
+        )
+        if reply[0] != 401:
+            return reply
+        tokens.invalidate(job.endpoint_id, credentials, token)
+        headers["Authorization"] = f"Bearer {await tokens.token(job.endpoint_id, credentials)}"
+        return await self.client.request(
+            job.method, job.url, headers=headers, body=job.body, tls=job.tls
+        )
 
 
 class HttpxClient:
@@ -320,6 +365,7 @@ class HttpxClient:
         headers: Mapping[str, str],
         body: bytes,
         tls: ssl.SSLContext | None = None,
+        read_limit: int | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]:
         if tls is None or self._transport_for is None:
             client = next(self._turn)
@@ -331,16 +377,18 @@ class HttpxClient:
         request = client.build_request(method, url, content=body, headers=headers)
         response = await client.send(request, stream=True)
         try:
-            data = await self._read_bounded(response)
+            if read_limit is None:
+                data = await self._read_bounded(response, self._limit, self._keep)
+            else:
+                data = await self._read_bounded(response, read_limit, read_limit)
         finally:
             await response.aclose()
         return response.status_code, response.headers, data
 
-    async def _read_bounded(self, response: httpx.Response) -> bytes:
-        """Read up to the bound, keeping its first ``excerpt_bytes``; the rest is
-        never read (closing the response then drops the connection instead of
-        reusing it)."""
-        limit, keep = self._limit, self._keep
+    @staticmethod
+    async def _read_bounded(response: httpx.Response, limit: int, keep: int) -> bytes:
+        """Read up to ``limit`` bytes, keeping the first ``keep``; the rest is never
+        read (closing the response then drops the connection instead of reusing it)."""
         kept: list[bytes] = []
         size = 0
         try:
@@ -450,6 +498,7 @@ class AiohttpClient:
         headers: Mapping[str, str],
         body: bytes,
         tls: ssl.SSLContext | None = None,
+        read_limit: int | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]:
         """Send one request; return its status, headers and body (at most
         ``keep_response_bytes`` of it)."""
@@ -483,9 +532,11 @@ class AiohttpClient:
                 proxy_headers=proxy_headers,
             )
             try:
-                data = await _read_bounded(
-                    response.content, self._max_response_bytes, self._keep_response_bytes
-                )
+                if read_limit is None:
+                    limit, keep = self._max_response_bytes, self._keep_response_bytes
+                else:
+                    limit = keep = read_limit
+                data = await _read_bounded(response.content, limit, keep)
             except BaseException:
                 response.close()
                 raise

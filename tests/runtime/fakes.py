@@ -187,6 +187,7 @@ class ScriptedClient:
         headers: Mapping[str, str],
         body: bytes,
         tls: ssl.SSLContext | None = None,
+        read_limit: int | None = None,
     ) -> tuple[int, Mapping[str, str], bytes]:
         self.requests.append((url, dict(headers)))
         self.waiting += 1
