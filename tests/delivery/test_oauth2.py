@@ -28,8 +28,12 @@ from dispatchers.delivery.health import is_counted, is_failure
 from dispatchers.delivery.http import Attempt, Sender
 from dispatchers.delivery.jobs import Job
 from dispatchers.delivery.outcome import Verdict
+from outbox import OAuth2ClientCredentials, Outbox
+from outbox.endpoints import Endpoints
+from outbox.sealing import Keyring, generate_key
 from outbox.secrets import generate_secret
-from tests.dispatching import fast_config
+from tests.database import Db
+from tests.dispatching import fast_config, running, wait_until
 from tests.jobs import job as make_job
 from tests.rawserver import RawServer
 from tests.receiver import Received, Receiver, Reply
@@ -432,3 +436,24 @@ def assert_nothing_secret(caplog: pytest.LogCaptureFixture, error: str | None) -
         assert "s3cr3t" not in text
         assert encoded not in text
         assert "tok-" not in text
+
+
+async def test_a_stored_oauth2_client_gets_its_token_to_the_receiver(
+    database_url: str, token_server: TokenServer, bearer_receiver: BearerReceiver
+) -> None:
+    """OAuth2 client credentials stored on an endpoint (sealed) reach a real
+    dispatcher's token cache: the receiver gets the token the token endpoint
+    issued, fetched with the stored client's id and secret."""
+    db = Db(database_url)
+    keyring = Keyring([base64.b64decode(generate_key())])
+    client = OAuth2ClientCredentials(token_server.url, CLIENT_ID, SECRET, scope="deliver")
+    with db.tx() as conn:
+        Endpoints(keyring=keyring).add(conn, url=bearer_receiver.url, oauth2=client)
+        Outbox().publish(conn, "order.paid", {"n": 1})
+    bearer_receiver.valid.add("tok-1-".ljust(token_server.token_length, "x"))  # the first issued
+    async with running(db, fast_config(keyring=keyring)):
+        await wait_until(
+            lambda: db.query("SELECT count(*) FROM outbox.delivered") == [(1,)], seconds=30
+        )
+    assert token_server.fetches == 1 and token_server.forms[0]["scope"] == ["deliver"]
+    assert bearer_receiver.tokens() == token_server.issued
