@@ -267,8 +267,8 @@ async def test_each_bad_answer_has_its_reason(status: int, reply: object, error:
 
 def test_the_readme_states_the_defaults_the_code_has() -> None:
     readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
-    heading = r"\*\*OAuth2 client credentials per endpoint\*\*"
-    (paragraph,) = re.findall(heading + r".*?(?=\*\*|$)", readme)
+    heading = r"\*\*OAuth2\.\*\*"
+    (paragraph,) = re.findall(heading + r".*?(?=\*\*|#|$)", readme)
     assert f"{DEFAULT_LIFETIME / 60:g} minutes" in paragraph
     assert f"{oauth2.MARGIN:g} s or a tenth of its lifetime" in paragraph
     assert f"{FAILURE_HOLD:g} s before" in paragraph
