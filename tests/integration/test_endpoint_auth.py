@@ -392,3 +392,24 @@ def test_a_dispatcher_refuses_to_start_without_the_key_of_credentials(
     (tmp_path / "keys").write_text(KEY_A + "\n")
     code, _, err = cli("dispatch", "--drain", "--secrets-key-file", str(tmp_path / "keys"))
     assert code == 0, err
+
+
+async def test_an_endpoint_added_with_a_header_and_basic_auth_by_the_cli_gets_both_sealed(
+    cli: Cli, db: Db, receiver: Receiver, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text(KEY_A + "\n")
+    code, _, err = cli(
+        "endpoints", "add", f"{receiver.url}/hooks", "--header", f"X-Api-Key: {API_KEY}",
+        "--basic-auth", f"alice:{PASSWORD}", "--secrets-key-file", str(keys),
+    )  # fmt: skip
+    assert code == 0, err
+    stored = endpoints_text(db)
+    assert API_KEY not in stored and PASSWORD not in stored
+    publish(db, 1)
+    async with running(db, fast_config(keyring=ring(KEY_A))):
+        await wait_until(lambda: delivered(db) == 1, seconds=30)
+    (request,) = receiver.requests
+    basic = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+    assert request.headers["x-api-key"] == API_KEY
+    assert request.headers["authorization"] == f"Basic {basic}"
