@@ -156,6 +156,14 @@ class Newcomer:
                 assert time.monotonic() < deadline, f"no event with {where} reached the receiver"
                 time.sleep(0.2)
 
+    def wait_until(self, step: str, statement: str, expected: list[tuple[object, ...]]) -> None:
+        """Wait until ``statement`` returns ``expected``; fail saying what it returned."""
+        with self.step(step):
+            deadline = time.monotonic() + STEP_TIMEOUT
+            while (found := self.query(statement)) != expected:
+                assert time.monotonic() < deadline, f"{statement} returned {found}, not {expected}"
+                time.sleep(0.2)
+
     def query(self, statement: str) -> list[tuple[object, ...]]:
         with psycopg.connect(self.env["OUTBOX_DATABASE_URL"]) as conn:
             return conn.execute(statement).fetchall()
@@ -234,9 +242,10 @@ def test_the_readme_runs_as_written_on_the_embedded_server(newcomer: Newcomer) -
         assert newcomer.query(
             "SELECT count(*) FROM crm_inbox.events WHERE type = 'outbox.test'"
         ) == [(1,)]
-        # delivered: moved to the history, nothing of it left to send
+        # delivered: moved to the history, nothing of it left to send (the
+        # outcome is written a moment after the receiver applied the event)
         delivered = "SELECT count(*) FROM outbox.delivered WHERE event_type = 'outbox.test'"
-        assert newcomer.query(delivered) == [(1,)]
+        newcomer.wait_until("first delivery recorded", delivered, [(1,)])
         assert (
             newcomer.query("SELECT id FROM outbox.messages WHERE event_type = 'outbox.test'") == []
         )

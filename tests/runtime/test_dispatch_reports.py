@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import signal
 import socket
 import threading
@@ -120,14 +121,22 @@ def test_a_metrics_port_in_use_ends_the_start_in_one_line(
     )
 
 
+def _below_ephemeral() -> range:
+    """Ports below the kernel's ephemeral range: none is handed to an outgoing
+    connection (a database's, an HTTP client's) between a probe and its use."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(10_000, max(low, 10_100))
+
+
 def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive ports on 127.0.0.1 free just now."""
+    """The first of ``count`` consecutive ports on 127.0.0.1 free just now, taken
+    below the ephemeral range, so that only a listener could take them meanwhile."""
+    candidates = _below_ephemeral()
     for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = probe.getsockname()[1]
-        if first + count > 65536:
-            continue
+        first = random.choice(candidates[: len(candidates) - count])
         with contextlib.ExitStack() as stack:
             try:
                 for port in range(first, first + count):
