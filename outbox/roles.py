@@ -77,12 +77,12 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "body", "content_type", "event_type", "ordering_key", "state", "attempts",
         "max_attempts", "available_at", "lease_owner", "lease_until", "last_error",
         "last_status", "created_at", "completed_at", "retry_base", "destination",
-        "trace_context",
+        "trace_context", "expunged_at",
     ),
     "delivered": (
         "id", "idempotency_key", "target", "endpoint_id", "url", "method", "headers",
         "body", "content_type", "event_type", "ordering_key", "attempts", "max_attempts",
-        "last_status", "created_at", "completed_at",
+        "last_status", "created_at", "completed_at", "expunged_at",
     ),
     "message_keys": ("target", "idempotency_key", "message_id", "created_at", "digest"),
     "attempts": (
@@ -99,7 +99,10 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "oauth2_scope", "oauth2_audience", "tenant_id",
     ),
     "endpoint_secrets": ("id", "endpoint_id", "secret", "expires_at", "created_at", "key_id"),
-    "events": ("event_key", "event_type", "digest", "message_ids", "created_at", "tenant_id"),
+    "events": (
+        "event_key", "event_type", "digest", "message_ids", "created_at", "tenant_id",
+        "expunged_at",
+    ),
     "destination_policies": (
         "destination", "max_concurrency", "rate_limit_per_s", "rate_burst", "created_at",
         "updated_at",
@@ -117,6 +120,9 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "id", "external_id", "name", "metadata", "rate_limit_per_s", "rate_burst",
         "retry_schedule", "created_at", "updated_at",
     ),
+    "expunges": (
+        "id", "at", "scope", "selector", "messages", "history", "cancelled", "running",
+    ),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -125,6 +131,7 @@ SEQUENCES: Final = (
     "endpoints_id_seq",
     "endpoint_secrets_id_seq",
     "tenants_id_seq",
+    "expunges_id_seq",
 )
 """Every sequence of the schema (an identity column's is used without a grant)."""
 

@@ -131,7 +131,7 @@ def test_the_producer_reads_the_subscriptions_of_endpoints_and_no_secret_materia
     assert _columns_held("producer", "messages") == set(TABLES["messages"]) - {
         # written by the dispatcher alone; enqueue names none of them
         "attempts", "retry_base", "lease_owner", "lease_until", "last_error", "last_status",
-        "created_at", "completed_at",
+        "created_at", "completed_at", "expunged_at",
     }  # fmt: skip
     assert [c for c in TABLES["messages"] if holds("producer", "messages", "SELECT", c)] == ["id"]
     assert not holds("producer", "messages", "UPDATE")
