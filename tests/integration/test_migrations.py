@@ -44,6 +44,7 @@ TABLES = {
     "event_types",
     "destination_health",
     "tenants",
+    "portal_links",
     "schema_migrations",
 }
 MIGRATIONS = load_migrations()
