@@ -116,7 +116,7 @@ def test_an_unknown_tenant_or_an_expiry_out_of_bounds_is_refused_and_nothing_wri
 
 
 def test_a_malformed_tenant_id_is_refused_naming_tenant(database_url: str) -> None:
-    with psycopg.connect(database_url) as conn, pytest.raises(ValueError, match="^tenant: "):
+    with psycopg.connect(database_url) as conn, pytest.raises(ValueError, match=r"^tenant: "):
         create_link(conn, tenant="no spaces")
 
 
