@@ -18,7 +18,7 @@ from outbox.secrets import fingerprint
 from tests.dashboard import HOSTILE
 from tests.database import Db
 from tests.dispatching import drain, fast_config
-from tests.portal import Served, endpoint, expire, link, serving, tenant
+from tests.portal import endpoint, expire, link, serving, tenant
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.timeout(60)
@@ -405,5 +405,47 @@ async def test_a_portal_request_naming_another_host_is_refused(database_url: str
         assert response.status == 421
 
 
-def _served(portal: Served) -> str:
-    return portal.url
+def test_the_portals_statements_read_one_tenants_rows_through_indexes(database_url: str) -> None:
+    # a tenant among many, and a long history of two thousand endpoints (deleted
+    # ones too: the history keeps their rows)
+    from dispatchers.portal.store import portal_queries
+    from dispatchers.ui.store import READ_ONLY
+
+    db = Db(database_url)
+    for n in range(20):
+        tenant(database_url, f"customer-{n}")
+        endpoint(database_url, f"customer-{n}", f"https://c{n}.example/hook")
+    db.query(
+        "INSERT INTO outbox.delivered (id, idempotency_key, target, endpoint_id, url, method,"
+        " headers, body, content_type, event_type, attempts, max_attempts, last_status,"
+        " created_at, completed_at)"
+        " SELECT g, 'k' || g, 'endpoint:' || (g %% 2000 + 1), g %% 2000 + 1, NULL, 'POST',"
+        " '{}', '', 'application/json', 'order.paid', 1, 8, 200, now() - g * interval '1 second',"
+        " now() - g * interval '1 second' FROM generate_series(1, 40000) AS g"
+    )
+    db.query(
+        "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, status, outcome)"
+        " SELECT g, 1, 'o', now() - g * interval '1 second', 200, 'delivered'"
+        " FROM generate_series(1, 40000) AS g"
+    )
+    db.query("SELECT setval('outbox.messages_id_seq', 50000)")
+    for n in range(5):
+        _publish(db, f"customer-{n}", f"waiting-{n}")
+    db.query("ANALYZE")
+
+    def plan(name: str, **params: object) -> str:
+        with db.tx() as conn:
+            conn.execute(READ_ONLY)
+            text = portal_queries("outbox")[name].text
+            rows = conn.execute("EXPLAIN " + text, params).fetchall()
+        return "\n".join(str(r[0]) for r in rows)
+
+    # endpoints and the queue are small here (a sequential scan is their best
+    # plan); the history and the attempts are what grow
+    for endpoint_id in (None, 3):
+        recent = plan("consumer_deliveries", tenant_id=3, endpoint_id=endpoint_id, limit=100)
+        assert "delivered_endpoint_idx" in recent and "Seq Scan on delivered" not in recent, recent
+    message = plan("consumer_message", tenant_id=3, id=43)
+    assert "delivered_pkey" in message, message
+    attempts = plan("consumer_attempts", tenant_id=3, id=43)
+    assert "attempts_pkey" in attempts and "Seq Scan on attempts" not in attempts, attempts
