@@ -20,8 +20,8 @@ Four roles share an outbox schema:
   the health columns of an endpoint; it may disable an endpoint but not enable
   one (migration 0020: only a role that may change an endpoint's URL may);
 - an **operator** runs the admin commands (endpoints, dead letters, replay,
-  status, the dashboard), which between them read and write every table of the
-  outbox; it cannot change the schema.
+  status, portal links, the dashboard and its consumer portal), which between
+  them read and write every table of the outbox; it cannot change the schema.
 
 :data:`PRIVILEGES` is the one table of what each role holds: role, table (or
 sequence), privilege, columns. :func:`grants` turns it into statements, and the
@@ -123,6 +123,9 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
     "expunges": (
         "id", "at", "scope", "selector", "messages", "history", "cancelled", "running",
     ),
+    "portal_links": (
+        "id", "token_hash", "tenant_id", "expires_at", "created_at", "revoked_at",
+    ),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -132,6 +135,7 @@ SEQUENCES: Final = (
     "endpoint_secrets_id_seq",
     "tenants_id_seq",
     "expunges_id_seq",
+    "portal_links_id_seq",
 )
 """Every sequence of the schema (an identity column's is used without a grant)."""
 

@@ -7,7 +7,8 @@ One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.event_types`, :mod:`~dispatchers.cli.dead`,
 :mod:`~dispatchers.cli.queue` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
 :mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.ui` (the
-dashboard), :mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what
+dashboard), :mod:`~dispatchers.cli.portal` (links to the consumer portal),
+:mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what
 they share is in :mod:`~dispatchers.cli._common` (database, argument types) and
 :mod:`~dispatchers.cli._render` (tables, JSON). Building the parser imports none of
 the runtime's heavy modules (HTTP clients, the dispatcher, the bench): each
@@ -41,6 +42,7 @@ from dispatchers.cli import (
     event_types,
     expunge,
     migrate,
+    portal,
     queue,
     roles,
     tenants,
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         expunge,
         db,
         ui,
+        portal,
         bench,
         demo,
     ):

@@ -108,9 +108,13 @@ def serve_dashboard(
     read_only: bool,
     token: str | None,
     keys: Keyring | None = None,
+    frame_ancestors: tuple[str, ...] = ("'none'",),
 ) -> None:
     """Serve the dashboard of ``schema`` in the database at ``url`` until
-    interrupted, saying on stderr where; ``keys`` open sealed signing secrets."""
+    interrupted, saying on stderr where; ``keys`` open sealed signing secrets.
+    The consumer portal is served under /portal/, framed only by the sites of
+    ``frame_ancestors``."""
+    from dispatchers.portal.app import MOUNT, build_portal
     from dispatchers.runtime.log import EventLog
     from dispatchers.ui.app import CannotListen, serve
     from dispatchers.ui.auth import Guard
@@ -131,7 +135,8 @@ def serve_dashboard(
         print(f"outbox ui: serving {address}", file=sys.stderr, flush=True)
 
     try:
-        asyncio.run(serve(dashboard, host=host, port=port, started=started))
+        portal = {MOUNT: build_portal(dashboard, ancestors=frame_ancestors)}
+        asyncio.run(serve(dashboard, host=host, port=port, started=started, mounts=portal))
     except CannotListen as exc:
         raise UsageError(f"--host/--port: {exc}") from None
 
@@ -152,6 +157,7 @@ def cmd_ui(args: argparse.Namespace) -> ExitCode:
     from dispatchers.ui.auth import is_loopback
 
     token = _token(args)
+    ancestors = _frame_ancestors(args.portal_frame_ancestors)
     if token is None and not is_loopback(args.host):
         print(
             f"outbox ui: refusing to serve {args.host} without a token: give --token-file "
@@ -171,6 +177,7 @@ def cmd_ui(args: argparse.Namespace) -> ExitCode:
         read_only=args.read_only,
         token=token,
         keys=keys,
+        frame_ancestors=ancestors,
     )
     return ExitCode.OK
 
@@ -217,4 +224,35 @@ def add_parser(commands: Commands) -> None:
         help="sign-in token, the file's first line (default: $OUTBOX_UI_TOKEN; without "
         "one, only loopback is served and nobody signs in)",
     )
+    p.add_argument(
+        "--portal-frame-ancestors",
+        metavar="SOURCE",
+        nargs="+",
+        type=_frame_source,
+        default=("'none'",),
+        help="the sites that may show the consumer portal in a frame: origins such as "
+        "https://app.example.com (a scheme, a host, an optional port), 'self', or 'none' "
+        "(the default: no site)",
+    )
     p.set_defaults(handler=cmd_ui, name="ui")
+
+
+def _frame_ancestors(sources: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The sources of ``--portal-frame-ancestors`` together: 'none' stands alone."""
+    from dispatchers.portal.guard import frame_ancestors
+
+    try:
+        return frame_ancestors(sources)
+    except ValueError as exc:
+        raise UsageError(f"--portal-frame-ancestors: {exc}") from None
+
+
+def _frame_source(text: str) -> str:
+    """One source of ``--portal-frame-ancestors``, checked on its own."""
+    from dispatchers.portal.guard import frame_ancestors
+
+    try:
+        (source,) = frame_ancestors([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return source

@@ -45,6 +45,7 @@ TABLES = {
     "destination_health",
     "tenants",
     "expunges",
+    "portal_links",
     "schema_migrations",
 }
 MIGRATIONS = load_migrations()

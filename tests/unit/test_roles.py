@@ -188,3 +188,13 @@ def test_holds_reads_a_whole_table_grant_as_every_column_and_a_list_as_its_own()
     assert holds("dispatcher", "messages", "UPDATE")  # on some column
     assert not holds("producer", "endpoint_secrets", "SELECT")
     assert not holds("producer", "no_such_table", "SELECT")
+
+
+def test_only_the_operator_holds_portal_links() -> None:
+    # a link's digest opens a tenant's pages for whoever can make one that matches
+    # it: neither the application nor the dispatcher reads or writes them
+    for kind in ("producer", "dispatcher"):
+        assert _columns_held(kind, "portal_links") == set()
+        assert not holds(kind, "portal_links", "DELETE")
+    assert _columns_held("operator", "portal_links") == set(TABLES["portal_links"])
+    assert holds("operator", "portal_links", "DELETE")
