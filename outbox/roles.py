@@ -99,10 +99,8 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "oauth2_scope", "oauth2_audience", "tenant_id",
     ),
     "endpoint_secrets": ("id", "endpoint_id", "secret", "expires_at", "created_at", "key_id"),
-    "events": (
-        "event_key", "event_type", "digest", "message_ids", "created_at", "tenant_id",
-        "expunged_at",
-    ),
+    "events": ("event_key", "event_type", "digest", "message_ids", "created_at", "tenant_id",
+               "expunged_at"),
     "destination_policies": (
         "destination", "max_concurrency", "rate_limit_per_s", "rate_burst", "created_at",
         "updated_at",
@@ -120,12 +118,8 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "id", "external_id", "name", "metadata", "rate_limit_per_s", "rate_burst",
         "retry_schedule", "created_at", "updated_at",
     ),
-    "expunges": (
-        "id", "at", "scope", "selector", "messages", "history", "cancelled", "running",
-    ),
-    "portal_links": (
-        "id", "token_hash", "tenant_id", "expires_at", "created_at", "revoked_at",
-    ),
+    "expunges": ("id", "at", "scope", "selector", "messages", "history", "cancelled", "running"),
+    "portal_links": ("id", "token_hash", "tenant_id", "expires_at", "created_at", "revoked_at"),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
