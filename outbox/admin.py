@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from outbox._arguments import check_budget, check_event_type_filter, check_id, check_since
+from outbox._endpoint_fields import check_tenant_id
 from outbox._expunge import EXPUNGED_BODY, Expunged, expunge
 from outbox._inspect import AttemptInfo, MessageInfo, message_show, status
 from outbox._queries import Statement, queries_for
@@ -36,12 +37,13 @@ from outbox._replay import (
 )
 from outbox._transaction import Plan, rows_plan, run_sync, scalar_plan
 from outbox.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_SCHEMA, DEFAULT_WEBHOOK_MAX_ATTEMPTS
-from outbox.errors import InvalidArgument
+from outbox.errors import InvalidArgument, InvalidMessage
 
 __all__ = [
     "CANCELLED",
     "EXPUNGED_BODY",
     "MAX_DEAD_LIST",
+    "NO_TENANT",
     "TEST_EVENT_TYPE",
     "AttemptInfo",
     "DeadMessage",
@@ -65,6 +67,11 @@ __all__ = [
 
 MAX_DEAD_LIST = 10_000
 """The most rows one :func:`dead_list` call returns."""
+
+NO_TENANT = "-"
+"""The ``tenant`` that selects the dead messages of no tenant: those enqueued
+to a URL, and those of the endpoints that belong to no tenant (never a
+tenant's id, which starts with a letter or a digit)."""
 
 
 @dataclass(frozen=True)
@@ -110,12 +117,23 @@ def _check_ids(ids: object) -> list[int] | None:
     return sorted({check_id(i, "ids") for i in ids}) or None
 
 
+def _check_tenant(tenant: str | None) -> str | None:
+    """A tenant's external id, or :data:`NO_TENANT`, or None (any)."""
+    if tenant is None or tenant == NO_TENANT:
+        return tenant
+    try:
+        return check_tenant_id(tenant)
+    except InvalidMessage as exc:  # an argument here, not a field of a message
+        raise InvalidArgument("tenant", f"{exc.problem}, or {NO_TENANT!r} for none") from None
+
+
 def _selection(
     *,
     ids: Iterable[int] | None,
     endpoint_id: int | None,
     event_type: str | None,
     since: datetime | None,
+    tenant: str | None,
     all_: bool,
 ) -> dict[str, Any]:
     """Parameters selecting dead messages; refuses an empty selection, so that
@@ -125,13 +143,15 @@ def _selection(
         "endpoint_id": None if endpoint_id is None else check_id(endpoint_id, "endpoint_id"),
         "event_type": None if event_type is None else check_event_type_filter(event_type),
         "since": check_since(since),
+        "tenant": _check_tenant(tenant),
     }
     narrowed = any(v is not None for v in params.values())
     if all_ and narrowed:
         raise InvalidArgument("all_", "cannot be combined with ids or filters")
     if not all_ and not narrowed:
         raise InvalidArgument(
-            "ids", "give message ids, a filter (endpoint_id, event_type, since) or all_=True"
+            "ids",
+            "give message ids, a filter (endpoint_id, event_type, since, tenant) or all_=True",
         )
     return params
 
@@ -172,6 +192,7 @@ def dead_list(
     endpoint_id: int | None = None,
     event_type: str | None = None,
     since: datetime | None = None,
+    tenant: str | None = None,
     limit: int = 100,
 ) -> list[DeadMessage]:
     """Dead messages, newest first (by when they died).
@@ -179,6 +200,9 @@ def dead_list(
     :param endpoint_id: only messages of this endpoint (also after it was deleted).
     :param event_type: only messages of this event type.
     :param since: only messages that died at or after this aware datetime.
+    :param tenant: only messages of this tenant's endpoints (its external id),
+        or with :data:`NO_TENANT`, only those of no tenant. A message whose
+        endpoint was deleted matches neither: whose it was is not recorded.
     :param limit: at most this many (1 to :data:`MAX_DEAD_LIST`).
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_DEAD_LIST:
@@ -187,6 +211,7 @@ def dead_list(
         "endpoint_id": None if endpoint_id is None else check_id(endpoint_id, "endpoint_id"),
         "event_type": None if event_type is None else check_event_type_filter(event_type),
         "since": check_since(since),
+        "tenant": _check_tenant(tenant),
         "limit": limit,
     }
     return run_sync(
@@ -222,12 +247,18 @@ def dead_count(
     endpoint_id: int | None = None,
     event_type: str | None = None,
     since: datetime | None = None,
+    tenant: str | None = None,
     all_: bool = False,
 ) -> int:
     """How many dead messages :func:`dead_purge` with the same selection would
     delete (and :func:`dead_retry` would consider)."""
     params = _selection(
-        ids=ids, endpoint_id=endpoint_id, event_type=event_type, since=since, all_=all_
+        ids=ids,
+        endpoint_id=endpoint_id,
+        event_type=event_type,
+        since=since,
+        tenant=tenant,
+        all_=all_,
     )
     return run_sync(tx, scalar_plan(queries_for(schema)["dead_count"], params), schema=schema)
 
@@ -240,15 +271,17 @@ def dead_retry(
     endpoint_id: int | None = None,
     event_type: str | None = None,
     since: datetime | None = None,
+    tenant: str | None = None,
     all_: bool = False,
     budget: int | None = None,
     notify: bool = True,
 ) -> int:
     """Send dead messages again; return how many were redriven.
 
-    Select by ``ids``, by filters (``endpoint_id``, ``event_type``, ``since``:
-    all given ones must match), or every dead message with ``all_=True``; a call
-    with none of them raises :class:`InvalidArgument`. Each message goes back to
+    Select by ``ids``, by filters (``endpoint_id``, ``event_type``, ``since``,
+    ``tenant``, as :func:`dead_list` takes them: all given ones must match), or
+    every dead message with ``all_=True``; a call with none of them raises
+    :class:`InvalidArgument`. Each message goes back to
     ``ready`` now, with the same id and idempotency key (the receiver dedupes a
     delivery that did land before), its ``attempts`` kept and ``max_attempts``
     raised to ``attempts + budget``. ``budget`` defaults to the default budget
@@ -260,7 +293,12 @@ def dead_retry(
     counted. ``notify`` wakes listening dispatchers when ``tx`` commits.
     """
     params = _selection(
-        ids=ids, endpoint_id=endpoint_id, event_type=event_type, since=since, all_=all_
+        ids=ids,
+        endpoint_id=endpoint_id,
+        event_type=event_type,
+        since=since,
+        tenant=tenant,
+        all_=all_,
     )
     params["budget"] = DEFAULT_MAX_ATTEMPTS if budget is None else check_budget(budget)
     params["webhook_budget"] = DEFAULT_WEBHOOK_MAX_ATTEMPTS if budget is None else params["budget"]
@@ -290,6 +328,7 @@ def dead_purge(
     endpoint_id: int | None = None,
     event_type: str | None = None,
     since: datetime | None = None,
+    tenant: str | None = None,
     all_: bool = False,
 ) -> int:
     """Delete dead messages and their attempt rows; return how many.
@@ -301,7 +340,12 @@ def dead_purge(
     returns the purged message's id, as it would had the message been kept.
     """
     params = _selection(
-        ids=ids, endpoint_id=endpoint_id, event_type=event_type, since=since, all_=all_
+        ids=ids,
+        endpoint_id=endpoint_id,
+        event_type=event_type,
+        since=since,
+        tenant=tenant,
+        all_=all_,
     )
     return run_sync(tx, scalar_plan(queries_for(schema)["dead_purge"], params), schema=schema)
 

@@ -1,6 +1,23 @@
 -- What an operator runs: dead letters, replay, one message, the status snapshot
 -- (outbox.admin). Placeholders as in enqueue.sql.
 
+-- fragment: tenant_selection
+-- Whose dead messages: %(tenant)s NULL selects every message's; a tenant's
+-- external id, those of its endpoints (an array made once, by the tenants key
+-- and endpoints_tenant_idx, which messages_endpoint_idx can probe); '-' (never
+-- a tenant's id, which starts with a letter or a digit), those of no tenant:
+-- enqueued to a URL, or of the operator's own endpoints. A message whose
+-- endpoint was deleted is no tenant's and not the operator's either: whose it
+-- was is no longer recorded.
+(CAST(%(tenant)s AS text) IS NULL
+ OR m.endpoint_id = ANY (ARRAY(SELECT e.id FROM {schema}.endpoints AS e
+                               JOIN {schema}.tenants AS t ON t.id = e.tenant_id
+                               WHERE t.external_id = CAST(%(tenant)s AS text)))
+ OR (CAST(%(tenant)s AS text) = '-'
+     AND ((m.endpoint_id IS NULL AND NOT starts_with(m.target, 'endpoint:'))
+          OR EXISTS (SELECT 1 FROM {schema}.endpoints AS e
+                     WHERE e.id = m.endpoint_id AND e.tenant_id IS NULL))))
+
 -- name: dead_list
 -- Dead messages for an operator, newest first: a backward scan of the dead
 -- partial index (completed_at, id). A message of a deleted endpoint keeps its
@@ -20,6 +37,7 @@ WHERE m.state = 'dead'
   AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
   AND (CAST(%(since)s AS timestamptz) IS NULL
        OR m.completed_at >= CAST(%(since)s AS timestamptz))
+  AND {tenant_selection}
 ORDER BY m.completed_at DESC, m.id DESC
 LIMIT %(limit)s
 
@@ -42,6 +60,7 @@ WHERE m.state = 'dead'
   AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
   AND (CAST(%(since)s AS timestamptz) IS NULL
        OR m.completed_at >= CAST(%(since)s AS timestamptz))
+  AND {tenant_selection}
 
 -- name: dead_retry
 -- Redrive dead messages with a fresh attempt budget. attempts is kept: attempt
@@ -65,6 +84,7 @@ WITH chosen AS (
       AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
       AND (CAST(%(since)s AS timestamptz) IS NULL
            OR m.completed_at >= CAST(%(since)s AS timestamptz))
+      AND {tenant_selection}
     ORDER BY m.id
     FOR UPDATE OF m
 ), retried AS (
@@ -110,6 +130,7 @@ WITH chosen AS (
       AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
       AND (CAST(%(since)s AS timestamptz) IS NULL
            OR m.completed_at >= CAST(%(since)s AS timestamptz))
+      AND {tenant_selection}
     ORDER BY m.id
     FOR UPDATE
 ), purged AS (

@@ -16,8 +16,10 @@ from dispatchers.cli import main
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import NullLog
 from dispatchers.store.postgres import Store
+from outbox import Outbox, Tenants
 from outbox._queries import queries_for
 from outbox.admin import (
+    NO_TENANT,
     TEST_EVENT_TYPE,
     dead_count,
     dead_list,
@@ -97,6 +99,7 @@ def test_dead_list_rejects_bad_input_naming_the_field(db: Db) -> None:
             ({"limit": 0}, "limit"),
             ({"endpoint_id": -1}, "endpoint_id"),
             ({"event_type": "has space"}, "event_type"),
+            ({"tenant": "-customer"}, "tenant"),
         ]
         for kwargs, field in cases:
             with invalid_argument(field):
@@ -107,9 +110,53 @@ def test_dead_list_walks_the_dead_index(db: Db) -> None:
     with db.tx() as conn:
         conn.execute("SET LOCAL enable_seqscan = off")
         statement = queries_for("outbox")["dead_list"]
-        params = {"endpoint_id": None, "event_type": None, "since": None, "limit": 10}
+        params = {
+            "endpoint_id": None,
+            "event_type": None,
+            "since": None,
+            "tenant": None,
+            "limit": 10,
+        }
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement.text, params).fetchall())
     assert "messages_dead_idx" in plan
+
+
+def test_dead_letters_are_selected_by_tenant_or_as_no_tenants(db: Db) -> None:
+    with db.tx() as conn:
+        Tenants().add(conn, "customer-17")
+        Tenants().add(conn, "customer-18")
+    mine = db.endpoint(event_types=["order.paid"])
+    theirs = db.endpoint(event_types=["order.paid"], tenant="customer-17")
+    others = db.endpoint(event_types=["order.paid"], tenant="customer-18")
+    gone = db.endpoint(event_types=["order.paid"], tenant="customer-18")
+    with db.tx() as conn:
+        box = Outbox()
+        (own,) = box.publish(conn, "order.paid", {}, idempotency_key="e1")
+        (first,) = box.publish(conn, "order.paid", {}, idempotency_key="e1", tenant="customer-17")
+        for_18 = box.publish(conn, "order.paid", {}, idempotency_key="e1", tenant="customer-18")
+    plain = db.enqueue("plain")
+    for message in (own, first, *for_18, plain):
+        db.kill(message)
+    with db.tx() as conn:
+        Endpoints().delete(conn, gone)  # its message stays dead, whose it was unrecorded
+    orphan = max(for_18)
+    with db.tx() as conn:
+        assert [m.endpoint_id for m in dead_list(conn, tenant="customer-17")] == [theirs]
+        assert {m.id for m in dead_list(conn, tenant="customer-18")} == {min(for_18)}
+        no_tenants = dead_list(conn, tenant=NO_TENANT)
+        assert {(m.id, m.endpoint_id) for m in no_tenants} == {(own, mine), (plain, None)}
+        assert dead_list(conn, tenant="customer-99") == []
+        assert len(dead_list(conn)) == 5  # the deleted endpoint's one too
+        assert dead_count(conn, tenant="customer-18") == 1
+        assert dead_count(conn, tenant="customer-17", endpoint_id=others) == 0
+        assert dead_retry(conn, tenant="customer-17") == 1
+        assert dead_purge(conn, tenant=NO_TENANT) == 2
+    assert db.row(first)[0] == "ready"
+    remaining = db.query("SELECT id FROM outbox.messages WHERE state = 'dead' ORDER BY id")
+    assert remaining == [(min(for_18),), (orphan,)]
+    assert db.query("SELECT count(*) FROM outbox.messages WHERE id IN (%s, %s)", own, plain) == [
+        (0,)
+    ]
 
 
 # -- message_cancel ------------------------------------------------------------
