@@ -16,7 +16,7 @@ promised to them.
 # dashboard and the bench check their input by the library's own rules
 from outbox._arguments import MAX_ID
 from outbox._endpoint_auth import MAX_CREDENTIAL, Auth, parse_auth
-from outbox._endpoint_fields import MAX_METADATA_BYTES, check_metadata
+from outbox._endpoint_fields import MAX_METADATA_BYTES, check_metadata, check_tenant_id
 from outbox._endpoint_rows import EndpointRow, json_value
 from outbox._endpoint_tls import MAX_PEM, load_client_cert, pem_digest
 from outbox._filters import MAX_FILTER_LENGTH, check_filter
@@ -68,6 +68,7 @@ __all__ = [
     "check_key",
     "check_metadata",
     "check_schema_name",
+    "check_tenant_id",
     "check_text",
     "check_url",
     "encode_body",

@@ -21,7 +21,8 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from dispatchers.ui.policy_text import UNIT_SECONDS
-from outbox.internal import MAX_ID
+from outbox.admin import NO_TENANT
+from outbox.internal import MAX_ID, check_tenant_id
 
 SPANS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 """The "since" choices of the dead-letter filters and of an endpoint's replay."""
@@ -98,6 +99,24 @@ def route_id(request: web.Request) -> int:
     if value is None:
         raise BadInput("id: missing")
     return value
+
+
+def read_tenant(
+    fields: Mapping[str, Any], name: str = "tenant", *, or_none: bool = True
+) -> str | None:
+    """``name``: a tenant's external id, or None when absent; where ``or_none``,
+    :data:`~outbox.admin.NO_TENANT` (``-``) too, for what belongs to no tenant."""
+    value = read_text(fields, name)
+    if value is None or (or_none and value == NO_TENANT):
+        return value
+    try:
+        return check_tenant_id(value, name)
+    except ValueError:
+        also = f", or {NO_TENANT} for no tenant" if or_none else ""
+        raise BadInput(
+            f"{name}: {value[:40]!r} is not a tenant id (1-128 letters, digits and ._:@-, "
+            f"starting with a letter or a digit{also})"
+        ) from None
 
 
 def read_since(fields: Mapping[str, Any]) -> datetime | None:

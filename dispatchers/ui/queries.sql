@@ -48,13 +48,27 @@ SELECT * FROM (
 ORDER BY status <> 'alive', owner
 LIMIT 100
 
+-- fragment: tenant_endpoints
+-- The ids of the endpoints of tenant %(tenant)s (its external id), as an array
+-- made once per statement (the tenants key, then endpoints_tenant_idx): a
+-- search by tenant is a search by these endpoints, which the endpoint indexes
+-- of the queue and of the history can probe.
+ARRAY(SELECT e.id FROM {schema}.endpoints AS e
+      JOIN {schema}.tenants AS t ON t.id = e.tenant_id
+      WHERE t.external_id = CAST(%(tenant)s AS text))
+
 -- fragment: messages_found
 -- The queue's side of a message search: its columns (held: a ready message whose
 -- destination an open breaker or a Retry-After hold blocks, as the claim reads
 -- destination_health) and every filter but the page's bound, which the
 -- includer adds (ui_messages: older than %(before)s; ui_messages_newer: newer
--- than %(after)s), with its order and scan limit.
+-- than %(after)s), with its order and scan limit. %(tenant)s: a tenant's
+-- messages (of its endpoints), or with '-' (never a tenant's id, which starts
+-- with a letter or a digit) those of no tenant: enqueued to a URL, or of an
+-- endpoint of none. A message whose endpoint was deleted is neither: whose it
+-- was is no longer recorded.
 (SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url, m.endpoint_id,
+        t.external_id AS tenant,
         m.event_type, CAST(m.state AS text) AS state, m.attempts, m.last_status,
         m.created_at,
         m.state = 'ready' AND EXISTS (
@@ -73,11 +87,17 @@ LIMIT 100
               OR m.created_at >= CAST(%(created_from)s AS timestamptz))
          AND (CAST(%(created_until)s AS timestamptz) IS NULL
               OR m.created_at < CAST(%(created_until)s AS timestamptz))
+         AND (CAST(%(tenant)s AS text) IS NULL
+              OR m.endpoint_id = ANY ({tenant_endpoints})
+              OR (CAST(%(tenant)s AS text) = '-'
+                  AND ((m.endpoint_id IS NULL AND NOT starts_with(m.target, 'endpoint:'))
+                       OR EXISTS (SELECT 1 FROM {schema}.endpoints AS e
+                                  WHERE e.id = m.endpoint_id AND e.tenant_id IS NULL))))
 
 -- fragment: delivered_found
 -- The history's side of a message search, as messages_found is the queue's.
-(SELECT d.id, d.idempotency_key, COALESCE(d.url, e.url), d.endpoint_id, d.event_type,
-        'delivered', d.attempts, d.last_status, d.created_at, false
+(SELECT d.id, d.idempotency_key, COALESCE(d.url, e.url), d.endpoint_id, t.external_id,
+        d.event_type, 'delivered', d.attempts, d.last_status, d.created_at, false
  FROM (SELECT *
        FROM {schema}.delivered AS d
        WHERE (CAST(%(state)s AS text) IS NULL OR CAST(%(state)s AS text) = 'delivered')
@@ -91,6 +111,12 @@ LIMIT 100
                   AND d.completed_at >= CAST(%(created_from)s AS timestamptz)))
          AND (CAST(%(created_until)s AS timestamptz) IS NULL
               OR d.created_at < CAST(%(created_until)s AS timestamptz))
+         AND (CAST(%(tenant)s AS text) IS NULL
+              OR d.endpoint_id = ANY ({tenant_endpoints})
+              OR (CAST(%(tenant)s AS text) = '-'
+                  AND ((d.endpoint_id IS NULL AND NOT starts_with(d.target, 'endpoint:'))
+                       OR EXISTS (SELECT 1 FROM {schema}.endpoints AS e
+                                  WHERE e.id = d.endpoint_id AND e.tenant_id IS NULL))))
 
 -- name: ui_messages
 -- Messages matching an operator's search, newest first, older than id
@@ -109,6 +135,7 @@ LIMIT 100
        ORDER BY m.id DESC
        LIMIT %(scan)s) AS m
  LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
+ LEFT JOIN {schema}.tenants AS t ON t.id = e.tenant_id
  WHERE CAST(%(body)s AS bytea) IS NULL OR position(CAST(%(body)s AS bytea) IN m.body) > 0
  ORDER BY m.id DESC
  LIMIT %(limit)s)
@@ -118,6 +145,7 @@ UNION ALL
        ORDER BY d.id DESC
        LIMIT %(scan)s) AS d
  LEFT JOIN {schema}.endpoints AS e ON e.id = d.endpoint_id
+ LEFT JOIN {schema}.tenants AS t ON t.id = e.tenant_id
  WHERE CAST(%(body)s AS bytea) IS NULL OR position(CAST(%(body)s AS bytea) IN d.body) > 0
  ORDER BY d.id DESC
  LIMIT %(limit)s)
@@ -132,6 +160,7 @@ LIMIT %(limit)s
        ORDER BY m.id ASC
        LIMIT %(scan)s) AS m
  LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
+ LEFT JOIN {schema}.tenants AS t ON t.id = e.tenant_id
  WHERE CAST(%(body)s AS bytea) IS NULL OR position(CAST(%(body)s AS bytea) IN m.body) > 0
  ORDER BY m.id ASC
  LIMIT %(limit)s)
@@ -141,6 +170,7 @@ UNION ALL
        ORDER BY d.id ASC
        LIMIT %(scan)s) AS d
  LEFT JOIN {schema}.endpoints AS e ON e.id = d.endpoint_id
+ LEFT JOIN {schema}.tenants AS t ON t.id = e.tenant_id
  WHERE CAST(%(body)s AS bytea) IS NULL OR position(CAST(%(body)s AS bytea) IN d.body) > 0
  ORDER BY d.id ASC
  LIMIT %(limit)s)
@@ -255,8 +285,11 @@ WHERE destination = %(destination)s AND (state <> 'held' OR blocked_until > now(
 -- (the page says how many there are), the start of why it was disabled, its
 -- signing secrets that still sign as stored (sealed or not: the dashboard opens
 -- them if it holds the key), and its messages pending and dead, counted on
--- messages_endpoint_idx for this page's endpoints only.
-SELECT e.id, e.url, e.description, e.event_types[1:%(types)s] AS event_types,
+-- messages_endpoint_idx for this page's endpoints only. With %(tenant)s, that
+-- tenant's endpoints only (a range scan of endpoints_tenant_idx), or with '-'
+-- those of no tenant.
+SELECT e.id, e.url, e.description, t.external_id AS tenant,
+       e.event_types[1:%(types)s] AS event_types,
        cardinality(e.event_types) AS event_type_count, e.enabled,
        left(e.disabled_reason, 300) AS disabled_reason, e.failure_streak,
        e.failing_since, e.last_success_at, e.max_concurrency,
@@ -269,6 +302,7 @@ SELECT e.id, e.url, e.description, e.event_types[1:%(types)s] AS event_types,
                    AND (s.expires_at IS NULL OR s.expires_at > now())), '[]') AS secrets,
        c.pending, c.dead
 FROM {schema}.endpoints AS e
+LEFT JOIN {schema}.tenants AS t ON t.id = e.tenant_id
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE m.state IN ('ready', 'running', 'paused')) AS pending,
            count(*) FILTER (WHERE m.state = 'dead') AS dead
@@ -276,6 +310,10 @@ CROSS JOIN LATERAL (
     WHERE m.endpoint_id = e.id
 ) AS c
 WHERE e.id > %(after)s
+  AND (CAST(%(tenant)s AS text) IS NULL
+       OR e.tenant_id = (SELECT id FROM {schema}.tenants
+                         WHERE external_id = CAST(%(tenant)s AS text))
+       OR (CAST(%(tenant)s AS text) = '-' AND e.tenant_id IS NULL))
   AND (NOT %(attention)s OR NOT e.enabled OR e.failure_streak > 0 OR c.dead > 0)
 ORDER BY e.id
 LIMIT %(limit)s
@@ -284,3 +322,12 @@ LIMIT %(limit)s
 -- Whether any signing secret is sealed: then a secret rotated without a key
 -- would be the one stored in plain text.
 SELECT EXISTS (SELECT 1 FROM {schema}.endpoint_secrets WHERE key_id IS NOT NULL) AS sealed
+
+-- name: ui_endpoint_tenants
+-- The tenants of the endpoints %(ids)s (a page's, at most a hundred), by
+-- endpoints_pkey: the rows the library's functions return (the dead letters,
+-- the overview's endpoints) name their endpoint, not its tenant.
+SELECT e.id, t.external_id AS tenant
+FROM {schema}.endpoints AS e
+JOIN {schema}.tenants AS t ON t.id = e.tenant_id
+WHERE e.id = ANY (CAST(%(ids)s AS bigint[]))

@@ -22,7 +22,9 @@ from typing import Any, NamedTuple, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from outbox.admin import NO_TENANT
 from outbox.internal import DestinationHealth, Queries, catalog, rows_plan, run_sync, scalar
+from outbox.tenants import Tenant, Tenants
 
 T = TypeVar("T")
 
@@ -140,6 +142,8 @@ class ListedEndpoint(NamedTuple):
     id: int
     url: str
     description: str
+    tenant: str | None
+    """The external id of its tenant; None: the operator's own."""
     event_types: list[str]
     """The first :data:`LISTED_TYPES`."""
     event_type_count: int
@@ -162,6 +166,8 @@ class Found(NamedTuple):
     idempotency_key: str
     url: str | None
     endpoint_id: int | None
+    tenant: str | None
+    """The external id of its endpoint's tenant; None: no tenant's."""
     event_type: str | None
     state: str
     attempts: int
@@ -169,6 +175,13 @@ class Found(NamedTuple):
     created_at: datetime
     held: bool
     """Ready, but its destination's breaker is open or a Retry-After holds it."""
+
+
+class EndpointTenant(NamedTuple):
+    """A row of ``ui_endpoint_tenants``."""
+
+    id: int
+    tenant: str
 
 
 class DashboardStore:
@@ -273,13 +286,45 @@ class DashboardStore:
         return run_sync(conn, rows_plan(ui_queries(self.schema)["ui_dispatchers"], {}, Owner))
 
     def endpoint_page(
-        self, conn: psycopg.Connection[Any], *, after: int, attention: bool, limit: int
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        after: int,
+        attention: bool,
+        limit: int,
+        tenant: str | None = None,
     ) -> list[ListedEndpoint]:
         """Up to ``limit`` endpoints after id ``after``, by id (those that need
-        attention only, if asked)."""
-        params = {"after": after, "attention": attention, "limit": limit, "types": LISTED_TYPES}
+        attention only, if asked; those of ``tenant`` only, an external id or
+        :data:`~outbox.admin.NO_TENANT`, if given)."""
+        params = {
+            "after": after,
+            "attention": attention,
+            "limit": limit,
+            "types": LISTED_TYPES,
+            "tenant": tenant,
+        }
         plan = rows_plan(ui_queries(self.schema)["ui_endpoint_page"], params, ListedEndpoint)
         return run_sync(conn, plan)
+
+    def endpoint_tenants(self, conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, str]:
+        """The tenant of each endpoint of ``ids`` that has one (by external id)."""
+        if not ids:
+            return {}
+        query = ui_queries(self.schema)["ui_endpoint_tenants"]
+        rows = run_sync(conn, rows_plan(query, {"ids": sorted(set(ids))}, EndpointTenant))
+        return {row.id: row.tenant for row in rows}
+
+    def tenant(self, conn: psycopg.Connection[Any], external_id: str) -> Tenant | None:
+        """The tenant of ``external_id`` (checked already), or None if there is none."""
+        return Tenants(schema=self.schema).get(conn, external_id)
+
+    def unknown_tenant(self, conn: psycopg.Connection[Any], tenant: str | None) -> str | None:
+        """``tenant``, a filter's, if it names no tenant (a page then says so
+        rather than only that nothing matches); else None."""
+        if tenant is None or tenant == NO_TENANT:
+            return None
+        return tenant if self.tenant(conn, tenant) is None else None
 
     def sealed_secrets(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether any signing secret is sealed."""
@@ -297,6 +342,7 @@ class DashboardStore:
         created_from: datetime | None,
         created_until: datetime | None,
         body: str | None = None,
+        tenant: str | None = None,
         before: int | None = None,
         after: int | None = None,
         limit: int = SEARCH_LIMIT,
@@ -304,7 +350,8 @@ class DashboardStore:
         """Up to ``limit`` messages matching every filter given, newest first:
         older than id ``before``, or the newest just newer than id ``after``.
         ``body``: text to find in bodies, looked for in the newest
-        :data:`BODY_SCAN` messages of each side matching the other filters."""
+        :data:`BODY_SCAN` messages of each side matching the other filters.
+        ``tenant``: a tenant's external id, or :data:`~outbox.admin.NO_TENANT`."""
         params = {
             "key": key,
             "event_type": event_type,
@@ -313,6 +360,7 @@ class DashboardStore:
             "created_from": created_from,
             "created_until": created_until,
             "body": None if body is None else body.encode("utf-8"),
+            "tenant": tenant,
             "before": before,
             "after": after,
             "scan": limit if body is None else max(BODY_SCAN, limit),

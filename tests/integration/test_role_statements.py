@@ -33,8 +33,8 @@ FILES: dict[str, tuple[str, ...]] = {
     "producer": ("enqueue",),
     # outbox dispatch checks the schema's version (and runs its own, below)
     "dispatcher": (),
-    # the admin commands (and the dashboard, below)
-    "operator": ("admin", "endpoints", "destinations", "event_types", "slots"),
+    # the admin commands (and the dashboard, below; it reads tenants too)
+    "operator": ("admin", "endpoints", "destinations", "event_types", "slots", "tenants"),
 }
 ALSO = {"dispatcher": ("migrations_applied",)}
 #: the runtime's catalogs each role's code runs whole: outbox dispatch, its

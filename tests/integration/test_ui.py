@@ -20,6 +20,7 @@ from dispatchers.cli import main
 from dispatchers.ui.auth import token_id
 from dispatchers.ui.store import READ_ONLY, Minute, ui_queries
 from outbox._endpoint_tls import pem_digest
+from outbox._queries import queries_for
 from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
 from outbox.secrets import fingerprint
@@ -376,11 +377,11 @@ def test_the_command_refuses_a_token_file_it_cannot_use(
     assert code == 2 and message in err and err.count("\n") == 1
 
 
-def _plan(db: Db, name: str, **params: object) -> str:
+def _plan(db: Db, name: str, *, library: bool = False, **params: object) -> str:
     # as a page runs it: in the dashboard's transaction, planned for its values
     with db.tx() as conn:
         conn.execute(READ_ONLY)
-        text = ui_queries("outbox")[name].text
+        text = (queries_for("outbox") if library else ui_queries("outbox"))[name].text
         rows = conn.execute("EXPLAIN (ANALYZE) " + text, params).fetchall()
         plan = "\n".join(str(r[0]) for r in rows)
     assert "JIT:" not in plan, plan
@@ -410,6 +411,34 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
         " SELECT 'https://h' || g || '.example:443', 'held', now() - interval '1 hour'"
         " FROM generate_series(1, 2000) AS g"
     )
+    # 2,000 tenants of two endpoints each, and 20 endpoints of no tenant; half of
+    # the queue and of the history is theirs, a third of the queue dead
+    db.query(
+        "INSERT INTO outbox.tenants (external_id)"
+        " SELECT 'customer-' || g FROM generate_series(1, 2000) AS g"
+    )
+    db.query(
+        "INSERT INTO outbox.endpoints (url, tenant_id)"
+        " SELECT 'https://t' || t.id || '-' || g || '.example/hook', t.id"
+        " FROM outbox.tenants AS t, generate_series(1, 2) AS g"
+    )
+    db.query(
+        "INSERT INTO outbox.endpoints (url)"
+        " SELECT 'https://own' || g || '.example/hook' FROM generate_series(1, 20) AS g"
+    )
+    for table in ("messages", "delivered"):
+        db.query(
+            f"UPDATE outbox.{table} AS x"
+            " SET endpoint_id = e.id, target = 'endpoint:' || e.id, url = NULL"
+            " FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n"
+            "       FROM outbox.endpoints) AS e"
+            " WHERE x.id %% 2 = 0 AND e.n = (x.id / 2) %% 4020"
+        )
+    db.query(
+        "UPDATE outbox.messages SET state = 'dead',"
+        " completed_at = now() - (id %% 100) * interval '1 minute'"
+        " WHERE id %% 3 = 0 AND state = 'ready'"
+    )
     db.query("ANALYZE")
     assert "attempts_started_idx" in _plan(db, "ui_minutes")
     owners = _plan(db, "ui_dispatchers")
@@ -417,7 +446,7 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     assert "destination_health_pkey" in _plan(db, "ui_destination_health", destination="x")
     search: dict[str, object] = dict.fromkeys(
         ("key", "event_type", "endpoint_id", "state", "created_from", "created_until", "body")
-    ) | {"before": None, "after": None, "scan": 100}
+    ) | {"before": None, "after": None, "scan": 100, "tenant": None}
     newest = _plan(db, "ui_messages", **search, limit=100)
     for name, cursor in (("ui_messages", "before"), ("ui_messages_newer", "after")):
         paged = _plan(db, name, **(search | {cursor: 5000}), limit=100)
@@ -430,6 +459,36 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     long_ago = datetime(2020, 1, 1, tzinfo=UTC)
     window = {"created_from": long_ago, "created_until": long_ago + timedelta(days=1)}
     assert "delivered_created_idx" in _plan(db, "ui_messages", **(search | window), limit=100)
+    # a tenant's messages: its endpoints by endpoints_tenant_idx, their messages by
+    # the endpoint indexes of the queue and the history, never a whole table
+    tenants = _plan(db, "ui_messages", **(search | {"tenant": "customer-7"}), limit=100)
+    assert "endpoints_tenant_idx" in tenants, tenants
+    assert "messages_endpoint_idx" in tenants and "delivered_endpoint_idx" in tenants, tenants
+    for name, cursor in (("ui_messages", "before"), ("ui_messages_newer", "after")):
+        # a page further on: the cursor's range of each primary key may be cheaper
+        paged = _plan(db, name, **(search | {"tenant": "customer-7", cursor: 30_000}), limit=100)
+        assert "endpoints_tenant_idx" in paged, paged
+        assert re.search(r"(on|using) messages_(endpoint_idx|pkey)", paged), paged
+        assert re.search(r"(on|using) delivered_(endpoint_idx|pkey)", paged), paged
+        assert "Seq Scan on messages" not in paged and "Seq Scan on delivered" not in paged
+    # no tenant's: newest first by id, as without the filter
+    untenanted = _plan(db, "ui_messages", **(search | {"tenant": "-"}), limit=100)
+    assert "messages_pkey" in untenanted and "delivered_pkey" in untenanted, untenanted
+    for tenant in ("customer-7", "-"):
+        listed = _plan(
+            db, "ui_endpoint_page", after=0, attention=False, limit=101, types=10, tenant=tenant
+        )
+        assert "Seq Scan on messages" not in listed, listed
+        dead = {"endpoint_id": None, "event_type": None, "since": None, "tenant": tenant}
+        plan = _plan(db, "dead_list", library=True, **dead, limit=100)
+        assert "Seq Scan on messages" not in plan, plan
+    pages = _plan(
+        db, "ui_endpoint_page", after=0, attention=True, limit=101, types=10, tenant="customer-7"
+    )
+    assert "endpoints_tenant_idx" in pages, pages
+    dead = {"endpoint_id": None, "event_type": None, "since": None, "tenant": "customer-7"}
+    assert "messages_endpoint_idx" in _plan(db, "dead_list", library=True, **dead, limit=100)
+    assert "endpoints_pkey" in _plan(db, "ui_endpoint_tenants", ids=list(range(1, 101)))
     day = {"since": datetime.now(UTC) - timedelta(hours=23), "until": datetime.now(UTC)}
     assert "attempts_started_idx" in _plan(db, "ui_hours", **day)
     assert "attempts_started_idx" in _plan(db, "ui_endpoints_hour")
