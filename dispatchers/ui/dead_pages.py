@@ -28,9 +28,11 @@ from dispatchers.ui.fields import (
     read_id,
     read_ids,
     read_since,
+    read_tenant,
     read_text,
 )
 from outbox.admin import (
+    DeadMessage,
     dead_count,
     dead_list,
     dead_purge,
@@ -55,6 +57,7 @@ def _dead_filters(fields: Mapping[str, Any]) -> dict[str, Any]:
         "endpoint_id": read_id(fields, "endpoint"),
         "event_type": read_text(fields, "event_type"),
         "since": read_since(fields),
+        "tenant": read_tenant(fields),
     }
 
 
@@ -71,6 +74,7 @@ def _filter_query(filters: Mapping[str, Any]) -> dict[str, str]:
         "endpoint": filters["endpoint_id"],
         "event_type": filters["event_type"],
         "since": filters["since"].isoformat() if filters["since"] else None,
+        "tenant": filters["tenant"],
     }
     return {k: str(v) for k, v in fields.items() if v is not None}
 
@@ -81,19 +85,27 @@ async def dead(request: web.Request) -> web.StreamResponse:
         filters = _dead_filters(request.query)
     except BadInput as exc:
         return bad(request, exc)
-    rows = await store.read(
-        lambda conn: dead_list(conn, schema=store.schema, limit=DEAD_LIMIT, **filters)
-    )
+
+    def read(conn: Any) -> tuple[list[DeadMessage], dict[int, str], str | None]:
+        rows = dead_list(conn, schema=store.schema, limit=DEAD_LIMIT, **filters)
+        ids = [m.endpoint_id for m in rows if m.endpoint_id is not None]
+        unknown = store.unknown_tenant(conn, filters["tenant"]) if not rows else None
+        return rows, store.endpoint_tenants(conn, ids), unknown
+
+    rows, tenants, unknown_tenant = await store.read(read)
     return render(
         request,
         "dead.html",
         rows=rows,
+        tenants=tenants,
+        unknown_tenant=unknown_tenant,
         limit=DEAD_LIMIT,
         spans=SPANS,
         query={
             "endpoint": filters["endpoint_id"],
             "event_type": filters["event_type"],
             "since": read_text(request.query, "since"),
+            "tenant": filters["tenant"],
         },
         filter_query=urlencode(_filter_query(filters)),
         notice=_notice(request.query),

@@ -31,6 +31,7 @@ from dispatchers.ui.fields import (
     read_choice,
     read_id,
     read_since,
+    read_tenant,
     read_text,
     route_id,
 )
@@ -84,22 +85,29 @@ ATTENTION = ("1",)
 async def endpoints(request: web.Request) -> web.StreamResponse:
     """One page of the endpoints, by id, with their health and backlog; secrets as
     fingerprints only. ``after``: the last id of the page before; ``attention=1``:
-    only those disabled, failing or with dead messages."""
+    only those disabled, failing or with dead messages; ``tenant``: only those of
+    that tenant (or of none, ``-``)."""
     dashboard = dashboard_of(request)
     store = dashboard.store
     try:
         after = read_id(request.query, "after") or 0
         attention = read_choice(request.query, "attention", ATTENTION) is not None
+        tenant = read_tenant(request.query)
     except BadInput as exc:
         return bad(request, exc)
 
-    def read(conn: Any) -> tuple[Any, dict[int, Any]]:
-        page = store.endpoint_page(conn, after=after, attention=attention, limit=ENDPOINTS_PAGE + 1)
-        return page, store.endpoints_hour(conn)
+    def read(conn: Any) -> tuple[Any, dict[int, Any], str | None]:
+        page = store.endpoint_page(
+            conn, after=after, attention=attention, limit=ENDPOINTS_PAGE + 1, tenant=tenant
+        )
+        unknown = store.unknown_tenant(conn, tenant) if not page else None
+        return page, store.endpoints_hour(conn), unknown
 
-    rows, hours = await store.read(read)
+    rows, hours, unknown_tenant = await store.read(read)
     more, rows = len(rows) > ENDPOINTS_PAGE, rows[:ENDPOINTS_PAGE]
     filters = {"attention": "1"} if attention else {}
+    if tenant is not None:
+        filters["tenant"] = tenant
     following = urlencode({**filters, "after": rows[-1].id}) if more else None
     return render(
         request,
@@ -108,6 +116,9 @@ async def endpoints(request: web.Request) -> web.StreamResponse:
         hours={e.id: hours[e.id] for e in rows if e.id in hours},
         secrets={e.id: shown_secrets(e.secrets, e.id, dashboard.keyring) for e in rows},
         attention=attention,
+        tenant=tenant,
+        unknown_tenant=unknown_tenant,
+        tenant_query=urlencode({"tenant": tenant}) if tenant is not None else "",
         first=urlencode(filters) if after else None,
         following=following,
         page_size=ENDPOINTS_PAGE,

@@ -10,7 +10,8 @@ query string or a form is checked first (:mod:`dispatchers.ui.fields`); a value
 that cannot be meant is a 400 page naming the field, before anything runs. The
 dead letters are in :mod:`dispatchers.ui.dead_pages`, the endpoint pages in
 :mod:`dispatchers.ui.endpoint_pages` and their forms in
-:mod:`dispatchers.ui.endpoint_forms`.
+:mod:`dispatchers.ui.endpoint_forms`, the tenant pages in
+:mod:`dispatchers.ui.tenant_pages`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -37,13 +38,15 @@ from dispatchers.ui.fields import (
     BadInput,
     read_id,
     read_moment,
+    read_tenant,
     read_text,
     read_webhook_id,
     route_id,
 )
 from dispatchers.ui.limits import TABLE_ROWS
-from dispatchers.ui.store import BODY_SCAN, SEARCH_LIMIT
+from dispatchers.ui.store import BODY_SCAN, SEARCH_LIMIT, DashboardStore, Found
 from outbox.admin import (
+    MessageInfo,
     dead_retry,
     message_cancel,
     message_show,
@@ -96,25 +99,34 @@ async def login(request: web.Request) -> web.StreamResponse:
 
 
 async def overview(request: web.Request) -> web.StreamResponse:
+    """The backlog, the charts, the dispatchers, and the endpoints that need
+    attention: every endpoint's, or with ``tenant``, that tenant's only."""
     dashboard = dashboard_of(request)
     store = dashboard.store
+    try:
+        tenant = read_tenant(request.query)
+    except BadInput as exc:
+        return bad(request, exc)
 
-    def read(conn: Any) -> tuple[dict[str, Any], Any, Any, Any]:
+    def read(conn: Any) -> tuple[dict[str, Any], Any, Any, Any, _Attention]:
         snapshot = status(conn, schema=store.schema)
         hour = snapshot["now"].astimezone(UTC).replace(minute=0, second=0, microsecond=0)
         hours = store.hours(conn, until=hour)
-        return snapshot, store.minutes(conn), hours, store.owners(conn)
+        return (
+            snapshot,
+            store.minutes(conn),
+            hours,
+            store.owners(conn),
+            _attention(conn, store, snapshot, tenant),
+        )
 
-    snapshot, minutes, hours, owners = await store.read(read)
+    snapshot, minutes, hours, owners, attention = await store.read(read)
     now = snapshot["now"].astimezone(UTC)
     buckets = per_minute(minutes, now=now)
     hour = now.replace(minute=0, second=0, microsecond=0)
     this_hour = [b for b in buckets if b.minute >= hour]  # the minutes cover it
     current = (hour, sum(b.delivered for b in this_hour), sum(b.failed for b in this_hour))
     day = per_hour([*hours, current], now=now)
-    attention = [
-        e for e in snapshot["endpoints"] if not e["enabled"] or e["failure_streak"] or e["dead"]
-    ]
     return render(
         request,
         "overview.html",
@@ -127,14 +139,50 @@ async def overview(request: web.Request) -> web.StreamResponse:
         day_delivered=sum(b.delivered for b in day),
         day_failed=sum(b.failed for b in day),
         owners=owners,
-        attention=attention[:TABLE_ROWS],
-        attention_count=len(attention),
+        attention=attention.rows,
+        attention_count=attention.total,
+        attention_more=attention.more,
+        tenants=attention.tenants,
+        tenant=tenant,
+        unknown_tenant=attention.unknown_tenant,
         health=snapshot["destination_health"][:TABLE_ROWS],
         health_count=len(snapshot["destination_health"]),
         policed=snapshot["destinations"][:TABLE_ROWS],
         policed_count=len(snapshot["destinations"]),
         now=now,
     )
+
+
+class _Attention(NamedTuple):
+    """The overview's endpoints that need attention: the first
+    :data:`TABLE_ROWS`, with their tenants."""
+
+    rows: list[Any]
+    total: int | None
+    """How many need attention; None when filtered by tenant (then ``more``
+    says whether there are others)."""
+    more: bool
+    tenants: dict[int, str]
+    unknown_tenant: str | None
+
+
+def _attention(
+    conn: Any, store: DashboardStore, snapshot: dict[str, Any], tenant: str | None
+) -> _Attention:
+    """Every endpoint that needs attention comes with the snapshot; a tenant's
+    (or those of no tenant) are read as the endpoints list reads them, a page."""
+    if tenant is None:
+        every = [
+            e for e in snapshot["endpoints"] if not e["enabled"] or e["failure_streak"] or e["dead"]
+        ]
+        rows = every[:TABLE_ROWS]
+        tenants = store.endpoint_tenants(conn, [e["id"] for e in rows])
+        return _Attention(rows, len(every), False, tenants, None)
+    page = store.endpoint_page(conn, after=0, attention=True, limit=TABLE_ROWS + 1, tenant=tenant)
+    rows = page[:TABLE_ROWS]
+    tenants = {e.id: e.tenant for e in rows if e.tenant is not None}
+    unknown = store.unknown_tenant(conn, tenant) if not rows else None
+    return _Attention(rows, None, len(page) > TABLE_ROWS, tenants, unknown)
 
 
 # -- messages ------------------------------------------------------------------
@@ -157,6 +205,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         webhook_id, webhook_endpoint = read_webhook_id(query)
         created_from, created_until = read_moment(query, "from"), read_moment(query, "until")
         body = read_text(query, "body")
+        tenant = read_tenant(query)
         before, after = read_id(query, "before"), read_id(query, "after")
         if before is not None and after is not None:
             raise BadInput("before: cannot be given with after")
@@ -168,8 +217,9 @@ async def messages(request: web.Request) -> web.StreamResponse:
         if key not in (None, webhook_id) or endpoint_id not in (None, webhook_endpoint):
             return bad(request, BadInput("webhook_id: differs from the key or endpoint given"))
         key, endpoint_id = webhook_id, webhook_endpoint
-    found = await store.read(
-        lambda conn: store.search(
+
+    def read(conn: Any) -> tuple[list[Found], str | None]:
+        found = store.search(
             conn,
             key=key,
             event_type=event_type,
@@ -178,11 +228,14 @@ async def messages(request: web.Request) -> web.StreamResponse:
             created_from=created_from,
             created_until=created_until,
             body=body,
+            tenant=tenant,
             before=before,
             after=after,
             limit=SEARCH_LIMIT + 1,  # one more: whether there is another page
         )
-    )
+        return found, store.unknown_tenant(conn, tenant) if not found else None
+
+    found, unknown_tenant = await store.read(read)
     more = len(found) > SEARCH_LIMIT
     found = found[-SEARCH_LIMIT:] if after is not None else found[:SEARCH_LIMIT]
     filters = {
@@ -193,6 +246,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         "from": read_text(query, "from"),
         "until": read_text(query, "until"),
         "body": body,
+        "tenant": tenant,
     }
     kept = {k: str(v) for k, v in filters.items() if v is not None}
     older = newer = None
@@ -213,6 +267,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         newest=urlencode(kept) if (before is not None or after is not None) else None,
         page_size=SEARCH_LIMIT,
         body_scan=BODY_SCAN,
+        unknown_tenant=unknown_tenant,
     )
 
 
@@ -222,7 +277,15 @@ async def _message_page(request: web.Request, *, revealed: bool) -> web.StreamRe
         message_id = route_id(request)
     except BadInput as exc:
         return bad(request, exc)
-    message = await store.read(lambda conn: message_show(conn, message_id, schema=store.schema))
+
+    def read(conn: Any) -> tuple[MessageInfo | None, str | None]:
+        message = message_show(conn, message_id, schema=store.schema)
+        if message is None or message.endpoint_id is None:
+            return message, None
+        tenants = store.endpoint_tenants(conn, [message.endpoint_id])
+        return message, tenants.get(message.endpoint_id)
+
+    message, tenant = await store.read(read)
     if message is None:
         return render(
             request,
@@ -242,6 +305,7 @@ async def _message_page(request: web.Request, *, revealed: bool) -> web.StreamRe
         request,
         "message.html",
         message=message,
+        tenant=tenant,
         revealed=revealed,
         body=body,
         notice=None if revealed else _message_notice(request.query),

@@ -66,6 +66,10 @@
   if (!seconds) return;
   async function refresh() {
     if (document.hidden) return;
+    // a field of the page being filled in (the overview's tenant filter) would
+    // lose what was typed: wait until it is left
+    const active = document.activeElement;
+    if (active && main.contains(active) && active.matches("input, select, textarea")) return;
     try {
       const response = await fetch(window.location.href, {
         credentials: "same-origin",
