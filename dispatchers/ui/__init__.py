@@ -11,6 +11,8 @@ build step, no CDN. The parts:
 - :mod:`~dispatchers.ui.dead_pages`: the dead letters, retried or purged by selection;
 - :mod:`~dispatchers.ui.endpoint_pages`, :mod:`~dispatchers.ui.endpoint_forms`: the
   endpoints, their secrets, and the forms that add, edit and delete one;
+- :mod:`~dispatchers.ui.tenant_pages`: the tenants, and one tenant's page (the other
+  lists take a ``tenant`` filter);
 - :mod:`~dispatchers.ui.dashboard`: what every request shares, and rendering;
 - :mod:`~dispatchers.ui.store`: the database, read-only for pages;
 - :mod:`~dispatchers.ui.charts`: per-minute charts as SVG (pure);

@@ -27,7 +27,7 @@ import psycopg
 from aiohttp import web
 
 from dispatchers.runtime.log import EventLog
-from dispatchers.ui import dead_pages, endpoint_forms, endpoint_pages, views
+from dispatchers.ui import dead_pages, endpoint_forms, endpoint_pages, tenant_pages, views
 from dispatchers.ui.auth import COOKIE
 from dispatchers.ui.dashboard import (
     DASHBOARD,
@@ -141,6 +141,8 @@ def build_app(
         app.router.add_get("/endpoints/new", endpoint_forms.endpoint_new)
         app.router.add_post("/endpoints/new", endpoint_forms.endpoint_add)
     app.router.add_get("/endpoints/{id}", endpoint_pages.endpoint)
+    app.router.add_get("/tenants", tenant_pages.tenants)
+    app.router.add_get("/tenants/{tenant}", tenant_pages.tenant)
     app.router.add_static("/static/", views.STATIC, append_version=True)
     if not dashboard.read_only:
         app.router.add_post("/messages/{id}/reveal", views.message_reveal)

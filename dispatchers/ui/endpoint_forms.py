@@ -23,10 +23,11 @@ from dispatchers.ui.fields import (
     read_count,
     read_rate,
     read_schedule,
+    read_tenant,
     read_text,
     route_id,
 )
-from dispatchers.ui.policy_text import format_schedule
+from dispatchers.ui.policy_text import format_schedule, rate_text
 from outbox.endpoints import Endpoint
 from outbox.errors import InvalidArgument
 from outbox.secrets import fingerprint, generate_secret
@@ -101,7 +102,12 @@ def _changes(form: Mapping[str, Any], *, adding: bool) -> dict[str, Any]:
 
 
 def _form_refused(
-    request: web.Request, problem: ValueError, values: dict[str, str], *, endpoint_id: int | None
+    request: web.Request,
+    problem: ValueError,
+    values: dict[str, str],
+    *,
+    endpoint_id: int | None,
+    tenant: str | None = None,
 ) -> web.Response:
     """The endpoint form again, with what was posted and what is wrong; nothing
     was written."""
@@ -111,6 +117,8 @@ def _form_refused(
         "endpoint_form.html",
         status=400,
         endpoint_id=endpoint_id,
+        tenant=tenant,
+        defaults=None,
         values=values,
         error=str(problem),
         error_field=field,
@@ -144,11 +152,30 @@ async def endpoint_edit(request: web.Request) -> web.StreamResponse:
 
 
 async def endpoint_new(request: web.Request) -> web.StreamResponse:
-    """The form that adds an endpoint."""
+    """The form that adds an endpoint; with ``tenant``, one of that tenant's,
+    whose blank rate limit and retry schedule take the tenant's."""
+    store = dashboard_of(request).store
+    try:
+        tenant = read_tenant(request.query, or_none=False)
+    except BadInput as exc:
+        return bad(request, exc)
+    defaults = None
+    if tenant is not None:
+        found = await store.read(lambda conn: store.tenant(conn, tenant))
+        if found is None:
+            return render(
+                request, "error.html", status=404, message=f"No tenant has id {tenant!r}."
+            )
+        defaults = {
+            "rate": rate_text(found.rate_limit_per_s, found.burst),
+            "schedule": format_schedule(found.retry_schedule),
+        }
     return render(
         request,
         "endpoint_form.html",
         endpoint_id=None,
+        tenant=tenant,
+        defaults=defaults,
         values=form_values(None),
         error=None,
         error_field=None,
@@ -164,31 +191,44 @@ PLAIN_REFUSED = (
 
 async def endpoint_add(request: web.Request) -> web.StreamResponse:
     """Add an endpoint with a new signing secret, shown once on the page that
-    answers (as a rotation's is). Refused, as a rotation is, where secrets are
-    sealed and the dashboard has no key."""
+    answers (as a rotation's is); with ``tenant``, to that tenant
+    (:meth:`Endpoints.add` refuses one that does not exist, naming the field).
+    Refused, as a rotation is, where secrets are sealed and the dashboard has no
+    key."""
     dashboard = dashboard_of(request)
     store = dashboard.store
     form = await read_form(request)
     try:
+        tenant = read_tenant(form, or_none=False)
+    except BadInput as exc:
+        return bad(request, exc)
+    try:
         changes = _changes(form, adding=True)
     except BadInput as exc:
-        return _form_refused(request, exc, _posted(form), endpoint_id=None)
+        return _form_refused(request, exc, _posted(form), endpoint_id=None, tenant=tenant)
     box = dashboard.endpoints()
     secret = generate_secret()
 
     def add(conn: Any) -> Endpoint | None:
         if dashboard.keyring is None and store.sealed_secrets(conn):
             return None
-        return box.add(conn, secret=secret, **changes)
+        return box.add(conn, secret=secret, tenant=tenant, **changes)
 
     try:
         added = await store.write(add)
     except InvalidArgument as exc:
-        return _form_refused(request, exc, _posted(form), endpoint_id=None)
+        return _form_refused(request, exc, _posted(form), endpoint_id=None, tenant=tenant)
     if added is None:
         message = PLAIN_REFUSED.format(what="add an endpoint")
         return render(request, "error.html", status=409, message=message)
-    log_action(dashboard, "endpoint_add", 1, endpoint_id=added.id, new=fingerprint(secret))
+    log_action(
+        dashboard,
+        "endpoint_add",
+        1,
+        endpoint_id=added.id,
+        new=fingerprint(secret),
+        **({} if tenant is None else {"tenant": tenant}),
+    )
     return render(
         request, "rotated.html", endpoint=added, secret=secret, overlap_hours=0, added=True
     )

@@ -31,6 +31,9 @@ SIGN_IN_WINDOW = 60.0
 ENDPOINTS_PAGE = 100
 """The most endpoints one page of the endpoints list shows."""
 
+TENANTS_PAGE = 100
+"""The most tenants one page of the tenants list shows."""
+
 TABLE_ROWS = 100
 """The most endpoints needing attention, and held or policed destinations, the
 overview lists (it says how many there are, and links to the rest): the page
