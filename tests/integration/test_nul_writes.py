@@ -139,10 +139,17 @@ CASES = [
         lambda c, e, b: Outbox().publish(c, "a", {}, ordering_key="k" + b),
         "ordering_key",
     ),
+    Case(
+        "Outbox.publish",
+        "tenant",
+        lambda c, e, b: Outbox().publish(c, "a", {}, tenant="t" + b),
+        "tenant",
+    ),
     *[
         Case("Endpoints.add", name, lambda c, e, b, kw=kw: Endpoints().add(c, **kw(b)), field)
         for name, field, kw in [
             ("url", "url", lambda b: {"url": URL + b}),
+            ("tenant", "tenant", lambda b: {"url": URL, "tenant": "t" + b}),
             ("event_types", "event_types", lambda b: {"url": URL, "event_types": ["a" + b]}),
             ("secret", "secret", lambda b: {"url": URL, "secret": SECRET + b}),
             ("description", "description", lambda b: {"url": URL, "description": "d" + b}),
@@ -215,6 +222,15 @@ CASES = [
             ("dead_count", lambda c, e, b: admin.dead_count(c, event_type="a" + b)),
             ("dead_retry", lambda c, e, b: admin.dead_retry(c, event_type="a" + b)),
             ("dead_purge", lambda c, e, b: admin.dead_purge(c, event_type="a" + b)),
+        ]
+    ],
+    *[
+        Case(f"admin.{name}", "tenant", call, "tenant", InvalidArgument)
+        for name, call in [
+            ("dead_list", lambda c, e, b: admin.dead_list(c, tenant="t" + b)),
+            ("dead_count", lambda c, e, b: admin.dead_count(c, tenant="t" + b)),
+            ("dead_retry", lambda c, e, b: admin.dead_retry(c, tenant="t" + b)),
+            ("dead_purge", lambda c, e, b: admin.dead_purge(c, tenant="t" + b)),
         ]
     ],
     Case(
