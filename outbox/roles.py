@@ -20,8 +20,9 @@ Four roles share an outbox schema:
   the health columns of an endpoint; it may disable an endpoint but not enable
   one (migration 0020: only a role that may change an endpoint's URL may);
 - an **operator** runs the admin commands (endpoints, dead letters, replay,
-  status, the dashboard), which between them read and write every table of the
-  outbox; it cannot change the schema.
+  status, the dashboard and its management API), which between them read and
+  write every table of the outbox but the API's audit log, which it only adds
+  to and reads; it cannot change the schema.
 
 :data:`PRIVILEGES` is the one table of what each role holds: role, table (or
 sequence), privilege, columns. :func:`grants` turns it into statements, and the
@@ -113,6 +114,14 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
     ),
     "schema_migrations": ("version", "name", "checksum", "applied_at"),
     "unseated_requests": ("message_id", "destination"),
+    "api_tokens": (
+        "id", "name", "scope", "tenant_id", "token_sha256", "shown_prefix", "created_at",
+        "last_used_at", "revoked_at",
+    ),
+    "audit_log": (
+        "id", "at", "token_id", "token_name", "tenant_id", "action", "resource", "resource_id",
+        "before_sha256", "after_sha256", "detail",
+    ),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -260,9 +269,15 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         "schema_migrations": {"SELECT": WHOLE_TABLE},
     },
     # admin.sql, endpoints.sql, destinations.sql, event_types.sql, slots.sql,
-    # dispatchers/ui/queries.sql: every row of every table; not the migrations' record
+    # dispatchers/ui/queries.sql, dispatchers/api/queries.sql: every row of every
+    # table; not the migrations' record; the audit log is only added to and read
     "operator": {
-        **{table: _EVERYTHING for table in TABLES if table != "schema_migrations"},
+        **{
+            table: _EVERYTHING
+            for table in TABLES
+            if table not in ("schema_migrations", "audit_log")
+        },
+        "audit_log": {"SELECT": WHOLE_TABLE, "INSERT": WHOLE_TABLE},
         # replay of an event, and a test event, take ids for their new messages;
         # endpoints add takes its id from an identity column (no grant needed)
         "messages_id_seq": {"USAGE": WHOLE_TABLE},

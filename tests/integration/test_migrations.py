@@ -44,6 +44,8 @@ TABLES = {
     "event_types",
     "destination_health",
     "schema_migrations",
+    "api_tokens",
+    "audit_log",
 }
 MIGRATIONS = load_migrations()
 NAMES = [f"{m.version:04d}_{m.name}" for m in MIGRATIONS]
