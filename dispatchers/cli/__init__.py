@@ -6,7 +6,8 @@ One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.event_types`, :mod:`~dispatchers.cli.dead`,
 :mod:`~dispatchers.cli.queue` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
 :mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.ui` (the
-dashboard), :mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what
+dashboard and the management API), :mod:`~dispatchers.cli.api_tokens` (the API's
+tokens), :mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what
 they share is in :mod:`~dispatchers.cli._common` (database, argument types) and
 :mod:`~dispatchers.cli._render` (tables, JSON). Building the parser imports none of
 the runtime's heavy modules (HTTP clients, the dispatcher, the bench): each
@@ -30,6 +31,7 @@ from importlib import metadata
 import psycopg
 
 from dispatchers.cli import (
+    api_tokens,
     bench,
     db,
     dead,
@@ -76,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         queue,
         db,
         ui,
+        api_tokens,
         bench,
         demo,
     ):
