@@ -8,8 +8,10 @@ The parts:
 - :mod:`~dispatchers.api.calls`: what a route is and what its handler gets;
 - :mod:`~dispatchers.api.routes`: the route table, gathered from
   :mod:`~dispatchers.api.endpoint_routes`, :mod:`~dispatchers.api.message_routes`
-  and :mod:`~dispatchers.api.setting_routes`;
-- :mod:`~dispatchers.api.models`: the pydantic models the handlers validate with;
+  and :mod:`~dispatchers.api.setting_routes`, which read endpoints as a token
+  may see them through :mod:`~dispatchers.api.endpoint_views`;
+- :mod:`~dispatchers.api.models`, :mod:`~dispatchers.api.answers`: the pydantic
+  models the handlers validate requests with, and those they answer;
 - :mod:`~dispatchers.api.openapi`: the OpenAPI 3.1 document, built from those
   models and the route table (pure);
 - :mod:`~dispatchers.api.store`: its statements (``queries.sql``), the tokens

@@ -15,27 +15,29 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from dispatchers.api import cursors
-from dispatchers.api.calls import Call, Route, library_errors, not_found
-from dispatchers.api.endpoint_routes import filtered_tenant, locked
-from dispatchers.api.models import (
-    MAX_IDS,
+from dispatchers.api.answers import (
     AttemptOut,
     DeadOut,
     DeadPage,
     DeadPurged,
-    DeadQuery,
     DeadRetried,
+    MessageOut,
+    MessagePage,
+    MessageReplayed,
+    MessageSummary,
+    ReplayResult,
+)
+from dispatchers.api.calls import Call, Route, library_errors, not_found
+from dispatchers.api.endpoint_views import filtered_tenant, locked
+from dispatchers.api.models import (
+    MAX_IDS,
+    DeadQuery,
     DeadRetry,
     DeadSelection,
     IdPath,
-    MessageOut,
-    MessagePage,
     MessageQuery,
     MessageReplay,
-    MessageReplayed,
-    MessageSummary,
     ReplayRequest,
-    ReplayResult,
 )
 from dispatchers.api.problems import invalid
 from dispatchers.api.store import Conn, audit, rows
@@ -113,11 +115,9 @@ async def show_message(call: Call) -> MessageOut:
         if message is None:
             raise not_found("message", message_id)
         data = message.as_dict()
-        return MessageOut(
-            **data,
-            header_names=list(message.headers),
-            attempt_log=[AttemptOut(**a.as_dict()) for a in message.attempt_log],
-        )
+        data["header_names"] = list(message.headers)
+        data["attempt_log"] = [AttemptOut(**a.as_dict()) for a in message.attempt_log]
+        return MessageOut(**data)
 
     return await call.read(work)
 

@@ -16,9 +16,10 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from dispatchers.api.answers import ProblemOut
 from dispatchers.api.calls import PREFIX, Route
 from dispatchers.api.cursors import DEFAULT_LIMIT, MAX_LIMIT
-from dispatchers.api.models import Input, ProblemOut
+from dispatchers.api.models import Input
 from dispatchers.api.problems import MEDIA_TYPE
 
 VERSION = "1.0.0"

@@ -216,3 +216,8 @@ WHERE m.state = 'dead'
   AND {of_tenant}
 ORDER BY m.id
 LIMIT %(limit)s
+
+-- name: api_sealed_secrets
+-- Whether any signing secret is sealed: then one made without a key would be
+-- the one stored in plain text.
+SELECT EXISTS (SELECT 1 FROM {schema}.endpoint_secrets WHERE key_id IS NOT NULL) AS sealed

@@ -6,23 +6,25 @@ snapshot and the audit log; and the route every token may use to see itself.
 from __future__ import annotations
 
 from dispatchers.api import cursors
-from dispatchers.api.calls import Call, Route, library_errors, not_found
-from dispatchers.api.models import (
+from dispatchers.api.answers import (
     AuditOut,
     AuditPage,
     DestinationDeleted,
     DestinationList,
     DestinationOut,
-    DestinationQuery,
-    DestinationSet,
     EventTypeDeleted,
     EventTypeList,
     EventTypeOut,
+    StatusOut,
+    TokenOut,
+)
+from dispatchers.api.calls import Call, Route, library_errors, not_found
+from dispatchers.api.models import (
+    DestinationQuery,
+    DestinationSet,
     EventTypePath,
     EventTypeSet,
     PageQuery,
-    StatusOut,
-    TokenOut,
 )
 from dispatchers.api.problems import invalid
 from dispatchers.api.store import Conn, audit, rows
