@@ -93,9 +93,15 @@ def from_validation(error: ValidationError, location: str) -> Problem:
     """A 400 of every fault pydantic found in the ``location`` part of a
     request (``body``, ``query``, ``path``), naming the first in ``field``.
     The faults quote no input value: a body may hold a secret."""
-    faults = tuple(_fault(location, e) for e in error.errors()) or (
-        FieldError(location, "is not valid"),
-    )
+    errors = error.errors()
+    # a value that is not null is reported for each member of an optional
+    # field's union: "should be None" says nothing where another says why
+    blamed = {tuple(_path(e["loc"])) for e in errors if e["type"] != "none_required"}
+    faults = tuple(
+        _fault(location, e)
+        for e in errors
+        if e["type"] != "none_required" or tuple(_path(e["loc"])) not in blamed
+    ) or (FieldError(location, "is not valid"),)
     first = faults[0]
     return Problem(400, f"{first.field}: {first.problem}", field=first.field, errors=faults)
 
@@ -113,9 +119,22 @@ def _fault(location: str, error: Any) -> FieldError:
     return FieldError(_dotted(location, error["loc"]), _message(error))
 
 
+_TAGS = frozenset({"int", "str", "float", "bool", "none", "list", "dict", "datetime"})
+
+
+def _path(loc: Sequence[int | str]) -> list[int | str]:
+    """The fields of an error's location, without the members of a union
+    that pydantic names in it (``constrained-int``, ``function-after[...]``)."""
+    return [
+        part
+        for part in loc
+        if isinstance(part, int) or not (part in _TAGS or any(c in part for c in "[(-"))
+    ]
+
+
 def _dotted(location: str, loc: Sequence[int | str]) -> str:
     parts = [location]
-    for part in loc:
+    for part in _path(loc):
         parts.append(f"[{part}]" if isinstance(part, int) else str(part))
     return ".".join(parts).replace(".[", "[")
 
