@@ -27,6 +27,7 @@ from outbox.errors import (
 from outbox.event_types import EventType, EventTypes
 from outbox.migrations import migrate
 from outbox.receiver import Inbox, idempotency_key, verify
+from outbox.tenants import Tenant, Tenants
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -49,6 +50,8 @@ __all__ = [
     "Outbox",
     "OutboxError",
     "SchemaNotMigrated",
+    "Tenant",
+    "Tenants",
     "idempotency_key",
     "migrate",
     "verify",

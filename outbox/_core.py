@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from outbox._digest import event_digest
-from outbox._endpoint_fields import check_event_type
+from outbox._endpoint_fields import check_event_type, check_tenant_id
 from outbox._filters import Verdicts
 from outbox._message import (
     DEFAULT_MAX_BODY_BYTES,
@@ -48,13 +48,15 @@ class _Event(NamedTuple):
 class _Published(NamedTuple):
     """The row of ``publish``: the ids it wrote (``created_ids``), or the event
     that held the key already (``existing_ids`` and ``digest``), or neither when a
-    concurrent transaction committed the event while this one waited for it, or
-    when subscribed endpoints have filters not judged yet (``unevaluated``)."""
+    concurrent transaction committed the event while this one waited for it,
+    when subscribed endpoints have filters not judged yet (``unevaluated``), or
+    when the tenant named is not one of this outbox's (``tenant_known`` false)."""
 
     created_ids: list[int] | None
     existing_ids: list[int] | None
     digest: bytes | None
     unevaluated: list[str]
+    tenant_known: bool
     notified: None = None
 
 
@@ -239,9 +241,17 @@ class Outbox:
         *,
         idempotency_key: str | None = None,
         ordering_key: str | None = None,
+        tenant: str | None = None,
     ) -> list[int]:
         """Fan an event out to every enabled endpoint subscribed to ``event_type``,
         in the caller's transaction; return one message id per endpoint.
+
+        With ``tenant`` (a tenant's external id, see :class:`outbox.Tenants`),
+        the endpoints are that tenant's only, and the event key is the tenant's
+        own: two tenants may each publish ``"order-1"``. A tenant not created
+        yet has no endpoints: nothing is written and ``[]`` returned. Without
+        it, the endpoints are those that belong to no tenant: an event
+        published for nobody never reaches a tenant's endpoint.
 
         The body is the Standard Webhooks envelope
         ``{"type": ..., "timestamp": ..., "data": payload}``. Each endpoint's
@@ -253,7 +263,7 @@ class Outbox:
         (no dedupe). An endpoint with a filter met without the ``filters`` extra
         installed raises :class:`outbox.ConfigurationError`, and nothing is written.
         """
-        params, verdicts = self._event(event_type, payload, idempotency_key, ordering_key)
+        params, verdicts = self._event(event_type, payload, idempotency_key, ordering_key, tenant)
         with schema_required(self.schema):
             return run_sync(tx, self._publish_plan(params, verdicts))
 
@@ -265,14 +275,20 @@ class Outbox:
         *,
         idempotency_key: str | None = None,
         ordering_key: str | None = None,
+        tenant: str | None = None,
     ) -> list[int]:
         """As :meth:`publish`, on an asynchronous transaction."""
-        params, verdicts = self._event(event_type, payload, idempotency_key, ordering_key)
+        params, verdicts = self._event(event_type, payload, idempotency_key, ordering_key, tenant)
         with schema_required(self.schema):
             return await run_async(tx, self._publish_plan(params, verdicts))
 
     def _event(
-        self, event_type: object, payload: object, key: object, ordering_key: object
+        self,
+        event_type: object,
+        payload: object,
+        key: object,
+        ordering_key: object,
+        tenant: object = None,
     ) -> tuple[dict[str, Any], Verdicts]:
         """The parameters of the ``publish`` statement, and the verdicts of
         endpoint filters on the payload (none judged yet)."""
@@ -307,6 +323,7 @@ class Outbox:
             "digest": event_digest(event_type=event_type, payload=data),
             "body": body,
             "ordering_key": check_optional_key(ordering_key, "ordering_key"),
+            "tenant": None if tenant is None else check_tenant_id(tenant, "tenant"),
             "max_attempts": self.webhook_max_attempts,
             "trace_context": current_trace_context(),
         }
@@ -321,6 +338,8 @@ class Outbox:
                 "matched": list(verdicts.matched),
             }
             (row,) = yield statement, params, _Published
+            if not row.tenant_known:
+                return []  # a tenant not created yet: it has no endpoints
             if row.created_ids is not None or row.existing_ids is not None:
                 break
             if not row.unevaluated:
@@ -341,7 +360,7 @@ class Outbox:
             # an event that a concurrent transaction committed while this one waited
             found: list[_Event] = yield (
                 self.queries["publish_existing"],
-                {"event_key": params["event_key"]},
+                {"event_key": params["event_key"], "tenant": params["tenant"]},
                 _Event,
             )
             if not found:

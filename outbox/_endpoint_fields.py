@@ -17,6 +17,17 @@ MAX_METADATA_BYTES = 64 * 1024
 """The most an endpoint's metadata may take, as JSON: notes about the endpoint,
 not data."""
 _EVENT_TYPE = re.compile(r"^[\x21-\x7e]{1,255}\Z")
+_TENANT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
+
+
+def check_tenant_id(value: object, field: str = "tenant") -> str:
+    """A tenant's external id: 1-128 letters, digits and ``._:@-``, starting
+    with a letter or digit (the rule of migration 0024, and of SQL ``publish``)."""
+    if not isinstance(value, str) or not _TENANT_ID.match(value):
+        raise InvalidMessage(
+            field, "must be 1-128 letters, digits and ._:@- starting with a letter or digit"
+        )
+    return value
 
 
 def check_event_type(value: object, field: str = "event_type") -> str:

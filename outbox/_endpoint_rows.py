@@ -17,7 +17,7 @@ from outbox._endpoint_tls import pem_digest
 from outbox.sealing import Keyring, Sealed, open_secret
 from outbox.secrets import fingerprint
 
-__all__ = ["Endpoint", "EndpointRow", "Secret", "json_value"]
+__all__ = ["Endpoint", "EndpointRow", "Secret", "TenantDefaults", "json_value"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,9 @@ class Endpoint:
     auth: Sealed | None = field(default=None, repr=False)
     """Every credential (header values, password, token, client secret) as stored:
     one JSON value, sealed, or plain text (no key id)."""
+    tenant: str | None = None
+    """The external id of the tenant it belongs to (see :mod:`outbox.tenants`);
+    None: the operator's own, which gets the events published for no tenant."""
 
     def active_secrets(self, now: datetime) -> list[str]:
         """The secrets that sign right now (more than one during a rotation)."""
@@ -117,6 +120,7 @@ class Endpoint:
             "headers": list(self.header_names),
             "auth": self.auth_view(),
             "credentials": None if self.auth is None else {"key_id": self.auth.key_id},
+            "tenant": self.tenant,
         }
 
     def auth_view(self) -> dict[str, Any] | None:
@@ -177,6 +181,7 @@ class EndpointRow(NamedTuple):
     oauth2_client_id: str | None
     oauth2_scope: str | None
     oauth2_audience: str | None
+    tenant: str | None
 
     def stored_secrets(self, keyring: Keyring | None) -> list[tuple[int, Secret]]:
         """The endpoint's secrets, opened by ``keyring``, with the ids of their
@@ -227,7 +232,28 @@ class EndpointRow(NamedTuple):
             oauth2_scope=self.oauth2_scope,
             oauth2_audience=self.oauth2_audience,
             auth=None if self.auth is None else Sealed(self.auth, self.auth_key_id),
+            tenant=self.tenant,
         )
+
+
+class TenantDefaults(NamedTuple):
+    """A row of ``tenant_defaults``: what an endpoint added to the tenant takes
+    unless it is given its own."""
+
+    id: int
+    rate_limit_per_s: float | None
+    rate_burst: int | None
+    retry_schedule: list[float] | None
+
+    def applied_to(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters of ``endpoint_insert`` for an endpoint of this tenant."""
+        applied = {**params, "tenant_id": self.id}
+        if params["rate_limit"] is None and self.rate_limit_per_s is not None:
+            applied["rate_limit"] = self.rate_limit_per_s
+            applied["burst"] = self.rate_burst
+        if params["retry_schedule"] is None and self.retry_schedule is not None:
+            applied["retry_schedule"] = list(self.retry_schedule)
+        return applied
 
 
 def json_value(value: Any) -> Any:

@@ -34,8 +34,9 @@ from outbox._endpoint_fields import (
     check_max_concurrency,
     check_metadata,
     check_subscriptions,
+    check_tenant_id,
 )
-from outbox._endpoint_rows import Endpoint, EndpointRow, Secret
+from outbox._endpoint_rows import Endpoint, EndpointRow, Secret, TenantDefaults
 from outbox._endpoint_tls import Tls, TlsChange, stored_tls
 from outbox._filters import check_filter
 from outbox._message import check_url
@@ -136,8 +137,15 @@ class Endpoints:
         basic_auth: tuple[str, str] | None = None,
         bearer_token: str | None = None,
         oauth2: OAuth2ClientCredentials | None = None,
+        tenant: str | None = None,
     ) -> Endpoint:
         """Create an endpoint; a ``whsec_`` secret is generated unless given.
+
+        ``tenant``: the external id of the tenant it belongs to (see
+        :mod:`outbox.tenants`; one that does not exist is refused naming
+        ``tenant``). It then gets only the events published for that tenant,
+        and the tenant's rate limit and retry schedule are its own unless given
+        here. An endpoint's tenant is fixed when it is created.
 
         ``ca_bundle``: PEM certificates its deliveries verify against instead of
         the system's roots. ``client_cert`` and ``client_key`` (together): the PEM
@@ -172,11 +180,27 @@ class Endpoints:
             headers=headers, basic_auth=basic_auth, bearer_token=bearer_token, oauth2=oauth2
         )
         auth = None if credentials is None else credentials.applied_to(Auth())
-        return self._run(tx, self._insert_plan(params, new, tls, auth))
+        owner = None if tenant is None else check_tenant_id(tenant)
+        return self._run(tx, self._insert_plan(params, new, tls, auth, owner))
 
     def _insert_plan(
-        self, params: dict[str, Any], secret: str, tls: Tls | None, auth: Auth | None
+        self,
+        params: dict[str, Any],
+        secret: str,
+        tls: Tls | None,
+        auth: Auth | None,
+        tenant: str | None = None,
     ) -> Plan[Endpoint]:
+        params = {**params, "tenant_id": None}
+        if tenant is not None:
+            found: list[TenantDefaults] = yield (
+                self.queries["tenant_defaults"],
+                {"external_id": tenant},
+                TenantDefaults,
+            )
+            if not found:
+                raise InvalidArgument("tenant", f"no tenant with id {tenant!r}")
+            params = found[0].applied_to(params)
         ids: list[int] = yield self.queries["endpoint_insert"], params, scalar
         endpoint_id = ids[0]
         yield (
@@ -226,12 +250,17 @@ class Endpoints:
             raise InvalidArgument("endpoint_id", f"no endpoint with id {endpoint_id}")
         return found
 
-    def all(self, tx: Any) -> list[Endpoint]:
-        """Every endpoint, by id."""
-        return self._run(tx, self._list_plan())
+    def all(self, tx: Any, *, tenant: str | None = None) -> list[Endpoint]:
+        """Every endpoint, by id; with ``tenant``, that tenant's only."""
+        owner = None if tenant is None else check_tenant_id(tenant)
+        return self._run(tx, self._list_plan(owner))
 
-    def _list_plan(self) -> Plan[list[Endpoint]]:
-        rows: list[EndpointRow] = yield self.queries["endpoint_list"], {}, EndpointRow
+    def _list_plan(self, tenant: str | None = None) -> Plan[list[Endpoint]]:
+        if tenant is None:
+            statement, params = self.queries["endpoint_list"], {}
+        else:
+            statement, params = self.queries["endpoint_list_tenant"], {"tenant": tenant}
+        rows: list[EndpointRow] = yield statement, params, EndpointRow
         return [r.endpoint(self.keyring) for r in rows]
 
     def update(

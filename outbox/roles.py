@@ -97,10 +97,10 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "updated_at", "rate_burst", "ca_bundle", "client_cert", "client_key",
         "client_key_id", "filter", "retry_schedule", "auth", "auth_key_id", "auth_scheme",
         "auth_header_names", "basic_username", "oauth2_token_url", "oauth2_client_id",
-        "oauth2_scope", "oauth2_audience",
+        "oauth2_scope", "oauth2_audience", "tenant_id",
     ),
     "endpoint_secrets": ("id", "endpoint_id", "secret", "expires_at", "created_at", "key_id"),
-    "events": ("event_key", "event_type", "digest", "message_ids", "created_at"),
+    "events": ("event_key", "event_type", "digest", "message_ids", "created_at", "tenant_id"),
     "destination_policies": (
         "destination", "max_concurrency", "rate_limit_per_s", "rate_burst", "created_at",
         "updated_at",
@@ -114,6 +114,10 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
     ),
     "schema_migrations": ("version", "name", "checksum", "applied_at"),
     "unseated_requests": ("message_id", "destination"),
+    "tenants": (
+        "id", "external_id", "name", "metadata", "rate_limit_per_s", "rate_burst",
+        "retry_schedule", "created_at", "updated_at",
+    ),
     "api_tokens": (
         "id", "name", "scope", "tenant_id", "token_sha256", "shown_prefix", "created_at",
         "last_used_at", "revoked_at",
@@ -125,7 +129,14 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
-SEQUENCES: Final = ("messages_id_seq", "endpoints_id_seq", "endpoint_secrets_id_seq")
+SEQUENCES: Final = (
+    "messages_id_seq",
+    "endpoints_id_seq",
+    "endpoint_secrets_id_seq",
+    "tenants_id_seq",
+    "api_tokens_id_seq",
+    "audit_log_id_seq",
+)
 """Every sequence of the schema (an identity column's is used without a grant)."""
 
 FUNCTIONS: Final = ("enqueue", "publish")
@@ -159,12 +170,14 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         },
         # publish records each event once, and reads it when published again
         "events": {
-            "INSERT": ("event_key", "event_type", "digest", "message_ids"),
-            "SELECT": ("event_key", "digest", "message_ids"),
+            "INSERT": ("tenant_id", "event_key", "event_type", "digest", "message_ids"),
+            "SELECT": ("tenant_id", "event_key", "digest", "message_ids"),
         },
         # publish fans out to the enabled endpoints subscribed, through their
         # filters: not their URL, TLS material or anything else
-        "endpoints": {"SELECT": ("id", "enabled", "event_types", "filter")},
+        "endpoints": {"SELECT": ("id", "enabled", "event_types", "filter", "tenant_id")},
+        # publish for a tenant finds it by its external id: nothing else of it
+        "tenants": {"SELECT": ("id", "external_id")},
         # a message's id is taken for its key first (nextval)
         "messages_id_seq": {"USAGE": WHOLE_TABLE},
     },
@@ -207,7 +220,7 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         },
         # retention removes old events, locking them first (as for delivered)
         "events": {
-            "SELECT": ("event_key", "created_at"),
+            "SELECT": ("tenant_id", "event_key", "created_at"),
             "UPDATE": ("created_at",),
             "DELETE": WHOLE_TABLE,
         },

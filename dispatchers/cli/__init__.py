@@ -2,7 +2,8 @@
 
 One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.migrate`, :mod:`~dispatchers.cli.dispatch`,
-:mod:`~dispatchers.cli.endpoints`, :mod:`~dispatchers.cli.destinations`,
+:mod:`~dispatchers.cli.tenants`, :mod:`~dispatchers.cli.endpoints`,
+:mod:`~dispatchers.cli.destinations`,
 :mod:`~dispatchers.cli.event_types`, :mod:`~dispatchers.cli.dead`,
 :mod:`~dispatchers.cli.queue` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
 :mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.ui` (the
@@ -13,7 +14,7 @@ they share is in :mod:`~dispatchers.cli._common` (database, argument types) and
 the runtime's heavy modules (HTTP clients, the dispatcher, the bench): each
 command imports what it runs when it runs.
 
-Operator commands (``endpoints``, ``destinations``, ``event-types``, ``dead``,
+Operator commands (``tenants``, ``endpoints``, ``destinations``, ``event-types``, ``dead``,
 ``replay``, ``messages``, ``status``) each do their work in one transaction and commit it. Bad input
 exits 2 with a message naming the field, having written nothing; so does a
 command whose extra is not installed; a database error exits 1 (the statuses are
@@ -43,6 +44,7 @@ from dispatchers.cli import (
     migrate,
     queue,
     roles,
+    tenants,
     ui,
 )
 from dispatchers.cli._common import ArgumentParser, Handler, MissingExtra
@@ -71,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         migrate,
         roles,
         dispatch,
+        tenants,
         endpoints,
         destinations,
         event_types,

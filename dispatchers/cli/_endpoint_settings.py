@@ -55,6 +55,7 @@ OPTIONS = {
     "secret": "--secret",
     "reason": "--reason",
     "overlap": "--overlap",
+    "tenant": "--tenant",
 }
 """The option of ``outbox endpoints`` that gives each field of
 :class:`~outbox.endpoints.Endpoints` (the TLS ones are

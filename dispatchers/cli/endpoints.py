@@ -63,6 +63,7 @@ def _endpoint_fields(ep: Endpoint, *, show_secrets: bool) -> str:
     pairs: list[tuple[str, object]] = [
         ("id", ep.id),
         ("url", ep.url),
+        ("tenant", ep.tenant),
         ("description", ep.description or None),
         ("event types", ", ".join(ep.event_types) or "* (every event type)"),
         ("filter", ep.filter),
@@ -103,7 +104,7 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
         naming_auth_options(args),
         transaction(args) as conn,
     ):
-        ep = endpoints.add(conn, url=args.url, secret=args.secret, **chosen)
+        ep = endpoints.add(conn, url=args.url, secret=args.secret, tenant=args.tenant, **chosen)
     secret = ep.secrets[0].secret
     emit(
         args,
@@ -119,10 +120,11 @@ def cmd_endpoints_add(args: argparse.Namespace) -> ExitCode:
 def cmd_endpoints_list(args: argparse.Namespace) -> ExitCode:
     endpoints = _endpoints(args)
     with transaction(args) as conn:
-        listed = endpoints.all(conn)
+        listed = endpoints.all(conn, tenant=args.tenant)
     rows = [
         (
             ep.id,
+            ep.tenant,
             ep.url,
             ep.enabled,
             ", ".join(ep.event_types) or "*",
@@ -137,6 +139,7 @@ def cmd_endpoints_list(args: argparse.Namespace) -> ExitCode:
         table(
             [
                 "ID",
+                "TENANT",
                 "URL",
                 "ENABLED",
                 "EVENT TYPES",
@@ -313,8 +316,16 @@ def add_parser(commands: Commands) -> None:
     p.add_argument("url", metavar="URL", help="http(s) URL to POST events to")
     add_settings_options(p, update=False)
     p.add_argument("--secret", help="whsec_... signing secret (default: a new random one)")
+    p.add_argument(
+        "--tenant",
+        metavar="ID",
+        help="the tenant it belongs to (`outbox tenants add`): it then gets only the "
+        "events published for that tenant, and takes the tenant's rate limit and retry "
+        "schedule unless given its own; fixed once the endpoint exists",
+    )
 
-    action("list", cmd_endpoints_list, "list the endpoints")
+    p = action("list", cmd_endpoints_list, "list the endpoints")
+    p.add_argument("--tenant", metavar="ID", help="only this tenant's endpoints")
 
     p = action("show", cmd_endpoints_show, "show one endpoint")
     p.add_argument("id", type=database_id, metavar="ID", help="the endpoint's id")

@@ -195,9 +195,12 @@ SELECT count(*){notify} FROM replayed
 -- already keeps it: its id comes back, with created false. The event row is
 -- locked, so two of these for one event and endpoint write one message.
 WITH event AS (
+    -- the event of the endpoint's tenant (0: none): event keys are a tenant's own
     SELECT message_ids
     FROM {schema}.events
-    WHERE event_key = %(event_key)s
+    WHERE tenant_id = COALESCE((SELECT e.tenant_id FROM {schema}.endpoints AS e
+                                WHERE e.id = %(endpoint_id)s), 0)
+      AND event_key = %(event_key)s
     FOR UPDATE
 ), source AS (
     SELECT s.body, s.event_type, s.ordering_key
@@ -248,7 +251,9 @@ WITH event AS (
 ), recorded AS (
     UPDATE {schema}.events AS e
     SET message_ids = e.message_ids || ARRAY(SELECT id FROM new_message)
-    WHERE e.event_key = %(event_key)s AND EXISTS (SELECT FROM new_message)
+    WHERE e.tenant_id = COALESCE((SELECT p.tenant_id FROM {schema}.endpoints AS p
+                                  WHERE p.id = %(endpoint_id)s), 0)
+      AND e.event_key = %(event_key)s AND EXISTS (SELECT FROM new_message)
 )
 SELECT EXISTS (SELECT FROM event) AS recorded,
        EXISTS (SELECT FROM source) AS payload,

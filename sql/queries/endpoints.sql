@@ -6,11 +6,11 @@
 -- for the id this returns.
 INSERT INTO {schema}.endpoints (
     url, description, event_types, metadata, max_concurrency, rate_limit_per_s, rate_burst,
-    filter, retry_schedule
+    filter, retry_schedule, tenant_id
 )
 VALUES (%(url)s, %(description)s, CAST(%(event_types)s AS text[]),
         CAST(%(metadata)s AS jsonb), %(max_concurrency)s, %(rate_limit)s, %(burst)s,
-        %(filter)s, CAST(%(retry_schedule)s AS double precision[]))
+        %(filter)s, CAST(%(retry_schedule)s AS double precision[]), %(tenant_id)s)
 RETURNING id
 
 -- name: endpoint_secret_insert
@@ -36,8 +36,11 @@ SELECT e.id, e.url, e.description, e.event_types, e.metadata, e.enabled, e.disab
        e.filter,
        -- its credentials: as stored (sealed, or plain text), and what may be shown
        e.auth, e.auth_key_id, e.auth_scheme, e.auth_header_names, e.basic_username,
-       e.oauth2_token_url, e.oauth2_client_id, e.oauth2_scope, e.oauth2_audience
+       e.oauth2_token_url, e.oauth2_client_id, e.oauth2_scope, e.oauth2_audience,
+       -- its tenant (migration 0024): the external id, NULL for the operator's own
+       t.external_id AS tenant
 FROM {schema}.endpoints AS e
+LEFT JOIN {schema}.tenants AS t ON t.id = e.tenant_id
 
 -- name: endpoint_get
 {endpoint_rows}
@@ -50,6 +53,12 @@ SELECT id FROM {schema}.endpoints WHERE id = %(id)s FOR UPDATE
 
 -- name: endpoint_list
 {endpoint_rows}
+ORDER BY e.id
+
+-- name: endpoint_list_tenant
+-- A tenant's endpoints (by its external id), by endpoints_tenant_idx.
+{endpoint_rows}
+WHERE e.tenant_id = (SELECT id FROM {schema}.tenants WHERE external_id = %(tenant)s)
 ORDER BY e.id
 
 -- name: endpoint_update

@@ -96,12 +96,18 @@ WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
 -- (unevaluated) for the caller to judge and publish again. Without filters, a
 -- publish is this one statement; with them, two. A filter changed between the
 -- two is returned again, never passed unjudged.
-WITH {ordered}, subscribed AS (
+WITH tenant AS MATERIALIZED (
+    -- 0 for no tenant; NULL for a tenant unknown here, which gets nothing
+    SELECT CASE WHEN CAST(%(tenant)s AS text) IS NULL THEN 0
+                ELSE (SELECT t.id FROM {schema}.tenants AS t
+                      WHERE t.external_id = %(tenant)s) END AS id
+), {ordered}, subscribed AS (
     SELECT e.id, e.filter,
            'endpoint:' || e.id AS target,
            %(event_key)s || ':' || e.id AS idempotency_key
     FROM {schema}.endpoints AS e
     WHERE e.enabled
+      AND COALESCE(e.tenant_id, 0) = (SELECT id FROM tenant)
       AND (cardinality(e.event_types) = 0
            OR %(event_type)s = ANY (e.event_types)
            OR EXISTS (
@@ -120,11 +126,12 @@ WITH {ordered}, subscribed AS (
     LEFT JOIN {schema}.message_keys AS k USING (target, idempotency_key)
     WHERE s.filter IS NULL OR s.filter = ANY (CAST(%(matched)s AS text[]))
 ), new_event AS (
-    INSERT INTO {schema}.events (event_key, event_type, digest, message_ids)
-    SELECT %(event_key)s, %(event_type)s, CAST(%(digest)s AS bytea),
+    INSERT INTO {schema}.events (tenant_id, event_key, event_type, digest, message_ids)
+    SELECT tenant.id, %(event_key)s, %(event_type)s, CAST(%(digest)s AS bytea),
            ARRAY(SELECT message_id FROM planned ORDER BY message_id)
-    WHERE NOT EXISTS (SELECT FROM unevaluated)
-    ON CONFLICT (event_key) DO NOTHING
+    FROM tenant
+    WHERE tenant.id IS NOT NULL AND NOT EXISTS (SELECT FROM unevaluated)
+    ON CONFLICT (tenant_id, event_key) DO NOTHING
     RETURNING message_ids
 ), new_key AS (
     INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
@@ -147,14 +154,17 @@ WITH {ordered}, subscribed AS (
     JOIN planned AS p USING (message_id)
 )
 SELECT n.message_ids AS created_ids, e.message_ids AS existing_ids,
-       e.digest, ARRAY(SELECT filter FROM unevaluated) AS unevaluated{notify}
-FROM (SELECT) AS one
+       e.digest, ARRAY(SELECT filter FROM unevaluated) AS unevaluated,
+       tenant.id IS NOT NULL AS tenant_known{notify}
+FROM tenant
 LEFT JOIN new_event AS n ON true
-LEFT JOIN {schema}.events AS e ON e.event_key = %(event_key)s
+LEFT JOIN {schema}.events AS e ON e.tenant_id = tenant.id AND e.event_key = %(event_key)s
 
 -- name: publish_existing
 -- Runs as a separate statement after publish waited for a concurrent publish of
 -- the same key, so that in READ COMMITTED it sees the event that one committed.
-SELECT message_ids, digest
-FROM {schema}.events
-WHERE event_key = %(event_key)s
+SELECT e.message_ids, e.digest
+FROM {schema}.events AS e
+WHERE e.tenant_id = COALESCE((SELECT t.id FROM {schema}.tenants AS t
+                              WHERE t.external_id = %(tenant)s), 0)
+  AND e.event_key = %(event_key)s

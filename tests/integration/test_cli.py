@@ -114,8 +114,8 @@ def test_endpoints_lifecycle(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, _ = cli("endpoints", "list")
     lines = out.splitlines()
     assert lines[0].split() == [
-        "ID", "URL", "ENABLED", "EVENT", "TYPES", "FILTER", "FAILURES", "LAST", "SUCCESS",
-        "DESCRIPTION",
+        "ID", "TENANT", "URL", "ENABLED", "EVENT", "TYPES", "FILTER", "FAILURES", "LAST",
+        "SUCCESS", "DESCRIPTION",
     ]  # fmt: skip
     assert "https://example.com/hook" in lines[1] and "order.created, invoice.*" in lines[1]
     assert secret not in out

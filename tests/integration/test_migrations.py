@@ -43,6 +43,7 @@ TABLES = {
     "unseated_requests",
     "event_types",
     "destination_health",
+    "tenants",
     "schema_migrations",
     "api_tokens",
     "audit_log",

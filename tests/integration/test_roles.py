@@ -146,8 +146,8 @@ def test_roles_prints_the_grants_and_applies_nothing_without_apply(
     ) in lines
     # the subscriptions of endpoints, not their URL, TLS material nor anything else
     assert (
-        f'GRANT SELECT ("id", "enabled", "event_types", "filter") ON TABLE "outbox"."endpoints"'
-        f' TO "{producer}";'
+        'GRANT SELECT ("id", "enabled", "event_types", "filter", "tenant_id")'
+        f' ON TABLE "outbox"."endpoints" TO "{producer}";'
     ) in lines
     assert "endpoint_secrets" not in out  # never named: nothing granted, nothing to revoke
     assert not can(database_url, producer, "INSERT", "outbox.messages")

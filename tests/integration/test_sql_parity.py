@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from outbox import InvalidMessage, Outbox
+from outbox import InvalidMessage, Outbox, Tenants
 from outbox.endpoints import Endpoints
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -217,7 +217,8 @@ ENQUEUE = (
 
 PUBLISH = (
     "SELECT outbox.publish(event_type => %(event_type)s, payload => %(payload)s,"
-    " idempotency_key => %(idempotency_key)s, ordering_key => %(ordering_key)s)"
+    " idempotency_key => %(idempotency_key)s, ordering_key => %(ordering_key)s,"
+    " tenant => %(tenant)s)"
 )
 
 Outcome = tuple[str, Any]
@@ -265,6 +266,8 @@ def conn(database_url: str) -> Iterator[Conn]:
     with psycopg.connect(database_url) as connection:
         Endpoints().add(connection, url="https://example.com/one")
         Endpoints().add(connection, url="https://example.com/two", event_types=["order.*"])
+        Tenants().add(connection, "customer-17")
+        Endpoints().add(connection, url="https://example.com/c17", tenant="customer-17")
         yield connection
 
 
@@ -315,16 +318,28 @@ def without_timestamp(outcome: Outcome) -> Outcome:
     payload=JSON,
     key=st.one_of(st.none(), KEYS, st.just("e" * 201)),
     ordering_key=st.none() | KEYS,
+    # the operator's endpoints, a tenant's, a tenant not created, a malformed id
+    tenant=st.sampled_from([None, None, "customer-17", "customer-99", "a b", ""]),
 )
 def test_publish_in_sql_refuses_and_writes_exactly_what_the_library_does(
-    conn: Conn, event_type: str, payload: Any, key: str | None, ordering_key: str | None
+    conn: Conn,
+    event_type: str,
+    payload: Any,
+    key: str | None,
+    ordering_key: str | None,
+    tenant: str | None,
 ) -> None:
     key = key or "evt-parity"  # a random key would differ between the two
     box = Outbox(notify=False)
     library = undone(
         conn,
         lambda cur: box.publish(
-            cur.connection, event_type, payload, idempotency_key=key, ordering_key=ordering_key
+            cur.connection,
+            event_type,
+            payload,
+            idempotency_key=key,
+            ordering_key=ordering_key,
+            tenant=tenant,
         ),
     )
     params = {
@@ -332,6 +347,7 @@ def test_publish_in_sql_refuses_and_writes_exactly_what_the_library_does(
         "payload": Jsonb(payload),
         "idempotency_key": key,
         "ordering_key": ordering_key,
+        "tenant": tenant,
     }
     functions = undone(conn, lambda cur: cur.execute(PUBLISH, params).fetchone()[0])
 

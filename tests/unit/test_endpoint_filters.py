@@ -161,7 +161,11 @@ def publish_rounds(unevaluated: list[list[str]]) -> list[dict[str, Any]]:
     try:
         for found in unevaluated:
             sent.append(round_params)
-            row = _Published(None, None, None, found) if found else _Published([7], None, None, [])
+            row = (
+                _Published(None, None, None, found, True)
+                if found
+                else _Published([7], None, None, [], True)
+            )
             _, round_params, _ = plan.send([row])
     except StopIteration as done:
         assert done.value == [7]

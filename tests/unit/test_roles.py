@@ -58,11 +58,12 @@ def test_the_dispatcher_updates_only_the_health_columns_of_endpoints() -> None:
 def test_the_producer_records_events_and_the_dispatcher_only_prunes_them() -> None:
     statements = grants("outbox", producer="p", dispatcher="d")
     assert [s for s in statements if '"events"' in s] == [
-        'GRANT INSERT ("event_key", "event_type", "digest", "message_ids")'
+        'GRANT INSERT ("tenant_id", "event_key", "event_type", "digest", "message_ids")'
         ' ON TABLE "outbox"."events" TO "p"',
-        'GRANT SELECT ("event_key", "digest", "message_ids") ON TABLE "outbox"."events" TO "p"',
+        'GRANT SELECT ("tenant_id", "event_key", "digest", "message_ids")'
+        ' ON TABLE "outbox"."events" TO "p"',
         'GRANT DELETE ON TABLE "outbox"."events" TO "d"',
-        'GRANT SELECT ("event_key", "created_at") ON TABLE "outbox"."events" TO "d"',
+        'GRANT SELECT ("tenant_id", "event_key", "created_at") ON TABLE "outbox"."events" TO "d"',
         # retention locks the rows it removes: FOR UPDATE needs UPDATE on a column
         'GRANT UPDATE ("created_at") ON TABLE "outbox"."events" TO "d"',
     ]
@@ -121,7 +122,11 @@ def _columns_held(kind: str, table: str) -> set[str]:
 
 
 def test_the_producer_reads_the_subscriptions_of_endpoints_and_no_secret_material() -> None:
-    assert _columns_held("producer", "endpoints") == {"id", "enabled", "event_types", "filter"}
+    assert _columns_held("producer", "endpoints") == {
+        "id", "enabled", "event_types", "filter", "tenant_id",
+    }  # fmt: skip
+    # a tenant is found by its external id, and nothing else of it is read
+    assert _columns_held("producer", "tenants") == {"id", "external_id"}
     assert _columns_held("producer", "endpoint_secrets") == set()
     assert _columns_held("producer", "messages") == set(TABLES["messages"]) - {
         # written by the dispatcher alone; enqueue names none of them

@@ -36,7 +36,7 @@ WITH old AS (
     USING removed
     WHERE a.message_id = removed.id
 ), old_events AS (
-    SELECT event_key
+    SELECT tenant_id, event_key
     FROM {schema}.events
     WHERE created_at < now() - make_interval(secs => %(retention_s)s)
     ORDER BY created_at
@@ -45,7 +45,7 @@ WITH old AS (
 ), events_removed AS (
     DELETE FROM {schema}.events AS e
     USING old_events
-    WHERE e.event_key = old_events.event_key
+    WHERE e.tenant_id = old_events.tenant_id AND e.event_key = old_events.event_key
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM removed) AS history,
