@@ -19,10 +19,9 @@ Four roles share an outbox schema:
   outcome columns of a message (never its URL, headers, body or key), and only
   the health columns of an endpoint; it may disable an endpoint but not enable
   one (migration 0020: only a role that may change an endpoint's URL may);
-- an **operator** runs the admin commands (endpoints, dead letters, replay,
-  status, the dashboard and its management API), which between them read and
-  write every table of the outbox but the API's audit log, which it only adds
-  to and reads; it cannot change the schema.
+- an **operator** runs the admin commands (endpoints, dead letters, replay, status,
+  the dashboard and its API), which between them read and write every table of the
+  outbox (the API's audit log is only read and added to); it cannot change the schema.
 
 :data:`PRIVILEGES` is the one table of what each role holds: role, table (or
 sequence), privilege, columns. :func:`grants` turns it into statements, and the
@@ -118,14 +117,10 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "id", "external_id", "name", "metadata", "rate_limit_per_s", "rate_burst",
         "retry_schedule", "created_at", "updated_at",
     ),
-    "api_tokens": (
-        "id", "name", "scope", "tenant_id", "token_sha256", "shown_prefix", "created_at",
-        "last_used_at", "revoked_at",
-    ),
-    "audit_log": (
-        "id", "at", "token_id", "token_name", "tenant_id", "action", "resource", "resource_id",
-        "before_sha256", "after_sha256", "detail",
-    ),
+    "api_tokens": ("id", "name", "scope", "tenant_id", "token_sha256", "shown_prefix",
+                   "created_at", "last_used_at", "revoked_at"),
+    "audit_log": ("id", "at", "token_id", "token_name", "tenant_id", "action", "resource",
+                  "resource_id", "before_sha256", "after_sha256", "detail"),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -281,15 +276,10 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         # whole table, as its check asks (preflight_schema: has_table_privilege)
         "schema_migrations": {"SELECT": WHOLE_TABLE},
     },
-    # admin.sql, endpoints.sql, destinations.sql, event_types.sql, slots.sql,
-    # dispatchers/ui/queries.sql, dispatchers/api/queries.sql: every row of every
+    # admin.sql, endpoints.sql, ..., dispatchers/{ui,api}/queries.sql: every row of every
     # table; not the migrations' record; the audit log is only added to and read
     "operator": {
-        **{
-            table: _EVERYTHING
-            for table in TABLES
-            if table not in ("schema_migrations", "audit_log")
-        },
+        **{t: _EVERYTHING for t in TABLES if t not in ("schema_migrations", "audit_log")},
         "audit_log": {"SELECT": WHOLE_TABLE, "INSERT": WHOLE_TABLE},
         # replay of an event, and a test event, take ids for their new messages;
         # endpoints add takes its id from an identity column (no grant needed)

@@ -11,6 +11,7 @@ derandomized, no shrinking), so it costs the same in CI every time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
@@ -79,13 +80,13 @@ def test_the_document_is_valid_and_generated_requests_meet_no_server_error_nor_a
     endpoint = _seed(db)
     token = make_token(database_url, "write", name="schemathesis")
     argv = ["ui", "--api-only", "--port", "0", "--database-url", database_url]
-    with serving(argv, tmp_path / "log") as url:
+    with contextlib.ExitStack() as stack, serving(argv, tmp_path / "log") as url:
         base = url.rstrip("/") + PREFIX
         document = _get(base + "/openapi.json")
         validate(document)
         schema = schemathesis.openapi.from_dict(document)
         auth = {"Authorization": f"Bearer {token}"}
-        session = requests.Session()
+        session = stack.enter_context(requests.Session())
         cases: dict[str, int] = {}
         failures: list[str] = []
         started = time.monotonic()
