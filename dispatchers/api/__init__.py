@@ -7,9 +7,10 @@ The parts:
   validation, and errors as problem details;
 - :mod:`~dispatchers.api.calls`: what a route is and what its handler gets;
 - :mod:`~dispatchers.api.routes`: the route table, gathered from
-  :mod:`~dispatchers.api.endpoint_routes`, :mod:`~dispatchers.api.message_routes`
-  and :mod:`~dispatchers.api.setting_routes`, which read endpoints as a token
-  may see them through :mod:`~dispatchers.api.endpoint_views`;
+  :mod:`~dispatchers.api.endpoint_routes`, :mod:`~dispatchers.api.message_routes`,
+  :mod:`~dispatchers.api.setting_routes` and :mod:`~dispatchers.api.tenant_routes`,
+  which read endpoints as a token may see them through
+  :mod:`~dispatchers.api.endpoint_views`;
 - :mod:`~dispatchers.api.models`, :mod:`~dispatchers.api.answers`: the pydantic
   models the handlers validate requests with, and those they answer;
 - :mod:`~dispatchers.api.openapi`: the OpenAPI 3.1 document, built from those

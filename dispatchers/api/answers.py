@@ -301,3 +301,29 @@ class AuditOut(Output):
 class AuditPage(Output):
     items: list[AuditOut]
     next_cursor: str | None
+
+
+class TenantOut(Output):
+    """A tenant; its rate limit and retry schedule are the defaults of the
+    endpoints added to it."""
+
+    external_id: str
+    name: str
+    metadata: dict[str, Any]
+    rate_limit_per_s: float | None
+    burst: int | None
+    retry_schedule: list[float] | None
+    endpoints: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class TenantPage(Output):
+    items: list[TenantOut]
+    next_cursor: str | None
+
+
+class TenantDeleted(Output):
+    external_id: str
+    endpoints: int = Field(description="its endpoints, deleted with it")
+    messages: int = Field(description="their messages in the outbox; the waiting ones died")

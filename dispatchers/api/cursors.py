@@ -2,7 +2,8 @@
 
 A list answers a page of rows and, when more may follow, a cursor naming where
 the next page starts. Clients pass it back as it is: its form (base64url of a
-small JSON object holding the last key read and the list it belongs to) is
+small JSON object holding the last key read, an id or a tenant's external id,
+and the list it belongs to) is
 this module's to change. A cursor of another list, or one altered, is refused
 as a bad ``cursor`` field, never an error of the server.
 """
@@ -29,15 +30,31 @@ class BadCursor(ValueError):
     """A cursor that was not made by this API for this list."""
 
 
-def encode(kind: str, key: int) -> str:
+def encode(kind: str, key: int | str) -> str:
     """The cursor of list ``kind`` whose next page follows row ``key``."""
     text = json.dumps({"k": kind, "id": key}, separators=(",", ":"))
     return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode("ascii")
 
 
 def decode(kind: str, cursor: str) -> int:
-    """The row key of a cursor made by :func:`encode` for list ``kind``; raises
+    """The row id of a cursor made by :func:`encode` for list ``kind``; raises
     :class:`BadCursor` for anything else."""
+    key = _key(kind, cursor)
+    if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key <= MAX_ID:
+        raise BadCursor("is not a cursor this API made")
+    return key
+
+
+def decode_text(kind: str, cursor: str) -> str:
+    """The text key (a tenant's external id) of a cursor made by :func:`encode`
+    for list ``kind``; raises :class:`BadCursor` for anything else."""
+    key = _key(kind, cursor)
+    if not isinstance(key, str) or not key.isprintable() or not 0 < len(key) <= 128:
+        raise BadCursor("is not a cursor this API made")
+    return key
+
+
+def _key(kind: str, cursor: str) -> object:
     if len(cursor) > MAX_CURSOR:
         raise BadCursor("is longer than any cursor this API makes")
     try:
@@ -47,9 +64,6 @@ def decode(kind: str, cursor: str) -> int:
         raise BadCursor("is not a cursor this API made") from None
     if not isinstance(value, dict) or set(value) != {"k", "id"}:
         raise BadCursor("is not a cursor this API made")
-    key = value["id"]
     if value["k"] != kind:
         raise BadCursor("belongs to another list")
-    if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key <= MAX_ID:
-        raise BadCursor("is not a cursor this API made")
-    return key
+    return value["id"]

@@ -93,11 +93,12 @@ async def create_endpoint(call: Call) -> EndpointCreated:
             403, "body.tenant: a tenant's token adds its own endpoints", field="body.tenant"
         )
     settings = body.model_dump(exclude={"tenant", "secret"}, exclude_none=True)
+    tenant = body.tenant if call.who.operator else call.who.tenant
 
     def work(conn: Conn) -> EndpointCreated:
         refuse_plain_secret(conn, call)
         with library_errors():
-            added = call.api.endpoints().add(conn, secret=body.secret, **settings)
+            added = call.api.endpoints().add(conn, secret=body.secret, tenant=tenant, **settings)
         shown = view(conn, call, added.id)
         audit(conn, call.schema, call.who, "create", "endpoint", added.id, after=_dump(shown))
         return EndpointCreated(**shown.model_dump(), secret=added.secrets[0].secret)

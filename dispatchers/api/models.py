@@ -331,3 +331,27 @@ class DestinationSet(Input):
 
 
 # -- status, audit -----------------------------------------------------------------
+
+
+# -- tenants -----------------------------------------------------------------------
+
+
+class TenantCreate(Input):
+    external_id: TenantId
+    name: Annotated[str, Field(max_length=200)] = ""
+    metadata: Metadata = Field(default_factory=dict)
+    rate_limit: RateLimit | SkipJsonSchema[None] = None
+    burst: Burst | SkipJsonSchema[None] = None
+    retry_schedule: RetrySchedule | SkipJsonSchema[None] = None
+
+
+class TenantUpdate(Input):
+    name: Annotated[str, Field(max_length=200)] | SkipJsonSchema[None] = None
+    metadata: Metadata | SkipJsonSchema[None] = None
+    rate_limit: RateLimit | None = None
+    burst: Burst | SkipJsonSchema[None] = None
+    retry_schedule: RetrySchedule | None = None
+
+    @classmethod
+    def clearable(cls) -> frozenset[str]:
+        return frozenset({"rate_limit", "retry_schedule"})

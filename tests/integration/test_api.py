@@ -373,3 +373,44 @@ def test_outbox_ui_api_only_serves_the_api_and_no_page(database_url: str, tmp_pa
         with pytest.raises(urllib.error.HTTPError) as page:
             urllib.request.urlopen(url, timeout=10)
         assert page.value.code == 404
+
+
+async def test_tenants_are_managed_by_external_id_and_own_the_endpoints_made_under_them(
+    db: Db, database_url: str
+) -> None:
+    async with serving_api(database_url) as api:
+        created = await api.call(
+            "POST",
+            "/tenants",
+            json_body={"external_id": "customer-17", "name": "Acme", "rate_limit": 5},
+        )
+        assert created.status == 201
+        assert (created.body["external_id"], created.body["rate_limit_per_s"]) == ("customer-17", 5)
+        taken = await api.call("POST", "/tenants", json_body={"external_id": "customer-17"})
+        assert taken.status == 400 and taken.problem["field"] == "body.external_id"
+        own = await _endpoint(api, tenant="customer-17")
+        assert own["tenant"] == "customer-17" and own["rate_limit_per_s"] == 5  # its default
+        operators = await _endpoint(api)
+        unknown = await api.call(
+            "POST", "/endpoints", json_body={"url": "https://x.example/", "tenant": "nobody"}
+        )
+        assert unknown.status == 400 and unknown.problem["field"] == "body.tenant"
+
+        async def listed(params: dict[str, str]) -> list[int]:
+            body = (await api.call("GET", "/endpoints", params=params)).body
+            return [e["id"] for e in body["items"]]
+
+        assert await listed({"tenant": "customer-17"}) == [own["id"]]
+        assert await listed({"tenant": "nobody"}) == []
+        assert await listed({}) == [own["id"], operators["id"]]
+
+        cleared = await api.call("PATCH", "/tenants/customer-17", json_body={"rate_limit": None})
+        assert cleared.body["rate_limit_per_s"] is None and cleared.body["name"] == "Acme"
+        make_token(database_url, "read", tenant="customer-17")
+        page = await api.call("GET", "/tenants", params={"limit": "1"})
+        assert [t["external_id"] for t in page.body["items"]] == ["customer-17"]
+        deleted = await api.call("DELETE", "/tenants/customer-17")
+        assert deleted.body == {"external_id": "customer-17", "endpoints": 1, "messages": 0}
+        assert (await api.call("GET", "/tenants/customer-17")).status == 404
+        assert await listed({}) == [operators["id"]]
+    assert db.query("SELECT count(*) FROM outbox.api_tokens WHERE tenant_id IS NOT NULL") == [(0,)]
