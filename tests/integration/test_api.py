@@ -414,3 +414,20 @@ async def test_tenants_are_managed_by_external_id_and_own_the_endpoints_made_und
         assert (await api.call("GET", "/tenants/customer-17")).status == 404
         assert await listed({}) == [operators["id"]]
     assert db.query("SELECT count(*) FROM outbox.api_tokens WHERE tenant_id IS NOT NULL") == [(0,)]
+
+
+def test_api_only_takes_no_sign_in_token_and_may_bind_beyond_loopback_without_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    nowhere = ["--database-url", "postgresql://nowhere.invalid/x"]
+    assert main(["ui", "--api-only", "--token-file", str(token), *nowhere]) == 2
+    err = capsys.readouterr().err
+    assert "--token-file" in err and "--api-only" in err and "Traceback" not in err
+    monkeypatch.delenv("OUTBOX_UI_TOKEN", raising=False)
+    assert main(["ui", "--host", "0.0.0.0", *nowhere]) == 2  # the pages need a token
+    assert "without a token" in capsys.readouterr().err
+    # the API alone gets past the address check, to the database it cannot reach
+    assert main(["ui", "--api-only", "--host", "0.0.0.0", *nowhere]) == 1
+    assert "without a token" not in capsys.readouterr().err
