@@ -95,6 +95,12 @@ def _replay_message_plan(schema: str, params: dict[str, Any], notify: bool) -> P
     if not found:
         return False
     endpoint_id = found[0].endpoint_id
+    if found[0].expunged_at is not None:
+        raise InvalidArgument(
+            "message_id",
+            f"message {params['id']} was expunged at "
+            f"{found[0].expunged_at.isoformat(timespec='seconds')}: nothing to send",
+        )
     if endpoint_id is None:
         raise InvalidArgument(
             "message_id", f"message {params['id']} is not a webhook: only webhooks are replayed"
@@ -108,6 +114,7 @@ class _EndpointOf(NamedTuple):
     """The row of ``replay_message_endpoint``."""
 
     endpoint_id: int | None
+    expunged_at: datetime | None
 
 
 def _enabled_endpoint_plan(schema: str, endpoint_id: int) -> Plan[None]:
@@ -181,8 +188,16 @@ def _replay_event_plan(schema: str, params: dict[str, Any], notify: bool) -> Pla
             "no event is recorded under this key (never published, or published "
             "before the retention period)",
         )
+    if row.expunged_at is not None:
+        raise InvalidArgument(
+            "event_key",
+            f"the event was expunged at {row.expunged_at.isoformat(timespec='seconds')}: "
+            "its payload is gone, nothing to send",
+        )
     if not row.payload or row.id is None:
-        raise InvalidArgument("event_key", "the event's messages were all purged: nothing to send")
+        raise InvalidArgument(
+            "event_key", "the event's messages were all purged or expunged: nothing to send"
+        )
     return ReplayedEvent(row.id, row.created)
 
 
@@ -224,6 +239,7 @@ class _ReplayEventRow(NamedTuple):
     """The row of ``replay_event``."""
 
     recorded: bool
+    expunged_at: datetime | None
     payload: bool
     id: int | None
     created: bool

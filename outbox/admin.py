@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from outbox._arguments import check_budget, check_event_type_filter, check_id, check_since
+from outbox._expunge import EXPUNGED_BODY, Expunged, expunge
 from outbox._inspect import AttemptInfo, MessageInfo, message_show, status
 from outbox._queries import Statement, queries_for
 from outbox._replay import (
@@ -39,10 +40,12 @@ from outbox.errors import InvalidArgument
 
 __all__ = [
     "CANCELLED",
+    "EXPUNGED_BODY",
     "MAX_DEAD_LIST",
     "TEST_EVENT_TYPE",
     "AttemptInfo",
     "DeadMessage",
+    "Expunged",
     "MessageInfo",
     "ReplayedEvent",
     "dead_count",
@@ -50,6 +53,7 @@ __all__ = [
     "dead_missing",
     "dead_purge",
     "dead_retry",
+    "expunge",
     "message_cancel",
     "message_show",
     "replay",

@@ -20,8 +20,9 @@ Four roles share an outbox schema:
   the health columns of an endpoint; it may disable an endpoint but not enable
   one (migration 0020: only a role that may change an endpoint's URL may);
 - an **operator** runs the admin commands (endpoints, dead letters, replay, status,
-  the dashboard and its API), which between them read and write every table of the
-  outbox (the API's audit log is only read and added to); it cannot change the schema.
+  portal links, the dashboard with its consumer portal and API), which between them
+  read and write every table (the API's audit log: read and added to only); it
+  cannot change the schema.
 
 :data:`PRIVILEGES` is the one table of what each role holds: role, table (or
 sequence), privilege, columns. :func:`grants` turns it into statements, and the
@@ -34,6 +35,9 @@ once; a list of columns does not).
 For each role, first every privilege it holds in the schema is revoked, then
 what it needs is granted. Applying them again after a migration (as the owner)
 leaves each role with exactly the privileges of the schema's new version.
+
+The module stays whole: :data:`TABLES` and :data:`PRIVILEGES` are one account
+of every column and who holds it, which the tests hold to the live schema.
 """
 
 from __future__ import annotations
@@ -77,12 +81,12 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "body", "content_type", "event_type", "ordering_key", "state", "attempts",
         "max_attempts", "available_at", "lease_owner", "lease_until", "last_error",
         "last_status", "created_at", "completed_at", "retry_base", "destination",
-        "trace_context",
+        "trace_context", "expunged_at",
     ),
     "delivered": (
         "id", "idempotency_key", "target", "endpoint_id", "url", "method", "headers",
         "body", "content_type", "event_type", "ordering_key", "attempts", "max_attempts",
-        "last_status", "created_at", "completed_at",
+        "last_status", "created_at", "completed_at", "expunged_at",
     ),
     "message_keys": ("target", "idempotency_key", "message_id", "created_at", "digest"),
     "attempts": (
@@ -99,7 +103,8 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "oauth2_scope", "oauth2_audience", "tenant_id",
     ),
     "endpoint_secrets": ("id", "endpoint_id", "secret", "expires_at", "created_at", "key_id"),
-    "events": ("event_key", "event_type", "digest", "message_ids", "created_at", "tenant_id"),
+    "events": ("event_key", "event_type", "digest", "message_ids", "created_at", "tenant_id",
+               "expunged_at"),
     "destination_policies": (
         "destination", "max_concurrency", "rate_limit_per_s", "rate_burst", "created_at",
         "updated_at",
@@ -117,6 +122,8 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "id", "external_id", "name", "metadata", "rate_limit_per_s", "rate_burst",
         "retry_schedule", "created_at", "updated_at",
     ),
+    "expunges": ("id", "at", "scope", "selector", "messages", "history", "cancelled", "running"),
+    "portal_links": ("id", "token_hash", "tenant_id", "expires_at", "created_at", "revoked_at"),
     "api_tokens": ("id", "name", "scope", "tenant_id", "token_sha256", "shown_prefix",
                    "created_at", "last_used_at", "revoked_at"),
     "audit_log": ("id", "at", "token_id", "token_name", "tenant_id", "action", "resource",
@@ -129,6 +136,8 @@ SEQUENCES: Final = (
     "endpoints_id_seq",
     "endpoint_secrets_id_seq",
     "tenants_id_seq",
+    "expunges_id_seq",
+    "portal_links_id_seq",
     "api_tokens_id_seq",
     "audit_log_id_seq",
 )

@@ -7,8 +7,9 @@ One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.event_types`, :mod:`~dispatchers.cli.dead`,
 :mod:`~dispatchers.cli.queue` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
 :mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.ui` (the
-dashboard and the management API), :mod:`~dispatchers.cli.api_tokens` (the API's
-tokens), :mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what
+dashboard and the management API), :mod:`~dispatchers.cli.api_tokens` (the
+API's tokens), :mod:`~dispatchers.cli.portal` (links to the consumer portal),
+:mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what
 they share is in :mod:`~dispatchers.cli._common` (database, argument types) and
 :mod:`~dispatchers.cli._render` (tables, JSON). Building the parser imports none of
 the runtime's heavy modules (HTTP clients, the dispatcher, the bench): each
@@ -41,7 +42,9 @@ from dispatchers.cli import (
     dispatch,
     endpoints,
     event_types,
+    expunge,
     migrate,
+    portal,
     queue,
     roles,
     tenants,
@@ -79,9 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
         event_types,
         dead,
         queue,
+        expunge,
         db,
         ui,
         api_tokens,
+        portal,
         bench,
         demo,
     ):

@@ -112,11 +112,15 @@ def serve_dashboard(
     read_only: bool,
     token: str | None,
     keys: Keyring | None = None,
+    frame_ancestors: tuple[str, ...] = ("'none'",),
     pages: bool = True,
 ) -> None:
     """Serve the dashboard of ``schema`` in the database at ``url`` until
     interrupted, saying on stderr where; ``keys`` open sealed signing secrets.
-    Without ``pages``, the management API alone."""
+    The management API is served under /api/v1, and the consumer portal under
+    /portal/, framed only by the sites of ``frame_ancestors``; without
+    ``pages``, the management API alone."""
+    from dispatchers.portal.app import MOUNT, build_portal
     from dispatchers.runtime.log import EventLog
     from dispatchers.ui.app import CannotListen, serve
     from dispatchers.ui.auth import Guard
@@ -138,7 +142,8 @@ def serve_dashboard(
         print(f"outbox ui: serving {address}", file=sys.stderr, flush=True)
 
     try:
-        asyncio.run(serve(dashboard, host=host, port=port, started=started))
+        portal = {MOUNT: build_portal(dashboard, ancestors=frame_ancestors)} if pages else {}
+        asyncio.run(serve(dashboard, host=host, port=port, started=started, mounts=portal))
     except CannotListen as exc:
         raise UsageError(f"--host/--port: {exc}") from None
 
@@ -164,6 +169,7 @@ def cmd_ui(args: argparse.Namespace) -> ExitCode:
             "(the API takes tokens of outbox api-tokens)"
         )
     token = None if args.api_only else _token(args)
+    ancestors = _frame_ancestors(args.portal_frame_ancestors)
     guarded = token is not None or args.api_only
     if not guarded and not is_loopback(args.host):
         print(
@@ -184,6 +190,7 @@ def cmd_ui(args: argparse.Namespace) -> ExitCode:
         read_only=args.read_only,
         token=token,
         keys=keys,
+        frame_ancestors=ancestors,
         pages=not args.api_only,
     )
     return ExitCode.OK
@@ -239,4 +246,35 @@ def add_parser(commands: Commands) -> None:
         help="sign-in token, the file's first line (default: $OUTBOX_UI_TOKEN; without "
         "one, only loopback is served and nobody signs in)",
     )
+    p.add_argument(
+        "--portal-frame-ancestors",
+        metavar="SOURCE",
+        nargs="+",
+        type=_frame_source,
+        default=("'none'",),
+        help="the sites that may show the consumer portal in a frame: origins such as "
+        "https://app.example.com (a scheme, a host, an optional port), 'self', or 'none' "
+        "(the default: no site)",
+    )
     p.set_defaults(handler=cmd_ui, name="ui")
+
+
+def _frame_ancestors(sources: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The sources of ``--portal-frame-ancestors`` together: 'none' stands alone."""
+    from dispatchers.portal.guard import frame_ancestors
+
+    try:
+        return frame_ancestors(sources)
+    except ValueError as exc:
+        raise UsageError(f"--portal-frame-ancestors: {exc}") from None
+
+
+def _frame_source(text: str) -> str:
+    """One source of ``--portal-frame-ancestors``, checked on its own."""
+    from dispatchers.portal.guard import frame_ancestors
+
+    try:
+        (source,) = frame_ancestors([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return source

@@ -319,6 +319,10 @@ class DispatcherConfig:
     )
     retention_interval: float = field(default=60.0, metadata=kind("seconds"))
     retention_batch: int = field(default=5000, metadata=kind("count"))
+    #: how often the backlog gauges of /metrics are read (with --metrics-port only)
+    backlog_interval: float = field(default=15.0, metadata=kind("seconds"))
+    #: the destinations named in the backlog gauges; the rest are "(other)"
+    backlog_destinations: int = field(default=20, metadata=kind("count"))
     metrics_port: int | None = field(
         default=None,
         metadata=option(

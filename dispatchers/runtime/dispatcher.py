@@ -59,7 +59,7 @@ from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.flights import Flight, Flights
 from dispatchers.runtime.flusher import Flusher, OutcomeWriter
 from dispatchers.runtime.log import EventLog
-from dispatchers.runtime.maintenance import Heartbeat, Rescuer, Retention
+from dispatchers.runtime.maintenance import BacklogGauge, Heartbeat, Rescuer, Retention
 from dispatchers.runtime.metrics import serve, urls
 from dispatchers.runtime.opening import Opener
 from dispatchers.runtime.reporting import Reporter, Stats
@@ -175,6 +175,17 @@ class Dispatcher:
             Retention(
                 store, report, interval=config.retention_interval, batch=config.retention_batch
             ),
+        ) + (
+            (
+                BacklogGauge(
+                    store,
+                    report,
+                    interval=config.backlog_interval,
+                    top=config.backlog_destinations,
+                ),
+            )
+            if config.metrics_port is not None
+            else ()
         )
         self._cadence = Cadence(window=config.claim_window, poll_interval=config.poll_interval)
         self._waker = (

@@ -7,6 +7,8 @@
   ``ready``, or to ``dead`` when their attempts are spent.
 - :class:`Retention` removes delivered history past the retention period, in
   bounded batches.
+- :class:`BacklogGauge` reads the ready messages due per destination into the
+  ``/metrics`` gauges (only when metrics are served).
 
 The listener that wakes the claim loop is :class:`dispatchers.runtime.waker.Waker`: it
 keeps a session connection rather than running rounds, so it is no service here.
@@ -34,7 +36,7 @@ from dispatchers.runtime.flights import Flights, Lease
 from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.protocol import DispatchStore
 
-__all__ = ["Heartbeat", "Rescuer", "Retention", "Service"]
+__all__ = ["BacklogGauge", "Heartbeat", "Rescuer", "Retention", "Service"]
 
 
 class Service(ABC):
@@ -194,3 +196,29 @@ class Retention(Service):
             if max(removed) < self.batch:
                 break
         return total
+
+
+class BacklogGauge(Service):
+    """Reads the backlog (the ready messages due now, per destination, and how
+    long the oldest has waited) into the ``/metrics`` gauges, for the ``top``
+    destinations with the most and the rest as one. Every dispatcher reads the
+    same figures: take the max across processes, not the sum.
+
+    The first round runs at once, so that a scrape soon after start finds it.
+    """
+
+    operation = "backlog"
+    wait_first = False
+
+    def __init__(
+        self, store: DispatchStore, report: Reporter, *, interval: float, top: int
+    ) -> None:
+        super().__init__(store, report, interval=interval)
+        self.top = top
+
+    async def run_once(self) -> int:
+        """Read the backlog and set the gauges; return the messages due in all."""
+        rows = await self.store.backlog(self.top)
+        self.report.answered(self.operation)
+        self.report.metrics.backlog([(r.destination, r.ready, r.oldest_s) for r in rows])
+        return sum(r.ready for r in rows)

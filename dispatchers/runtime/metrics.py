@@ -8,7 +8,10 @@
   in-flight deliveries, claims and their batch sizes, outcome batch sizes, lease
   losses, database errors by operation, destination health transitions
   (``opened``, ``probing``, ``closed``, ``reopened`` breakers; ``held``
-  destinations, see :mod:`dispatchers.delivery.health`);
+  destinations, see :mod:`dispatchers.delivery.health`), and the backlog
+  (``outbox_messages_ready`` and ``outbox_oldest_ready_seconds`` per destination,
+  the busiest ones by name and the rest as ``(other)``: read from the database
+  every backlog interval by :class:`dispatchers.runtime.maintenance.Backlog`);
 - ``/healthz``: 200 while the database answers: 503 from the first operation
   that found it unreachable (a lost connection, none to be had, no answer in
   time) until the next answer, and once nothing has answered for a lease period
@@ -21,13 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+OTHER_DESTINATIONS = "(other)"
+"""The ``destination`` label of the backlog summed past the top destinations."""
 
 
 class Metrics:
@@ -74,6 +79,19 @@ class Metrics:
             ["transition"],
             registry=r,
         )
+        self.messages_ready = Gauge(
+            "outbox_messages_ready",
+            "Ready messages due now, per destination: the destinations with the most, "
+            'the rest summed under destination="(other)"; read every backlog interval',
+            ["destination"],
+            registry=r,
+        )
+        self.oldest_ready_seconds = Gauge(
+            "outbox_oldest_ready_seconds",
+            "How long the oldest ready message of the destination has been due",
+            ["destination"],
+            registry=r,
+        )
         self.last_db_success = time.monotonic()
         self.db_unreachable_since: float | None = None
         """When the database last stopped answering (None: it answers)."""
@@ -87,6 +105,17 @@ class Metrics:
         to be had, no answer in time), and none answered since."""
         if self.db_unreachable_since is None:
             self.db_unreachable_since = time.monotonic()
+
+    def backlog(self, rows: Sequence[tuple[str | None, int, float]]) -> None:
+        """Replace the backlog gauges with ``rows`` (destination, ready, oldest
+        seconds; None for the rest summed): a destination that has none due
+        any more leaves the gauges rather than stay at its last value."""
+        self.messages_ready.clear()
+        self.oldest_ready_seconds.clear()
+        for destination, ready, oldest_s in rows:
+            label = OTHER_DESTINATIONS if destination is None else destination
+            self.messages_ready.labels(label).set(ready)
+            self.oldest_ready_seconds.labels(label).set(max(0.0, oldest_s))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -29,6 +29,7 @@ from dispatchers.store.claim import Claims
 from dispatchers.store.messages import Claimed, ClaimResult, Completion, Signal, claim_rows
 from dispatchers.store.protocol import Busy
 from dispatchers.store.rows import (
+    Backlog,
     Completed,
     HealthRow,
     Recorded,
@@ -71,6 +72,10 @@ REPLAN_GROWTH = 4
 
 REPLAN_FLOOR = 64
 """...and past this many pages (512 KiB): read whole, fewer cost under a millisecond."""
+
+BACKLOG_CAP = 10_000
+"""The most ready messages the backlog counts per destination: a destination
+that shows this many has at least as many."""
 
 
 RECONNECT_TIMEOUT = 2.0
@@ -447,6 +452,14 @@ class Store:
             named_row(Removed),
         )
         return rows[0]
+
+    async def backlog(self, top: int, cap: int = BACKLOG_CAP) -> list[Backlog]:
+        """The ready messages due now per destination (counted up to ``cap``
+        each), for the ``top`` destinations with the most, and the rest in one
+        row (destination None)."""
+        return await self._run(
+            self.queries["backlog"], {"top": top, "cap": cap}, named_row(Backlog)
+        )
 
     async def work_remaining(self) -> tuple[int, int, int]:
         """(due now, running, scheduled later) across all dispatchers."""

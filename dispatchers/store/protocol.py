@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from dispatchers.store.messages import ClaimResult, Completion
-from dispatchers.store.rows import HealthRow, Removed
+from dispatchers.store.rows import Backlog, HealthRow, Removed
 
 Busy = Mapping[str, int] | None
 """Requests in flight per destination, for a claim (None: none)."""
@@ -65,6 +65,11 @@ class DispatchStore(Protocol):
 
     async def work_remaining(self) -> tuple[int, int, int]:
         """(due now, running, scheduled later) across all dispatchers."""
+        ...
+
+    async def backlog(self, top: int, cap: int = ...) -> list[Backlog]:
+        """The ready messages due now per destination (the ``top`` with the
+        most; the rest summed under destination None)."""
         ...
 
     async def health(self, statement: str, **params: Any) -> HealthRow | None:

@@ -105,6 +105,16 @@ class Removed(NamedTuple):
     events: int
 
 
+class Backlog(NamedTuple):
+    """A row of ``backlog``: a destination's ready messages due now, and how long
+    the oldest has been due; destination None sums the destinations past the
+    top ones."""
+
+    destination: str | None
+    ready: int
+    oldest_s: float
+
+
 class Remaining(NamedTuple):
     """The drain check: messages due now, in flight, and scheduled later."""
 

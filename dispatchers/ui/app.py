@@ -20,7 +20,7 @@ import asyncio
 import errno
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import psycopg
@@ -64,6 +64,9 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not guard.allows_host(request.headers.get("Host")):
         raise web.HTTPMisdirectedRequest(text="this dashboard answers to loopback names only")
     if request.path.startswith(_OPEN_PATHS):
+        return await handler(request)
+    if len(request.match_info.apps) > 1:
+        # a sub-application mounted here (the consumer portal) guards its own requests
         return await handler(request)
     sid = guard.session_id(request.cookies.get(COOKIE))
     fresh = None
@@ -123,10 +126,14 @@ async def _headers(request: web.Request, response: web.StreamResponse) -> None:
         response.headers["Cache-Control"] = "no-store"
 
 
-def build_app(dashboard: Dashboard) -> web.Application:
+def build_app(
+    dashboard: Dashboard, *, mounts: Mapping[str, web.Application] | None = None
+) -> web.Application:
     """The application: the management API under /api/v1 (its changes unless
-    read-only), and unless serving the API alone, the pages always and the
-    actions unless read-only."""
+    read-only); ``mounts``: sub-applications by path prefix, each guarding its own
+    requests after the Host check, their responses given the dashboard's headers
+    first; and unless serving the API alone, the pages always and the actions
+    unless read-only."""
     app = web.Application(middlewares=[problems, _guard, _refusals], client_max_size=64 * 1024)
     app[DASHBOARD] = dashboard
     app.on_response_prepare.append(_headers)
@@ -138,6 +145,8 @@ def build_app(dashboard: Dashboard) -> web.Application:
         body_timeout=dashboard.limits.body_timeout,
     )
     app.add_subapp(PREFIX, build_api(api))
+    for prefix, mounted in (mounts or {}).items():
+        app.add_subapp(prefix, mounted)
     if not dashboard.pages:
         return app
     app.router.add_get("/", views.overview)
@@ -178,9 +187,10 @@ async def serve(
     host: str,
     port: int,
     started: Callable[[str], Any] | None = None,
+    mounts: Mapping[str, web.Application] | None = None,
 ) -> None:
     """Serve until cancelled; ``started`` gets the URL once the socket listens and
-    the day chart is read."""
+    the day chart is read; ``mounts`` as :func:`build_app` takes them."""
     await asyncio.to_thread(dashboard.store.open)
     limits = dashboard.limits
     loop = asyncio.get_running_loop()
@@ -189,7 +199,9 @@ async def serve(
     # keepalive_timeout is the header deadline: aiohttp closes a connection that
     # has not sent a whole request this long after it opened or was last answered
     runner = web.AppRunner(
-        build_app(dashboard), access_log=None, keepalive_timeout=limits.header_timeout
+        build_app(dashboard, mounts=mounts),
+        access_log=None,
+        keepalive_timeout=limits.header_timeout,
     )
     try:
         await runner.setup()

@@ -8,8 +8,8 @@
 -- an event published for nobody or for another tenant.
 --
 -- The fan-out reads endpoints_fanout_idx: one probe of the tenant's key (0 for
--- none, so that one generic plan serves both), then that tenant's enabled
--- endpoints only. Its cost depends on the endpoints of the tenant, not on how
+-- none, so that one generic plan serves both), then that tenant's endpoints
+-- only. Its cost depends on the endpoints of the tenant, not on how
 -- many there are in all.
 --
 -- A tenant's rate limit and retry schedule are the defaults of the endpoints
@@ -35,7 +35,11 @@ CREATE TABLE tenants (
 
 ALTER TABLE endpoints ADD COLUMN tenant_id bigint REFERENCES tenants (id);
 
-CREATE INDEX endpoints_fanout_idx ON endpoints ((COALESCE(tenant_id, 0)), id) WHERE enabled;
+-- Not partial: the planner reads the statistics of an index's expression only
+-- when the index has no predicate, and without them it guesses that one
+-- tenant's key matches 0.5% of all endpoints (500 of 100,000), which makes the
+-- generic plan of publish look costlier than it is, and each call planned anew.
+CREATE INDEX endpoints_fanout_idx ON endpoints ((COALESCE(tenant_id, 0)), id);
 -- every endpoint of a tenant, enabled or not (its pages, its deletion)
 CREATE INDEX endpoints_tenant_idx ON endpoints (tenant_id, id) WHERE tenant_id IS NOT NULL;
 

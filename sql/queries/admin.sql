@@ -57,6 +57,7 @@ WITH chosen AS (
     FROM {schema}.messages AS m
     LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
     WHERE m.state = 'dead'
+      AND m.expunged_at IS NULL  -- it would send the marker
       AND (m.endpoint_id IS NOT NULL OR NOT starts_with(m.target, 'endpoint:'))
       AND (CAST(%(ids)s AS bigint[]) IS NULL OR m.id = ANY (CAST(%(ids)s AS bigint[])))
       AND (CAST(%(endpoint_id)s AS bigint) IS NULL
@@ -162,6 +163,7 @@ WITH chosen AS (
     SELECT d.id
     FROM {schema}.delivered AS d
     WHERE d.endpoint_id = %(endpoint_id)s
+      AND d.expunged_at IS NULL
       AND d.completed_at >= CAST(%(since)s AS timestamptz)
       AND (CAST(%(until)s AS timestamptz) IS NULL
            OR d.completed_at < CAST(%(until)s AS timestamptz))
@@ -172,14 +174,14 @@ SELECT count(*){notify} FROM replayed
 
 -- name: replay_message_endpoint
 -- The endpoint of a delivered message, for replay_message to check first.
-SELECT endpoint_id FROM {schema}.delivered WHERE id = %(id)s
+SELECT endpoint_id, expunged_at FROM {schema}.delivered WHERE id = %(id)s
 
 -- name: replay_message
 -- Send one delivered webhook message again ("replayed_from_history").
 WITH chosen AS (
     SELECT d.id
     FROM {schema}.delivered AS d
-    WHERE d.id = %(id)s AND d.endpoint_id IS NOT NULL
+    WHERE d.id = %(id)s AND d.endpoint_id IS NOT NULL AND d.expunged_at IS NULL
     FOR UPDATE
 ), {replayed_from_history}
 SELECT count(*){notify} FROM replayed
@@ -196,7 +198,7 @@ SELECT count(*){notify} FROM replayed
 -- locked, so two of these for one event and endpoint write one message.
 WITH event AS (
     -- the event of the endpoint's tenant (0: none): event keys are a tenant's own
-    SELECT message_ids
+    SELECT message_ids, expunged_at
     FROM {schema}.events
     WHERE tenant_id = COALESCE((SELECT e.tenant_id FROM {schema}.endpoints AS e
                                 WHERE e.id = %(endpoint_id)s), 0)
@@ -208,14 +210,15 @@ WITH event AS (
     CROSS JOIN LATERAL (
         SELECT m.id, m.body, m.event_type, m.ordering_key
         FROM {schema}.messages AS m
-        WHERE m.id = ANY (event.message_ids)
+        WHERE m.id = ANY (event.message_ids) AND m.expunged_at IS NULL
         UNION ALL
         SELECT d.id, d.body, d.event_type, d.ordering_key
         FROM {schema}.delivered AS d
-        WHERE d.id = ANY (event.message_ids)
+        WHERE d.id = ANY (event.message_ids) AND d.expunged_at IS NULL
         ORDER BY 1
         LIMIT 1
     ) AS s
+    WHERE event.expunged_at IS NULL  -- an expunged event is refused, never sent
 ), existing AS (
     SELECT k.message_id
     FROM {schema}.message_keys AS k
@@ -256,6 +259,7 @@ WITH event AS (
       AND e.event_key = %(event_key)s AND EXISTS (SELECT FROM new_message)
 )
 SELECT EXISTS (SELECT FROM event) AS recorded,
+       (SELECT expunged_at FROM event) AS expunged_at,
        EXISTS (SELECT FROM source) AS payload,
        COALESCE((SELECT id FROM new_message), (SELECT message_id FROM existing)) AS id,
        EXISTS (SELECT FROM new_message) AS created{notify}
@@ -389,3 +393,86 @@ FROM (SELECT key_id FROM {schema}.endpoint_secrets
     AS stored (key_id)
 GROUP BY key_id
 ORDER BY key_id NULLS FIRST
+
+-- name: expunge
+-- Replace what the chosen messages said with a marker (migration 0025): in the
+-- hot table and the history, their body (%(marker)s) and headers, and the
+-- response excerpts of their attempts; keep ids, keys, times, states, statuses
+-- and digests. A message waiting (ready or paused) is cancelled: dead, "expunged
+-- before delivery", so no dispatcher sends the marker. A running one is left
+-- as it is, and counted: a dispatcher may be sending it; expunge again once it
+-- is recorded. Chosen by one of: an event (of a tenant, or of none), recorded
+-- messages and history included, and its record marked; an endpoint's messages
+-- created before a time; every message with a key. The erasure is recorded in
+-- expunges, with the counts; never the content.
+WITH event AS (
+    SELECT e.tenant_id, e.event_key, e.message_ids
+    FROM {schema}.events AS e
+    WHERE CAST(%(event_key)s AS text) IS NOT NULL
+      AND e.tenant_id = COALESCE((SELECT t.id FROM {schema}.tenants AS t
+                                  WHERE t.external_id = %(tenant)s), 0)
+      AND e.event_key = %(event_key)s
+    FOR UPDATE
+), chosen AS (
+    SELECT unnest(event.message_ids) AS id FROM event
+    UNION
+    SELECT m.id FROM {schema}.messages AS m
+    WHERE m.endpoint_id = %(endpoint_id)s AND m.created_at < %(before)s
+    UNION
+    SELECT d.id FROM {schema}.delivered AS d
+    WHERE d.endpoint_id = %(endpoint_id)s AND d.created_at < %(before)s
+    UNION
+    SELECT m.id FROM {schema}.messages AS m WHERE m.idempotency_key = %(key)s
+    UNION
+    SELECT d.id FROM {schema}.delivered AS d WHERE d.idempotency_key = %(key)s
+), hot AS (
+    SELECT m.id, m.state
+    FROM {schema}.messages AS m
+    JOIN chosen USING (id)
+    WHERE m.expunged_at IS NULL
+    FOR UPDATE OF m
+), hot_expunged AS (
+    UPDATE {schema}.messages AS m
+    SET body = %(marker)s, headers = '{{}}', expunged_at = now(),
+        state = CASE WHEN hot.state IN ('ready', 'paused') THEN 'dead' ELSE m.state END,
+        last_error = CASE WHEN hot.state IN ('ready', 'paused')
+                          THEN 'expunged before delivery' ELSE m.last_error END,
+        completed_at = CASE WHEN hot.state IN ('ready', 'paused')
+                            THEN now() ELSE m.completed_at END
+    FROM hot
+    WHERE m.id = hot.id AND hot.state <> 'running'
+    RETURNING m.id
+), history_expunged AS (
+    UPDATE {schema}.delivered AS d
+    SET body = %(marker)s, headers = '{{}}', expunged_at = now()
+    FROM chosen
+    WHERE d.id = chosen.id AND d.expunged_at IS NULL
+    RETURNING d.id
+), answers_expunged AS (
+    UPDATE {schema}.attempts AS a
+    SET response_excerpt = NULL
+    WHERE a.message_id IN (SELECT id FROM hot_expunged UNION ALL SELECT id FROM history_expunged)
+      AND a.response_excerpt IS NOT NULL
+), event_marked AS (
+    UPDATE {schema}.events AS e
+    SET expunged_at = now()
+    FROM event
+    WHERE e.tenant_id = event.tenant_id AND e.event_key = event.event_key
+      AND e.expunged_at IS NULL
+), counts AS (
+    SELECT (SELECT count(*) FROM hot_expunged) AS messages,
+           (SELECT count(*) FROM history_expunged) AS history,
+           (SELECT count(*) FROM hot WHERE state IN ('ready', 'paused')) AS cancelled,
+           (SELECT count(*) FROM hot WHERE state = 'running') AS running,
+           EXISTS (SELECT FROM event) AS event_found
+), recorded AS (
+    INSERT INTO {schema}.expunges (scope, selector, messages, history, cancelled, running)
+    SELECT %(scope)s, CAST(%(selector)s AS jsonb), messages, history, cancelled, running
+    FROM counts
+    -- an event key with no record changes nothing, and is not recorded
+    WHERE CAST(%(event_key)s AS text) IS NULL OR counts.event_found
+    RETURNING id
+)
+SELECT c.messages, c.history, c.cancelled, c.running, c.event_found,
+       (SELECT id FROM recorded) AS expunge_id
+FROM counts AS c

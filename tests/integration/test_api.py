@@ -372,6 +372,7 @@ def test_outbox_ui_api_only_serves_the_api_and_no_page(database_url: str, tmp_pa
             assert json.load(response)["messages"]["dead"] == 0
         with pytest.raises(urllib.error.HTTPError) as page:
             urllib.request.urlopen(url, timeout=10)
+        page.value.close()  # an error answer holds its connection until closed
         assert page.value.code == 404
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psycopg
 
+from dispatchers.runtime.metrics import Metrics
 from outbox import Outbox
 from outbox.admin import status
 
@@ -51,6 +52,14 @@ def test_both_autoscalers_scale_the_deployment_whose_grace_is_checked() -> None:
     assert re.search(r"kind: Deployment\n    name: outbox-dispatch$", hpa, re.M)
     assert int(keda_field("minReplicaCount")) >= 2
     assert re.search(r"^  minReplicas: [2-9]$", hpa, re.M)
+
+
+def test_the_hpa_scales_on_a_metric_the_dispatchers_serve() -> None:
+    hpa = (DEPLOY / "hpa-prometheus.yaml").read_text()
+    named = set(re.findall(r"^ +name: (outbox_\w+)$", hpa, re.M))
+    named |= set(re.findall(r"seriesQuery: '(outbox_\w+)\{", hpa))
+    served = {family.name for family in Metrics().registry.collect()}
+    assert named == {"outbox_messages_ready"} and named <= served, (named, served)
 
 
 def test_the_keda_query_counts_what_outbox_status_calls_ready(database_url: str) -> None:

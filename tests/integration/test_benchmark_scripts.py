@@ -66,6 +66,19 @@ def test_publish_cost_prints_a_median_per_endpoint_count(database_url: str) -> N
     assert len(re.findall(r"^\s*[13]\b.*\d", out, re.MULTILINE)) == 2, out
 
 
+def test_tenant_fanout_cost_prints_each_case_with_the_messages_it_writes(
+    database_url: str,
+) -> None:
+    out = run(
+        "tenant_fanout_cost.py",
+        *("--database-url", database_url, "-n", "20", "--round", "10"),
+        *("--tenants", "50", "--per-tenant", "10"),
+    )
+    rows = re.findall(r"^(.*publish for .*?)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+\(", out, re.MULTILINE)
+    assert [int(count) for _, count in rows] == [10, 10, 10], out
+    assert "500 endpoints, publish for one tenant" in out, out
+
+
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="needs pgbench")
 def test_enqueue_floor_prints_the_floor_and_the_schema_it_is_measured_against(
     database_url: str,

@@ -227,17 +227,24 @@ def test_deleting_a_tenant_deletes_its_endpoints_and_their_waiting_messages_die(
 
 def test_the_fan_out_reads_the_tenants_endpoints_by_index(db: Db) -> None:
     """With many tenants' endpoints, publish for one tenant, and for none,
-    probes endpoints_fanout_idx rather than reading every endpoint."""
+    probes endpoints_fanout_idx rather than reading every endpoint, and looks up
+    each endpoint's key rather than reading every key."""
     with psycopg.connect(db.url) as conn:
         conn.execute(
             "INSERT INTO outbox.tenants (external_id)"
-            " SELECT 't-' || g FROM generate_series(1, 500) AS g"
+            " SELECT 't-' || g FROM generate_series(1, 2000) AS g"
         )
         conn.execute(
             "INSERT INTO outbox.endpoints (url, tenant_id)"
-            " SELECT 'https://example.com/' || g, 1 + g % 500 FROM generate_series(1, 5000) AS g"
+            " SELECT 'https://example.com/' || g, 1 + g % 2000 FROM generate_series(1, 20000) AS g"
+        )
+        # keys of earlier events: each endpoint's is looked up, never all read
+        conn.execute(
+            "INSERT INTO outbox.message_keys (target, idempotency_key, message_id)"
+            " SELECT 'endpoint:' || g, 'old:' || g, g FROM generate_series(1, 5000) AS g"
         )
         conn.execute("ANALYZE outbox.endpoints")
+        conn.execute("ANALYZE outbox.message_keys")
     statement = db.box.queries["publish"]
     for tenant, prepared in [("t-7", True), (None, True), ("t-7", False), (None, False)]:
         params = {
@@ -255,6 +262,7 @@ def test_the_fan_out_reads_the_tenants_endpoints_by_index(db: Db) -> None:
         plan = explain(db.url, statement, params, prepared=prepared)
         assert "endpoints_fanout_idx" in indexes(plan), (tenant, prepared, plan)
         assert seq_scans(plan, "endpoints") == [], (tenant, prepared, plan)
+        assert seq_scans(plan, "message_keys") == [], (tenant, prepared, plan)
 
 
 async def test_a_tenants_event_is_delivered_signed_to_its_endpoint(db: Db) -> None:

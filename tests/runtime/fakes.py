@@ -14,7 +14,7 @@ from typing import Any
 
 from dispatchers.store.messages import Claimed, ClaimResult, Completion
 from dispatchers.store.protocol import Busy
-from dispatchers.store.rows import HealthRow, Removed
+from dispatchers.store.rows import Backlog, HealthRow, Removed
 
 
 @dataclass
@@ -125,6 +125,10 @@ class FakeStore:
     async def remove_history(self, limit: int) -> Removed:
         self._call("retention")
         return Removed(0, 0)
+
+    async def backlog(self, top: int, cap: int = 10_000) -> list[Backlog]:
+        self._call("backlog")
+        return []
 
     async def work_remaining(self) -> tuple[int, int, int]:
         self._call("work_remaining")

@@ -131,7 +131,7 @@ def test_the_producer_reads_the_subscriptions_of_endpoints_and_no_secret_materia
     assert _columns_held("producer", "messages") == set(TABLES["messages"]) - {
         # written by the dispatcher alone; enqueue names none of them
         "attempts", "retry_base", "lease_owner", "lease_until", "last_error", "last_status",
-        "created_at", "completed_at",
+        "created_at", "completed_at", "expunged_at",
     }  # fmt: skip
     assert [c for c in TABLES["messages"] if holds("producer", "messages", "SELECT", c)] == ["id"]
     assert not holds("producer", "messages", "UPDATE")
@@ -191,3 +191,13 @@ def test_holds_reads_a_whole_table_grant_as_every_column_and_a_list_as_its_own()
     assert holds("dispatcher", "messages", "UPDATE")  # on some column
     assert not holds("producer", "endpoint_secrets", "SELECT")
     assert not holds("producer", "no_such_table", "SELECT")
+
+
+def test_only_the_operator_holds_portal_links() -> None:
+    # a link's digest opens a tenant's pages for whoever can make one that matches
+    # it: neither the application nor the dispatcher reads or writes them
+    for kind in ("producer", "dispatcher"):
+        assert _columns_held(kind, "portal_links") == set()
+        assert not holds(kind, "portal_links", "DELETE")
+    assert _columns_held("operator", "portal_links") == set(TABLES["portal_links"])
+    assert holds("operator", "portal_links", "DELETE")

@@ -10,6 +10,7 @@ import pytest
 
 from dispatchers.bench.env import bench_queries
 from dispatchers.demo import demo_queries
+from dispatchers.portal.store import portal_queries
 from dispatchers.store.statements import SQL_DIR, store_queries
 from dispatchers.ui.store import ui_queries
 from outbox._queries import catalog, collect, parse, queries_for, sql_dir
@@ -143,6 +144,7 @@ def runtime_catalogs(schema: str) -> dict[str, set[str]]:
         "ui": set(ui_queries(schema).names()),
         "bench": set(bench_queries(schema)),
         "demo": set(demo_queries(schema).names()),
+        "portal": set(portal_queries(schema).names()),
     }
 
 

@@ -58,6 +58,57 @@ EXISTS (
     SELECT 1 FROM {schema}.destination_health AS dh
     WHERE dh.destination = m.destination AND dh.blocked_until > now())
 
+-- name: backlog
+-- The backlog for /metrics: per destination, the ready messages due now (at
+-- most %(cap)s counted per destination) and how long the oldest of them has
+-- been due, as the claim sees them (a destination that a hold or an open
+-- breaker blocks has none due; a disabled endpoint's messages are paused, not
+-- ready). The %(top)s destinations with the most come one row each, the rest
+-- summed in one row whose destination is NULL, so that the answer is bounded
+-- whatever the number of destinations.
+--
+-- Its cost is bounded by the destinations with ready messages, not by the
+-- backlog: the claimable index (destination, available_at, id) is walked one
+-- destination at a time (each found by one probe past the last), its oldest
+-- message is the first entry, and its count stops at the cap.
+WITH RECURSIVE destinations AS (
+    (SELECT m.destination FROM {schema}.messages AS m
+     WHERE m.state = 'ready' ORDER BY m.destination LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.destination FROM {schema}.messages AS m
+            WHERE m.state = 'ready' AND m.destination > d.destination
+            ORDER BY m.destination LIMIT 1)
+    FROM destinations AS d
+    WHERE d.destination IS NOT NULL
+), due AS (
+    SELECT d.destination, c.ready, o.oldest
+    FROM destinations AS d
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS ready
+        FROM (SELECT 1 FROM {schema}.messages AS m
+              WHERE m.state = 'ready' AND m.destination = d.destination
+                AND m.available_at <= now()
+              LIMIT %(cap)s) AS counted
+    ) AS c
+    CROSS JOIN LATERAL (
+        SELECT m.available_at AS oldest FROM {schema}.messages AS m
+        WHERE m.state = 'ready' AND m.destination = d.destination
+        ORDER BY m.available_at LIMIT 1
+    ) AS o
+    WHERE d.destination IS NOT NULL AND c.ready > 0
+      AND NOT EXISTS (
+        SELECT 1 FROM {schema}.destination_health AS dh
+        WHERE dh.destination = d.destination AND dh.blocked_until > now())
+), ranked AS (
+    SELECT due.*, row_number() OVER (ORDER BY due.ready DESC, due.destination) AS rank
+    FROM due
+)
+SELECT CASE WHEN r.rank <= %(top)s THEN r.destination END AS destination,
+       CAST(sum(r.ready) AS bigint) AS ready,
+       CAST(EXTRACT(EPOCH FROM now() - min(r.oldest)) AS double precision) AS oldest_s
+FROM ranked AS r
+GROUP BY 1
+
 -- name: work_remaining
 -- For --drain: is anything due now or in flight, and how much is scheduled later.
 -- "Due" skips what claim skips: a ready webhook whose endpoint is disabled (one

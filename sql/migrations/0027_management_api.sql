@@ -1,4 +1,4 @@
--- 0025: the management API's bearer tokens and its audit log (dispatchers.api).
+-- 0027: the management API's bearer tokens and its audit log (dispatchers.api).
 --
 -- A token is "obx_" and the base64url of 32 random bytes; only its SHA-256 is
 -- stored (a token of that entropy needs no salt nor a slow hash: nothing short
