@@ -16,13 +16,21 @@ promised to them.
 # dashboard and the bench check their input by the library's own rules
 from outbox._arguments import MAX_ID
 from outbox._endpoint_auth import MAX_CREDENTIAL, Auth, parse_auth
-from outbox._endpoint_fields import MAX_METADATA_BYTES, check_metadata, check_tenant_id
+from outbox._endpoint_fields import (
+    MAX_DESCRIPTION,
+    MAX_METADATA_BYTES,
+    check_metadata,
+    check_tenant_id,
+)
 from outbox._endpoint_rows import EndpointRow, json_value
 from outbox._endpoint_tls import MAX_PEM, load_client_cert, pem_digest
 from outbox._filters import MAX_FILTER_LENGTH, check_filter
 from outbox._inspect import DestinationHealth
 from outbox._message import (
     DEFAULT_MAX_BODY_BYTES,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_KEY_LENGTH,
+    MAX_URL_LENGTH,
     build_message,
     check_key,
     check_url,
@@ -49,13 +57,17 @@ from outbox._transaction import rows_plan, run_sync, scalar
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DUTY_LOCK_CLASS",
+    "MAX_ATTEMPTS_LIMIT",
     "MAX_BURST",
     "MAX_CREDENTIAL",
+    "MAX_DESCRIPTION",
     "MAX_FILTER_LENGTH",
     "MAX_ID",
+    "MAX_KEY_LENGTH",
     "MAX_METADATA_BYTES",
     "MAX_PEM",
     "MAX_RATE_LIMIT",
+    "MAX_URL_LENGTH",
     "MIN_RATE_LIMIT",
     "Auth",
     "DestinationHealth",

@@ -19,9 +19,10 @@ Four roles share an outbox schema:
   outcome columns of a message (never its URL, headers, body or key), and only
   the health columns of an endpoint; it may disable an endpoint but not enable
   one (migration 0020: only a role that may change an endpoint's URL may);
-- an **operator** runs the admin commands (endpoints, dead letters, replay,
-  status, portal links, the dashboard and its consumer portal), which between
-  them read and write every table of the outbox; it cannot change the schema.
+- an **operator** runs the admin commands (endpoints, dead letters, replay, status,
+  portal links, the dashboard with its consumer portal and API), which between them
+  read and write every table (the API's audit log: read and added to only); it
+  cannot change the schema.
 
 :data:`PRIVILEGES` is the one table of what each role holds: role, table (or
 sequence), privilege, columns. :func:`grants` turns it into statements, and the
@@ -34,6 +35,9 @@ once; a list of columns does not).
 For each role, first every privilege it holds in the schema is revoked, then
 what it needs is granted. Applying them again after a migration (as the owner)
 leaves each role with exactly the privileges of the schema's new version.
+
+The module stays whole: :data:`TABLES` and :data:`PRIVILEGES` are one account
+of every column and who holds it, which the tests hold to the live schema.
 """
 
 from __future__ import annotations
@@ -120,6 +124,10 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
     ),
     "expunges": ("id", "at", "scope", "selector", "messages", "history", "cancelled", "running"),
     "portal_links": ("id", "token_hash", "tenant_id", "expires_at", "created_at", "revoked_at"),
+    "api_tokens": ("id", "name", "scope", "tenant_id", "token_sha256", "shown_prefix",
+                   "created_at", "last_used_at", "revoked_at"),
+    "audit_log": ("id", "at", "token_id", "token_name", "tenant_id", "action", "resource",
+                  "resource_id", "before_sha256", "after_sha256", "detail"),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -130,6 +138,8 @@ SEQUENCES: Final = (
     "tenants_id_seq",
     "expunges_id_seq",
     "portal_links_id_seq",
+    "api_tokens_id_seq",
+    "audit_log_id_seq",
 )
 """Every sequence of the schema (an identity column's is used without a grant)."""
 
@@ -275,10 +285,11 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         # whole table, as its check asks (preflight_schema: has_table_privilege)
         "schema_migrations": {"SELECT": WHOLE_TABLE},
     },
-    # admin.sql, endpoints.sql, destinations.sql, event_types.sql, slots.sql,
-    # dispatchers/ui/queries.sql: every row of every table; not the migrations' record
+    # admin.sql, endpoints.sql, ..., dispatchers/{ui,api}/queries.sql: every row of every
+    # table; not the migrations' record; the audit log is only added to and read
     "operator": {
-        **{table: _EVERYTHING for table in TABLES if table != "schema_migrations"},
+        **{t: _EVERYTHING for t in TABLES if t not in ("schema_migrations", "audit_log")},
+        "audit_log": {"SELECT": WHOLE_TABLE, "INSERT": WHOLE_TABLE},
         # replay of an event, and a test event, take ids for their new messages;
         # endpoints add takes its id from an identity column (no grant needed)
         "messages_id_seq": {"USAGE": WHOLE_TABLE},

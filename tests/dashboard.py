@@ -81,6 +81,7 @@ async def running(
     read_only: bool = False,
     keyring: Keyring | None = None,
     limits: Limits | None = None,
+    pages: bool = True,
 ) -> AsyncIterator[Ui]:
     """The dashboard on a free port of 127.0.0.1 until the block ends."""
     log = io.StringIO()
@@ -93,6 +94,7 @@ async def running(
         database="test",
         keyring=keyring,
         limits=limits or Limits(),
+        pages=pages,
     )
     listening: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     server = asyncio.create_task(

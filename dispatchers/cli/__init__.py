@@ -7,7 +7,8 @@ One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.event_types`, :mod:`~dispatchers.cli.dead`,
 :mod:`~dispatchers.cli.queue` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
 :mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.ui` (the
-dashboard), :mod:`~dispatchers.cli.portal` (links to the consumer portal),
+dashboard and the management API), :mod:`~dispatchers.cli.api_tokens` (the
+API's tokens), :mod:`~dispatchers.cli.portal` (links to the consumer portal),
 :mod:`~dispatchers.cli.bench` and :mod:`~dispatchers.cli.demo`; what
 they share is in :mod:`~dispatchers.cli._common` (database, argument types) and
 :mod:`~dispatchers.cli._render` (tables, JSON). Building the parser imports none of
@@ -32,6 +33,7 @@ from importlib import metadata
 import psycopg
 
 from dispatchers.cli import (
+    api_tokens,
     bench,
     db,
     dead,
@@ -83,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         expunge,
         db,
         ui,
+        api_tokens,
         portal,
         bench,
         demo,

@@ -2,7 +2,11 @@
 
 Safe by default: it binds 127.0.0.1, and any other address needs a login token
 (``--token-file``, else ``$OUTBOX_UI_TOKEN``) or the command refuses to start.
-``--read-only`` serves the pages and no action at all. Sealed signing secrets
+``--read-only`` serves the pages and no action at all (and the management API
+without its changes). The management API is served under ``/api/v1`` beside
+the pages; ``--api-only`` serves it alone. Every request of the API carries a
+bearer token of ``outbox api-tokens``, so ``--api-only`` may bind any address
+without a login token (which signs in to pages it does not serve). Sealed signing secrets
 open with the keys of ``--secrets-key-file`` (else ``$OUTBOX_SECRETS_KEY``);
 without them the pages still serve, showing such secrets as sealed.
 
@@ -109,11 +113,13 @@ def serve_dashboard(
     token: str | None,
     keys: Keyring | None = None,
     frame_ancestors: tuple[str, ...] = ("'none'",),
+    pages: bool = True,
 ) -> None:
     """Serve the dashboard of ``schema`` in the database at ``url`` until
     interrupted, saying on stderr where; ``keys`` open sealed signing secrets.
-    The consumer portal is served under /portal/, framed only by the sites of
-    ``frame_ancestors``."""
+    The management API is served under /api/v1, and the consumer portal under
+    /portal/, framed only by the sites of ``frame_ancestors``; without
+    ``pages``, the management API alone."""
     from dispatchers.portal.app import MOUNT, build_portal
     from dispatchers.runtime.log import EventLog
     from dispatchers.ui.app import CannotListen, serve
@@ -129,13 +135,14 @@ def serve_dashboard(
         read_only=read_only,
         database=_label(url),
         keyring=keys,
+        pages=pages,
     )
 
     def started(address: str) -> None:
         print(f"outbox ui: serving {address}", file=sys.stderr, flush=True)
 
     try:
-        portal = {MOUNT: build_portal(dashboard, ancestors=frame_ancestors)}
+        portal = {MOUNT: build_portal(dashboard, ancestors=frame_ancestors)} if pages else {}
         asyncio.run(serve(dashboard, host=host, port=port, started=started, mounts=portal))
     except CannotListen as exc:
         raise UsageError(f"--host/--port: {exc}") from None
@@ -156,16 +163,22 @@ def cmd_ui(args: argparse.Namespace) -> ExitCode:
     require_extra("ui")
     from dispatchers.ui.auth import is_loopback
 
-    token = _token(args)
+    if args.api_only and args.token_file is not None:
+        raise UsageError(
+            "--token-file: signs in to the pages, which --api-only does not serve "
+            "(the API takes tokens of outbox api-tokens)"
+        )
+    token = None if args.api_only else _token(args)
     ancestors = _frame_ancestors(args.portal_frame_ancestors)
-    if token is None and not is_loopback(args.host):
+    guarded = token is not None or args.api_only
+    if not guarded and not is_loopback(args.host):
         print(
             f"outbox ui: refusing to serve {args.host} without a token: give --token-file "
             "or set OUTBOX_UI_TOKEN (or bind 127.0.0.1)",
             file=sys.stderr,
         )
         return ExitCode.USAGE
-    host = _host(args.host, port=args.port, token=token is not None)
+    host = _host(args.host, port=args.port, token=guarded)
     keys = keyring(args)
     db = resolve_database(args)
     _require_migrated(db.url, args.schema)
@@ -178,6 +191,7 @@ def cmd_ui(args: argparse.Namespace) -> ExitCode:
         token=token,
         keys=keys,
         frame_ancestors=ancestors,
+        pages=not args.api_only,
     )
     return ExitCode.OK
 
@@ -186,7 +200,7 @@ def add_parser(commands: Commands) -> None:
     p = commands.add_parser(
         "ui",
         help="serve the operator dashboard (web pages for the backlog, messages, dead letters, "
-        "endpoints)",
+        "endpoints) and the management API",
         description="Serve the operator dashboard for one database and schema: the "
         "backlog, attempts per minute, dispatchers and endpoints at a glance; find a "
         "message and see every attempt; retry or purge dead letters; disable or enable "
@@ -196,7 +210,9 @@ def add_parser(commands: Commands) -> None:
         f"{HEADER_TIMEOUT:g} s to send a request's headers and {BODY_TIMEOUT:g} s to send "
         f"its form, and allows {SIGN_IN_ATTEMPTS} sign-in attempts a minute per address. Lists are "
         f"paged: {ENDPOINTS_PAGE} endpoints a page; the overview shows the first "
-        f"{TABLE_ROWS} of each table and links to the rest.",
+        f"{TABLE_ROWS} of each table and links to the rest. The management API (JSON, "
+        "bearer tokens of outbox api-tokens) is served under /api/v1, its OpenAPI "
+        "document at /api/v1/openapi.json.",
     )
     add_database_options(p)
     add_secrets_key_option(p)
@@ -216,7 +232,13 @@ def add_parser(commands: Commands) -> None:
         "--read-only",
         action="store_true",
         help="serve the pages only: no action (retry, purge, reveal, replay, an endpoint's "
-        "edits) is offered or accepted",
+        "edits) is offered or accepted, and the API's GET routes alone",
+    )
+    p.add_argument(
+        "--api-only",
+        action="store_true",
+        help="serve the management API alone, no pages; every request needs a bearer token "
+        "(outbox api-tokens create), so any address may be bound without --token-file",
     )
     p.add_argument(
         "--token-file",

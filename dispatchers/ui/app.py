@@ -26,6 +26,8 @@ from typing import Any, cast
 import psycopg
 from aiohttp import web
 
+from dispatchers.api.app import build_api, is_api_path, problems
+from dispatchers.api.calls import PREFIX, Api
 from dispatchers.runtime.log import EventLog
 from dispatchers.ui import dead_pages, endpoint_forms, endpoint_pages, tenant_pages, views
 from dispatchers.ui.auth import COOKIE
@@ -53,7 +55,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Host check, session, CSRF: in that order, before any handler runs."""
+    """Host check, session, CSRF: in that order, before any handler runs. The
+    API authenticates its own requests (a bearer token on each)."""
+    if is_api_path(request.path):
+        return await handler(request)
     dashboard = request.app[DASHBOARD]
     guard = dashboard.guard
     if not guard.allows_host(request.headers.get("Host")):
@@ -88,7 +93,9 @@ async def _refusals(request: web.Request, handler: Handler) -> web.StreamRespons
     """What a handler could not do, as a page that says why, not a 500: a secret
     sealed under a key the dashboard was not given (409), and a value the
     database cannot take (400; the fields are checked first, so this is a
-    last resort, classified by SQLSTATE class 22)."""
+    last resort, classified by SQLSTATE class 22). The API answers its own."""
+    if is_api_path(request.path):
+        return await handler(request)
     try:
         return await handler(request)
     except SecretKeyMissing as exc:
@@ -122,14 +129,26 @@ async def _headers(request: web.Request, response: web.StreamResponse) -> None:
 def build_app(
     dashboard: Dashboard, *, mounts: Mapping[str, web.Application] | None = None
 ) -> web.Application:
-    """The application: pages always, actions unless read-only; ``mounts``:
-    sub-applications by path prefix, each guarding its own requests after the
-    Host check, their responses given the dashboard's headers first."""
-    app = web.Application(middlewares=[_guard, _refusals], client_max_size=64 * 1024)
+    """The application: the management API under /api/v1 (its changes unless
+    read-only); ``mounts``: sub-applications by path prefix, each guarding its own
+    requests after the Host check, their responses given the dashboard's headers
+    first; and unless serving the API alone, the pages always and the actions
+    unless read-only."""
+    app = web.Application(middlewares=[problems, _guard, _refusals], client_max_size=64 * 1024)
     app[DASHBOARD] = dashboard
     app.on_response_prepare.append(_headers)
+    api = Api(
+        store=dashboard.store,
+        log=dashboard.log,
+        keyring=dashboard.keyring,
+        read_only=dashboard.read_only,
+        body_timeout=dashboard.limits.body_timeout,
+    )
+    app.add_subapp(PREFIX, build_api(api))
     for prefix, mounted in (mounts or {}).items():
         app.add_subapp(prefix, mounted)
+    if not dashboard.pages:
+        return app
     app.router.add_get("/", views.overview)
     app.router.add_get("/login", views.login_page)
     app.router.add_post("/login", views.login)
@@ -200,8 +219,11 @@ async def serve(
             raise CannotListen(f"cannot listen on {host} port {port}: {reason}") from exc
         bound = runner.addresses[0]
         url = f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}/"
-        dashboard.log.event("ui_listening", url=url, read_only=dashboard.read_only)
-        await _warm(dashboard)
+        dashboard.log.event(
+            "ui_listening", url=url, read_only=dashboard.read_only, pages=dashboard.pages
+        )
+        if dashboard.pages:
+            await _warm(dashboard)
         if started is not None:
             started(url)
         await asyncio.Event().wait()

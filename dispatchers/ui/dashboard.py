@@ -35,6 +35,9 @@ class Dashboard:
     sealed under, its fingerprint shows as unavailable and changes that need it
     are refused, saying so."""
     limits: Limits = field(default_factory=Limits)
+    pages: bool = True
+    """Whether the pages are served beside the management API (``--api-only``:
+    the API alone)."""
 
     def endpoints(self) -> Endpoints:
         """The library's endpoints of the dashboard's schema, with its keyring."""

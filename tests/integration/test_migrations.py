@@ -47,6 +47,8 @@ TABLES = {
     "expunges",
     "portal_links",
     "schema_migrations",
+    "api_tokens",
+    "audit_log",
 }
 MIGRATIONS = load_migrations()
 NAMES = [f"{m.version:04d}_{m.name}" for m in MIGRATIONS]
