@@ -251,7 +251,7 @@ def test_the_readme_runs_as_written_on_the_embedded_server(newcomer: Newcomer) -
         )
 
         # publish, with the receiver and the dispatcher still running
-        snippet = block("Publish webhook events", "python")
+        snippet = block("Publish webhook events", "python", containing="box, endpoints =")
         newcomer.python("publish snippet", snippet)
         newcomer.python("publish snippet again", snippet)
         assert newcomer.query("SELECT state FROM orders") == [("paid",)]
