@@ -159,6 +159,19 @@ def library_errors(location: str = "body", **fields: str) -> Iterator[None]:
         raise invalid(name, exc.problem) from None
 
 
+def changes_of(body: Input) -> dict[str, Any]:
+    """The keyword arguments of a library ``update`` that a PATCH body asks for:
+    each field it sets, and ``clear_<field>`` for each it sets to null."""
+    changes: dict[str, Any] = {}
+    for name in body.model_fields_set:
+        value = getattr(body, name)
+        if value is None:
+            changes[f"clear_{name}"] = True
+        else:
+            changes[name] = value
+    return changes
+
+
 def not_found(what: str, key: Any) -> Problem:
     """A 404: no ``what`` of ``key`` (or none the token may see: the two are
     one answer, so that a tenant learns nothing of another's rows)."""

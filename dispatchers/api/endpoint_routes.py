@@ -26,7 +26,7 @@ from dispatchers.api.answers import (
     SecretRotated,
     TestSent,
 )
-from dispatchers.api.calls import Call, Route, library_errors
+from dispatchers.api.calls import Call, Route, changes_of, library_errors
 from dispatchers.api.endpoint_views import (
     EndpointView,
     filtered_tenant,
@@ -114,13 +114,7 @@ async def show_endpoint(call: Call) -> EndpointOut:
 async def update_endpoint(call: Call) -> EndpointOut:
     endpoint_id = call.path(IdPath).id
     body = call.body(EndpointUpdate)
-    changes: dict[str, Any] = {}
-    for name in body.model_fields_set:
-        value = getattr(body, name)
-        if value is None:
-            changes[f"clear_{name}"] = True
-        else:
-            changes[name] = value
+    changes = changes_of(body)
 
     def work(conn: Conn) -> EndpointOut:
         before = locked(conn, call, endpoint_id)

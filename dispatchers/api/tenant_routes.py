@@ -12,7 +12,7 @@ from typing import Any
 
 from dispatchers.api import cursors
 from dispatchers.api.answers import TenantDeleted, TenantOut, TenantPage
-from dispatchers.api.calls import Call, Route, library_errors, not_found
+from dispatchers.api.calls import Call, Route, changes_of, library_errors, not_found
 from dispatchers.api.models import PageQuery, TenantCreate, TenantPath, TenantUpdate
 from dispatchers.api.problems import invalid
 from dispatchers.api.store import Conn, audit
@@ -86,13 +86,7 @@ async def show_tenant(call: Call) -> TenantOut:
 async def update_tenant(call: Call) -> TenantOut:
     external_id = call.path(TenantPath).external_id
     body = call.body(TenantUpdate)
-    changes: dict[str, Any] = {}
-    for name in body.model_fields_set:
-        value = getattr(body, name)
-        if value is None:
-            changes[f"clear_{name}"] = True
-        else:
-            changes[name] = value
+    changes = changes_of(body)
 
     def work(conn: Conn) -> TenantOut:
         before = _found(conn, call, external_id)
