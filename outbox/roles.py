@@ -18,7 +18,9 @@ Four roles share an outbox schema:
   credentials and retry schedules, and records endpoint health. It writes only the state, lease and
   outcome columns of a message (never its URL, headers, body or key), and only
   the health columns of an endpoint; it may disable an endpoint but not enable
-  one (migration 0020: only a role that may change an endpoint's URL may);
+  one (migration 0020: only a role that may change an endpoint's URL may). It
+  raises two alerts through the functions ``alert_lag`` and ``alert_unknown_key``
+  (migration 0027); the others are raised by triggers, as the schema's owner;
 - an **operator** runs the admin commands (endpoints, dead letters, replay,
   status, the dashboard), which between them read and write every table of the
   outbox; it cannot change the schema.
@@ -117,6 +119,7 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
         "id", "external_id", "name", "metadata", "rate_limit_per_s", "rate_burst",
         "retry_schedule", "created_at", "updated_at",
     ),
+    "alert_conditions": ("condition", "active", "since"),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -128,11 +131,15 @@ SEQUENCES: Final = (
 )
 """Every sequence of the schema (an identity column's is used without a grant)."""
 
-FUNCTIONS: Final = ("enqueue", "publish")
-"""The functions a role may be granted ``EXECUTE`` on (migration 0022); the
-schema's other functions are theirs to call, as its owner, and no role's."""
+FUNCTIONS: Final = ("enqueue", "publish", "alert_lag", "alert_unknown_key")
+"""The functions a role may be granted ``EXECUTE`` on (migrations 0022 and 0027);
+the schema's other functions are theirs to call, as its owner, and no role's."""
 
-EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {"producer": FUNCTIONS}
+EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {
+    "producer": ("enqueue", "publish"),
+    # the alerts it raises (0027): lag past --lag-alert, a secret under a key it lacks
+    "dispatcher": ("alert_lag", "alert_unknown_key"),
+}
 """The functions each role may execute."""
 
 _EVERYTHING: Final[Mapping[str, Columns]] = {

@@ -44,6 +44,7 @@ TABLES = {
     "event_types",
     "destination_health",
     "tenants",
+    "alert_conditions",
     "schema_migrations",
 }
 MIGRATIONS = load_migrations()
@@ -378,7 +379,9 @@ def catalog(
 ) -> dict[str, list[tuple[Any, ...]]]:
     """What ``schema`` contains, with its own name replaced by SCHEMA, and the
     constants migration 0022 makes of it (the library's, for that name) by names."""
-    own_name = re.compile(rf'(?<![\w"])"?{re.escape(schema)}"?\.')
+    # a name before a dot, not the text of a string ('outbox.' is the prefix of
+    # the outbox's own event types, in the triggers of migration 0027)
+    own_name = re.compile(rf'(?<![\w"\'])"?{re.escape(schema)}"?\.')
     constants = {
         f" {lock_object_id(schema)}, ": " WAKE_OBJECT, ",
         f"'{schema}_ready'": "'SCHEMA_ready'",
