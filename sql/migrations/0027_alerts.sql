@@ -474,7 +474,7 @@ CREATE TRIGGER destination_health_alert_opened
     WHEN (NEW.state = 'open')
     EXECUTE FUNCTION alert_breaker();
 
-CREATE TRIGGER destination_health_alert_reopened
+CREATE TRIGGER destination_health_alert_hold_opened
     AFTER UPDATE OF state ON destination_health
     FOR EACH ROW
     WHEN (OLD.state = 'held' AND NEW.state = 'open')
