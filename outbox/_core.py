@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from outbox._digest import event_digest
-from outbox._endpoint_fields import check_event_type, check_tenant_id
+from outbox._endpoint_fields import check_published_type, check_tenant_id
 from outbox._filters import Verdicts
 from outbox._message import (
     DEFAULT_MAX_BODY_BYTES,
@@ -292,7 +292,7 @@ class Outbox:
     ) -> tuple[dict[str, Any], Verdicts]:
         """The parameters of the ``publish`` statement, and the verdicts of
         endpoint filters on the payload (none judged yet)."""
-        event_type = check_event_type(event_type)
+        event_type = check_published_type(event_type)
         event_key = check_optional_key(key, "idempotency_key")
         if event_key is not None and len(event_key) > MAX_EVENT_KEY:
             raise InvalidMessage(

@@ -39,6 +39,24 @@ def check_event_type(value: object, field: str = "event_type") -> str:
     return value
 
 
+RESERVED_PREFIX = "outbox."
+"""The prefix of the outbox's own event types: its alerts (migration 0028) and
+test events. An application publishes none of them."""
+
+
+def check_published_type(value: object) -> str:
+    """The type of an event an application publishes: an event type
+    (:func:`check_event_type`) that is not one of the outbox's own."""
+    event_type = check_event_type(value)
+    if event_type.startswith(RESERVED_PREFIX):
+        raise InvalidMessage(
+            "event_type",
+            f"must not start with {RESERVED_PREFIX!r}, the prefix of the outbox's own "
+            "events (alerts, test events)",
+        )
+    return event_type
+
+
 def check_subscriptions(values: object) -> list[str]:
     """Event type subscriptions: exact types or ``prefix.*`` patterns; empty = all."""
     if values is None:

@@ -18,7 +18,9 @@ Four roles share an outbox schema:
   credentials and retry schedules, and records endpoint health. It writes only the state, lease and
   outcome columns of a message (never its URL, headers, body or key), and only
   the health columns of an endpoint; it may disable an endpoint but not enable
-  one (migration 0020: only a role that may change an endpoint's URL may);
+  one (migration 0020: only a role that may change an endpoint's URL may). It
+  raises two alerts through the functions ``alert_lag`` and ``alert_unknown_key``
+  (migration 0028); the others are raised by triggers, as the schema's owner;
 - an **operator** runs the admin commands (endpoints, dead letters, replay, status,
   portal links, the dashboard with its consumer portal and API), which between them
   read and write every table (the API's audit log: read and added to only); it
@@ -128,6 +130,7 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
                    "created_at", "last_used_at", "revoked_at"),
     "audit_log": ("id", "at", "token_id", "token_name", "tenant_id", "action", "resource",
                   "resource_id", "before_sha256", "after_sha256", "detail"),
+    "alert_conditions": ("condition", "active", "since"),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -143,11 +146,15 @@ SEQUENCES: Final = (
 )
 """Every sequence of the schema (an identity column's is used without a grant)."""
 
-FUNCTIONS: Final = ("enqueue", "publish")
-"""The functions a role may be granted ``EXECUTE`` on (migration 0022); the
-schema's other functions are theirs to call, as its owner, and no role's."""
+FUNCTIONS: Final = ("enqueue", "publish", "alert_lag", "alert_unknown_key")
+"""The functions a role may be granted ``EXECUTE`` on (migrations 0022 and 0028);
+the schema's other functions are theirs to call, as its owner, and no role's."""
 
-EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {"producer": FUNCTIONS}
+EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {
+    "producer": ("enqueue", "publish"),
+    # the alerts it raises (0028): lag past --lag-alert, a secret under a key it lacks
+    "dispatcher": ("alert_lag", "alert_unknown_key"),
+}
 """The functions each role may execute."""
 
 _EVERYTHING: Final[Mapping[str, Columns]] = {

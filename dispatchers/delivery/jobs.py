@@ -50,6 +50,10 @@ class Job:
     secrets_unavailable: str | None = None
     """Why the endpoint's secrets or client key could not be opened (naming the
     key): the message must not be sent unsigned, or without its certificate."""
+    missing_keys: tuple[str, ...] = ()
+    """With ``secrets_unavailable``: the ids of the keys its secrets, client key or
+    credentials are sealed under that the dispatcher lacks (none when they are
+    under keys it holds, but do not open)."""
     auth_headers: dict[str, str] | None = None
     """The endpoint's static headers and its ``Authorization`` (basic or bearer),
     opened (see :mod:`dispatchers.delivery.credentials`; credentials that cannot

@@ -319,10 +319,22 @@ class DispatcherConfig:
     )
     retention_interval: float = field(default=60.0, metadata=kind("seconds"))
     retention_batch: int = field(default=5000, metadata=kind("count"))
-    #: how often the backlog gauges of /metrics are read (with --metrics-port only)
+    #: how often the backlog is read, for the gauges of /metrics and for --lag-alert
+    #: (with either only)
     backlog_interval: float = field(default=15.0, metadata=kind("seconds"))
     #: the destinations named in the backlog gauges; the rest are "(other)"
     backlog_destinations: int = field(default=20, metadata=kind("count"))
+    lag_alert: float | None = field(
+        default=None,
+        metadata=option(
+            "raise the alert outbox.lag.exceeded when the oldest message due has waited "
+            "longer than this, and outbox.lag.recovered once it waits half as long or "
+            "less; each once per crossing, whichever dispatcher sees it first (checked "
+            "every 15 s)",
+            values="span",
+            metavar="SPAN",
+        ),
+    )
     metrics_port: int | None = field(
         default=None,
         metadata=option(
@@ -488,6 +500,8 @@ class DispatcherConfig:
             raise ConfigurationError("breaker_failure_ratio: must be a number above 0, at most 1")
         if self.breaker_backoff > self.breaker_backoff_max:
             raise ConfigurationError("breaker_backoff: must not exceed breaker_backoff_max")
+        if self.lag_alert is not None:
+            _check_seconds("lag_alert", self.lag_alert, zero=False, most=MAX_SPAN)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError("metrics_port: must be between 0 and 65535")
         if not 0 <= self.claim_window <= self.poll_interval:

@@ -52,6 +52,7 @@ from dispatchers.delivery.tracing import attempt_spans
 from dispatchers.errors import DispatcherFailed
 from dispatchers.runtime import completions
 from dispatchers.runtime import loop as loops
+from dispatchers.runtime.alerts import KeyAlerts, LagWatch
 from dispatchers.runtime.backoff import Backoff
 from dispatchers.runtime.breakers import Breakers
 from dispatchers.runtime.cadence import Cadence
@@ -182,11 +183,17 @@ class Dispatcher:
                     report,
                     interval=config.backlog_interval,
                     top=config.backlog_destinations,
+                    lag=(
+                        LagWatch(store, report, threshold=config.lag_alert)
+                        if config.lag_alert is not None
+                        else None
+                    ),
                 ),
             )
-            if config.metrics_port is not None
+            if config.metrics_port is not None or config.lag_alert is not None
             else ()
         )
+        self._key_alerts = KeyAlerts(store, report, owner=self.owner)
         self._cadence = Cadence(window=config.claim_window, poll_interval=config.poll_interval)
         self._waker = (
             Waker(
@@ -313,6 +320,7 @@ class Dispatcher:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             await self._sender.aclose()
+            await self._key_alerts.settle()  # alerts being raised, before the store goes
             await self._store.close()
             self.stats.round_trips = self.round_trips
         if self._watchdog.failure is not None:
@@ -438,6 +446,8 @@ class Dispatcher:
             # Never sent unsigned: given back unsent until the key is here.
             withheld = completions.withheld(job)
             self._report.secrets_unavailable(job, withheld.delay)
+            if job.missing_keys:
+                self._key_alerts.missing(job.missing_keys, job.endpoint_id)
             self._outcomes.add(job.id, withheld)
             return
         self._flights.sending_started(job)

@@ -43,6 +43,8 @@ EVENT_LEVELS = {
     "destination_held": "warning",
     "destination_blocked": "error",
     "reconnected": "info",
+    "lag_exceeded": "warning",
+    "lag_recovered": "info",
 }
 
 

@@ -8,7 +8,8 @@
 - :class:`Retention` removes delivered history past the retention period, in
   bounded batches.
 - :class:`BacklogGauge` reads the ready messages due per destination into the
-  ``/metrics`` gauges (only when metrics are served).
+  ``/metrics`` gauges, and with ``--lag-alert`` hands the read to a
+  :class:`~dispatchers.runtime.alerts.LagWatch` (it runs only for either).
 
 The listener that wakes the claim loop is :class:`dispatchers.runtime.waker.Waker`: it
 keeps a session connection rather than running rounds, so it is no service here.
@@ -31,6 +32,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
 
+from dispatchers.runtime.alerts import LagWatch
 from dispatchers.runtime.backoff import Backoff
 from dispatchers.runtime.flights import Flights, Lease
 from dispatchers.runtime.reporting import Reporter
@@ -202,7 +204,8 @@ class BacklogGauge(Service):
     """Reads the backlog (the ready messages due now, per destination, and how
     long the oldest has waited) into the ``/metrics`` gauges, for the ``top``
     destinations with the most and the rest as one. Every dispatcher reads the
-    same figures: take the max across processes, not the sum.
+    same figures: take the max across processes, not the sum. With ``lag``, each
+    read is reported to it too, which raises the lag's alerts.
 
     The first round runs at once, so that a scrape soon after start finds it.
     """
@@ -211,14 +214,25 @@ class BacklogGauge(Service):
     wait_first = False
 
     def __init__(
-        self, store: DispatchStore, report: Reporter, *, interval: float, top: int
+        self,
+        store: DispatchStore,
+        report: Reporter,
+        *,
+        interval: float,
+        top: int,
+        lag: LagWatch | None = None,
     ) -> None:
         super().__init__(store, report, interval=interval)
         self.top = top
+        self.lag = lag
 
     async def run_once(self) -> int:
-        """Read the backlog and set the gauges; return the messages due in all."""
+        """Read the backlog, set the gauges and report the lag; return the
+        messages due in all."""
         rows = await self.store.backlog(self.top)
         self.report.answered(self.operation)
         self.report.metrics.backlog([(r.destination, r.ready, r.oldest_s) for r in rows])
+        if self.lag is not None:
+            await self.lag.observed(rows)
+            self.report.answered(self.operation)
         return sum(r.ready for r in rows)

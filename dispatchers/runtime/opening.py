@@ -22,6 +22,7 @@ class Opener:
     without them."""
 
     def __init__(self, keyring: Keyring | None) -> None:
+        self._keyring = keyring
         self.secrets = OpenedSecrets(keyring)
         self.tls = TlsContexts(keyring)
         self.auth = OpenedAuth(keyring)
@@ -40,6 +41,7 @@ class Opener:
         auth, auth_unavailable = self.auth.open(
             claimed.endpoint_id, claimed.auth, claimed.auth_key_id
         )
+        unavailable = unavailable or key_unavailable or auth_unavailable
         return Job(
             id=claimed.id,
             idempotency_key=claimed.idempotency_key,
@@ -61,7 +63,18 @@ class Opener:
             retry_schedule=claimed.retry_schedule,
             probe=claimed.probe,
             tls=context,
-            secrets_unavailable=unavailable or key_unavailable or auth_unavailable,
+            secrets_unavailable=unavailable,
+            missing_keys=self._missing_keys(claimed) if unavailable else (),
             auth_headers=auth.headers or None,
             oauth2=auth.oauth2,
         )
+
+    def _missing_keys(self, claimed: Claimed) -> tuple[str, ...]:
+        """The keys the message's sealed values are under that ``keyring`` lacks."""
+        used = {
+            *(key_id for key_id in claimed.secret_keys or () if key_id is not None),
+            *(key_id for key_id in (claimed.client_key_id, claimed.auth_key_id) if key_id),
+        }
+        if self._keyring is None:
+            return tuple(sorted(used))
+        return tuple(self._keyring.missing(used))

@@ -282,6 +282,11 @@ class Reporter:
             retry_in_s=delay,
         )
 
+    def lag_changed(self, changed: str, *, oldest_s: float, threshold_s: float) -> None:
+        """This dispatcher's report of the lag (``--lag-alert``) changed its state
+        to ``changed`` (``exceeded`` or ``recovered``) and raised the alert."""
+        self.log.event(f"lag_{changed}", oldest_due_s=round(oldest_s, 3), threshold_s=threshold_s)
+
     def destination_blocked(self, job: Job, error: str | None, delay: float) -> None:
         """``job`` is held unsent for ``delay`` seconds: the SSRF guard refused its
         destination (``error`` names the address and the options that allow it).

@@ -32,6 +32,8 @@ from dispatchers.store.rows import (
     Backlog,
     Completed,
     HealthRow,
+    KeyAlerted,
+    LagAlerted,
     Recorded,
     Remaining,
     Removed,
@@ -473,3 +475,27 @@ class Store:
         or the probe was no longer ours)."""
         rows = await self._run(self.queries[statement], params, named_row(HealthRow))
         return rows[0] if rows else None
+
+    async def alert_lag(
+        self, oldest_s: float, threshold_s: float, destination: str | None
+    ) -> str | None:
+        """Report the lag (``alert_lag``): ``exceeded`` or ``recovered`` when this
+        call changed its state and raised the alert, else None."""
+        rows = await self._run(
+            self.queries["alert_lag"],
+            {"oldest_s": oldest_s, "threshold_s": threshold_s, "destination": destination},
+            named_row(LagAlerted),
+        )
+        return rows[0].changed
+
+    async def alert_unknown_key(
+        self, key_id: str, endpoint_id: int | None, dispatcher: str
+    ) -> list[int]:
+        """Raise the alert of a key this dispatcher lacks (``alert_unknown_key``);
+        return its messages."""
+        rows = await self._run(
+            self.queries["alert_unknown_key"],
+            {"key_id": key_id, "endpoint_id": endpoint_id, "dispatcher": dispatcher},
+            named_row(KeyAlerted),
+        )
+        return rows[0].message_ids

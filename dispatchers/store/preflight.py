@@ -37,7 +37,7 @@ from dispatchers.store.sqlstates import describe
 from dispatchers.store.statements import store_queries
 from outbox.internal import Statement, queries_for
 from outbox.migrations import load_migrations
-from outbox.roles import PRIVILEGES
+from outbox.roles import EXECUTES, PRIVILEGES
 
 __all__ = ["SecretKeysMissing", "check_database"]
 
@@ -112,6 +112,7 @@ def _check(conn: psycopg.Connection[Any], config: StoreSettings) -> None:
             "schema": schema,
             "tables": [table for table, _ in wanted],
             "privileges": [privilege for _, privilege in wanted],
+            "functions": list(EXECUTES["dispatcher"]),
         },
         named_row(MissingPrivilege),
     )

@@ -76,3 +76,18 @@ class DispatchStore(Protocol):
         """Run one transition of a destination's breaker or hold; return the row
         it changed, or None."""
         ...
+
+    async def alert_lag(
+        self, oldest_s: float, threshold_s: float, destination: str | None
+    ) -> str | None:
+        """Tell the database how long the oldest message due has waited: it raises
+        ``outbox.lag.exceeded`` or ``outbox.lag.recovered`` once per crossing of
+        ``threshold_s`` (returning ``exceeded`` or ``recovered``), else None."""
+        ...
+
+    async def alert_unknown_key(
+        self, key_id: str, endpoint_id: int | None, dispatcher: str
+    ) -> list[int]:
+        """Raise ``outbox.secrets.unknown_key`` for ``key_id`` (once per key and
+        hour); return the alert's messages (none when raised before)."""
+        ...

@@ -123,6 +123,20 @@ class Remaining(NamedTuple):
     scheduled: int
 
 
+class LagAlerted(NamedTuple):
+    """The answer of ``alert_lag``: ``exceeded`` or ``recovered`` when that call
+    changed the lag's state (and raised the alert), else None."""
+
+    changed: str | None
+
+
+class KeyAlerted(NamedTuple):
+    """The answer of ``alert_unknown_key``: the alert's messages (none when the
+    alert of that key and hour was raised before, or no endpoint takes it)."""
+
+    message_ids: list[int]
+
+
 class SchemaAccess(NamedTuple):
     """The start-up check of the schema: whether it exists, whether the role may
     use it, and whether it may read its applied versions (None: no such table)."""
@@ -134,7 +148,8 @@ class SchemaAccess(NamedTuple):
 
 
 class MissingPrivilege(NamedTuple):
-    """A table privilege the dispatcher needs and its role lacks."""
+    """A privilege the dispatcher needs and its role lacks: on a table, or
+    ``EXECUTE`` on a function (``table_name`` names the function)."""
 
     table_name: str
     privilege: str

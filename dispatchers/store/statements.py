@@ -6,7 +6,8 @@ statements that include them): ``claim.sql`` (the three claims),
 slots as completion does), ``leases.sql`` (renewal), ``retention.sql`` (history
 removal and the drain check), ``health.sql`` (circuit breakers and holds),
 ``session.sql`` (timeouts, the waker's session and locks) and
-``preflight.sql`` (the start-up checks). They are loaded by the library's loader
+``preflight.sql`` (the start-up checks) and ``alerts.sql`` (the alerts a
+dispatcher raises). They are loaded by the library's loader
 (:mod:`outbox._queries`) as a catalog of their own, so the library, which never
 runs them, never loads them; what the dispatcher runs of the library's (such as
 ``migrations_applied``) it takes from :func:`outbox._queries.queries_for`.

@@ -45,6 +45,14 @@ def test_sql_cost_prints_cpu_per_message_and_plan_cost(database_url: str) -> Non
     assert re.search(r"^claim_uncapped\s+\d+\s+\d+$", out, re.MULTILINE), out
 
 
+def test_alert_triggers_cost_prints_each_statement_with_the_trigger_on_and_off(
+    database_url: str,
+) -> None:
+    out = run("alert_triggers_cost.py", "--database-url", database_url, "-n", "40", "--rounds", "1")
+    rows = re.findall(r"^(claim-like|dead, no taker|dead, one taker)(?:\s+[\d.]+){4}$", out, re.M)
+    assert rows == ["claim-like", "dead, no taker", "dead, one taker"], out
+
+
 def test_sql_cost_against_another_schema_version_prints_a_row_for_each(database_url: str) -> None:
     # the newest version: the statements of this tree need every migration up to
     # 0006 (signing secrets in their own table), so no earlier version runs them

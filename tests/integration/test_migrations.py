@@ -46,6 +46,7 @@ TABLES = {
     "tenants",
     "expunges",
     "portal_links",
+    "alert_conditions",
     "schema_migrations",
     "api_tokens",
     "audit_log",
@@ -382,7 +383,9 @@ def catalog(
 ) -> dict[str, list[tuple[Any, ...]]]:
     """What ``schema`` contains, with its own name replaced by SCHEMA, and the
     constants migration 0022 makes of it (the library's, for that name) by names."""
-    own_name = re.compile(rf'(?<![\w"])"?{re.escape(schema)}"?\.')
+    # a name before a dot, not the text of a string ('outbox.' is the prefix of
+    # the outbox's own event types, in the triggers of migration 0028)
+    own_name = re.compile(rf'(?<![\w"\'])"?{re.escape(schema)}"?\.')
     constants = {
         f" {lock_object_id(schema)}, ": " WAKE_OBJECT, ",
         f"'{schema}_ready'": "'SCHEMA_ready'",

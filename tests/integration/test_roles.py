@@ -403,14 +403,37 @@ async def test_dispatcher_disables_an_endpoint_that_is_gone_and_cannot_enable_it
     """The dispatcher writes the column enabled (to disable); a column privilege
     cannot tell the values apart, a trigger refuses it the other way."""
     grant_all(database_url, roles, capsys)
-    with Receiver(lambda _: Reply(status=410)) as gone, psycopg.connect(database_url) as conn:
-        endpoint = Endpoints().add(conn, url=gone.url + "/hooks")
+    with (
+        Receiver(lambda _: Reply(status=410)) as gone,
+        Receiver() as pager,
+        psycopg.connect(database_url) as conn,
+    ):
+        endpoint = Endpoints().add(conn, url=gone.url + "/hooks", event_types=["order.*"])
+        Endpoints().add(conn, url=pager.url, event_types=["outbox.*"])
         Outbox().publish(conn, "order.paid", {"n": 1}, idempotency_key="evt")
         conn.commit()
         as_dispatcher = roles.urls["dispatcher"]
         async with asyncio.timeout(30):
             await Dispatcher(as_dispatcher, fast_config(), log=NullLog()).run(drain=True)
+        # the alerts its statements raised, written as the schema's owner (it may not
+        # insert a message), and one it raises itself
+        store = Store(as_dispatcher, fast_config())
+        await store.open()
+        try:
+            assert await store.alert_lag(120.0, 60.0, None) == "exceeded"
+        finally:
+            await store.close()
+        await asyncio.to_thread(pager.wait_for, 2)
     assert len(gone.requests) == 1
+    assert sorted(json.loads(r.body)["type"] for r in pager.requests[:2]) == [
+        "outbox.endpoint.disabled",
+        "outbox.message.dead",
+    ]
+    with psycopg.connect(database_url) as conn:
+        waiting = conn.execute(
+            "SELECT event_type FROM outbox.messages WHERE event_type LIKE 'outbox.%'"
+        ).fetchall()
+    assert waiting == [("outbox.lag.exceeded",)]
     with psycopg.connect(database_url) as conn:
         disabled = Endpoints().require(conn, endpoint.id)
     assert not disabled.enabled
@@ -468,7 +491,8 @@ def test_operator_runs_the_admin_commands_and_cannot_change_the_schema(
     admin("endpoints", "list")
     admin("endpoints", "update", str(endpoint), "--retry-schedule", "1m,1h")
     admin("event-types", "set", "order.paid", "--retry-schedule", "5s,1m")
-    assert [t["event_type"] for t in admin("event-types", "list")] == ["order.paid"]
+    listed = [t["event_type"] for t in admin("event-types", "list")]
+    assert [t for t in listed if not t.startswith("outbox.")] == ["order.paid"]
 
     with psycopg.connect(database_url) as conn:
         (dead,) = Outbox().publish(conn, "order.paid", {"n": 1}, idempotency_key="evt")

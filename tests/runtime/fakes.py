@@ -51,6 +51,8 @@ class FakeStore:
         self.claims: list[int] = []  # how many each claim took
         self.failures: dict[str, list[BaseException]] = {}
         self.claimed_event = asyncio.Event()
+        self.lag_reports: list[tuple[float, float, str | None]] = []
+        self.key_alerts: list[tuple[str, int | None]] = []
 
     def add(self, message_id: int, *, destination: str = "http://127.0.0.1:9") -> None:
         self.rows[message_id] = Row(message_id, f"{destination}/hook", destination)
@@ -138,6 +140,20 @@ class FakeStore:
     async def health(self, statement: str, **params: Any) -> HealthRow | None:
         self._call("health")
         return None
+
+    async def alert_lag(
+        self, oldest_s: float, threshold_s: float, destination: str | None
+    ) -> str | None:
+        self._call("alert_lag")
+        self.lag_reports.append((oldest_s, threshold_s, destination))
+        return None
+
+    async def alert_unknown_key(
+        self, key_id: str, endpoint_id: int | None, dispatcher: str
+    ) -> list[int]:
+        self._call("alert_unknown_key")
+        self.key_alerts.append((key_id, endpoint_id))
+        return []
 
 
 def _claimed(row: Row) -> Claimed:

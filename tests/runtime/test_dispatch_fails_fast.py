@@ -47,6 +47,7 @@ FAILS_WITHIN = 15.0
 GRANTS = (
     "GRANT USAGE ON SCHEMA outbox TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA outbox TO {role}",
+    "GRANT EXECUTE ON FUNCTION outbox.alert_lag, outbox.alert_unknown_key TO {role}",
 )
 """Everything a dispatcher role could need in the outbox schema, and more."""
 
@@ -188,6 +189,17 @@ def test_every_table_the_dispatcher_writes_is_checked_at_start_up(
     assert failed_fast(proc) == (
         f'outbox dispatch: role "{role}" lacks privileges in schema "outbox": '
         f"{privileges} on {table}; grant them to it"
+    )
+
+
+def test_a_role_that_may_not_raise_the_dispatchers_alerts_fails_naming_the_functions(
+    database_url: str, role: str, fleet: Fleet
+) -> None:
+    grant(database_url, role, *GRANTS, "REVOKE EXECUTE ON FUNCTION outbox.alert_lag FROM {role}")
+    proc = fleet.start(as_role(database_url, role), "--drain")
+    assert failed_fast(proc) == (
+        f'outbox dispatch: role "{role}" lacks privileges in schema "outbox": '
+        "EXECUTE on alert_lag; grant them to it"
     )
 
 

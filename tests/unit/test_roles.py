@@ -22,10 +22,11 @@ def test_each_role_starts_from_nothing_then_gets_its_needs() -> None:
     assert 'GRANT SELECT ("id") ON TABLE "box"."messages" TO "app"' in statements
 
 
-def test_only_the_producer_may_execute_the_sql_functions() -> None:
+def test_the_producer_executes_the_sql_producers_and_the_dispatcher_its_alerts() -> None:
     statements = grants("box", producer="p", dispatcher="d", operator="o")
     assert [s for s in statements if s.startswith("GRANT EXECUTE")] == [
-        'GRANT EXECUTE ON FUNCTION "box"."enqueue", "box"."publish" TO "p"'
+        'GRANT EXECUTE ON FUNCTION "box"."enqueue", "box"."publish" TO "p"',
+        'GRANT EXECUTE ON FUNCTION "box"."alert_lag", "box"."alert_unknown_key" TO "d"',
     ]
 
 

@@ -129,7 +129,9 @@ def test_names_are_unique_within_a_catalog_and_its_files_named_once(tmp_path: Pa
 def test_the_dispatchers_statements_are_bound_to_the_schema_and_its_channel() -> None:
     queries = store_queries("some_schema")
     files = {path.stem for path in SQL_DIR.glob("*.sql")}
-    assert files == {"claim", "complete", "leases", "retention", "health", "session", "preflight"}
+    assert files == {
+        "claim", "complete", "leases", "retention", "health", "session", "preflight", "alerts"
+    }  # fmt: skip
     assert set(queries.files()) == files
     assert '"some_schema".messages' in queries["claim"].text
     assert queries["waker_listen"].text == 'LISTEN "some_schema_ready"'

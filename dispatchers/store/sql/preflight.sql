@@ -22,23 +22,33 @@ FROM (SELECT n.oid, has_schema_privilege(n.oid, 'USAGE') AS usable
 -- name: preflight_privileges
 -- At start-up, on a migrated schema: of the table privileges a dispatcher needs
 -- (given in order: dispatchers.store.preflight takes them from outbox.roles, where they
--- are listed once, with why), those the current role lacks, one row each.
+-- are listed once, with why), those the current role lacks, one row each; then
+-- the functions it executes (the alerts it raises) that it may not.
 -- SELECT, INSERT and UPDATE may be granted on some columns only (outbox roles
 -- grants the dispatcher UPDATE on the endpoints' health columns alone): any
 -- column counts here, and a statement that needs another one fails when it runs.
-SELECT needed.table_name, needed.privilege
-FROM unnest(CAST(%(tables)s AS text[]), CAST(%(privileges)s AS text[]))
-    WITH ORDINALITY AS needed(table_name, privilege, n)
-CROSS JOIN LATERAL (
-    SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))
-        AS oid
-) AS tbl
-WHERE NOT COALESCE(
-    CASE WHEN needed.privilege = 'DELETE'
-        THEN has_table_privilege(tbl.oid, needed.privilege)
-        ELSE has_any_column_privilege(tbl.oid, needed.privilege)
-    END, false)
-ORDER BY needed.n
+SELECT table_name, privilege
+FROM (
+    SELECT needed.table_name, needed.privilege, needed.n
+    FROM unnest(CAST(%(tables)s AS text[]), CAST(%(privileges)s AS text[]))
+        WITH ORDINALITY AS needed(table_name, privilege, n)
+    CROSS JOIN LATERAL (
+        SELECT to_regclass(quote_ident(%(schema)s) || '.' || quote_ident(needed.table_name))
+            AS oid
+    ) AS tbl
+    WHERE NOT COALESCE(
+        CASE WHEN needed.privilege = 'DELETE'
+            THEN has_table_privilege(tbl.oid, needed.privilege)
+            ELSE has_any_column_privilege(tbl.oid, needed.privilege)
+        END, false)
+    UNION ALL
+    SELECT f.name, 'EXECUTE', cardinality(CAST(%(tables)s AS text[])) + f.n
+    FROM unnest(CAST(%(functions)s AS text[])) WITH ORDINALITY AS f(name, n)
+    WHERE NOT COALESCE(has_function_privilege(
+        CAST(to_regproc(quote_ident(%(schema)s) || '.' || quote_ident(f.name)) AS oid),
+        'EXECUTE'), false)
+) AS lacking
+ORDER BY n
 
 -- name: preflight_secret_keys
 -- The keys that seal signing secrets still in force, client keys and

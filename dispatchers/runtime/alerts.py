@@ -1,0 +1,103 @@
+"""The alerts a dispatcher raises itself.
+
+Most alerts are raised by the database, in the transaction that makes the
+change they report (a message dead, an endpoint disabled, a breaker opened or
+closed: triggers of migration ``0028_alerts.sql``). Two need a dispatcher to
+notice them, and are raised through functions of that migration, which publish
+them as the schema's owner and decide, under a lock or by a key, that one
+occurrence alerts once however many dispatchers notice it:
+
+- :class:`LagWatch`: with ``--lag-alert``, each backlog read (every
+  ``backlog_interval``, by :class:`~dispatchers.runtime.maintenance.BacklogGauge`)
+  reports how long the oldest message due has waited; the database raises
+  ``outbox.lag.exceeded`` as it crosses the threshold and ``outbox.lag.recovered``
+  once it is back to half of it.
+- :class:`KeyAlerts`: a claimed message whose secret is sealed under a key this
+  dispatcher lacks raises ``outbox.secrets.unknown_key``, once per key and hour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+from dispatchers.runtime.reporting import Reporter
+from dispatchers.store.protocol import DispatchStore
+from dispatchers.store.rows import Backlog
+
+__all__ = ["KeyAlerts", "LagWatch"]
+
+HOUR = 3600.0
+
+
+class LagWatch:
+    """Reports the lag of each backlog read to the database (``alert_lag``),
+    which alerts once per crossing of ``threshold`` seconds."""
+
+    def __init__(self, store: DispatchStore, report: Reporter, *, threshold: float) -> None:
+        self.store = store
+        self.report = report
+        self.threshold = threshold
+
+    async def observed(self, rows: Sequence[Backlog]) -> str | None:
+        """Report the oldest wait among ``rows`` (0 when none is due); return
+        ``exceeded`` or ``recovered`` when this report changed the lag's state."""
+        oldest = max(rows, key=lambda row: row.oldest_s, default=None)
+        waited = max(0.0, oldest.oldest_s) if oldest is not None else 0.0
+        destination = oldest.destination if oldest is not None else None
+        changed = await self.store.alert_lag(waited, self.threshold, destination)
+        if changed is not None:
+            self.report.lag_changed(changed, oldest_s=waited, threshold_s=self.threshold)
+        return changed
+
+
+class KeyAlerts:
+    """Raises ``outbox.secrets.unknown_key`` for each key this dispatcher found
+    missing, in the background (the claim loop never waits for it), at most once
+    per key and hour of this process: the database keeps it to once per key and
+    hour across every dispatcher."""
+
+    operation = "alert"
+
+    def __init__(
+        self,
+        store: DispatchStore,
+        report: Reporter,
+        *,
+        owner: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.report = report
+        self.owner = owner
+        self._clock = clock
+        self._raised: dict[str, int] = {}  # key id -> the hour it was raised in
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def missing(self, key_ids: Sequence[str], endpoint_id: int | None) -> None:
+        """Keys ``key_ids`` that a secret of ``endpoint_id`` is sealed under are
+        not configured here: raise the alert of each not raised this hour."""
+        hour = int(self._clock() // HOUR)
+        for key_id in key_ids:
+            if self._raised.get(key_id) == hour:
+                continue
+            self._raised[key_id] = hour  # also while it is sent: one at a time
+            task = asyncio.create_task(self._raise(key_id, endpoint_id, hour))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _raise(self, key_id: str, endpoint_id: int | None, hour: int) -> None:
+        try:
+            await self.store.alert_unknown_key(key_id, endpoint_id, self.owner)
+        except Exception as exc:
+            if self._raised.get(key_id) == hour:
+                del self._raised[key_id]  # the next message of that key tries again
+            self.report.db_error(self.operation, exc)
+        else:
+            self.report.answered(self.operation)
+
+    async def settle(self) -> None:
+        """Wait for the alerts being raised (at shutdown, before the store closes)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
