@@ -27,6 +27,7 @@ from outbox.errors import (
 from outbox.event_types import EventType, EventTypes
 from outbox.migrations import migrate
 from outbox.receiver import Inbox, idempotency_key, verify
+from outbox.retention_rules import RetentionRule, RetentionRules
 from outbox.tenants import Tenant, Tenants
 
 __all__ = [
@@ -49,6 +50,8 @@ __all__ = [
     "OAuth2ClientCredentials",
     "Outbox",
     "OutboxError",
+    "RetentionRule",
+    "RetentionRules",
     "SchemaNotMigrated",
     "Tenant",
     "Tenants",

@@ -24,6 +24,9 @@ from outbox._endpoint_fields import (
 )
 from outbox._endpoint_rows import EndpointRow, json_value
 from outbox._endpoint_tls import MAX_PEM, load_client_cert, pem_digest
+
+# the marker that erased bodies keep (outbox expunge, retention rules)
+from outbox._expunge import EXPUNGED_BODY
 from outbox._filters import MAX_FILTER_LENGTH, check_filter
 from outbox._inspect import DestinationHealth
 from outbox._message import (
@@ -57,6 +60,7 @@ from outbox._transaction import rows_plan, run_sync, scalar
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DUTY_LOCK_CLASS",
+    "EXPUNGED_BODY",
     "MAX_ATTEMPTS_LIMIT",
     "MAX_BURST",
     "MAX_CREDENTIAL",

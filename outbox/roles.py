@@ -131,6 +131,8 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
     "audit_log": ("id", "at", "token_id", "token_name", "tenant_id", "action", "resource",
                   "resource_id", "before_sha256", "after_sha256", "detail"),
     "alert_conditions": ("condition", "active", "since"),
+    "retention_rules": ("id", "endpoint_id", "event_type", "payload_retention_s", "erased_until",
+                        "created_at", "updated_at"),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -143,17 +145,20 @@ SEQUENCES: Final = (
     "portal_links_id_seq",
     "api_tokens_id_seq",
     "audit_log_id_seq",
+    "retention_rules_id_seq",
 )
 """Every sequence of the schema (an identity column's is used without a grant)."""
 
-FUNCTIONS: Final = ("enqueue", "publish", "alert_lag", "alert_unknown_key")
-"""The functions a role may be granted ``EXECUTE`` on (migrations 0022 and 0028);
+FUNCTIONS: Final = ("enqueue", "publish", "alert_lag", "alert_unknown_key", "expire_payloads")
+"""The functions a role may be granted ``EXECUTE`` on (migrations 0022, 0028 and 0029);
 the schema's other functions are theirs to call, as its owner, and no role's."""
 
 EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {
     "producer": ("enqueue", "publish"),
     # the alerts it raises (0028): lag past --lag-alert, a secret under a key it lacks
-    "dispatcher": ("alert_lag", "alert_unknown_key"),
+    # and the erasure of payloads past their retention rules (0029), which changes
+    # bodies that its table grants do not let it touch
+    "dispatcher": ("alert_lag", "alert_unknown_key", "expire_payloads"),
 }
 """The functions each role may execute."""
 

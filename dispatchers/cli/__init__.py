@@ -4,7 +4,8 @@ One module per command group, each adding its command with ``add_parser``:
 :mod:`~dispatchers.cli.migrate`, :mod:`~dispatchers.cli.dispatch`,
 :mod:`~dispatchers.cli.tenants`, :mod:`~dispatchers.cli.endpoints`,
 :mod:`~dispatchers.cli.destinations`,
-:mod:`~dispatchers.cli.event_types`, :mod:`~dispatchers.cli.dead`,
+:mod:`~dispatchers.cli.event_types`, :mod:`~dispatchers.cli.retention`,
+:mod:`~dispatchers.cli.dead`,
 :mod:`~dispatchers.cli.queue` (status, messages, replay), :mod:`~dispatchers.cli.roles`,
 :mod:`~dispatchers.cli.db` (the embedded server), :mod:`~dispatchers.cli.ui` (the
 dashboard and the management API), :mod:`~dispatchers.cli.api_tokens` (the
@@ -15,11 +16,11 @@ they share is in :mod:`~dispatchers.cli._common` (database, argument types) and
 the runtime's heavy modules (HTTP clients, the dispatcher, the bench): each
 command imports what it runs when it runs.
 
-Operator commands (``tenants``, ``endpoints``, ``destinations``, ``event-types``, ``dead``,
-``replay``, ``messages``, ``status``) each do their work in one transaction and commit it. Bad input
-exits 2 with a message naming the field, having written nothing; so does a
-command whose extra is not installed; a database error exits 1 (the statuses are
-:class:`~dispatchers.cli._exit.ExitCode`).
+Operator commands (``tenants``, ``endpoints``, ``destinations``, ``event-types``,
+``retention``, ``dead``, ``replay``, ``messages``, ``status``) each do their work in
+one transaction and commit it. Bad input exits 2 with a message naming the field,
+having written nothing; so does a command whose extra is not installed; a
+database error exits 1 (the statuses are :class:`~dispatchers.cli._exit.ExitCode`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from dispatchers.cli import (
     migrate,
     portal,
     queue,
+    retention,
     roles,
     tenants,
     ui,
@@ -80,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         endpoints,
         destinations,
         event_types,
+        retention,
         dead,
         queue,
         expunge,

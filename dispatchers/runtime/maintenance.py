@@ -160,7 +160,9 @@ class Rescuer(Service):
 class Retention(Service):
     """Removes history past the retention period, ``batch`` rows per statement,
     and as many records of events published before it (``publish`` dedupes an
-    event key for the retention period).
+    event key for the retention period); then erases the payloads that the
+    retention rules (:mod:`outbox.retention_rules`) keep for less, ``batch``
+    messages per rule and statement.
 
     A round removes up to ``batches`` batches, pausing ``pause`` seconds between
     two full ones so that claims and outcome writes get in between: no statement
@@ -196,6 +198,14 @@ class Retention(Service):
             self.report.stats.history_removed += removed.history
             total += removed.history
             if max(removed) < self.batch:
+                break
+        for i in range(self.batches):
+            if i:
+                await asyncio.sleep(self.pause)
+            erased = await self.store.expire_payloads(self.batch)
+            self.report.answered(self.operation)
+            self.report.stats.payloads_erased += sum(e.erased for e in erased)
+            if all(e.erased < self.batch for e in erased):
                 break
         return total
 

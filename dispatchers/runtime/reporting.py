@@ -45,6 +45,8 @@ class Stats:
     flushes: int = 0
     renewals: int = 0
     history_removed: int = 0
+    #: delivered messages whose payloads a retention rule erased
+    payloads_erased: int = 0
     db_errors: int = 0
     round_trips: int = 0
 

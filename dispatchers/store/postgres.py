@@ -31,6 +31,7 @@ from dispatchers.store.protocol import Busy
 from dispatchers.store.rows import (
     Backlog,
     Completed,
+    Erased,
     HealthRow,
     KeyAlerted,
     LagAlerted,
@@ -43,7 +44,7 @@ from dispatchers.store.rows import (
 )
 from dispatchers.store.settings import StoreSettings
 from dispatchers.store.statements import store_queries
-from outbox.internal import Statement
+from outbox.internal import EXPUNGED_BODY, Statement
 
 R = TypeVar("R")
 
@@ -454,6 +455,15 @@ class Store:
             named_row(Removed),
         )
         return rows[0]
+
+    async def expire_payloads(self, limit: int) -> list[Erased]:
+        """Erase, for each retention rule, up to ``limit`` delivered messages past
+        its period (migration 0029); one row per rule served."""
+        return await self._run(
+            self.queries["expire_payloads"],
+            {"limit": limit, "marker": EXPUNGED_BODY},
+            named_row(Erased),
+        )
 
     async def backlog(self, top: int, cap: int = BACKLOG_CAP) -> list[Backlog]:
         """The ready messages due now per destination (counted up to ``cap``

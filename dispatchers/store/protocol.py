@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from dispatchers.store.messages import ClaimResult, Completion
-from dispatchers.store.rows import Backlog, HealthRow, Removed
+from dispatchers.store.rows import Backlog, Erased, HealthRow, Removed
 
 Busy = Mapping[str, int] | None
 """Requests in flight per destination, for a claim (None: none)."""
@@ -61,6 +61,10 @@ class DispatchStore(Protocol):
 
     async def remove_history(self, limit: int) -> Removed:
         """Delete one batch of history past the retention period."""
+        ...
+
+    async def expire_payloads(self, limit: int) -> list[Erased]:
+        """Erase one batch per retention rule of payloads past its period."""
         ...
 
     async def work_remaining(self) -> tuple[int, int, int]:

@@ -105,6 +105,14 @@ class Removed(NamedTuple):
     events: int
 
 
+class Erased(NamedTuple):
+    """A row of ``expire_payloads``: a retention rule served, and how many
+    delivered messages' payloads it erased."""
+
+    rule_id: int
+    erased: int
+
+
 class Backlog(NamedTuple):
     """A row of ``backlog``: a destination's ready messages due now, and how long
     the oldest has been due; destination None sums the destinations past the

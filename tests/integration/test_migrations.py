@@ -47,6 +47,7 @@ TABLES = {
     "expunges",
     "portal_links",
     "alert_conditions",
+    "retention_rules",
     "schema_migrations",
     "api_tokens",
     "audit_log",

@@ -31,7 +31,8 @@ from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import NullLog
 from dispatchers.store.postgres import Completion, Store
 from dispatchers.store.preflight import check_database
-from outbox import Destinations, Outbox
+from outbox import Destinations, Outbox, RetentionRules
+from outbox.admin import EXPUNGED_BODY
 from outbox.endpoints import Endpoints
 from outbox.roles import ROLES
 from tests.conftest import PgServer
@@ -521,3 +522,34 @@ def test_operator_runs_the_admin_commands_and_cannot_change_the_schema(
     refused(as_operator, "CREATE TABLE outbox.sneaky (id int)")
     refused(as_operator, "ALTER TABLE outbox.messages ADD COLUMN sneaky int")
     refused(as_operator, "DELETE FROM outbox.schema_migrations")
+
+
+async def test_the_dispatcher_erases_payloads_past_a_rule_through_the_function_alone(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A retention rule changes bodies, which the dispatcher's grants do not let
+    it touch: it runs expire_payloads, as the schema's owner (migration 0029)."""
+    grant_all(database_url, roles, capsys)
+    with Receiver() as receiver, psycopg.connect(database_url) as conn:
+        endpoint = Endpoints().add(conn, url=receiver.url).id
+        Outbox().publish(conn, "order.paid", {"n": 1}, idempotency_key="evt")
+        RetentionRules().set(conn, endpoint_id=endpoint, payload_retention=24 * 3600)
+        conn.commit()
+        async with asyncio.timeout(30):
+            await Dispatcher(roles.urls["dispatcher"], fast_config(), log=NullLog()).run(drain=True)
+        conn.execute("UPDATE outbox.delivered SET completed_at = now() - interval '2 days'")
+        conn.commit()
+    as_dispatcher = roles.urls["dispatcher"]
+    refused(as_dispatcher, "UPDATE outbox.delivered SET body = 'x'")
+
+    store = Store(as_dispatcher, fast_config())
+    await store.open()
+    try:
+        (served,) = await store.expire_payloads(100)
+    finally:
+        await store.close()
+
+    assert served.erased == 1
+    with psycopg.connect(database_url) as conn:
+        bodies = conn.execute("SELECT body FROM outbox.delivered").fetchall()
+    assert bodies == [(EXPUNGED_BODY,)]

@@ -14,7 +14,7 @@ from typing import Any
 
 from dispatchers.store.messages import Claimed, ClaimResult, Completion
 from dispatchers.store.protocol import Busy
-from dispatchers.store.rows import Backlog, HealthRow, Removed
+from dispatchers.store.rows import Backlog, Erased, HealthRow, Removed
 
 
 @dataclass
@@ -127,6 +127,10 @@ class FakeStore:
     async def remove_history(self, limit: int) -> Removed:
         self._call("retention")
         return Removed(0, 0)
+
+    async def expire_payloads(self, limit: int) -> list[Erased]:
+        self._call("expire_payloads")
+        return []
 
     async def backlog(self, top: int, cap: int = 10_000) -> list[Backlog]:
         self._call("backlog")

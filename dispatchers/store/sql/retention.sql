@@ -126,3 +126,10 @@ SELECT
     (SELECT count(*) FROM {schema}.messages AS m
      WHERE m.state = 'ready' AND (m.available_at > now() OR {destination_blocked}))
         AS scheduled
+
+-- name: expire_payloads
+-- One round of the retention rules (migration 0029): for each rule, one batch
+-- of delivered messages past its period erased. The function runs as the
+-- schema's owner: a dispatcher may not otherwise change a body.
+SELECT e.rule_id, e.erased
+FROM {schema}.expire_payloads(%(limit)s, %(marker)s) AS e
