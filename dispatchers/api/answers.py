@@ -323,6 +323,23 @@ class TenantPage(Output):
     next_cursor: str | None
 
 
+class PortalLinkOut(Output):
+    """A link to a tenant's consumer portal, just made. Its token is shown here
+    once (the database keeps its digest); the portal is served at ``url_path``
+    by the same ``outbox ui`` as this API, unless it runs with ``--api-only``."""
+
+    id: int
+    tenant: str
+    url_path: str
+    token: str
+    expires_at: datetime
+
+
+class PortalLinksRevoked(Output):
+    tenant: str
+    revoked: int = Field(description="the links that worked until now")
+
+
 class TenantDeleted(Output):
     external_id: str
     endpoints: int = Field(description="its endpoints, deleted with it")

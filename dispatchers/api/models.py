@@ -42,6 +42,7 @@ from outbox.internal import (
     MAX_URL_LENGTH,
     MIN_RATE_LIMIT,
 )
+from outbox.portal import DEFAULT_EXPIRY, MAX_EXPIRY, MIN_EXPIRY
 
 MAX_IDS = 10_000
 """The most message ids one request names."""
@@ -343,6 +344,17 @@ class TenantCreate(Input):
     rate_limit: RateLimit | SkipJsonSchema[None] = None
     burst: Burst | SkipJsonSchema[None] = None
     retry_schedule: RetrySchedule | SkipJsonSchema[None] = None
+
+
+class PortalLinkCreate(Input):
+    expires_in_s: Annotated[
+        float,
+        Field(
+            ge=MIN_EXPIRY.total_seconds(),
+            le=MAX_EXPIRY.total_seconds(),
+            description="seconds the link works, from a minute to 30 days",
+        ),
+    ] = DEFAULT_EXPIRY.total_seconds()
 
 
 class TenantUpdate(Input):

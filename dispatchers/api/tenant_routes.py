@@ -8,14 +8,28 @@ die) and its API tokens.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from dispatchers.api import cursors
-from dispatchers.api.answers import TenantDeleted, TenantOut, TenantPage
+from dispatchers.api.answers import (
+    PortalLinkOut,
+    PortalLinksRevoked,
+    TenantDeleted,
+    TenantOut,
+    TenantPage,
+)
 from dispatchers.api.calls import Call, Route, changes_of, library_errors, not_found
-from dispatchers.api.models import PageQuery, TenantCreate, TenantPath, TenantUpdate
+from dispatchers.api.models import (
+    PageQuery,
+    PortalLinkCreate,
+    TenantCreate,
+    TenantPath,
+    TenantUpdate,
+)
 from dispatchers.api.problems import invalid
 from dispatchers.api.store import Conn, audit
+from outbox.portal import create_link, revoke_tenant
 from outbox.tenants import Tenant, Tenants
 
 TAG = "tenants"
@@ -131,6 +145,59 @@ async def delete_tenant(call: Call) -> TenantDeleted:
     return await call.write(work)
 
 
+async def create_portal_link(call: Call) -> PortalLinkOut:
+    external_id = call.path(TenantPath).external_id
+    body = call.body(PortalLinkCreate)
+
+    def work(conn: Conn) -> PortalLinkOut:
+        _found(conn, call, external_id)
+        link = create_link(
+            conn,
+            tenant=external_id,
+            expires=timedelta(seconds=body.expires_in_s),
+            schema=call.schema,
+        )
+        # the link's id and expiry; never its token
+        audit(
+            conn,
+            call.schema,
+            call.who,
+            "create",
+            "portal_link",
+            link.id,
+            detail={"tenant": external_id, "expires_at": link.expires_at.isoformat()},
+        )
+        return PortalLinkOut(
+            id=link.id,
+            tenant=external_id,
+            url_path=link.url_path,
+            token=link.token,
+            expires_at=link.expires_at,
+        )
+
+    return await call.write(work)
+
+
+async def revoke_portal_links(call: Call) -> PortalLinksRevoked:
+    external_id = call.path(TenantPath).external_id
+
+    def work(conn: Conn) -> PortalLinksRevoked:
+        _found(conn, call, external_id)
+        revoked = revoke_tenant(conn, external_id, schema=call.schema)
+        audit(
+            conn,
+            call.schema,
+            call.who,
+            "revoke",
+            "portal_link",
+            external_id,
+            detail={"tenant": external_id, "revoked": revoked},
+        )
+        return PortalLinksRevoked(tenant=external_id, revoked=revoked)
+
+    return await call.write(work)
+
+
 ROUTES = [
     Route("GET", "/tenants", list_tenants, TenantPage, "List tenants by external id", TAG,
           query_model=PageQuery, operator_only=True),
@@ -144,4 +211,10 @@ ROUTES = [
     Route("DELETE", "/tenants/{external_id}", delete_tenant, TenantDeleted,
           "Delete a tenant with its endpoints and API tokens", TAG, path_model=TenantPath,
           operator_only=True),
+    Route("POST", "/tenants/{external_id}/portal-links", create_portal_link, PortalLinkOut,
+          "Make a link to the tenant's consumer portal (its token is shown once)", TAG,
+          status=201, path_model=TenantPath, body_model=PortalLinkCreate, operator_only=True),
+    Route("DELETE", "/tenants/{external_id}/portal-links", revoke_portal_links,
+          PortalLinksRevoked, "End every working link to the tenant's consumer portal", TAG,
+          path_model=TenantPath, operator_only=True),
 ]  # fmt: skip

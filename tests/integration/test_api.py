@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from dispatchers.api.fingerprints import fingerprint
 from dispatchers.cli import main
+from outbox.portal import find_link
 from outbox.secrets import fingerprint as secret_fingerprint
 from tests.api import Client, make_token, serving_api
 from tests.dashboard import serving
@@ -305,7 +307,9 @@ async def test_event_types_and_destination_policies_are_set_listed_and_dropped(
         assert put.status == 200 and put.body["event_type"] == "billing/invoice.paid"
         assert put.body["retry_schedule"] == [5.0, 60.0]
         listed = await api.call("GET", "/event-types")
-        assert [t["event_type"] for t in listed.body["items"]] == ["billing/invoice.paid"]
+        # beside the outbox's own: its alerts' schedules (migration 0028)
+        types = [t["event_type"] for t in listed.body["items"]]
+        assert [t for t in types if not t.startswith("outbox.")] == ["billing/invoice.paid"]
         assert (await api.call("DELETE", "/event-types/billing%2Finvoice.paid")).status == 200
         assert (await api.call("GET", "/event-types/billing%2Finvoice.paid")).status == 404
 
@@ -415,6 +419,50 @@ async def test_tenants_are_managed_by_external_id_and_own_the_endpoints_made_und
         assert (await api.call("GET", "/tenants/customer-17")).status == 404
         assert await listed({}) == [operators["id"]]
     assert db.query("SELECT count(*) FROM outbox.api_tokens WHERE tenant_id IS NOT NULL") == [(0,)]
+
+
+async def test_portal_links_are_made_and_revoked_for_a_tenant_and_audited_without_the_token(
+    db: Db, database_url: str
+) -> None:
+    async with serving_api(database_url) as api:
+        await api.call("POST", "/tenants", json_body={"external_id": "customer-17"})
+        made = await api.call(
+            "POST", "/tenants/customer-17/portal-links", json_body={"expires_in_s": 3600}
+        )
+        assert made.status == 201, made.body
+        token = made.body["token"]
+        assert made.body["url_path"] == f"/portal/{token}/"
+        assert made.body["tenant"] == "customer-17"
+        with psycopg.connect(database_url) as conn:
+            holder = find_link(conn, token)
+        assert holder is not None and holder.tenant == "customer-17"
+        left = holder.expires_at - datetime.now(UTC)
+        assert timedelta(minutes=58) < left <= timedelta(hours=1)
+        default = await api.call("POST", "/tenants/customer-17/portal-links")
+        assert default.status == 201  # no body: the default lifetime
+        for bad in (59, 31 * 86400, "1h"):
+            refused = await api.call(
+                "POST", "/tenants/customer-17/portal-links", json_body={"expires_in_s": bad}
+            )
+            assert refused.status == 400 and refused.problem["field"] == "body.expires_in_s"
+        unknown = await api.call("POST", "/tenants/nobody/portal-links")
+        assert unknown.status == 404
+
+        revoked = await api.call("DELETE", "/tenants/customer-17/portal-links")
+        assert revoked.body == {"tenant": "customer-17", "revoked": 2}
+        with psycopg.connect(database_url) as conn:
+            assert find_link(conn, token) is None
+        again = await api.call("DELETE", "/tenants/customer-17/portal-links")
+        assert again.body["revoked"] == 0
+    audited = db.query(
+        "SELECT action, resource, CAST(detail AS text) FROM outbox.audit_log"
+        " WHERE resource = 'portal_link' ORDER BY id"
+    )
+    assert [row[:2] for row in audited] == [("create", "portal_link")] * 2 + [
+        ("revoke", "portal_link")
+    ] * 2
+    assert all(token not in row[2] for row in audited)
+    assert db.query("SELECT count(*) FROM outbox.portal_links") == [(2,)]
 
 
 def test_api_only_takes_no_sign_in_token_and_may_bind_beyond_loopback_without_one(

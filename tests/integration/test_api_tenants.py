@@ -253,6 +253,10 @@ REQUESTS: dict[str, list[Check]] = {
                       *_operator_only("PATCH", "/tenants/acme", json_body={"name": "x"})],
     "delete_tenant": [*_operator_only("DELETE", "/tenants/globex"),
                       *_operator_only("DELETE", "/tenants/acme")],
+    "create_portal_link": [*_operator_only("POST", "/tenants/globex/portal-links"),
+                           *_operator_only("POST", "/tenants/acme/portal-links")],
+    "revoke_portal_links": [*_operator_only("DELETE", "/tenants/globex/portal-links"),
+                            *_operator_only("DELETE", "/tenants/acme/portal-links")],
 }  # fmt: skip
 
 
