@@ -323,6 +323,30 @@ class TenantPage(Output):
     next_cursor: str | None
 
 
+class RetentionRuleOut(Output):
+    """A retention rule: the payloads of its endpoint's, or its event type's,
+    delivered messages are erased ``payload_retention_s`` after delivery."""
+
+    id: int
+    endpoint_id: int | None
+    event_type: str | None
+    payload_retention_s: float
+    erased_until: datetime | None = Field(
+        description="every delivered message of the rule completed before this is erased"
+    )
+    created_at: datetime
+    updated_at: datetime
+
+
+class RetentionRuleList(Output):
+    items: list[RetentionRuleOut]
+
+
+class RetentionRuleDeleted(Output):
+    endpoint_id: int | None
+    event_type: str | None
+
+
 class PortalLinkOut(Output):
     """A link to a tenant's consumer portal, just made. Its token is shown here
     once (the database keeps its digest); the portal is served at ``url_path``

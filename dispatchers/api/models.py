@@ -43,6 +43,7 @@ from outbox.internal import (
     MIN_RATE_LIMIT,
 )
 from outbox.portal import DEFAULT_EXPIRY, MAX_EXPIRY, MIN_EXPIRY
+from outbox.retention_rules import MAX_PAYLOAD_RETENTION, MIN_PAYLOAD_RETENTION
 
 MAX_IDS = 10_000
 """The most message ids one request names."""
@@ -344,6 +345,28 @@ class TenantCreate(Input):
     rate_limit: RateLimit | SkipJsonSchema[None] = None
     burst: Burst | SkipJsonSchema[None] = None
     retry_schedule: RetrySchedule | SkipJsonSchema[None] = None
+
+
+class RetentionRuleSet(Input):
+    """The rule of one endpoint or of one event type: give exactly one."""
+
+    endpoint_id: Id | SkipJsonSchema[None] = None
+    event_type: EventTypeName | SkipJsonSchema[None] = None
+    payload_retention_s: Annotated[
+        float,
+        Field(
+            ge=MIN_PAYLOAD_RETENTION,
+            le=MAX_PAYLOAD_RETENTION,
+            description="seconds a delivered message keeps its payload, a minute at least",
+        ),
+    ]
+
+
+class RetentionRuleQuery(Input):
+    """The rule to drop: of one endpoint or of one event type."""
+
+    endpoint_id: Id | SkipJsonSchema[None] = None
+    event_type: EventTypeName | SkipJsonSchema[None] = None
 
 
 class PortalLinkCreate(Input):

@@ -3,7 +3,13 @@ document lists them."""
 
 from __future__ import annotations
 
-from dispatchers.api import endpoint_routes, message_routes, setting_routes, tenant_routes
+from dispatchers.api import (
+    endpoint_routes,
+    message_routes,
+    retention_routes,
+    setting_routes,
+    tenant_routes,
+)
 from dispatchers.api.calls import Route
 
 ROUTES: tuple[Route, ...] = (
@@ -11,6 +17,7 @@ ROUTES: tuple[Route, ...] = (
     *endpoint_routes.ROUTES,
     *message_routes.ROUTES,
     *setting_routes.ROUTES[3:],
+    *retention_routes.ROUTES,
     *tenant_routes.ROUTES,
 )
 

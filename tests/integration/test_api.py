@@ -465,6 +465,59 @@ async def test_portal_links_are_made_and_revoked_for_a_tenant_and_audited_withou
     assert db.query("SELECT count(*) FROM outbox.portal_links") == [(2,)]
 
 
+async def test_retention_rules_are_set_listed_and_dropped_naming_the_field_at_fault(
+    db: Db, database_url: str
+) -> None:
+    async with serving_api(database_url) as api:
+        endpoint = (await _endpoint(api))["id"]
+        rules = "/retention-rules"
+        made = await api.call(
+            "PUT", rules, json_body={"endpoint_id": endpoint, "payload_retention_s": 86400}
+        )
+        assert made.status == 200, made.body
+        assert (made.body["endpoint_id"], made.body["payload_retention_s"]) == (endpoint, 86400.0)
+        changed = await api.call(
+            "PUT", rules, json_body={"endpoint_id": endpoint, "payload_retention_s": 3600}
+        )
+        assert changed.body["id"] == made.body["id"] and changed.body["payload_retention_s"] == 3600
+        typed = await api.call(
+            "PUT", rules, json_body={"event_type": "user.deleted", "payload_retention_s": 60}
+        )
+        assert typed.status == 200
+        refusals = [
+            ({"endpoint_id": endpoint, "payload_retention_s": 59}, "body.payload_retention_s"),
+            ({"payload_retention_s": 3600}, "body.endpoint_id"),
+            ({"endpoint_id": endpoint, "event_type": "a.b", "payload_retention_s": 3600},
+             "body.endpoint_id"),
+            ({"endpoint_id": endpoint + 1000, "payload_retention_s": 3600}, "body.endpoint_id"),
+            ({"event_type": "user.*", "payload_retention_s": 3600}, "body.event_type"),
+        ]  # fmt: skip
+        for body, field in refusals:
+            refused = await api.call("PUT", "/retention-rules", json_body=body)
+            assert refused.status == 400 and refused.problem["field"] == field, (body, refused.body)
+        listed = await api.call("GET", "/retention-rules")
+        assert [(r["endpoint_id"], r["event_type"]) for r in listed.body["items"]] == [
+            (endpoint, None),
+            (None, "user.deleted"),
+        ]
+        dropped = await api.call("DELETE", rules, params={"event_type": "user.deleted"})
+        assert dropped.body == {"endpoint_id": None, "event_type": "user.deleted"}
+        gone = await api.call("DELETE", "/retention-rules", params={"event_type": "user.deleted"})
+        assert gone.status == 404
+        neither = await api.call("DELETE", "/retention-rules")
+        assert neither.status == 400 and neither.problem["field"] == "query.endpoint_id"
+    audited = db.query(
+        "SELECT action, resource_id FROM outbox.audit_log WHERE resource = 'retention_rule'"
+        " ORDER BY id"
+    )
+    assert audited == [
+        ("set", f"endpoint:{endpoint}"),
+        ("set", f"endpoint:{endpoint}"),
+        ("set", "event_type:user.deleted"),
+        ("delete", "event_type:user.deleted"),
+    ]
+
+
 def test_api_only_takes_no_sign_in_token_and_may_bind_beyond_loopback_without_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
