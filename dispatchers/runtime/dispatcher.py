@@ -6,7 +6,10 @@ The **claim loop** here claims up to the free capacity in one statement
 delivery task per message; capacity is ``concurrency`` requests in flight, and
 at most as many again whose outcome awaits its write (so claiming overlaps the
 writing of outcomes). A message stays held, its lease renewed, until its outcome
-is written. The dispatcher composes the rest:
+is written. The request slots are those of its share of the process's
+(:mod:`dispatchers.runtime.budget`): all of ``concurrency``, unless the process
+serves several databases (:mod:`dispatchers.runtime.fleet`). The dispatcher
+composes the rest:
 
 - the **flusher** (:mod:`dispatchers.runtime.flusher`) writes outcomes in fenced batches;
 - the **heartbeat**, the **rescuer** and **retention**

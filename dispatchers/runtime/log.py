@@ -46,7 +46,6 @@ EVENT_LEVELS = {
     "lag_exceeded": "warning",
     "lag_recovered": "info",
     "database_restarting": "warning",
-    "database_unreachable": "warning",
     "fleet_failed": "error",
 }
 
