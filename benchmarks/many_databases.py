@@ -11,7 +11,8 @@ the process's ``--concurrency`` shared between them.
   the two. Printed: messages/s of each, the median over rounds.
 - **fairness**: the receiver answers after ``--delay`` seconds; one database has a
   backlog of ``--backlog`` messages, and once it is being sent the other gets
-  ``--small`` messages. Printed: how long the small database took to drain, how
+  ``--small`` messages, enqueued as an application does (its commit notifies).
+  Printed: how long the small database took to drain, how
   much of the backlog was left then, and how long the backlog took in all (what
   the small one would have waited behind it, served first come, first served).
 
@@ -27,7 +28,16 @@ import statistics
 import time
 from contextlib import ExitStack
 
-from dispatchers.bench.env import database, fresh_schema, row_counts, run_id, seed_backlog
+import psycopg
+
+from dispatchers.bench.env import (
+    database,
+    fresh_schema,
+    payload,
+    row_counts,
+    run_id,
+    seed_backlog,
+)
 from dispatchers.bench.receiver import Replies
 from dispatchers.bench.receiver_process import ReceiverProcess
 from dispatchers.runtime.config import DispatcherConfig
@@ -35,6 +45,7 @@ from dispatchers.runtime.databases import Served, default_label
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.fleet import Fleet
 from dispatchers.runtime.log import NullLog
+from outbox import Outbox
 
 POLL = 0.01
 """Seconds between two looks at the small database's backlog."""
@@ -44,6 +55,16 @@ def seed(url: str, schema: str, target: str, count: int, tag: str) -> None:
     seed_backlog(
         url, schema, targets=[target], keys=[f"{tag}-{run_id()}-{i}" for i in range(count)]
     )
+
+
+def publish(url: str, schema: str, target: str, count: int) -> None:
+    """``count`` messages in one transaction, as an application enqueues them (its
+    commit wakes the dispatcher on duty)."""
+    box = Outbox(schema=schema)
+    tag = run_id()
+    with psycopg.connect(url) as conn, conn.transaction():
+        for i in range(count):
+            box.enqueue(conn, url=target, idempotency_key=f"small-{tag}-{i}", json=payload(i))
 
 
 async def drain_one(url: str, schema: str, config: DispatcherConfig) -> None:
@@ -99,7 +120,7 @@ async def fairness(
     try:
         while await left(big) > backlog * 0.9:
             pass
-        await asyncio.to_thread(seed, url, little, target, small, "small")
+        await asyncio.to_thread(publish, url, little, target, small)
         since = time.perf_counter()
         while await left(little):
             pass

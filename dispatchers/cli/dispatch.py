@@ -329,7 +329,9 @@ def add_parser(commands: Commands) -> None:
         "It exits 1, with one line on stderr, "
         "when the database cannot be used (unreachable, refused, not migrated, "
         "lacking privileges, sealing signing secrets under a key it is not given) or a "
-        "permanent database error persists for a lease.",
+        "permanent database error persists for a lease. Serving several databases, "
+        "it starts without those it cannot reach (and keeps trying them), starts again "
+        "the dispatcher of one that fails, and exits 1 only when every one has failed.",
     )
     add_database_options(p, many=True)
     p.add_argument(

@@ -5,6 +5,7 @@ back another's messages, though they share the process's request slots."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import time
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 
 from dispatchers.cli import main
+from dispatchers.errors import DispatcherFailed
 from dispatchers.runtime.databases import Served, default_label
 from dispatchers.runtime.fleet import Fleet
 from dispatchers.runtime.log import EventLog
@@ -155,3 +157,37 @@ def test_a_database_not_migrated_fails_the_start_naming_it(
     assert code == 1
     assert f'outbox dispatch: {label}: schema "outbox" does not exist' in err, err
     assert default_label(database_url, "outbox") not in err  # the other one is fine
+
+
+async def test_a_failed_database_is_served_again_and_the_process_fails_only_once_all_have(
+    database_url: str,
+) -> None:
+    # A dropped schema is a permanent error: after a lease of them a database's
+    # dispatcher fails. The other goes on; once both have failed, the fleet does.
+    databases = schemas(database_url, "east")
+    out = io.StringIO()
+    fleet = Fleet(databases, fast_config(), log=EventLog(stream=out, format="json"))
+    task = asyncio.create_task(fleet.run())
+    try:
+        await until(
+            lambda: all(m.dispatcher and m.dispatcher.stats.claims for m in fleet.members),
+            "both databases claimed",
+        )
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA east CASCADE")
+        east = fleet.members[1]
+        await until(lambda: "database_restarting" in out.getvalue(), "east started again", 30)
+        assert east.down and not task.done()
+        assert fleet.health_text() == f"ok {databases[0].label}\nfailed {east.label}\n".encode()
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA outbox CASCADE")
+        with pytest.raises(DispatcherFailed, match="every database failed"):
+            await asyncio.wait_for(task, 60)
+    finally:
+        fleet.stop()
+        with contextlib.suppress(DispatcherFailed):
+            await asyncio.wait_for(task, 30)
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    restarts = [e for e in events if e["event"] == "database_restarting"]
+    assert {e["database"] for e in restarts} == {east.label}
+    assert any(e["event"] == "fleet_failed" for e in events)
