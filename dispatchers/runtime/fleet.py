@@ -54,6 +54,7 @@ from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import EventLog
 from dispatchers.runtime.metrics import Labelled, serve, urls
 from dispatchers.runtime.reporting import Stats
+from dispatchers.store.postgres import Store
 
 __all__ = ["Fleet", "Member", "run_fleet"]
 
@@ -242,6 +243,9 @@ class Fleet:
                 share=member.share,
                 serve_metrics=False,
                 transport=self._transport,
+                store=Store(
+                    member.served.url, member.config, name=f"outbox-dispatcher {member.label}"
+                ),
             )
             member.dispatcher = dispatcher
             try:
