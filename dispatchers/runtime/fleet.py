@@ -13,8 +13,8 @@ database's label. What they share:
   request's duration once they have messages (see :mod:`dispatchers.runtime.budget`);
 - one ``--metrics-port``: ``/metrics`` with a ``database`` label on every sample,
   ``outbox_database_up`` per database, and ``/healthz`` answering 200 while any
-  database answers, its body one line per database (``ok``, ``unreachable`` or
-  ``failed``, then the label);
+  database answers, its body one line per database (``ok``, ``unreachable``,
+  ``failed`` or ``starting``, then the label);
 - SIGTERM and SIGINT, which stop every database's dispatcher at once, each with
   its grace period.
 
@@ -91,7 +91,10 @@ class Member:
         )
 
     def state(self) -> str:
-        """``ok``, ``unreachable`` or ``failed``, as ``/healthz`` lists it."""
+        """``ok``, ``unreachable``, ``failed`` or (not yet run) ``starting``, as
+        ``/healthz`` lists it."""
+        if self.dispatcher is None and self.failure is None:
+            return "starting"
         if self.dispatcher is None or self.down:
             return "failed"
         return "ok" if self.dispatcher.healthy() else "unreachable"
