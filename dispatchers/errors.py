@@ -16,5 +16,12 @@ class DatabaseUnusable(DispatcherFailed):
     its role, not migrated, lacking privileges, or failing with a permanent error."""
 
 
+class DatabaseUnreachable(DatabaseUnusable):
+    """No connection to the database could be opened at start-up (refused, timed
+    out, or refused the role: libpq does not always tell these apart). A process
+    serving several databases starts without it and keeps trying; one serving a
+    single database exits."""
+
+
 class DrainStalled(DispatcherFailed):
     """A drain made no progress for ``drain_timeout`` seconds."""

@@ -27,7 +27,9 @@ The tree::
     ├── DispatcherFailed        a dispatcher stopped on what waiting will not heal,
     │   │                       having released what it held (``dispatchers.runtime.watchdog``)
     │   ├── DatabaseUnusable    its database is unreachable, refuses its role, is not
-    │   │                       migrated, lacks a privilege, or fails permanently
+    │   │   │                   migrated, lacks a privilege, or fails permanently
+    │   │   └── DatabaseUnreachable  no connection to it could be opened at start-up
+    │   │                       (``dispatchers.store.preflight``)
     │   ├── SecretKeysMissing   signing secrets in force are sealed under keys it was
     │   │                       not given (``dispatchers.store.preflight``)
     │   └── DrainStalled        a drain made no progress for ``drain_timeout``

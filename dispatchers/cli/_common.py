@@ -129,13 +129,18 @@ def require_extra(extra: str, *modules: str) -> None:
 # -- the database ----------------------------------------------------------------
 
 
-def add_database_options(parser: argparse.ArgumentParser, *, schema: bool = True) -> None:
-    """``--database-url`` and, unless a command picks its own schemas, ``--schema``."""
+def add_database_options(
+    parser: argparse.ArgumentParser, *, schema: bool = True, many: bool = False
+) -> None:
+    """``--database-url`` (repeatable with ``many``) and, unless a command picks its
+    own schemas, ``--schema``."""
     parser.add_argument(
         "--database-url",
         metavar="URL",
+        action="append" if many else "store",
         help="PostgreSQL URL (default: $OUTBOX_DATABASE_URL, $DATABASE_URL, "
-        "else the embedded server in ./.outbox/pg)",
+        "else the embedded server in ./.outbox/pg)"
+        + ("; repeat it to serve several databases from this process" if many else ""),
     )
     if schema:
         parser.add_argument(

@@ -15,7 +15,8 @@ import dataclasses
 import inspect
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dispatchers import environment
@@ -30,6 +31,7 @@ from dispatchers.cli._common import (
     port,
     positive_int,
     ratio,
+    read_small_file,
     require_extra,
     resolve_database,
     seconds,
@@ -40,6 +42,7 @@ from dispatchers.delivery.proxy import Proxy
 from dispatchers.delivery.retry import ExponentialBackoff
 from dispatchers.environment import PROXY_VARIABLE
 from dispatchers.runtime.config import LOOPBACK_NETWORKS, DispatcherConfig, Option, Values
+from dispatchers.runtime.databases import Served, parse_databases, served
 from dispatchers.runtime.log import LEVELS, EventLog
 from dispatchers.ui.policy_text import format_duration
 from outbox.errors import ConfigurationError
@@ -158,6 +161,10 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
     from dispatchers.store.preflight import check_database
 
     config = config_from_args(args)
+    urls: list[str] = args.database_url or []
+    if len(urls) > 1 or args.databases is not None:
+        return _dispatch_many(args, config, urls, terminated)
+    args.database_url = urls[0] if urls else None
     if config.metrics_port and config.metrics_port + args.processes - 1 > 65535:
         raise UsageError(
             f"--metrics-port: {args.processes} processes serve on ports {config.metrics_port}"
@@ -211,6 +218,102 @@ def cmd_dispatch(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+MAX_DATABASES_FILE = 1024 * 1024
+"""The most a ``--databases`` file may hold (a few thousand entries)."""
+
+
+def _dispatch_many(
+    args: argparse.Namespace, config: DispatcherConfig, urls: Sequence[str], terminated: list[int]
+) -> ExitCode:
+    """``outbox dispatch`` for several databases: every entry checked before
+    anything connects; then every database's start-up check, at once. A database
+    that answers and cannot be used (not migrated, lacking a privilege or a key)
+    fails the start, as it would alone; one that cannot be reached is left to its
+    dispatcher, which keeps trying, unless none can be."""
+    from dispatchers.errors import DatabaseUnreachable, DispatcherFailed
+    from dispatchers.runtime.budget import Budget
+    from dispatchers.runtime.fleet import run_fleet
+
+    entries: list[Served] = []
+    if args.databases is not None:
+        text = read_small_file(args.databases, "--databases", limit=MAX_DATABASES_FILE)
+        entries = parse_databases(text, source=f"--databases {args.databases}", schema=args.schema)
+    databases = served(urls, args.schema, entries)
+    Budget(config.concurrency, len(databases))  # each database needs a request slot
+    if config.metrics_port and config.metrics_port + args.processes - 1 > 65535:
+        raise UsageError(f"--metrics-port: {args.processes} processes run past port 65535")
+    log = EventLog(format=args.log_format, level=args.log_level)
+    log.capture_logging()
+    from dispatchers.runtime.loop import resolve as resolve_event_loop
+
+    resolve_event_loop(config.event_loop)
+    problems = _check_databases(databases, config)
+    unusable = {db.label: e for db, e in problems if not isinstance(e, DatabaseUnreachable)}
+    for label, problem in unusable.items():
+        print(f"outbox dispatch: {label}: {problem}", file=sys.stderr)
+    if unusable:
+        return ExitCode.FAILURE
+    for db, problem in problems:
+        tail = "" if len(problems) == len(databases) else "; serving the others, trying it again"
+        print(f"outbox dispatch: {db.label}: {problem}{tail}", file=sys.stderr)
+    if len(problems) == len(databases):
+        return ExitCode.FAILURE
+    if terminated:
+        print("outbox dispatch: stopped before it started", file=sys.stderr)
+        return ExitCode.OK
+    try:
+        if args.processes > 1:
+            from dispatchers.runtime.supervisor import supervise
+
+            status = supervise(
+                args.argv, None, args.processes, drain=args.drain, metrics_port=config.metrics_port
+            )
+            return ExitCode.of_child(status)
+        stats = run_fleet(
+            databases, config, drain=args.drain, log=log, stopped=lambda: bool(terminated)
+        )
+    except DispatcherFailed as exc:
+        print(f"outbox dispatch: {exc}", file=sys.stderr)
+        return ExitCode.FAILURE
+    dead = 0
+    for label, counts in stats.items():
+        dead += counts.dead
+        print(
+            f"outbox dispatch: stopped; {label}: delivered {counts.delivered}, retried "
+            f"{counts.retried}, dead {counts.dead}, released {counts.released}, leases lost "
+            f"{counts.lease_lost}",
+            file=sys.stderr,
+        )
+    if args.drain and dead:
+        print(
+            f"outbox dispatch: {dead} message(s) went dead during the drain "
+            "(outbox dead list --database-url ... shows them)",
+            file=sys.stderr,
+        )
+        return ExitCode.DEAD_AFTER_DRAIN
+    return ExitCode.OK
+
+
+def _check_databases(
+    databases: Sequence[Served], config: DispatcherConfig
+) -> list[tuple[Served, Exception]]:
+    """Each database's start-up check, all at once; the databases that failed it,
+    with why."""
+    from dispatchers.errors import DispatcherFailed
+    from dispatchers.store.preflight import check_database
+
+    def check(db: Served) -> DispatcherFailed | None:
+        try:
+            check_database(db.url, dataclasses.replace(config, schema=db.schema))
+        except DispatcherFailed as exc:
+            return exc
+        return None
+
+    with ThreadPoolExecutor(max_workers=min(16, len(databases))) as pool:
+        outcomes = list(pool.map(check, databases))
+    return [(db, e) for db, e in zip(databases, outcomes, strict=True) if e is not None]
+
+
 def _default(function: Callable[..., object], parameter: str) -> Any:
     return inspect.signature(function).parameters[parameter].default
 
@@ -226,9 +329,19 @@ def add_parser(commands: Commands) -> None:
         "It exits 1, with one line on stderr, "
         "when the database cannot be used (unreachable, refused, not migrated, "
         "lacking privileges, sealing signing secrets under a key it is not given) or a "
-        "permanent database error persists for a lease.",
+        "permanent database error persists for a lease. Serving several databases, "
+        "it starts without those it cannot reach (and keeps trying them), starts again "
+        "the dispatcher of one that fails, and exits 1 only when every one has failed.",
     )
-    add_database_options(p)
+    add_database_options(p, many=True)
+    p.add_argument(
+        "--databases",
+        metavar="FILE",
+        help="serve every database a TOML file lists, as [[database]] entries of url, "
+        "and optionally schema (default: --schema) and label (default: host:port/dbname"
+        "[/schema]), besides any --database-url; the process's --concurrency is shared "
+        "fairly between them",
+    )
     add_secrets_key_option(p)
     p.add_argument(
         "--processes",

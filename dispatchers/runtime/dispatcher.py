@@ -6,7 +6,10 @@ The **claim loop** here claims up to the free capacity in one statement
 delivery task per message; capacity is ``concurrency`` requests in flight, and
 at most as many again whose outcome awaits its write (so claiming overlaps the
 writing of outcomes). A message stays held, its lease renewed, until its outcome
-is written. The dispatcher composes the rest:
+is written. The request slots are those of its share of the process's
+(:mod:`dispatchers.runtime.budget`): all of ``concurrency``, unless the process
+serves several databases (:mod:`dispatchers.runtime.fleet`). The dispatcher
+composes the rest:
 
 - the **flusher** (:mod:`dispatchers.runtime.flusher`) writes outcomes in fenced batches;
 - the **heartbeat**, the **rescuer** and **retention**
@@ -55,6 +58,7 @@ from dispatchers.runtime import loop as loops
 from dispatchers.runtime.alerts import KeyAlerts, LagWatch
 from dispatchers.runtime.backoff import Backoff
 from dispatchers.runtime.breakers import Breakers
+from dispatchers.runtime.budget import Budget, Share
 from dispatchers.runtime.cadence import Cadence
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.flights import Flight, Flights
@@ -105,6 +109,11 @@ class Dispatcher:
     :param store: the statements it runs, any :class:`~dispatchers.store.protocol.
         DispatchStore` (default: a :class:`~dispatchers.store.postgres.Store` on
         ``conninfo`` with ``config``); the dispatcher opens and closes it.
+    :param share: its part of request slots shared with the dispatchers of other
+        databases in this process (default: all of ``config.concurrency``; see
+        :mod:`dispatchers.runtime.budget`).
+    :param serve_metrics: serve :attr:`metrics` on ``config.metrics_port`` (False
+        when the caller serves them, with other databases' on one port).
     """
 
     def __init__(
@@ -118,6 +127,8 @@ class Dispatcher:
         owner: str | None = None,
         tracer_provider: Any = None,
         store: DispatchStore | None = None,
+        share: Share | None = None,
+        serve_metrics: bool = True,
     ) -> None:
         self.conninfo = conninfo
         self.config = config = config or DispatcherConfig()
@@ -132,6 +143,8 @@ class Dispatcher:
         self._flights = flights = Flights(config.per_destination)
         self.metrics.in_flight.set_function(lambda: len(flights))
         self.metrics_server: asyncio.Server | None = None
+        self._serve_metrics = serve_metrics
+        self._share = share = share or Budget(config.concurrency).shares[0]
         # Built here, opened by run(): a Dispatcher runs once.
         self._store = store = store or Store(conninfo, config)
         self._opener = Opener(config.keyring)  # secrets and TLS, opened after each claim
@@ -143,6 +156,7 @@ class Dispatcher:
         self._hurry = asyncio.Event()  # a second stop: end the grace period now
         self._wake = asyncio.Event()
         self._capacity = asyncio.Event()
+        share.notify = self._capacity.set  # slots another database's requests gave back
         self._shutting_down = False
         self._draining = False
         self._remaining: tuple[int, int] | None = None  # (due, running) at the last drain check
@@ -266,7 +280,7 @@ class Dispatcher:
         database was failing.
         """
         config = self.config
-        if config.metrics_port is not None:
+        if config.metrics_port is not None and self._serve_metrics:
             # Bound first, before anything needs undoing: a port already taken
             # fails the start in one line rather than leaving a pool behind.
             try:
@@ -321,6 +335,7 @@ class Dispatcher:
                 self.metrics_server.close()
             await self._sender.aclose()
             await self._key_alerts.settle()  # alerts being raised, before the store goes
+            self._share.wanting = False  # a stopped loop wants no room of the others'
             await self._store.close()
             self.stats.round_trips = self.round_trips
         if self._watchdog.failure is not None:
@@ -332,7 +347,8 @@ class Dispatcher:
     async def _claim_loop(self, *, drain: bool) -> bool:
         """Claim and start deliveries until stopped; True when a drain finished."""
         config = self.config
-        low_water = max(1, min(config.batch_size, config.concurrency) * 3 // 4)
+        share = self._share
+        low_water = max(1, min(config.batch_size, share.size) * 3 // 4)
         held_limit = 2 * config.concurrency
         backoff = Backoff(maximum=CLAIM_RETRY_MAX)
         full_since: float | None = None  # when every request slot was last taken
@@ -340,7 +356,7 @@ class Dispatcher:
             # Requests in flight are bounded by the concurrency; the messages held
             # (sending, or waiting for their outcome write) by twice that.
             flights = self._flights
-            free = min(config.concurrency - flights.sending, held_limit - len(flights))
+            free = min(share.free(), held_limit - len(flights))
             enough = low_water
             if flights.at_bound and flights.crowded:
                 # The slots of destinations at their bound may not free up for a
@@ -351,6 +367,7 @@ class Dispatcher:
             if free <= 0 or (free < enough and flights):
                 # Wait for capacity rather than claiming a handful at a time.
                 self._capacity.clear()
+                share.wanting = True
                 if len(flights) >= held_limit:
                     self._outcomes.flush_soon()  # held outcomes are what blocks: write them
                 seconds: float | None = config.flush_interval if free > 0 else None
@@ -371,12 +388,16 @@ class Dispatcher:
             want = min(free, config.batch_size)
             self._wake.clear()
             sent_at = time.monotonic()
+            share.take(want)  # no other database's loop is given these slots meanwhile
             try:
                 claim = await self._store.claim(self.owner, want, flights.sending_to, flights.alone)
             except Exception as exc:
+                share.give_back(want)
                 self._report.db_error("claim", exc)
                 await self._wait(self._stop, seconds=backoff.next())
                 continue
+            share.wanting = False
+            share.give_back(want - len(claim.messages))
             backoff.reset()
             jobs = [self._opener.job(claimed) for claimed in claim.messages]
             self._cadence.claimed(len(jobs), want, sent_at, rate_wait=claim.rate_wait)
@@ -449,6 +470,7 @@ class Dispatcher:
             if job.missing_keys:
                 self._key_alerts.missing(job.missing_keys, job.endpoint_id)
             self._outcomes.add(job.id, withheld)
+            self._share.give_back()  # never sent: its slot was not used
             return
         self._flights.sending_started(job)
         self.stats.claimed += 1
@@ -464,10 +486,12 @@ class Dispatcher:
         for job in jobs:
             self._flights.hold(job)
             self._outcomes.add(job.id, completions.released(job))
+        self._share.give_back(len(jobs))
 
     # -- delivering ------------------------------------------------------------
 
     def _sent(self, destination: str, task: asyncio.Task[None]) -> None:
+        self._share.give_back()
         if self._flights.sending_ended(destination):
             # The last claim may have passed this destination's due messages over
             # for want of room there, and no notification announces room.

@@ -45,6 +45,8 @@ EVENT_LEVELS = {
     "reconnected": "info",
     "lag_exceeded": "warning",
     "lag_recovered": "info",
+    "database_restarting": "warning",
+    "fleet_failed": "error",
 }
 
 
@@ -91,6 +93,11 @@ class EventLog:
         except (BrokenPipeError, ValueError):
             pass
 
+    def labelled(self, **fields: Any) -> EventLog:
+        """This log with ``fields`` first in every event: a process serving several
+        databases writes each one's events with its ``database`` label."""
+        return _Labelled(self, fields)
+
     def capture_logging(self) -> logging.Handler:
         """Write every record of Python's logging at warning or above (or at the
         log's level, if higher) as a ``log`` event here; return the handler, which
@@ -107,6 +114,20 @@ class EventLog:
         root.setLevel(max(logging.WARNING, self.threshold))
         root.addHandler(handler)
         return handler
+
+
+class _Labelled(EventLog):
+    """An :class:`EventLog` that writes through another, adding fields of its own."""
+
+    def __init__(self, parent: EventLog, fields: Mapping[str, Any]) -> None:
+        self.stream = parent.stream
+        self.format = parent.format
+        self.threshold = parent.threshold
+        self._parent = parent
+        self._fields = dict(fields)
+
+    def write(self, level: str, event: str, fields: Mapping[str, Any]) -> None:
+        self._parent.write(level, event, {**self._fields, **fields})
 
 
 class _Records(logging.Handler):

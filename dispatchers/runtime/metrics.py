@@ -18,16 +18,25 @@
   (a readiness probe: the process is alive but cannot work);
 - ``/livez``: 200 while the event loop runs (a liveness probe: restarting a
   dispatcher does not bring a database back).
+
+A process serving several databases serves one port for all of them
+(:class:`Labelled`): every sample of each database's instruments carries its
+``database`` label (so the label's values are the databases configured, no
+more), ``outbox_database_up`` says which answer, and ``/healthz`` lists each
+database's state, one per line (see :mod:`dispatchers.runtime.fleet`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
@@ -121,6 +130,42 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+class Exposition(Protocol):
+    """What :func:`serve` answers ``/metrics`` with."""
+
+    def render(self) -> bytes: ...
+
+
+class Labelled(Collector):
+    """The samples of several registries as one, each with a label naming its
+    registry: ``sources`` gives (label value, registry) pairs, read at every
+    scrape, so a registry replaced meanwhile (a database's dispatcher started
+    again) is the one collected."""
+
+    def __init__(
+        self, label: str, sources: Callable[[], Iterable[tuple[str, CollectorRegistry]]]
+    ) -> None:
+        self._label = label
+        self._sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        # One family per name, whatever the number of registries: the text format
+        # allows each name once.
+        families: dict[str, Metric] = {}
+        for value, registry in self._sources():
+            for family in registry.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = families[family.name] = Metric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
+                merged.samples.extend(
+                    sample._replace(labels={self._label: value, **sample.labels})
+                    for sample in family.samples
+                )
+        yield from families.values()
+
+
 PATHS = ("/metrics", "/healthz", "/livez")
 """What :func:`serve` answers: Prometheus metrics, database health, liveness."""
 
@@ -135,11 +180,16 @@ HEADER_SECONDS = 5.0
 
 
 async def serve(
-    metrics: Metrics, *, host: str, port: int, healthy: Callable[[], bool]
+    metrics: Exposition,
+    *,
+    host: str,
+    port: int,
+    healthy: Callable[[], bool],
+    health_text: Callable[[], bytes] | None = None,
 ) -> asyncio.Server:
     """Start the /metrics, /healthz and /livez server on the running loop: at most
     :data:`MAX_CONNECTIONS` at once, each closed unless its headers arrive within
-    :data:`HEADER_SECONDS`."""
+    :data:`HEADER_SECONDS`. ``health_text``, if given, is the body of /healthz."""
 
     open_connections = 0
 
@@ -160,7 +210,11 @@ async def serve(
             elif path == b"/healthz":
                 ok = healthy()
                 status = "200 OK" if ok else "503 Service Unavailable"
-                ctype, body = "text/plain", b"ok\n" if ok else b"database unreachable\n"
+                ctype = "text/plain"
+                if health_text is not None:
+                    body = health_text()
+                else:
+                    body = b"ok\n" if ok else b"database unreachable\n"
             else:
                 status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
             head = (

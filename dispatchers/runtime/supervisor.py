@@ -20,28 +20,36 @@ from types import FrameType
 RESTARTS_PER_MINUTE = 5
 
 
-def child_argv(argv: Sequence[str], database_url: str) -> list[str]:
+def child_argv(argv: Sequence[str], database_url: str | None) -> list[str]:
     """The parent's ``dispatch`` arguments without ``--processes`` and with the
     resolved database URL (so children share the parent's database, embedded
-    included, and never start one of their own)."""
+    included, and never start one of their own); with None (several databases,
+    each named), the databases as the parent was given them."""
+    if database_url is None:
+        return _without(argv, ("--processes",))
+    return [*_without(argv, ("--processes", "--database-url")), "--database-url", database_url]
+
+
+def _without(argv: Sequence[str], options: tuple[str, ...]) -> list[str]:
+    """``argv`` less ``options`` and their values."""
     out: list[str] = []
     skip = False
     for i, arg in enumerate(argv):
         if skip:
             skip = False
             continue
-        if arg == "--processes" or arg == "--database-url":
+        if arg in options:
             skip = i + 1 < len(argv)
             continue
-        if arg.startswith(("--processes=", "--database-url=")):
+        if arg.startswith(tuple(f"{option}=" for option in options)):
             continue
         out.append(arg)
-    return [*out, "--database-url", database_url]
+    return out
 
 
 def supervise(
     argv: Sequence[str],
-    database_url: str,
+    database_url: str | None,
     processes: int,
     *,
     drain: bool,

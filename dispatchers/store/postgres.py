@@ -147,9 +147,14 @@ def _ignore_outcome(task: asyncio.Task[None]) -> None:
 
 
 class Store:
-    """The statements one dispatcher runs, on a pool of a few connections."""
+    """The statements one dispatcher runs, on a pool of a few connections.
 
-    def __init__(self, conninfo: str, config: StoreSettings) -> None:
+    ``name`` is the pool's, which psycopg_pool's own log records carry (a process
+    serving several databases names each pool for its database's label)."""
+
+    def __init__(
+        self, conninfo: str, config: StoreSettings, *, name: str = "outbox-dispatcher"
+    ) -> None:
         self.config = config
         self.queries = store_queries(config.schema)
         # Each statement goes out behind its timeouts, in one message: the text is
@@ -183,7 +188,7 @@ class Store:
                 open=False,
                 timeout=config.statement_timeout,
                 reconnect_timeout=RECONNECT_TIMEOUT,
-                name="outbox-dispatcher",
+                name=name,
             )
         )
         self._sweep: asyncio.Task[None] | None = None  # see _swept

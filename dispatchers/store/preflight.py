@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import BaseRowFactory, scalar_row, tuple_row
 
-from dispatchers.errors import DatabaseUnusable, DispatcherFailed
+from dispatchers.errors import DatabaseUnreachable, DatabaseUnusable, DispatcherFailed
 from dispatchers.store.postgres import TIMEOUT_PARAMS, timeout_values
 from dispatchers.store.rows import MissingPrivilege, SchemaAccess, named_row
 from dispatchers.store.settings import StoreSettings
@@ -60,7 +60,7 @@ def check_database(conninfo: str, config: StoreSettings) -> None:
     try:
         conn = psycopg.connect(conninfo, connect_timeout=timeout)
     except psycopg.Error as exc:
-        raise DatabaseUnusable(f"cannot connect to the database: {describe(exc)}") from exc
+        raise DatabaseUnreachable(f"cannot connect to the database: {describe(exc)}") from exc
     with conn:
         try:
             _check(conn, config)

@@ -137,3 +137,14 @@ def test_ordering_cost_prints_a_row_per_variant(database_url: str) -> None:
     out = run("ordering_cost.py", "--database-url", database_url, "-n", "20", "--rounds", "1")
     for variant in ("no key", "a key", "two producers, two keys", "two producers, one key"):
         assert re.search(rf"^{variant}\s+\d+\s+\d+\s+\d+$", out, re.MULTILINE), out
+
+
+def test_many_databases_prints_both_rates_and_the_small_databases_wait(database_url: str) -> None:
+    out = run(
+        "many_databases.py",
+        *("--database-url", database_url, "-n", "50", "--rounds", "1"),
+        *("--backlog", "60", "--small", "5", "--delay", "0.01"),
+    )
+    assert re.search(r"^one database\s+\d+ messages/s$", out, re.MULTILINE), out
+    assert re.search(r"^two databases, one process\s+\d+ messages/s", out, re.MULTILINE), out
+    assert re.search(r"the small database's 5 drained in [\d.]+ s", out), out

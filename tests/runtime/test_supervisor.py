@@ -209,3 +209,8 @@ def test_sigterm_while_the_supervisor_starts_its_children_leaves_none_behind(
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=10)
+
+
+def test_children_of_a_process_serving_several_databases_get_them_as_given() -> None:
+    argv = ["dispatch", "--database-url", "a", "--processes=2", "--databases", "f.toml"]
+    assert child_argv(argv, None) == ["dispatch", "--database-url", "a", "--databases", "f.toml"]
