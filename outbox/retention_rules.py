@@ -128,6 +128,14 @@ class RetentionRules:
             raise InvalidArgument("endpoint_id", f"no endpoint {endpoint_id}")
         return rows[0]
 
+    def get(
+        self, tx: Any, *, endpoint_id: int | None = None, event_type: str | None = None
+    ) -> RetentionRule | None:
+        """The rule of an endpoint or of an event type (one of the two), or None."""
+        params = _selector(endpoint_id, event_type)
+        rows = self._run(tx, rows_plan(self.queries["retention_rule_get"], params, RetentionRule))
+        return rows[0] if rows else None
+
     def all(self, tx: Any) -> list[RetentionRule]:
         """Every rule: endpoints' by id, then event types' by name."""
         return self._run(tx, rows_plan(self.queries["retention_rule_list"], {}, RetentionRule))

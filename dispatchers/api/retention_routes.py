@@ -19,17 +19,6 @@ def _shown(rule: RetentionRule) -> RetentionRuleOut:
     return RetentionRuleOut(**rule.as_dict())
 
 
-def _find(
-    conn: Conn, rules: RetentionRules, endpoint_id: int | None, event_type: str | None
-) -> RetentionRule | None:
-    for rule in rules.all(conn):
-        if endpoint_id is not None and rule.endpoint_id == endpoint_id:
-            return rule
-        if event_type is not None and rule.event_type == event_type:
-            return rule
-    return None
-
-
 def _subject(endpoint_id: int | None, event_type: str | None) -> str:
     return f"endpoint:{endpoint_id}" if endpoint_id is not None else f"event_type:{event_type}"
 
@@ -48,8 +37,8 @@ async def set_retention_rule(call: Call) -> RetentionRuleOut:
     rules = RetentionRules(schema=call.schema)
 
     def work(conn: Conn) -> RetentionRuleOut:
-        before = _find(conn, rules, body.endpoint_id, body.event_type)
         with library_errors(payload_retention="body.payload_retention_s"):
+            before = rules.get(conn, endpoint_id=body.endpoint_id, event_type=body.event_type)
             rule = rules.set(
                 conn,
                 payload_retention=body.payload_retention_s,
@@ -76,10 +65,8 @@ async def delete_retention_rule(call: Call) -> RetentionRuleDeleted:
     rules = RetentionRules(schema=call.schema)
 
     def work(conn: Conn) -> RetentionRuleDeleted:
-        if (query.endpoint_id is None) == (query.event_type is None):
-            with library_errors("query"):
-                rules.delete(conn, endpoint_id=query.endpoint_id, event_type=query.event_type)
-        before = _find(conn, rules, query.endpoint_id, query.event_type)
+        with library_errors("query"):
+            before = rules.get(conn, endpoint_id=query.endpoint_id, event_type=query.event_type)
         if before is None:
             raise not_found("retention rule of", _subject(query.endpoint_id, query.event_type))
         rules.delete(conn, endpoint_id=query.endpoint_id, event_type=query.event_type)

@@ -18,15 +18,11 @@ from dispatchers.cli._exit import ExitCode
 from dispatchers.cli._render import emit, table
 from dispatchers.ui.policy_text import format_duration
 from outbox.internal import MAX_ID
-from outbox.retention_rules import RetentionRule, RetentionRules
+from outbox.retention_rules import RetentionRules
 
 
-def _subject(rule: RetentionRule) -> str:
-    return (
-        f"endpoint {rule.endpoint_id}"
-        if rule.endpoint_id is not None
-        else (f"event type {rule.event_type}")
-    )
+def _subject(endpoint_id: int | None, event_type: str | None) -> str:
+    return f"endpoint {endpoint_id}" if endpoint_id is not None else f"event type {event_type}"
 
 
 def cmd_retention_set(args: argparse.Namespace) -> ExitCode:
@@ -40,7 +36,7 @@ def cmd_retention_set(args: argparse.Namespace) -> ExitCode:
     emit(
         args,
         rule.as_dict(),
-        f"{_subject(rule)}: delivered messages keep their payloads "
+        f"{_subject(rule.endpoint_id, rule.event_type)}: delivered messages keep their payloads "
         f"{format_duration(rule.payload_retention_s)}, then the dispatchers erase them",
     )
     return ExitCode.OK
@@ -50,7 +46,12 @@ def cmd_retention_list(args: argparse.Namespace) -> ExitCode:
     with transaction(args) as conn:
         rules = RetentionRules(schema=args.schema).all(conn)
     rows = [
-        (_subject(r), format_duration(r.payload_retention_s), r.erased_until, r.updated_at)
+        (
+            _subject(r.endpoint_id, r.event_type),
+            format_duration(r.payload_retention_s),
+            r.erased_until,
+            r.updated_at,
+        )
         for r in rules
     ]
     text = (
@@ -67,16 +68,11 @@ def cmd_retention_delete(args: argparse.Namespace) -> ExitCode:
         RetentionRules(schema=args.schema).delete(
             conn, endpoint_id=args.endpoint, event_type=args.event_type
         )
-    subject = (
-        f"endpoint {args.endpoint}"
-        if args.endpoint is not None
-        else (f"event type {args.event_type}")
-    )
     emit(
         args,
         {"endpoint_id": args.endpoint, "event_type": args.event_type, "deleted": True},
-        f"deleted the retention rule of {subject}; its payloads are kept as long as "
-        "the history (what was erased stays erased)",
+        f"deleted the retention rule of {_subject(args.endpoint, args.event_type)}; its "
+        "payloads are kept as long as the history (what was erased stays erased)",
     )
     return ExitCode.OK
 

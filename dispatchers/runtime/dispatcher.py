@@ -281,20 +281,13 @@ class Dispatcher:
         """
         config = self.config
         if config.metrics_port is not None and self._serve_metrics:
-            # Bound first, before anything needs undoing: a port already taken
-            # fails the start in one line rather than leaving a pool behind.
-            try:
-                self.metrics_server = await serve(
-                    self.metrics,
-                    host=config.metrics_host,
-                    port=config.metrics_port,
-                    healthy=self.healthy,
-                )
-            except OSError as exc:
-                raise DispatcherFailed(
-                    f"cannot serve metrics on {config.metrics_host} port {config.metrics_port}:"
-                    f" {os.strerror(exc.errno) if exc.errno else exc}"
-                ) from None
+            # bound first, before anything needs undoing (a pool left behind)
+            self.metrics_server = await serve(
+                self.metrics,
+                host=config.metrics_host,
+                port=config.metrics_port,
+                healthy=self.healthy,
+            )
         helpers: list[asyncio.Task[Any]] = []
         try:
             await self._store.open()

@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -195,19 +194,13 @@ class Fleet:
         failed (or, in a drain, when any did), once all have shut down."""
         config = self.config
         if config.metrics_port is not None:
-            try:
-                self.metrics_server = await serve(
-                    self,
-                    host=config.metrics_host,
-                    port=config.metrics_port,
-                    healthy=self.healthy,
-                    health_text=self.health_text,
-                )
-            except OSError as exc:
-                raise DispatcherFailed(
-                    f"cannot serve metrics on {config.metrics_host} port {config.metrics_port}:"
-                    f" {os.strerror(exc.errno) if exc.errno else exc}"
-                ) from None
+            self.metrics_server = await serve(
+                self,
+                host=config.metrics_host,
+                port=config.metrics_port,
+                healthy=self.healthy,
+                health_text=self.health_text,
+            )
         self.log.event(
             "fleet_started",
             databases=[m.label for m in self.members],

@@ -29,6 +29,7 @@ database's state, one per line (see :mod:`dispatchers.runtime.fleet`).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
@@ -37,6 +38,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+
+from dispatchers.errors import DispatcherFailed
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
@@ -189,8 +192,28 @@ async def serve(
 ) -> asyncio.Server:
     """Start the /metrics, /healthz and /livez server on the running loop: at most
     :data:`MAX_CONNECTIONS` at once, each closed unless its headers arrive within
-    :data:`HEADER_SECONDS`. ``health_text``, if given, is the body of /healthz."""
+    :data:`HEADER_SECONDS`. ``health_text``, if given, is the body of /healthz.
 
+    Called first thing at start, before anything needs undoing: an address that
+    cannot be bound (a port taken) is :class:`~dispatchers.errors.DispatcherFailed`,
+    which fails the start in one line."""
+    try:
+        return await _serve(metrics, host=host, port=port, healthy=healthy, health_text=health_text)
+    except OSError as exc:
+        raise DispatcherFailed(
+            f"cannot serve metrics on {host} port {port}:"
+            f" {os.strerror(exc.errno) if exc.errno else exc}"
+        ) from None
+
+
+async def _serve(
+    metrics: Exposition,
+    *,
+    host: str,
+    port: int,
+    healthy: Callable[[], bool],
+    health_text: Callable[[], bytes] | None = None,
+) -> asyncio.Server:
     open_connections = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -30,6 +30,11 @@ SET payload_retention_s = excluded.payload_retention_s, updated_at = now()
 RETURNING r.id, r.endpoint_id, r.event_type, r.payload_retention_s, r.erased_until,
           r.created_at, r.updated_at
 
+-- name: retention_rule_get
+-- The rule of one endpoint or of one event type (the other parameter NULL).
+{retention_rule_rows}
+WHERE r.endpoint_id = %(endpoint_id)s OR r.event_type = %(event_type)s
+
 -- name: retention_rule_list
 {retention_rule_rows}
 ORDER BY r.endpoint_id NULLS LAST, r.event_type
