@@ -14,6 +14,7 @@ import contextlib
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -265,6 +266,10 @@ def test_the_portal_works_in_a_frame_of_the_allowed_site_and_no_other(
         assert framed.value.status == 200  # served, and refused by the browser
         assert "frame-ancestors 'none'" in framed.value.headers["content-security-policy"]
         (frame,) = page.main_frame.child_frames
+        # the browser commits its error page a moment after the response arrives
+        deadline = time.monotonic() + 20
+        while not frame.url.startswith("chrome-error://") and time.monotonic() < deadline:
+            page.wait_for_timeout(50)
         assert frame.url.startswith("chrome-error://"), frame.url
         expect(page.frame_locator("#portal").locator("#tenant")).to_have_count(0)
         page.screenshot(path=artifacts / "portal-embedding-refused.png", full_page=True)
