@@ -1,0 +1,1 @@
+-- 0029: held for a migration of another line of work, applied in its own place.
