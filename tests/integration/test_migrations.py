@@ -431,8 +431,7 @@ def test_migrated_schema_equals_what_the_migration_files_describe(
         by_runner = catalog(conn, "by_runner")
         by_hand = catalog(conn, "by_hand")
         parts = {
-            name
-            for (name,) in conn.execute("SELECT partition FROM by_runner.history_partitions()")
+            name for (name,) in conn.execute("SELECT partition FROM by_runner.history_partitions()")
         }
 
     assert {"delivered_default", "attempts_default"} <= parts

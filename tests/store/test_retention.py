@@ -105,7 +105,12 @@ def test_retention_finds_keys_by_their_primary_key(database_url: str) -> None:
             r[0]
             for r in conn.execute(
                 "EXPLAIN " + store_queries("outbox")["retention"].text,
-                {"retention_s": 7 * 86400.0, "limit": 100},
+                {
+                    "retention_s": 7 * 86400.0,
+                    "limit": 100,
+                    "delivered_floor": None,
+                    "attempts_floor": None,
+                },
             ).fetchall()
         )
     assert "message_keys_pkey" in plan, plan
