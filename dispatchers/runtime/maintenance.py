@@ -172,6 +172,11 @@ class Rescuer(Service):
         return rescued
 
 
+EXTEND_BATCH = 4
+"""Partitions made per statement by :class:`Partitions` (each costs some 30 ms of
+catalog work under the parent table's lock, which completions wait for)."""
+
+
 def floors(partitions: Sequence[Partition]) -> dict[str, datetime | None]:
     """Per table (delivered, attempts), the lower bound of its oldest partition of
     a range: below it are only the legacy partition (bounded by MINVALUE) and
@@ -248,7 +253,12 @@ class Partitions(Service):
     async def run_once(self) -> list[str]:
         """Make the partitions ahead and drop the expired ones; return the names of
         those dropped."""
-        await self.store.extend_history(self.ahead, self.step)
+        # a few partitions per statement, each statement its own transaction: the
+        # parent's lock is held for one batch of catalog work at a time
+        while len(await self.store.extend_history(self.ahead, self.step, EXTEND_BATCH)) == (
+            EXTEND_BATCH
+        ):
+            self.report.answered(self.operation)
         self.report.answered(self.operation)
         partitions = await self.store.history_partitions()
         self.report.answered(self.operation)

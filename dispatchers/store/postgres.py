@@ -488,13 +488,14 @@ class Store:
         """The partitions of delivered and attempts, oldest first."""
         return await self._run(self.queries["history_partitions"], {}, named_row(Partition))
 
-    async def extend_history(self, ahead: float, step: str) -> list[str]:
-        """Make the history's partitions missing up to ``ahead`` seconds from now,
-        each ``step`` long; return their names (none if another dispatcher is
-        making them). Its lock waits are bounded by :data:`DDL_LOCK_TIMEOUT`."""
+    async def extend_history(self, ahead: float, step: str, most: int = 4) -> list[str]:
+        """Make up to ``most`` of the history's partitions missing up to ``ahead``
+        seconds from now, each ``step`` long; return their names (none if another
+        dispatcher is making them). Its lock waits are bounded by
+        :data:`DDL_LOCK_TIMEOUT`."""
         rows = await self._run(
             self.queries["history_extend"],
-            {"ahead_s": ahead, "step": step},
+            {"ahead_s": ahead, "step": step, "most": most},
             named_row(Made),
             timeouts=self._ddl_timeouts,
         )

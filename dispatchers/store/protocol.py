@@ -74,7 +74,7 @@ class DispatchStore(Protocol):
         """The partitions of delivered and attempts, oldest first."""
         ...
 
-    async def extend_history(self, ahead: float, step: str) -> list[str]:
+    async def extend_history(self, ahead: float, step: str, most: int = ...) -> list[str]:
         """Make the partitions missing up to ``ahead`` seconds ahead; return them."""
         ...
 

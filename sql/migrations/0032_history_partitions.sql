@@ -77,6 +77,9 @@ DECLARE
     v_pkey text := CASE parent WHEN 'delivered' THEN 'id' ELSE 'message_id, attempt' END;
     v_default text;
     v_stray boolean := false;
+    -- named in full: the search path of a caller starts with pg_catalog
+    v_schema text := (SELECT c.relnamespace::regnamespace::text FROM pg_class AS c
+                      WHERE c.oid = CAST(parent AS regclass));
 BEGIN
     SELECT h.partition INTO v_default
     FROM history_partitions() AS h
@@ -95,9 +98,9 @@ BEGIN
                        v_default, v_key, v_key)
             USING lower, upper;
     END IF;
-    EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)',
-                   v_name, parent, lower, upper);
-    EXECUTE format('ALTER TABLE %I ADD PRIMARY KEY (%s)', v_name, v_pkey);
+    EXECUTE format('CREATE TABLE %s.%I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)',
+                   v_schema, v_name, parent, lower, upper);
+    EXECUTE format('ALTER TABLE %s.%I ADD PRIMARY KEY (%s)', v_schema, v_name, v_pkey);
     IF v_stray THEN
         EXECUTE format('INSERT INTO %I SELECT * FROM _history_moving', parent);
         DROP TABLE _history_moving;
@@ -109,7 +112,10 @@ $$;
 -- Make the partitions of delivered and attempts that are missing from the end
 -- of the last one to `ahead` from now, each one `step` long (hour, day or week,
 -- aligned on its boundary in UTC; the first after a change of step is shorter,
--- up to the next boundary). Returns the names of those it made.
+-- up to the next boundary), at most `most` of them. Returns the names of those
+-- it made: as many as `most` says that more may be missing. Each partition made
+-- costs some 30 ms of catalog work, during which the parent's lock is held, so
+-- callers make a few per transaction and call again.
 --
 -- The dispatchers run it every retention interval, each of them: one at a time
 -- takes the work (a transaction-scoped advisory lock, tried, not waited for),
@@ -119,7 +125,7 @@ $$;
 -- would hold every completion behind it; failing, it is tried again next round.
 -- SECURITY DEFINER: making a partition needs to own the parent, and the
 -- dispatcher's role only writes rows.
-CREATE FUNCTION history_extend(ahead interval, step text DEFAULT 'day')
+CREATE FUNCTION history_extend(ahead interval, step text DEFAULT 'day', most integer DEFAULT 4)
 RETURNS SETOF text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 AS $$
@@ -143,10 +149,11 @@ BEGIN
         SELECT max(h.upper) INTO v_lower
         FROM history_partitions() AS h WHERE h.parent = v_parent;
         v_lower := COALESCE(v_lower, date_trunc(step, now(), 'UTC'));
-        WHILE v_lower < now() + ahead LOOP
+        WHILE v_lower < now() + ahead AND most > 0 LOOP
             v_upper := date_trunc(step, v_lower, 'UTC') + CAST('1 ' || step AS interval);
             RETURN NEXT _history_partition_add(v_parent, v_lower, v_upper);
             v_lower := v_upper;
+            most := most - 1;
         END LOOP;
     END LOOP;
 END
@@ -174,7 +181,10 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    EXECUTE format('DROP TABLE %I', partition);
+    EXECUTE format('DROP TABLE %s.%I',
+                   (SELECT c.relnamespace::regnamespace::text FROM pg_class AS c
+                    WHERE c.oid = CAST('delivered' AS regclass)),
+                   partition);
     RETURN true;
 END
 $$;
@@ -267,7 +277,7 @@ END
 $migration$;
 
 -- Days from the cutover (or today) to three days ahead; then the safety net.
-SELECT count(*) FROM history_extend(interval '3 days', 'day');
+SELECT count(*) FROM history_extend(interval '3 days', 'day', 100);
 CREATE TABLE delivered_default PARTITION OF delivered DEFAULT;
 ALTER TABLE delivered_default ADD PRIMARY KEY (id);
 CREATE TABLE attempts_default PARTITION OF attempts DEFAULT;

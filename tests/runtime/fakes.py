@@ -138,7 +138,7 @@ class FakeStore:
         self._call("history_partitions")
         return []
 
-    async def extend_history(self, ahead: float, step: str) -> list[str]:
+    async def extend_history(self, ahead: float, step: str, most: int = 4) -> list[str]:
         self._call("partitions")
         return []
 

@@ -68,11 +68,12 @@ SELECT parent, partition, lower, upper, is_default
 FROM {schema}.history_partitions()
 
 -- name: history_extend
--- Make the partitions missing up to %(ahead_s)s from now, each one %(step)s long;
--- returns those made (none while another dispatcher makes them). Sent under a
--- short lock_timeout (dispatchers.store.postgres.DDL_LOCK_TIMEOUT).
+-- Make up to %(most)s of the partitions missing up to %(ahead_s)s from now, each
+-- one %(step)s long; returns those made (none while another dispatcher makes
+-- them). Sent under a short lock_timeout
+-- (dispatchers.store.postgres.DDL_LOCK_TIMEOUT).
 SELECT made
-FROM {schema}.history_extend(make_interval(secs => %(ahead_s)s), %(step)s) AS made
+FROM {schema}.history_extend(make_interval(secs => %(ahead_s)s), %(step)s, %(most)s) AS made
 
 -- name: history_keys
 -- Before a partition of delivered is dropped: remove the idempotency keys of
