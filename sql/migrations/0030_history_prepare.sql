@@ -31,11 +31,44 @@ INSERT INTO history_partitioning (table_name, cutover)
 SELECT t, date_trunc('day', now(), 'UTC') + interval '2 days'
 FROM unnest(ARRAY['delivered', 'attempts']) AS t;
 
+-- ACCESS EXCLUSIVE on both tables, for the changes of 0030 and 0032 to their
+-- definitions: asked for with a lock_timeout of 500 ms (below deadlock_timeout,
+-- so that a completion that holds one table and wants the other is never the
+-- one cancelled), and asked again a second later, up to 120 times. While a
+-- request waits, every completion waits behind it: half a second at most per
+-- try, where the runner's own lock_timeout (60 s) would let a long reader of
+-- the history stop completions for a minute. Dropped by 0032.
+CREATE FUNCTION _history_lock() RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_tries integer := 0;
+    v_timeout text := current_setting('lock_timeout');
+BEGIN
+    LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', '500ms', true);
+            LOCK TABLE delivered, attempts IN ACCESS EXCLUSIVE MODE;
+            EXIT;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            v_tries := v_tries + 1;
+            IF v_tries >= 120 THEN
+                RAISE EXCEPTION 'delivered and attempts stayed locked by other sessions'
+                    ' for two minutes: run outbox migrate again when they are not';
+            END IF;
+            PERFORM pg_sleep(1);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_timeout, true);
+END
+$$;
+
 DO $migration$
 DECLARE
     v_cutover timestamptz := (SELECT cutover FROM history_partitioning
                               WHERE table_name = 'delivered');
 BEGIN
+    PERFORM _history_lock();
     EXECUTE format('ALTER TABLE delivered ADD CONSTRAINT delivered_cutover_check'
                    ' CHECK (completed_at < %L) NOT VALID', v_cutover);
     EXECUTE format('ALTER TABLE attempts ADD CONSTRAINT attempts_cutover_check'

@@ -30,11 +30,9 @@
 -- dispatchers.runtime.maintenance.Partitions, which say how).
 --
 -- Locks: renaming the old tables takes ACCESS EXCLUSIVE on both, which waits
--- for the statements reading them and makes those that come after wait. So
--- the lock is asked for with a lock_timeout of 500 ms (below deadlock_timeout,
--- so that a completion that holds one table and wants the other is never the
--- one cancelled), and asked again a second later, up to 120 times: completions
--- wait at most half a second per try. Once held, the rest is catalog work.
+-- for the statements reading them and makes those that come after wait; it is
+-- asked for half a second at a time (_history_lock, 0030), so completions wait
+-- at most that long per try. Once held, the rest is catalog work.
 --
 -- Privileges: the new parents get what each role held on the old tables
 -- (table and column privileges), so that dispatchers and operators go on
@@ -196,24 +194,9 @@ DECLARE
     v_cutover timestamptz;
     v_index record;
     v_grant record;
-    v_tries integer := 0;
     v_empty boolean;
 BEGIN
-    LOOP
-        BEGIN
-            PERFORM set_config('lock_timeout', '500ms', true);
-            LOCK TABLE delivered, attempts IN ACCESS EXCLUSIVE MODE;
-            EXIT;
-        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-            v_tries := v_tries + 1;
-            IF v_tries >= 120 THEN
-                RAISE EXCEPTION 'delivered and attempts stayed locked by other sessions'
-                    ' for two minutes: run outbox migrate again when they are not';
-            END IF;
-            PERFORM pg_sleep(1);
-        END;
-    END LOOP;
-    PERFORM set_config('lock_timeout', '60s', true);
+    PERFORM _history_lock();  -- (0030)
 
     FOREACH v_table IN ARRAY ARRAY['delivered', 'attempts'] LOOP
         v_key := CASE v_table WHEN 'delivered' THEN 'completed_at' ELSE 'started_at' END;
@@ -284,6 +267,7 @@ CREATE TABLE attempts_default PARTITION OF attempts DEFAULT;
 ALTER TABLE attempts_default ADD PRIMARY KEY (message_id, attempt);
 
 DROP TABLE history_partitioning;
+DROP FUNCTION _history_lock();
 
 DO $migration$
 DECLARE
