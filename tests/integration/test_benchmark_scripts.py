@@ -137,3 +137,23 @@ def test_ordering_cost_prints_a_row_per_variant(database_url: str) -> None:
     out = run("ordering_cost.py", "--database-url", database_url, "-n", "20", "--rounds", "1")
     for variant in ("no key", "a key", "two producers, two keys", "two producers, one key"):
         assert re.search(rf"^{variant}\s+\d+\s+\d+\s+\d+$", out, re.MULTILINE), out
+
+
+def test_history_scale_prints_the_removal_of_a_day_and_the_throughputs(
+    database_url: str,
+) -> None:
+    out = run(
+        "history_scale.py",
+        *("--database-url", database_url, "--rows", "3000", "--days", "3"),
+        *("--messages", "200", "--enqueues", "100"),
+    )
+    removal = re.findall(r"^\s*(\S.*?)\s+(\d+\.\d{3})\s+(\d+\.\d{2})$", out, re.MULTILINE)
+    assert [name.strip() for name, *_ in removal] == [
+        "DELETE the day, unpartitioned, 5,000 a batch",
+        "and the VACUUM it leaves",
+        "drop the day's two partitions",
+        "the day's keys, 5,000 a batch (both designs)",
+    ], out
+    assert "1,000 delivered rows" in out, out
+    throughput = re.findall(r"^(empty|large) history\s+\d+\s+\d+$", out, re.MULTILINE)
+    assert throughput == ["empty", "large"], out
