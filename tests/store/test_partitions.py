@@ -218,3 +218,35 @@ async def test_a_drop_behind_a_long_reader_gives_up_at_once_and_is_tried_next_ro
         reader.rollback()
     assert waited < DDL_LOCK_TIMEOUT + 1.5
     assert len(await service(store).run_once()) == 4  # days 9 and 8, both tables
+
+
+async def test_a_dead_messages_attempts_go_with_their_partition_and_it_keeps_its_outcome(
+    database_url: str, store: Store
+) -> None:
+    add_past_days(database_url, 9)
+    with psycopg.connect(database_url) as conn:
+        dead = Outbox().enqueue(conn, url="https://example.com/x", idempotency_key="d", json={})
+        conn.execute(
+            "UPDATE outbox.messages SET state = 'dead', attempts = 2, last_status = 500,"
+            " last_error = 'HTTP 500', completed_at = now() - interval '8 days' WHERE id = %s",
+            (dead,),
+        )
+        conn.execute(
+            "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
+            " VALUES (%s, 1, 'someone', %s, 'retry'), (%s, 2, 'someone', %s, 'failed')",
+            (dead, today() - timedelta(days=9), dead, today() - timedelta(days=1)),
+        )
+    await service(store).run_once()
+    with psycopg.connect(database_url) as conn:
+        kept = conn.execute(
+            "SELECT array_agg(CAST(attempt AS integer) ORDER BY attempt)"
+            " FROM outbox.attempts WHERE message_id = %s",
+            (dead,),
+        ).fetchone()
+        message = conn.execute(
+            "SELECT state, attempts, last_status, last_error FROM outbox.messages WHERE id = %s",
+            (dead,),
+        ).fetchone()
+    # the attempt of 9 days ago went with its day; the message says how it ended
+    assert kept == ([2],)
+    assert message == ("dead", 2, 500, "HTTP 500")
