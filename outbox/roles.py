@@ -245,8 +245,9 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
                 "message_id", "attempt", "owner", "started_at", "duration_ms", "status",
                 "outcome", "error_class", "error", "response_excerpt",
             ),
-            # which outcomes an earlier try recorded (recorded_attempts)
-            "SELECT": ("message_id", "attempt", "owner", "outcome"),
+            # which outcomes an earlier try recorded (recorded_attempts); the
+            # start, which bounds retention's batches below the partitions (0032)
+            "SELECT": ("message_id", "attempt", "owner", "outcome", "started_at"),
             "DELETE": WHOLE_TABLE,
         },
         # retention removes old events, locking them first (as for delivered)

@@ -258,10 +258,8 @@ class Partitions(Service):
         while len(await self.store.extend_history(self.ahead, self.step, EXTEND_BATCH)) == (
             EXTEND_BATCH
         ):
-            self.report.answered(self.operation)
-        self.report.answered(self.operation)
+            pass
         partitions = await self.store.history_partitions()
-        self.report.answered(self.operation)
         budget = self.batches
         dropped = []
         for partition in expired(partitions, self._clock(), self.retention):
@@ -271,8 +269,11 @@ class Partitions(Service):
                     break  # its keys go on at the next round
             if await self.store.drop_partition(partition.partition):
                 dropped.append(partition.partition)
-            self.report.answered(self.operation)
             self._after.pop(partition.partition, None)
+        # once per round, when every statement of it was answered: an error that
+        # one of them meets at every round counts as the round's (the watchdog
+        # stops a dispatcher whose operation fails for good for a lease)
+        self.report.answered(self.operation)
         return dropped
 
     async def _remove_keys(self, partition: Partition, budget: int) -> int:
@@ -291,7 +292,6 @@ class Partitions(Service):
             removed = await self.store.remove_partition_keys(
                 partition.lower, upper, after, self.batch
             )
-            self.report.answered(self.operation)
             if removed.last is not None:
                 self._after[partition.partition] = removed.last
             if removed.rows < self.batch:
@@ -331,8 +331,9 @@ class Retention(Service):
     async def run_once(self) -> int:
         """Remove expired history and events until none is left or the round is
         over; return how many history rows went."""
+        # not reported as answered alone: a batch that keeps failing must count as
+        # the round's error for as long as it does (the watchdog's rule)
         below = floors(await self.store.history_partitions())
-        self.report.answered(self.operation)
         total = 0
         for i in range(self.batches):
             if i:

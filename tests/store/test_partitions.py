@@ -250,3 +250,33 @@ async def test_a_dead_messages_attempts_go_with_their_partition_and_it_keeps_its
     # the attempt of 9 days ago went with its day; the message says how it ended
     assert kept == ([2],)
     assert message == ("dead", 2, 500, "HTTP 500")
+
+
+async def test_rescue_records_each_lost_attempt_once_without_an_arbiter_index(
+    database_url: str, store: Store
+) -> None:
+    """attempts has no unique index across its partitions, so rescue checks for
+    the row instead of ON CONFLICT: a row already there (written by someone else)
+    stops neither the rescue nor the recording of the other lost attempts."""
+    with psycopg.connect(database_url) as conn:
+        box = Outbox()
+        ids = [
+            box.enqueue(conn, url="https://example.com/x", idempotency_key=k, json={})
+            for k in ("stray", "plain")
+        ]
+        conn.execute(
+            "UPDATE outbox.messages SET state = 'running', attempts = 1, lease_owner = 'gone',"
+            " lease_until = now() - interval '1 second' WHERE id = ANY(%s)",
+            (ids,),
+        )
+        conn.execute(
+            "INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)"
+            " VALUES (%s, 1, 'gone', now() - interval '2 days', 'lease_expired')",
+            (ids[0],),
+        )
+    assert sorted(await store.rescue()) == [(ids[0], "ready"), (ids[1], "ready")]
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT message_id, count(*) FROM outbox.attempts GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    assert rows == [(ids[0], 1), (ids[1], 1)]
