@@ -80,14 +80,10 @@ FROM {schema}.history_extend(make_interval(secs => %(ahead_s)s), %(step)s, %(mos
 -- one batch of its rows, those in [%(lower)s, %(upper)s) (the partition's range,
 -- so the plan reads that partition alone) with an id above %(after)s, by id
 -- (each partition has its primary key on id). message_keys is not partitioned:
--- its primary key is what makes a key unique across the history. Its rows are
--- found by message_id (unique: a key row names one message), whose index is in
--- the order of the batch's ids, as the rows themselves mostly are, rather than
--- by the primary key (target, key), where each probe lands anywhere in a large
--- tree. A key forgotten and taken again by a newer message names that message,
--- and stays. Returns the rows read and the last id, where the next batch starts.
+-- its primary key is what makes a key unique across the history. Returns the
+-- rows read and the last id, where the next batch starts.
 WITH batch AS (
-    SELECT d.id
+    SELECT d.id, d.target, d.idempotency_key
     FROM {schema}.delivered AS d
     WHERE d.completed_at >= COALESCE(CAST(%(lower)s AS timestamptz), '-infinity')
       AND d.completed_at < %(upper)s
@@ -97,7 +93,9 @@ WITH batch AS (
 ), gone AS (
     DELETE FROM {schema}.message_keys AS k
     USING batch
-    WHERE k.message_id = batch.id
+    WHERE k.target = batch.target
+      AND k.idempotency_key = batch.idempotency_key
+      AND k.message_id = batch.id
 )
 SELECT count(*) AS rows, max(id) AS last FROM batch
 
