@@ -20,7 +20,11 @@ Four roles share an outbox schema:
   the health columns of an endpoint; it may disable an endpoint but not enable
   one (migration 0020: only a role that may change an endpoint's URL may). It
   raises two alerts through the functions ``alert_lag`` and ``alert_unknown_key``
-  (migration 0028); the others are raised by triggers, as the schema's owner;
+  (migration 0028); the others are raised by triggers, as the schema's owner.
+  It makes and drops the partitions of the history (delivered, attempts)
+  through ``history_extend`` and ``history_drop`` (migration 0032), which do
+  it as the owner; no role holds a privilege on a partition itself: a statement
+  through the parent table is checked against the parent's alone;
 - an **operator** runs the admin commands (endpoints, dead letters, replay, status,
   portal links, the dashboard with its consumer portal and API), which between them
   read and write every table (the API's audit log: read and added to only); it
@@ -149,16 +153,35 @@ SEQUENCES: Final = (
 )
 """Every sequence of the schema (an identity column's is used without a grant)."""
 
-FUNCTIONS: Final = ("enqueue", "publish", "alert_lag", "alert_unknown_key", "expire_payloads")
-"""The functions a role may be granted ``EXECUTE`` on (migrations 0022, 0028 and 0029);
+FUNCTIONS: Final = (
+    "enqueue",
+    "publish",
+    "alert_lag",
+    "alert_unknown_key",
+    "expire_payloads",
+    "history_partitions",
+    "history_extend",
+    "history_drop",
+)
+"""The functions a role may be granted ``EXECUTE`` on (migrations 0022, 0028, 0029
+and 0032);
 the schema's other functions are theirs to call, as its owner, and no role's."""
 
 EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {
     "producer": ("enqueue", "publish"),
     # the alerts it raises (0028): lag past --lag-alert, a secret under a key it lacks
-    # and the erasure of payloads past their retention rules (0029), which changes
-    # bodies that its table grants do not let it touch
-    "dispatcher": ("alert_lag", "alert_unknown_key", "expire_payloads"),
+    "dispatcher": (
+        "alert_lag",
+        "alert_unknown_key",
+        # the erasure of payloads past their retention rules (0029), which changes
+        # bodies that its table grants do not let it touch
+        "expire_payloads",
+        # the history's partitions (0032): listed, made ahead, dropped past the
+        # retention period, as the owner (the role owns no table to do it itself)
+        "history_partitions",
+        "history_extend",
+        "history_drop",
+    ),
 }
 """The functions each role may execute."""
 
@@ -230,8 +253,9 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
                 "message_id", "attempt", "owner", "started_at", "duration_ms", "status",
                 "outcome", "error_class", "error", "response_excerpt",
             ),
-            # which outcomes an earlier try recorded (recorded_attempts)
-            "SELECT": ("message_id", "attempt", "owner", "outcome"),
+            # which outcomes an earlier try recorded (recorded_attempts); the
+            # start, which bounds retention's batches below the partitions (0032)
+            "SELECT": ("message_id", "attempt", "owner", "outcome", "started_at"),
             "DELETE": WHOLE_TABLE,
         },
         # retention removes old events, locking them first (as for delivered)

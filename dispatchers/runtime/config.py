@@ -54,6 +54,10 @@ MAX_NUMBER = 1e9
 HTTP_CLIENTS = ("httpx", "aiohttp")
 """The HTTP clients a dispatcher can send with (``DispatcherConfig.http_client``)."""
 
+HISTORY_PARTITIONS = ("hour", "day", "week")
+"""The ranges of the history's partitions (``history_partition``), each aligned on
+its boundary in UTC."""
+
 IDEMPOTENCY_KEY_FORMATS = ("structured", "raw")
 """How the ``Idempotency-Key`` header carries a key (``idempotency_key_format``)."""
 
@@ -310,15 +314,35 @@ class DispatcherConfig:
     retention: float = field(
         default=7 * 24 * 3600.0,
         metadata=option(
-            "delete delivered messages, their attempts and keys this long after "
-            "delivery, and the records of events published this long ago, in small "
-            "batches; dead messages are kept until purged",
+            "keep delivered messages and attempts this long, then drop them a whole "
+            "partition at a time (the history before the partitioning, and keys and "
+            "records of events published this long ago, go in small batches); dead "
+            "messages are kept until purged, their attempts as long as the rest",
             values="span",
             metavar="SPAN",
         ),
     )
     retention_interval: float = field(default=60.0, metadata=kind("seconds"))
     retention_batch: int = field(default=5000, metadata=kind("count"))
+    history_partition: str = field(
+        default="day",
+        metadata=option(
+            "the range of each partition of the history (delivered, attempts) made "
+            "from now on; history is dropped a partition at a time, so it is kept up "
+            "to this much past --retention",
+            choices=HISTORY_PARTITIONS,
+        ),
+    )
+    history_ahead: float = field(
+        default=3 * 24 * 3600.0,
+        metadata=option(
+            "make the history's partitions this far ahead, at start and every minute; "
+            "what no partition covers goes to a default one, and is moved out when "
+            "its partition is made",
+            values="span",
+            metavar="SPAN",
+        ),
+    )
     #: how often the backlog is read, for the gauges of /metrics and for --lag-alert
     #: (with either only)
     backlog_interval: float = field(default=15.0, metadata=kind("seconds"))
@@ -533,6 +557,11 @@ class DispatcherConfig:
             raise ConfigurationError(
                 f"http_client: must be one of {', '.join(map(repr, HTTP_CLIENTS))}, "
                 f"got {self.http_client!r}"
+            )
+        if self.history_partition not in HISTORY_PARTITIONS:
+            raise ConfigurationError(
+                f"history_partition: must be one of {', '.join(map(repr, HISTORY_PARTITIONS))}, "
+                f"got {self.history_partition!r}"
             )
         if self.event_loop not in EVENT_LOOPS:
             raise ConfigurationError(

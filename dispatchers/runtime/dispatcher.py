@@ -12,9 +12,9 @@ serves several databases (:mod:`dispatchers.runtime.fleet`). The dispatcher
 composes the rest:
 
 - the **flusher** (:mod:`dispatchers.runtime.flusher`) writes outcomes in fenced batches;
-- the **heartbeat**, the **rescuer** and **retention**
-  (:mod:`dispatchers.runtime.maintenance`) renew leases, hand on expired ones, and remove
-  old history;
+- the **heartbeat**, the **rescuer**, the history's **partitions** and **retention**
+  (:mod:`dispatchers.runtime.maintenance`) renew leases, hand on expired ones, make
+  partitions ahead and drop old ones, and remove the rest of the old history;
 - the **breakers** (:mod:`dispatchers.runtime.breakers`) hold a destination that asked
   for a pause (Retry-After) and open the circuit breaker of one that fails most
   of its attempts, so that claims pass its messages over;
@@ -64,7 +64,13 @@ from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.flights import Flight, Flights
 from dispatchers.runtime.flusher import Flusher, OutcomeWriter
 from dispatchers.runtime.log import EventLog
-from dispatchers.runtime.maintenance import BacklogGauge, Heartbeat, Rescuer, Retention
+from dispatchers.runtime.maintenance import (
+    BacklogGauge,
+    Heartbeat,
+    Partitions,
+    Rescuer,
+    Retention,
+)
 from dispatchers.runtime.metrics import serve, urls
 from dispatchers.runtime.opening import Opener
 from dispatchers.runtime.reporting import Reporter, Stats
@@ -187,6 +193,15 @@ class Dispatcher:
                 lost=self._lose,
             ),
             Rescuer(store, report, interval=config.rescue_interval, rescued=self._wake.set),
+            Partitions(
+                store,
+                report,
+                interval=config.retention_interval,
+                retention=config.retention,
+                ahead=config.history_ahead,
+                step=config.history_partition,
+                batch=config.retention_batch,
+            ),
             Retention(
                 store, report, interval=config.retention_interval, batch=config.retention_batch
             ),

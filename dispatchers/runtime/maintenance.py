@@ -5,8 +5,12 @@
   abandoned.
 - :class:`Rescuer` returns expired leases (of dispatchers that died or froze) to
   ``ready``, or to ``dead`` when their attempts are spent.
-- :class:`Retention` removes delivered history past the retention period, in
-  bounded batches.
+- :class:`Partitions` makes the partitions of the history (delivered, attempts)
+  ahead of time and drops those whose whole range is past the retention period,
+  the idempotency keys of their rows first, in bounded batches.
+- :class:`Retention` removes, in bounded batches, what is not dropped a partition
+  at a time: the history of before the partitioning (the legacy partition) and
+  of the default partition past the retention period, and old event records.
 - :class:`BacklogGauge` reads the ready messages due per destination into the
   ``/metrics`` gauges, and with ``--lag-alert`` hands the read to a
   :class:`~dispatchers.runtime.alerts.LagWatch` (it runs only for either).
@@ -29,7 +33,8 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
 from dispatchers.runtime.alerts import LagWatch
@@ -37,8 +42,18 @@ from dispatchers.runtime.backoff import Backoff
 from dispatchers.runtime.flights import Flights, Lease
 from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.protocol import DispatchStore
+from dispatchers.store.rows import Partition
 
-__all__ = ["BacklogGauge", "Heartbeat", "Rescuer", "Retention", "Service"]
+__all__ = [
+    "BacklogGauge",
+    "Heartbeat",
+    "Partitions",
+    "Rescuer",
+    "Retention",
+    "Service",
+    "expired",
+    "floors",
+]
 
 
 class Service(ABC):
@@ -157,12 +172,141 @@ class Rescuer(Service):
         return rescued
 
 
+EXTEND_BATCH = 4
+"""Partitions made per statement by :class:`Partitions` (each costs some 30 ms of
+catalog work under the parent table's lock, which completions wait for)."""
+
+
+def floors(partitions: Sequence[Partition]) -> dict[str, datetime | None]:
+    """Per table (delivered, attempts), the lower bound of its oldest partition of
+    a range: below it are only the legacy partition (bounded by MINVALUE) and
+    the default one, whose rows :class:`Retention` removes one by one. None for
+    a table with no such partition (then every row is theirs)."""
+    found: dict[str, datetime | None] = {"delivered": None, "attempts": None}
+    for p in partitions:
+        if p.lower is not None:
+            current = found.get(p.parent)
+            found[p.parent] = p.lower if current is None else min(current, p.lower)
+    return found
+
+
+def expired(partitions: Sequence[Partition], now: datetime, retention: float) -> list[Partition]:
+    """The partitions whose whole range ended at least ``retention`` seconds before
+    ``now`` (never the default one), delivered's first, each table's oldest first."""
+    horizon = now - timedelta(seconds=retention)
+    old = [p for p in partitions if p.upper is not None and p.upper <= horizon]
+    return sorted(old, key=lambda p: (p.parent != "delivered", p.upper))
+
+
+class Partitions(Service):
+    """Keeps the history (delivered, attempts) partitioned by time (migration 0032).
+
+    A round makes the partitions missing up to ``ahead`` seconds from now, each
+    ``step`` long (hour, day or week); then, for each partition whose whole range
+    ended before the retention period, removes the idempotency keys of its rows
+    (``message_keys`` is not partitioned: its primary key keeps a key unique
+    across the history), ``batch`` rows per statement, and drops it. So
+    delivered messages and attempts are kept at least the retention period, and
+    at most one ``step`` more.
+
+    Every dispatcher runs it; the database makes it safe: one at a time makes
+    partitions (the others skip), a drop of a partition already dropped returns
+    false, and keys already removed are not found again. A round removes at most
+    ``batches`` batches of keys, pausing ``pause`` seconds between two, as
+    :class:`Retention` does; where a partition's keys stopped is remembered for
+    the next round. Making or dropping a partition waits for its lock a moment
+    only (:data:`~dispatchers.store.postgres.DDL_LOCK_TIMEOUT`); one that cannot
+    have it fails the round, which is tried again after the backoff, so a long
+    reader of the history never holds completions up behind the drop.
+
+    The first round runs at once: a dispatcher that was stopped for days makes
+    the partitions it missed before anything else.
+    """
+
+    operation = "partitions"
+    wait_first = False
+
+    def __init__(
+        self,
+        store: DispatchStore,
+        report: Reporter,
+        *,
+        interval: float,
+        retention: float,
+        ahead: float,
+        step: str,
+        batch: int,
+        batches: int = 20,
+        pause: float = 0.1,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        super().__init__(store, report, interval=interval)
+        self.retention = retention
+        self.ahead = ahead
+        self.step = step
+        self.batch = batch
+        self.batches = batches
+        self.pause = pause
+        self._clock = clock
+        self._after: dict[str, int] = {}
+
+    async def run_once(self) -> list[str]:
+        """Make the partitions ahead and drop the expired ones; return the names of
+        those dropped."""
+        # a few partitions per statement, each statement its own transaction: the
+        # parent's lock is held for one batch of catalog work at a time
+        while len(await self.store.extend_history(self.ahead, self.step, EXTEND_BATCH)) == (
+            EXTEND_BATCH
+        ):
+            pass
+        partitions = await self.store.history_partitions()
+        budget = self.batches
+        dropped = []
+        for partition in expired(partitions, self._clock(), self.retention):
+            if partition.parent == "delivered":
+                budget = await self._remove_keys(partition, budget)
+                if budget < 0:
+                    break  # its keys go on at the next round
+            if await self.store.drop_partition(partition.partition):
+                dropped.append(partition.partition)
+            self._after.pop(partition.partition, None)
+        # once per round, when every statement of it was answered: an error that
+        # one of them meets at every round counts as the round's (the watchdog
+        # stops a dispatcher whose operation fails for good for a lease)
+        self.report.answered(self.operation)
+        return dropped
+
+    async def _remove_keys(self, partition: Partition, budget: int) -> int:
+        """Remove the keys of ``partition``'s rows, within ``budget`` batches; return
+        the budget left, or -1 if it ran out first."""
+        upper = partition.upper
+        if upper is None:  # the default partition: never expired, never dropped
+            return budget
+        while True:
+            if budget <= 0:
+                return -1
+            if budget < self.batches:
+                await asyncio.sleep(self.pause)
+            budget -= 1
+            after = self._after.get(partition.partition, 0)
+            removed = await self.store.remove_partition_keys(
+                partition.lower, upper, after, self.batch
+            )
+            if removed.last is not None:
+                self._after[partition.partition] = removed.last
+            if removed.rows < self.batch:
+                return budget
+
+
 class Retention(Service):
-    """Removes history past the retention period, ``batch`` rows per statement,
-    and as many records of events published before it (``publish`` dedupes an
-    event key for the retention period); then erases the payloads that the
-    retention rules (:mod:`outbox.retention_rules`) keep for less, ``batch``
-    messages per rule and statement.
+    """Removes history past the retention period that is not dropped a partition
+    at a time, ``batch`` rows per statement: the rows below the oldest partition
+    of a range (see :func:`floors`: the legacy partition, the table before it was
+    partitioned, and the default partition), with their attempts and keys; and
+    as many records of events published before it (``publish`` dedupes an event
+    key for the retention period); then erases the payloads that the retention
+    rules (:mod:`outbox.retention_rules`) keep for less, ``batch`` messages per
+    rule and statement.
 
     A round removes up to ``batches`` batches, pausing ``pause`` seconds between
     two full ones so that claims and outcome writes get in between: no statement
@@ -189,11 +333,18 @@ class Retention(Service):
     async def run_once(self) -> int:
         """Remove expired history and events until none is left or the round is
         over; return how many history rows went."""
+        # not reported as answered alone: a batch that keeps failing must count as
+        # the round's error for as long as it does (the watchdog's rule)
+        below = floors(await self.store.history_partitions())
         total = 0
         for i in range(self.batches):
             if i:
                 await asyncio.sleep(self.pause)
-            removed = await self.store.remove_history(self.batch)
+            removed = await self.store.remove_history(
+                self.batch,
+                delivered_floor=below["delivered"],
+                attempts_floor=below["attempts"],
+            )
             self.report.answered(self.operation)
             self.report.stats.history_removed += removed.history
             total += removed.history

@@ -19,6 +19,7 @@ import os
 import socket
 import weakref
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
@@ -31,10 +32,14 @@ from dispatchers.store.protocol import Busy
 from dispatchers.store.rows import (
     Backlog,
     Completed,
+    Dropped,
     Erased,
     HealthRow,
     KeyAlerted,
+    KeysRemoved,
     LagAlerted,
+    Made,
+    Partition,
     Recorded,
     Remaining,
     Removed,
@@ -80,6 +85,12 @@ BACKLOG_CAP = 10_000
 """The most ready messages the backlog counts per destination: a destination
 that shows this many has at least as many."""
 
+
+DDL_LOCK_TIMEOUT = 0.5
+"""Seconds the statements that make or drop a partition of the history wait for
+their lock on the parent table (ACCESS EXCLUSIVE, for a moment). While one waits,
+every completion waits behind it: a short wait, failing behind a long reader and
+tried again at the next round, stalls them for no longer than this."""
 
 RECONNECT_TIMEOUT = 2.0
 """Seconds the pool goes on trying to replace a lost connection (after 1 s, then
@@ -164,6 +175,11 @@ class Store:
         self.round_trips = 0  # statements sent; each is one network round trip
         self._timeouts = timeout_values(config, config.statement_timeout)
         self._claim_timeouts = timeout_values(config, config.claim_timeout)
+        self._ddl_timeouts = (
+            self._timeouts[0],
+            f"{int(DDL_LOCK_TIMEOUT * 1000)}ms",
+            self._timeouts[2],
+        )
         # the statements prepared on each connection, and the size of the hot
         # table (pages) when each was planned (see _run)
         self._prepared: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], dict[str, int]] = (
@@ -173,6 +189,7 @@ class Store:
         self._bounds: dict[tuple[str, ...], float] = {
             self._timeouts: answer_bound(config.statement_timeout),
             self._claim_timeouts: answer_bound(config.claim_timeout),
+            self._ddl_timeouts: answer_bound(config.statement_timeout),
         }
         # autocommit: each statement is its own implicit transaction (see _run)
         kwargs: dict[str, Any] = {
@@ -451,12 +468,24 @@ class Store:
         rows = await self._run(self.queries["rescue"], {"limit": limit}, named_row(Rescued))
         return [(r.id, r.state) for r in rows]
 
-    async def remove_history(self, limit: int) -> Removed:
-        """Delete one batch of delivered history, and one of event records, older
-        than the retention period."""
+    async def remove_history(
+        self,
+        limit: int,
+        *,
+        delivered_floor: datetime | None = None,
+        attempts_floor: datetime | None = None,
+    ) -> Removed:
+        """Delete one batch of delivered history older than the retention period
+        and below the floors (the oldest partition of a range of each table: what
+        is above goes a partition at a time), and one of event records."""
         rows = await self._run(
             self.queries["retention"],
-            {"retention_s": self.config.retention, "limit": limit},
+            {
+                "retention_s": self.config.retention,
+                "limit": limit,
+                "delivered_floor": delivered_floor,
+                "attempts_floor": attempts_floor,
+            },
             named_row(Removed),
         )
         return rows[0]
@@ -469,6 +498,46 @@ class Store:
             {"limit": limit, "marker": EXPUNGED_BODY},
             named_row(Erased),
         )
+
+    async def history_partitions(self) -> list[Partition]:
+        """The partitions of delivered and attempts, oldest first."""
+        return await self._run(self.queries["history_partitions"], {}, named_row(Partition))
+
+    async def extend_history(self, ahead: float, step: str, most: int = 4) -> list[str]:
+        """Make up to ``most`` of the history's partitions missing up to ``ahead``
+        seconds from now, each ``step`` long; return their names (none if another
+        dispatcher is making them). Its lock waits are bounded by
+        :data:`DDL_LOCK_TIMEOUT`."""
+        rows = await self._run(
+            self.queries["history_extend"],
+            {"ahead_s": ahead, "step": step, "most": most},
+            named_row(Made),
+            timeouts=self._ddl_timeouts,
+        )
+        return [r.made for r in rows]
+
+    async def remove_partition_keys(
+        self, lower: datetime | None, upper: datetime, after: int, limit: int
+    ) -> KeysRemoved:
+        """Remove the idempotency keys of up to ``limit`` history rows completed in
+        [``lower``, ``upper``) with an id above ``after``."""
+        rows = await self._run(
+            self.queries["history_keys"],
+            {"lower": lower, "upper": upper, "after": after, "limit": limit},
+            named_row(KeysRemoved),
+        )
+        return rows[0]
+
+    async def drop_partition(self, partition: str) -> bool:
+        """Drop ``partition`` if its whole range is past the retention period.
+        Its lock waits are bounded by :data:`DDL_LOCK_TIMEOUT`."""
+        rows = await self._run(
+            self.queries["history_drop"],
+            {"partition": partition, "retention_s": self.config.retention},
+            named_row(Dropped),
+            timeouts=self._ddl_timeouts,
+        )
+        return rows[0].dropped
 
     async def backlog(self, top: int, cap: int = BACKLOG_CAP) -> list[Backlog]:
         """The ready messages due now per destination (counted up to ``cap``

@@ -9,10 +9,11 @@ knows only this protocol, so its tests can give it a store in memory.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from dispatchers.store.messages import ClaimResult, Completion
-from dispatchers.store.rows import Backlog, Erased, HealthRow, Removed
+from dispatchers.store.rows import Backlog, Erased, HealthRow, KeysRemoved, Partition, Removed
 
 Busy = Mapping[str, int] | None
 """Requests in flight per destination, for a claim (None: none)."""
@@ -59,8 +60,32 @@ class DispatchStore(Protocol):
         """Hand expired leases on; return (id, new state) pairs."""
         ...
 
-    async def remove_history(self, limit: int) -> Removed:
-        """Delete one batch of history past the retention period."""
+    async def remove_history(
+        self,
+        limit: int,
+        *,
+        delivered_floor: datetime | None = None,
+        attempts_floor: datetime | None = None,
+    ) -> Removed:
+        """Delete one batch of history past the retention period, below the floors."""
+        ...
+
+    async def history_partitions(self) -> list[Partition]:
+        """The partitions of delivered and attempts, oldest first."""
+        ...
+
+    async def extend_history(self, ahead: float, step: str, most: int = ...) -> list[str]:
+        """Make the partitions missing up to ``ahead`` seconds ahead; return them."""
+        ...
+
+    async def remove_partition_keys(
+        self, lower: datetime | None, upper: datetime, after: int, limit: int
+    ) -> KeysRemoved:
+        """Remove the keys of one batch of history rows of a partition's range."""
+        ...
+
+    async def drop_partition(self, partition: str) -> bool:
+        """Drop a partition past the retention period; whether it was."""
         ...
 
     async def expire_payloads(self, limit: int) -> list[Erased]:

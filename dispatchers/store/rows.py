@@ -113,6 +113,38 @@ class Erased(NamedTuple):
     erased: int
 
 
+class Partition(NamedTuple):
+    """A row of ``history_partitions``: a partition of delivered or attempts and its
+    range; ``lower`` None is MINVALUE (the legacy partition), and the default
+    partition has neither bound."""
+
+    parent: str
+    partition: str
+    lower: datetime | None
+    upper: datetime | None
+    is_default: bool
+
+
+class KeysRemoved(NamedTuple):
+    """A row of ``history_keys``: the history rows of one batch whose keys were
+    removed, and the last id read (None when none was)."""
+
+    rows: int
+    last: int | None
+
+
+class Made(NamedTuple):
+    """A row of ``history_extend``: a partition made."""
+
+    made: str
+
+
+class Dropped(NamedTuple):
+    """The row of ``history_drop``: whether the partition was dropped."""
+
+    dropped: bool
+
+
 class Backlog(NamedTuple):
     """A row of ``backlog``: a destination's ready messages due now, and how long
     the oldest has been due; destination None sums the destinations past the

@@ -148,3 +148,21 @@ def test_many_databases_prints_both_rates_and_the_small_databases_wait(database_
     assert re.search(r"^one database\s+\d+ messages/s$", out, re.MULTILINE), out
     assert re.search(r"^two databases, one process\s+\d+ messages/s", out, re.MULTILINE), out
     assert re.search(r"the small database's 5 drained in [\d.]+ s", out), out
+def test_history_scale_prints_the_removal_of_a_day_and_the_throughputs(
+    database_url: str,
+) -> None:
+    out = run(
+        "history_scale.py",
+        *("--database-url", database_url, "--rows", "3000", "--days", "3"),
+        *("--messages", "200", "--enqueues", "100"),
+    )
+    removal = re.findall(r"^\s*(\S.*?)\s+(\d+\.\d{3})\s+(\d+\.\d{2})$", out, re.MULTILINE)
+    assert [name.strip() for name, *_ in removal] == [
+        "DELETE the day, unpartitioned, 5,000 a batch",
+        "and the VACUUM it leaves",
+        "drop the day's two partitions",
+        "the day's keys, 5,000 a batch (both designs)",
+    ], out
+    assert "1,000 delivered rows" in out, out
+    throughput = re.findall(r"^(empty|large) history\s+\d+\s+\d+$", out, re.MULTILINE)
+    assert throughput == ["empty", "large"], out

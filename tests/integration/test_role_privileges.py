@@ -32,8 +32,17 @@ LIVE_COLUMNS = """
     JOIN pg_catalog.pg_class AS c ON c.oid = a.attrelid
     JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
     WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+      AND NOT c.relispartition
       AND a.attnum > 0 AND NOT a.attisdropped
     ORDER BY c.relname, a.attnum
+"""
+
+LIVE_PARTITIONS = """
+    SELECT c.relname
+    FROM pg_catalog.pg_class AS c
+    JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+    WHERE n.nspname = %(schema)s AND c.relispartition AND c.relkind IN ('r', 'p')
+    ORDER BY c.relname
 """
 
 LIVE_SEQUENCES = """
@@ -150,4 +159,25 @@ def test_each_role_takes_ids_from_exactly_its_sequences_and_creates_nothing(
             create = sql.SQL("CREATE TABLE {} (id int)").format(sql.Identifier(SCHEMA, "sneaky"))
             if allowed(conn, create):
                 wrong.append((kind, "CREATE", SCHEMA))
+    assert wrong == []
+
+
+def test_partitions_of_the_history_are_reached_through_their_parents_only(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """delivered and attempts are partitioned (migration 0032): a statement through
+    the parent is checked against the parent's privileges alone, so no role holds
+    any on a partition, and none reads or changes one by its own name."""
+    grant_all(database_url, roles, capsys)
+    with psycopg.connect(database_url) as conn:
+        partitions = [name for (name,) in conn.execute(LIVE_PARTITIONS, {"schema": SCHEMA})]
+    assert {"delivered_default", "attempts_default"} <= set(partitions)
+    wrong = []
+    for kind in ROLES:
+        with psycopg.connect(roles.urls[kind], autocommit=True) as conn:
+            for partition in partitions:
+                target = sql.Identifier(SCHEMA, partition)
+                for probe in ("SELECT 1 FROM {} WHERE false", "DELETE FROM {} WHERE false"):
+                    if allowed(conn, sql.SQL(probe).format(target)):
+                        wrong.append((kind, partition, probe.split()[0]))
     assert wrong == []

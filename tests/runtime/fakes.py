@@ -14,7 +14,7 @@ from typing import Any
 
 from dispatchers.store.messages import Claimed, ClaimResult, Completion
 from dispatchers.store.protocol import Busy
-from dispatchers.store.rows import Backlog, Erased, HealthRow, Removed
+from dispatchers.store.rows import Backlog, Erased, HealthRow, KeysRemoved, Partition, Removed
 
 
 @dataclass
@@ -124,13 +124,37 @@ class FakeStore:
         self._call("rescue")
         return []
 
-    async def remove_history(self, limit: int) -> Removed:
+    async def remove_history(
+        self,
+        limit: int,
+        *,
+        delivered_floor: datetime | None = None,
+        attempts_floor: datetime | None = None,
+    ) -> Removed:
         self._call("retention")
         return Removed(0, 0)
 
     async def expire_payloads(self, limit: int) -> list[Erased]:
         self._call("expire_payloads")
         return []
+
+    async def history_partitions(self) -> list[Partition]:
+        self._call("history_partitions")
+        return []
+
+    async def extend_history(self, ahead: float, step: str, most: int = 4) -> list[str]:
+        self._call("partitions")
+        return []
+
+    async def remove_partition_keys(
+        self, lower: datetime | None, upper: datetime, after: int, limit: int
+    ) -> KeysRemoved:
+        self._call("partitions")
+        return KeysRemoved(0, None)
+
+    async def drop_partition(self, partition: str) -> bool:
+        self._call("partitions")
+        return False
 
     async def backlog(self, top: int, cap: int = 10_000) -> list[Backlog]:
         self._call("backlog")

@@ -47,8 +47,8 @@ FAILS_WITHIN = 15.0
 GRANTS = (
     "GRANT USAGE ON SCHEMA outbox TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA outbox TO {role}",
-    "GRANT EXECUTE ON FUNCTION outbox.alert_lag, outbox.alert_unknown_key, outbox.expire_payloads"
-    " TO {role}",
+    "GRANT EXECUTE ON FUNCTION outbox.alert_lag, outbox.alert_unknown_key, outbox.expire_payloads,"
+    " outbox.history_partitions, outbox.history_extend, outbox.history_drop TO {role}",
 )
 """Everything a dispatcher role could need in the outbox schema, and more."""
 

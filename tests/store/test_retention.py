@@ -43,7 +43,10 @@ async def test_history_past_retention_is_removed_in_batches_and_the_rest_kept(
     with psycopg.connect(database_url) as conn:
         add_history(conn, 1_000_001, 1_002_500, "8 days")  # expired
         add_history(conn, 2_000_001, 2_000_100, "6 days")  # kept
-        # a dead message's attempts are kept until it is purged
+        # the rows here are older than every partition of the template's history
+        # (the default partition's): retention's batches remove a delivered
+        # message's attempts with it, never a dead message's, whose attempts go
+        # only with their partition (tests/store/test_partitions.py)
         dead = Outbox().enqueue(conn, url="https://example.com/x", idempotency_key="dead", json={})
         conn.execute(
             "UPDATE outbox.messages SET state = 'dead', attempts = 1,"
@@ -105,7 +108,12 @@ def test_retention_finds_keys_by_their_primary_key(database_url: str) -> None:
             r[0]
             for r in conn.execute(
                 "EXPLAIN " + store_queries("outbox")["retention"].text,
-                {"retention_s": 7 * 86400.0, "limit": 100},
+                {
+                    "retention_s": 7 * 86400.0,
+                    "limit": 100,
+                    "delivered_floor": None,
+                    "attempts_floor": None,
+                },
             ).fetchall()
         )
     assert "message_keys_pkey" in plan, plan

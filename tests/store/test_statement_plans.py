@@ -169,20 +169,39 @@ def test_the_occasional_statements_reach_their_rows_by_index_without_jit(
             " lease_until = now() - interval '1 minute' WHERE id <= 1000"
         )
         conn.execute("ANALYZE outbox.messages")
+        # below the partitions of a day (migration 0032): the default partition's
+        floor = conn.execute(
+            "SELECT min(lower) FROM outbox.history_partitions() WHERE parent = 'delivered'"
+        ).fetchone()
+    assert floor is not None
     store = Store(database_url, DispatcherConfig())
     q = store.queries
     cases = {
         "rescue": ({"limit": 1000}, {"messages_lease_idx", "messages_pkey"}),
         "retention": (
             # a batch small beside the history, as it is on a server that keeps one
-            {"retention_s": 7 * 86400, "limit": 100},
-            {"delivered_completed_idx", "delivered_pkey"},
+            {
+                "retention_s": 7 * 86400,
+                "limit": 100,
+                "delivered_floor": floor[0],
+                "attempts_floor": floor[0],
+            },
+            {"delivered_default_completed_at_idx", "delivered_default_pkey"},
         ),
     }
+    # the partitions of the history that hold rows (an empty one may be read whole)
+    with psycopg.connect(database_url) as conn:
+        history = [
+            name
+            for (name,) in conn.execute("SELECT partition FROM outbox.history_partitions()")
+            if conn.execute(f"SELECT EXISTS (SELECT FROM outbox.{name})").fetchone() == (True,)
+        ]
+    assert "delivered_default" in history
     for name, (params, expected) in cases.items():
         plan = explain(database_url, q[name], params, prepared=False, store=store)
         assert seq_scans(plan, "messages") == [], (name, plan)
-        assert seq_scans(plan, "delivered") == [], (name, plan)
+        for table in history:
+            assert seq_scans(plan, table) == [], (name, table, plan)
         assert expected <= indexes(plan), (name, expected, indexes(plan))
         assert "JIT" not in plan, (name, plan)
     # The drain check counts what is due, running and scheduled: the ready

@@ -27,7 +27,8 @@ def test_the_producer_executes_the_sql_producers_and_the_dispatcher_its_alerts()
     assert [s for s in statements if s.startswith("GRANT EXECUTE")] == [
         'GRANT EXECUTE ON FUNCTION "box"."enqueue", "box"."publish" TO "p"',
         'GRANT EXECUTE ON FUNCTION "box"."alert_lag", "box"."alert_unknown_key",'
-        ' "box"."expire_payloads" TO "d"',
+        ' "box"."expire_payloads", "box"."history_partitions", "box"."history_extend",'
+        ' "box"."history_drop" TO "d"',
     ]
 
 

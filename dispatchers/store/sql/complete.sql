@@ -311,8 +311,15 @@ WITH expired AS (
            'lease_expired', 'lease expired: the dispatcher stopped renewing it'
     FROM expired
     JOIN rescued USING (id)
-    -- informational only: never let a stray row stop the rescue of the rest
-    ON CONFLICT (message_id, attempt) DO NOTHING
+    -- informational only: never let a stray row stop the rescue of the rest.
+    -- Not ON CONFLICT: attempts is partitioned by started_at (migration 0032),
+    -- and its primary keys are per partition, so no arbiter index covers the
+    -- table. The check is as good here: the message's row lock (taken above)
+    -- keeps the only other writer of its attempt row, its completion, out until
+    -- we commit, and then its fence finds the lease gone.
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {schema}.attempts AS a
+        WHERE a.message_id = expired.id AND a.attempt = expired.attempts)
 ), ending AS (
     -- rescued messages, and any other that holds a slot or waits for one and is
     -- no longer running (ended by a statement that frees no slot). One primary

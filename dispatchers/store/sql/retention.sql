@@ -1,13 +1,20 @@
 -- The dispatcher's housekeeping (dispatchers.store.postgres): the removal of
--- old history, and for --drain, what is left to do.
+-- old history (the partitions of delivered and attempts made ahead and dropped
+-- whole, the rest in batches), and for --drain, what is left to do.
 --
 -- Loaded by dispatchers.store.statements through outbox._queries: "{schema}"
 -- becomes the quoted schema identifier; parameters use psycopg's %(name)s style.
 
 -- name: retention
--- Remove one bounded batch of history: delivered messages completed before the
--- retention period, with their attempt rows and idempotency keys (so the dedupe
--- window of a key is the retention period). Dead messages are kept until purged.
+-- Remove one bounded batch of the history that is not dropped a partition at a
+-- time: delivered messages completed before the retention period and below
+-- %(delivered_floor)s, the lower bound of the oldest partition of a range
+-- (migration 0032; NULL when there is none), which leaves the rows of the
+-- legacy partition (the table as it was before the partitioning) and of the
+-- default one; with their attempt rows (below %(attempts_floor)s, likewise) and
+-- idempotency keys (so the dedupe window of a key is the retention period).
+-- Both bounds are values, so the plan reads those partitions only. Dead
+-- messages are kept until purged.
 -- Also one batch of events published before the retention period (publish's
 -- once-per-event record; its window is the retention period too). Returns both
 -- counts, so that the caller goes on while either batch was full.
@@ -16,6 +23,7 @@ WITH old AS (
     SELECT id
     FROM {schema}.delivered
     WHERE completed_at < now() - make_interval(secs => %(retention_s)s)
+      AND completed_at < COALESCE(CAST(%(delivered_floor)s AS timestamptz), 'infinity')
     ORDER BY completed_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -23,6 +31,7 @@ WITH old AS (
     DELETE FROM {schema}.delivered AS d
     USING old
     WHERE d.id = old.id
+      AND d.completed_at < COALESCE(CAST(%(delivered_floor)s AS timestamptz), 'infinity')
     RETURNING d.id, d.target, d.idempotency_key
 ), keys AS (
     -- by the key's primary key: a history row keeps its target and key
@@ -35,6 +44,7 @@ WITH old AS (
     DELETE FROM {schema}.attempts AS a
     USING removed
     WHERE a.message_id = removed.id
+      AND a.started_at < COALESCE(CAST(%(attempts_floor)s AS timestamptz), 'infinity')
 ), old_events AS (
     SELECT tenant_id, event_key
     FROM {schema}.events
@@ -50,6 +60,50 @@ WITH old AS (
 )
 SELECT (SELECT count(*) FROM removed) AS history,
        (SELECT count(*) FROM events_removed) AS events
+
+-- name: history_partitions
+-- The partitions of delivered and attempts with their bounds (NULL: MINVALUE
+-- below; the default partition has neither), oldest first (migration 0032).
+SELECT parent, partition, lower, upper, is_default
+FROM {schema}.history_partitions()
+
+-- name: history_extend
+-- Make up to %(most)s of the partitions missing up to %(ahead_s)s from now, each
+-- one %(step)s long; returns those made (none while another dispatcher makes
+-- them). Sent under a short lock_timeout
+-- (dispatchers.store.postgres.DDL_LOCK_TIMEOUT).
+SELECT made
+FROM {schema}.history_extend(make_interval(secs => %(ahead_s)s), %(step)s, %(most)s) AS made
+
+-- name: history_keys
+-- Before a partition of delivered is dropped: remove the idempotency keys of
+-- one batch of its rows, those in [%(lower)s, %(upper)s) (the partition's range,
+-- so the plan reads that partition alone) with an id above %(after)s, by id
+-- (each partition has its primary key on id). message_keys is not partitioned:
+-- its primary key is what makes a key unique across the history. Returns the
+-- rows read and the last id, where the next batch starts.
+WITH batch AS (
+    SELECT d.id, d.target, d.idempotency_key
+    FROM {schema}.delivered AS d
+    WHERE d.completed_at >= COALESCE(CAST(%(lower)s AS timestamptz), '-infinity')
+      AND d.completed_at < %(upper)s
+      AND d.id > %(after)s
+    ORDER BY d.id
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM {schema}.message_keys AS k
+    USING batch
+    WHERE k.target = batch.target
+      AND k.idempotency_key = batch.idempotency_key
+      AND k.message_id = batch.id
+)
+SELECT count(*) AS rows, max(id) AS last FROM batch
+
+-- name: history_drop
+-- Drop a partition whose whole range ended before the retention period (the
+-- function checks it; false for any other name). Sent under a short
+-- lock_timeout, as history_extend.
+SELECT {schema}.history_drop(%(partition)s, make_interval(secs => %(retention_s)s)) AS dropped
 
 -- fragment: destination_blocked
 -- A message m whose destination a hold or an open breaker blocks now.

@@ -1,0 +1,189 @@
+"""Migrations 0030 to 0032 on an outbox that has a history: the tables become
+partitions of the new ones without a row copied or lost, completions go on while
+the migrations run (their longest stall measured), and a run stopped at any step
+resumes from the step it stopped at."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from outbox.migrations import applied_versions, load_migrations, migrate
+
+MIGRATIONS = load_migrations()
+BEFORE = [m for m in MIGRATIONS if m.version < 30]
+
+HISTORY = """
+INSERT INTO outbox.delivered (id, idempotency_key, target, endpoint_id, url, method, headers,
+                              body, content_type, attempts, max_attempts, created_at,
+                              completed_at)
+SELECT g, 'old-' || g, 'https://example.com', NULL, 'https://example.com', 'POST', '{}',
+       '\\x7b7d', 'application/json', 1, 5, now() - interval '6 days',
+       now() - interval '6 days' + g * interval '400 ms'
+FROM generate_series(1, %(rows)s) AS g;
+INSERT INTO outbox.message_keys (target, idempotency_key, message_id, created_at)
+SELECT 'https://example.com', 'old-' || g, g, now() - interval '6 days'
+FROM generate_series(1, %(rows)s) AS g;
+INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)
+SELECT g, 1, 'someone', now() - interval '6 days' + g * interval '400 ms', 'delivered'
+FROM generate_series(1, %(rows)s) AS g
+"""
+
+COMPLETE = """
+WITH history AS (
+    INSERT INTO outbox.delivered (id, idempotency_key, target, url, method, headers, body,
+                                  content_type, attempts, max_attempts, created_at, completed_at)
+    VALUES (%(id)s, 'new-' || %(id)s, 'https://example.com', 'https://example.com', 'POST',
+            '{}', '', 'text/plain', 1, 5, now(), now())
+)
+INSERT INTO outbox.attempts (message_id, attempt, owner, started_at, outcome)
+VALUES (%(id)s, 1, 'writer', now(), 'delivered')
+"""
+
+
+def load(url: str, rows: int) -> None:
+    migrate(url, migrations=BEFORE)
+    with psycopg.connect(url) as conn:
+        for statement in HISTORY.strip().split(";\n"):
+            conn.execute(statement, {"rows": rows})
+        conn.execute("ANALYZE outbox.delivered, outbox.attempts")
+
+
+class Completions(threading.Thread):
+    """Writes a delivered row and its attempt per transaction, as completions do,
+    until stopped; keeps the time of each commit."""
+
+    def __init__(self, url: str, first: int) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.next = first
+        self.commits: list[float] = []
+        self.errors: list[BaseException] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                while not self.stop.is_set():
+                    conn.execute(COMPLETE, {"id": self.next})
+                    self.next += 1
+                    self.commits.append(time.monotonic())
+        except BaseException as exc:  # the test reports it
+            self.errors.append(exc)
+
+    def longest_gap(self, start: float, end: float) -> float:
+        during = [t for t in self.commits if start <= t <= end]
+        return max((b - a for a, b in itertools.pairwise(during)), default=end - start)
+
+
+def counts(url: str) -> tuple[Any, ...]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM outbox.delivered),"
+            " (SELECT count(*) FROM outbox.attempts),"
+            " (SELECT count(DISTINCT id) FROM outbox.delivered),"
+            " (SELECT count(*) FROM outbox.delivered_legacy),"
+            " (SELECT count(*) FROM outbox.attempts_legacy)"
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_a_large_history_becomes_a_partition_while_completions_go_on(
+    empty_database_url: str,
+) -> None:
+    rows = 200_000
+    load(empty_database_url, rows)
+    with psycopg.connect(empty_database_url) as conn:
+        indexes_before = dict(
+            conn.execute(
+                "SELECT c.relname, c.relfilenode FROM pg_index AS i"
+                " JOIN pg_class AS c ON c.oid = i.indexrelid"
+                " WHERE i.indrelid IN (CAST('outbox.delivered' AS regclass),"
+                "                      CAST('outbox.attempts' AS regclass))"
+            ).fetchall()
+        )
+    writer = Completions(empty_database_url, first=10_000_001)
+    writer.start()
+    try:
+        time.sleep(0.3)
+        start = time.monotonic()
+        applied = migrate(empty_database_url)
+        end = time.monotonic()
+        time.sleep(0.3)
+    finally:
+        writer.stop.set()
+        writer.join(10)
+    assert writer.errors == []
+    assert [m.version for m in applied] == [m.version for m in MIGRATIONS if m.version >= 30]
+    written = writer.next - 10_000_001
+    assert written > 100
+
+    # nothing lost, nothing twice; the old rows are the legacy partitions', the
+    # new ones before the cutover too
+    assert counts(empty_database_url) == (
+        rows + written,
+        rows + written,
+        rows + written,
+        rows + written,
+        rows + written,
+    )
+    # completions went on: the longest stall is a lock wait of the swap or of
+    # 0030 (half a second at most per try) and their catalog work
+    gap = writer.longest_gap(start, end)
+    print(f"migrations 0030-0032 on {rows} rows: {end - start:.2f} s, longest stall {gap:.3f} s")
+    assert gap < 1.5
+    # the old indexes were adopted, not built again (same files)
+    with psycopg.connect(empty_database_url) as conn:
+        indexes_after = dict(
+            conn.execute(
+                "SELECT c.relname, c.relfilenode FROM pg_index AS i"
+                " JOIN pg_class AS c ON c.oid = i.indexrelid"
+                " WHERE i.indrelid IN (CAST('outbox.delivered_legacy' AS regclass),"
+                "                      CAST('outbox.attempts_legacy' AS regclass))"
+            ).fetchall()
+        )
+        parents = conn.execute(
+            "SELECT count(*) FROM pg_inherits"
+            " WHERE inhrelid IN (SELECT oid FROM pg_class WHERE relname LIKE '%%legacy%%idx')"
+        ).fetchone()
+    renamed = {
+        name.replace("delivered_", "delivered_legacy_", 1)
+        if name.startswith("delivered_")
+        else name.replace("attempts_", "attempts_legacy_", 1): node
+        for name, node in indexes_before.items()
+    }
+    assert indexes_after == renamed
+    assert parents == (5,)  # each index but the primary keys belongs to its parent's
+
+
+def test_a_run_stopped_at_any_step_resumes_where_it_stopped(empty_database_url: str) -> None:
+    load(empty_database_url, 1000)
+    migrate(empty_database_url, migrations=[m for m in MIGRATIONS if m.version <= 30])
+    assert applied_versions(empty_database_url)[-1] == 30
+    migrate(empty_database_url, migrations=[m for m in MIGRATIONS if m.version <= 31])
+    # a swap that fails is rolled back whole: here, a name it needs is taken
+    with psycopg.connect(empty_database_url) as conn:
+        conn.execute("CREATE TABLE outbox.delivered_legacy (id int)")
+    with pytest.raises(Exception, match="0032"):
+        migrate(empty_database_url)
+    assert applied_versions(empty_database_url)[-1] == 31
+    with psycopg.connect(empty_database_url) as conn:
+        conn.execute("DROP TABLE outbox.delivered_legacy")
+        conn.execute(COMPLETE, {"id": 5000})  # completions went on in between
+    migrate(empty_database_url)
+    assert applied_versions(empty_database_url) == [m.version for m in MIGRATIONS]
+    assert counts(empty_database_url) == (1001, 1001, 1001, 1001, 1001)
+    with psycopg.connect(empty_database_url) as conn:
+        partitions = conn.execute(
+            "SELECT partition, lower IS NULL, is_default FROM outbox.history_partitions()"
+            " WHERE parent = 'delivered'"
+        ).fetchall()
+    assert partitions[0] == ("delivered_legacy", True, False)
+    assert ("delivered_default", True, True) in partitions
+    assert len(partitions) >= 4  # the legacy one, days from the cutover, the default one
