@@ -148,6 +148,8 @@ def test_many_databases_prints_both_rates_and_the_small_databases_wait(database_
     assert re.search(r"^one database\s+\d+ messages/s$", out, re.MULTILINE), out
     assert re.search(r"^two databases, one process\s+\d+ messages/s", out, re.MULTILINE), out
     assert re.search(r"the small database's 5 drained in [\d.]+ s", out), out
+
+
 def test_history_scale_prints_the_removal_of_a_day_and_the_throughputs(
     database_url: str,
 ) -> None:
