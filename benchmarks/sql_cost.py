@@ -111,12 +111,15 @@ def _migrated(url: str, version: int | None) -> AbstractContextManager[str]:
 def _schema(url: str, messages: int, version: int | None = None) -> Iterator[str]:
     with _migrated(url, version) as schema:
         with connect(url, autocommit=True) as conn:
-            for table in TABLES:
-                conn.execute(
-                    sql.SQL("ALTER TABLE {}.{} SET (autovacuum_enabled = false)").format(
-                        sql.Identifier(schema), sql.Identifier(table)
-                    )
-                )
+            # a partitioned table (delivered, attempts) takes storage parameters
+            # on its partitions only; an unpartitioned one is its own leaf
+            leaves = conn.execute(
+                "SELECT CAST(t.relid AS text) FROM unnest(CAST(%s AS text[])) AS n(name),"
+                " pg_partition_tree(CAST(n.name AS regclass)) AS t WHERE t.isleaf",
+                ([f'"{schema}".{table}' for table in TABLES],),
+            ).fetchall()
+            for (leaf,) in leaves:
+                conn.execute(f"ALTER TABLE {leaf} SET (autovacuum_enabled = false)")
         keys = [f"k-{i}" for i in range(messages)]
         seed_backlog(url, schema, targets=["http://127.0.0.1:9/hook"], keys=keys)
         with connect(url, autocommit=True) as conn:

@@ -10,6 +10,7 @@ every supported server version (EXPLAIN (GENERIC_PLAN) would need PostgreSQL 16)
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -138,3 +139,53 @@ def jit_available(url: str) -> bool:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT pg_jit_available() AND current_setting('jit') = 'on'").fetchone()
         return bool(row and row[0])
+
+
+def index_names(url: str, name: str, schema: str = "outbox") -> set[str]:
+    """Every name under which a plan may read index ``name`` of the history: the
+    index itself and, where its table is partitioned (delivered, attempts), the
+    index of each partition that a partitioned index ``name`` has, or, for a
+    primary key ``<table>_pkey``, each partition's own primary key."""
+    with psycopg.connect(url) as conn:
+        names = {
+            str(n)
+            for (n,) in conn.execute(
+                "SELECT c.relname FROM pg_class AS i, pg_partition_tree(i.oid) AS t"
+                " JOIN pg_class AS c ON c.oid = t.relid"
+                " WHERE i.relname = %s AND i.relnamespace = CAST(%s AS regnamespace)",
+                (name, schema),
+            )
+        }
+        if name.endswith("_pkey"):
+            names |= {
+                str(n)
+                for (n,) in conn.execute(
+                    "SELECT c.conname FROM pg_partition_tree(to_regclass(%s)) AS t"
+                    " JOIN pg_constraint AS c ON c.conrelid = t.relid AND c.contype = 'p'",
+                    (f"{schema}.{name.removesuffix('_pkey')}",),
+                )
+            }
+    assert names, f"no index {name} in {schema}"
+    return names
+
+
+def reads_by(url: str, plan: str, name: str) -> bool:
+    """Whether the text of ``plan`` reads index ``name`` (see :func:`index_names`)."""
+    used = set(re.findall(r"(?:using|on) (\w+)", plan))
+    return bool(used & index_names(url, name))
+
+
+def whole_reads(url: str, plan: str, table: str, schema: str = "outbox") -> list[str]:
+    """The parts of ``table`` that hold rows (by their statistics) which the text
+    of ``plan`` reads whole: the table itself, or its partitions. An empty
+    partition (one made ahead) read whole costs nothing and is not counted."""
+    with psycopg.connect(url) as conn:
+        held = {
+            str(n)
+            for (n,) in conn.execute(
+                "SELECT c.relname FROM pg_partition_tree(to_regclass(%s)) AS t"
+                " JOIN pg_class AS c ON c.oid = t.relid WHERE t.isleaf AND c.reltuples > 0",
+                (f"{schema}.{table}",),
+            )
+        }
+    return [part for part in re.findall(r"Seq Scan on (\w+)", plan) if part in held]
