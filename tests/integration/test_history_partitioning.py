@@ -8,12 +8,21 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
+from dispatchers.runtime.log import NullLog
+from dispatchers.runtime.maintenance import Partitions
+from dispatchers.runtime.reporting import Reporter
+from dispatchers.store.postgres import Store
+from outbox import Outbox
 from outbox.migrations import applied_versions, load_migrations, migrate
+from tests.dispatching import fast_config
+from tests.store.test_partitions import DAY, add_history
 
 MIGRATIONS = load_migrations()
 BEFORE = [m for m in MIGRATIONS if m.version < 30]
@@ -76,6 +85,14 @@ class Completions(threading.Thread):
         except BaseException as exc:  # the test reports it
             self.errors.append(exc)
 
+    def wait_for(self, commits: int, within: float = 30.0) -> None:
+        """Return once ``commits`` completions are committed; fail after ``within`` s."""
+        deadline = time.monotonic() + within
+        while len(self.commits) < commits:
+            assert not self.errors, self.errors
+            assert time.monotonic() < deadline, f"{len(self.commits)} of {commits} commits"
+            time.sleep(0.01)
+
     def longest_gap(self, start: float, end: float) -> float:
         during = [t for t in self.commits if start <= t <= end]
         return max((b - a for a, b in itertools.pairwise(during)), default=end - start)
@@ -111,11 +128,11 @@ def test_a_large_history_becomes_a_partition_while_completions_go_on(
     writer = Completions(empty_database_url, first=10_000_001)
     writer.start()
     try:
-        time.sleep(0.3)
+        writer.wait_for(20)  # completions running before the migrations
         start = time.monotonic()
         applied = migrate(empty_database_url)
         end = time.monotonic()
-        time.sleep(0.3)
+        writer.wait_for(len(writer.commits) + 20)  # and after them
     finally:
         writer.stop.set()
         writer.join(10)
@@ -187,3 +204,67 @@ def test_a_run_stopped_at_any_step_resumes_where_it_stopped(empty_database_url: 
     assert partitions[0] == ("delivered_legacy", True, False)
     assert ("delivered_default", True, True) in partitions
     assert len(partitions) >= 4  # the legacy one, days from the cutover, the default one
+
+
+async def test_the_legacy_partition_goes_whole_after_its_keys_once_past_retention(
+    empty_database_url: str,
+) -> None:
+    url = empty_database_url
+    load(url, 3000)  # completed six days ago, over 20 minutes
+    migrate(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        (cutover,) = conn.execute(
+            "SELECT upper FROM outbox.history_partitions() WHERE partition = 'delivered_legacy'"
+        ).fetchone() or (None,)
+        assert cutover is not None
+        # fifty messages delivered after the cutover, in the first day's partition
+        add_history(url, 100_001, 100_050, cutover + timedelta(hours=1))
+        # The legacy partition ends at the cutover, two days ahead: it would be
+        # past a retention of five days a week from now. Its bound is moved back
+        # to where it would be then, relative to now: below it only its own rows,
+        # above it the default partition until the cutover.
+        since = datetime.now(UTC) - timedelta(days=5, hours=1)
+        for parent in ("delivered", "attempts"):
+            conn.execute(f"ALTER TABLE outbox.{parent} DETACH PARTITION outbox.{parent}_legacy")
+            conn.execute(
+                sql.SQL(
+                    "ALTER TABLE outbox.{} ATTACH PARTITION outbox.{}"
+                    " FOR VALUES FROM (MINVALUE) TO ({})"
+                ).format(
+                    sql.Identifier(parent), sql.Identifier(f"{parent}_legacy"), sql.Literal(since)
+                )
+            )
+    store = Store(url, fast_config(retention=5 * DAY))
+    await store.open()
+    try:
+        partitions = Partitions(
+            store,
+            Reporter(NullLog()),
+            interval=60.0,
+            retention=5 * DAY,
+            ahead=3 * DAY,
+            step="day",
+            batch=500,  # the 3,000 keys over several batches and rounds
+            batches=2,
+            pause=0.0,
+        )
+        dropped: list[str] = []
+        for _ in range(10):
+            dropped += await partitions.run_once()
+            if "attempts_legacy" in dropped:
+                break
+    finally:
+        await store.close()
+    assert sorted(dropped) == ["attempts_legacy", "delivered_legacy"]
+    with psycopg.connect(url) as conn:
+        left = conn.execute(
+            "SELECT (SELECT count(*) FROM outbox.delivered),"
+            " (SELECT count(*) FROM outbox.attempts),"
+            " (SELECT count(*) FROM outbox.message_keys),"
+            " (SELECT min(message_id) FROM outbox.message_keys),"
+            " to_regclass('outbox.delivered_legacy'), to_regclass('outbox.attempts_legacy')"
+        ).fetchone()
+        reused = Outbox().enqueue(conn, url="https://example.com", idempotency_key="old-7", json={})
+    # the rows after the cutover and their keys stay; the legacy keys went first
+    assert left == (50, 50, 50, 100_001, None, None)
+    assert reused not in (7, None)
