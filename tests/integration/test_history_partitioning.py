@@ -1,7 +1,8 @@
 """Migrations 0030 to 0032 on an outbox that has a history: the tables become
 partitions of the new ones without a row copied or lost, completions go on while
-the migrations run (their longest stall measured), and a run stopped at any step
-resumes from the step it stopped at."""
+the migrations run (their longest stall measured), a run stopped at any step
+resumes from the step it stopped at, and the legacy partition goes whole, after
+its keys, once it is past the retention period."""
 
 from __future__ import annotations
 
