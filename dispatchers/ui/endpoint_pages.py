@@ -36,11 +36,18 @@ from dispatchers.ui.fields import (
     route_id,
 )
 from dispatchers.ui.limits import ENDPOINTS_PAGE
-from dispatchers.ui.policy_text import auth_fields, format_schedule, rate_text, tls_fields
+from dispatchers.ui.policy_text import (
+    auth_fields,
+    format_duration,
+    format_schedule,
+    rate_text,
+    tls_fields,
+)
 from outbox.admin import replay, send_test_event
 from outbox.endpoints import DEFAULT_ROTATION_OVERLAP, Endpoint
 from outbox.errors import InvalidArgument
 from outbox.internal import EndpointRow, json_value, queries_for, rows_plan, run_sync
+from outbox.retention_rules import RetentionRule, RetentionRules
 from outbox.sealing import Keyring, SealBroken, Sealed, SecretKeyMissing, open_secret
 from outbox.secrets import fingerprint, generate_secret
 
@@ -177,18 +184,19 @@ async def endpoint(request: web.Request) -> web.StreamResponse:
     except BadInput as exc:
         return bad(request, exc)
 
-    def read(conn: Any) -> tuple[EndpointRow | None, Any, Any, Any]:
+    def read(conn: Any) -> tuple[EndpointRow | None, Any, Any, Any, RetentionRule | None]:
         row = _endpoint_get(conn, store.schema, endpoint_id)
         if row is None:
-            return None, None, None, None
+            return None, None, None, None, None
         return (
             row,
             store.endpoint_hour(conn, endpoint_id),
             store.endpoint_attempts(conn, endpoint_id),
             store.destination_health(conn, f"endpoint:{endpoint_id}"),
+            RetentionRules(schema=store.schema).get(conn, endpoint_id=endpoint_id),
         )
 
-    row, hour, attempts, health = await store.read(read)
+    row, hour, attempts, health, rule = await store.read(read)
     if row is None:
         return render(request, "error.html", status=404, message=f"No endpoint {endpoint_id}.")
     found: Endpoint = row._replace(secrets=[]).endpoint(None)  # its secrets, shown apart
@@ -204,6 +212,8 @@ async def endpoint(request: web.Request) -> web.StreamResponse:
         tls=tls_fields(found),
         credentials=auth_fields(found),
         health=health,
+        retention=format_duration(rule.payload_retention_s) if rule else None,
+        erased_until=rule.erased_until if rule else None,
         spans=SPANS,
         notice=_endpoint_notice(request.query),
         values=form_values(found),

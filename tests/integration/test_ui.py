@@ -24,6 +24,7 @@ from outbox._endpoint_tls import pem_digest
 from outbox._queries import queries_for
 from outbox.destinations import Destinations
 from outbox.endpoints import Endpoints
+from outbox.retention_rules import RetentionRules
 from outbox.secrets import fingerprint
 from tests.dashboard import HOSTILE, running
 from tests.database import Db
@@ -554,6 +555,34 @@ async def test_endpoints_show_health_and_fingerprints_and_disable_then_enable(db
         assert _state(db, message) == "ready"
         actions = [(e["action"], e["rows"], e["endpoint_id"]) for e in ui.events("ui_action")]
     assert actions == [("endpoint_disable", 1, endpoint), ("endpoint_enable", 1, endpoint)]
+
+
+async def test_an_endpoints_page_says_how_long_it_keeps_payloads(db: Db) -> None:
+    endpoint = db.endpoint()
+    other = db.endpoint(url="https://example.com/other")
+    async with running(db.url) as ui:
+        _, page = await ui.get(f"/endpoints/{endpoint}")
+        assert "as long as the history" in _field(page, "retention")
+        with db.tx() as conn:
+            RetentionRules().set(conn, payload_retention=3 * 86400, endpoint_id=endpoint)
+        _, page = await ui.get(f"/endpoints/{endpoint}")
+        kept = _field(page, "retention")
+        assert "<code>3d</code> after delivery" in kept and "erased up to" not in kept
+        db.query(
+            "UPDATE outbox.retention_rules SET erased_until = now() - interval '3 days'"
+            " WHERE endpoint_id = %s",
+            endpoint,
+        )
+        _, page = await ui.get(f"/endpoints/{endpoint}")
+        assert "erased up to" in _field(page, "retention")
+        _, page = await ui.get(f"/endpoints/{other}")  # another endpoint's rule is not its own
+        assert "as long as the history" in _field(page, "retention")
+
+
+def _field(page: str, name: str) -> str:
+    found = re.search(rf'<dd id="{name}">(.*?)</dd>', page, re.S)
+    assert found, page
+    return found.group(1)
 
 
 async def test_pages_read_in_read_only_transactions_bounded_in_time(db: Db) -> None:
