@@ -197,23 +197,6 @@ async def serve(
     Called first thing at start, before anything needs undoing: an address that
     cannot be bound (a port taken) is :class:`~dispatchers.errors.DispatcherFailed`,
     which fails the start in one line."""
-    try:
-        return await _serve(metrics, host=host, port=port, healthy=healthy, health_text=health_text)
-    except OSError as exc:
-        raise DispatcherFailed(
-            f"cannot serve metrics on {host} port {port}:"
-            f" {os.strerror(exc.errno) if exc.errno else exc}"
-        ) from None
-
-
-async def _serve(
-    metrics: Exposition,
-    *,
-    host: str,
-    port: int,
-    healthy: Callable[[], bool],
-    health_text: Callable[[], bytes] | None = None,
-) -> asyncio.Server:
     open_connections = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -253,7 +236,13 @@ async def _serve(
             open_connections -= 1
             writer.close()
 
-    return await asyncio.start_server(handle, host, port, limit=16 * 1024)
+    try:
+        return await asyncio.start_server(handle, host, port, limit=16 * 1024)
+    except OSError as exc:
+        raise DispatcherFailed(
+            f"cannot serve metrics on {host} port {port}:"
+            f" {os.strerror(exc.errno) if exc.errno else exc}"
+        ) from None
 
 
 def urls(server: asyncio.Server) -> dict[str, str]:
