@@ -13,10 +13,11 @@ Four roles share an outbox schema:
   which check what they write and write it as the schema's owner: a role given
   only ``EXECUTE`` on them (and ``USAGE`` on the schema) can produce, and do
   nothing else;
-- a **dispatcher** claims, renews, completes and rescues messages, trims history
-  and old event records, reads signing secrets, TLS material, endpoints'
-  credentials and retry schedules, and records endpoint health. It writes only the state, lease and
-  outcome columns of a message (never its URL, headers, body or key), and only
+- a **dispatcher** claims, renews, completes and rescues messages, trims history,
+  turns the generations of keys and event records (migration 0033), reads
+  signing secrets, TLS material, endpoints' credentials and retry schedules,
+  and records endpoint health. It writes only the state, lease and outcome
+  columns of a message (never its URL, headers, body or key), and only
   the health columns of an endpoint; it may disable an endpoint but not enable
   one (migration 0020: only a role that may change an endpoint's URL may). It
   raises two alerts through the functions ``alert_lag`` and ``alert_unknown_key``
@@ -137,6 +138,12 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
     "alert_conditions": ("condition", "active", "since"),
     "retention_rules": ("id", "endpoint_id", "event_type", "payload_retention_s", "erased_until",
                         "created_at", "updated_at"),
+    # the previous generation of keys and of event records (0033): as the current
+    "message_keys_old": ("target", "idempotency_key", "message_id", "created_at", "digest"),
+    "events_old": ("event_key", "event_type", "digest", "message_ids", "created_at",
+                   "tenant_id", "expunged_at"),
+    "key_generation": ("one", "generation", "turned_at", "keys", "carry_after", "carry_until",
+                       "carried_at"),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -162,9 +169,11 @@ FUNCTIONS: Final = (
     "history_partitions",
     "history_extend",
     "history_drop",
+    "key_generation_turn",
+    "key_generation_carry",
 )
-"""The functions a role may be granted ``EXECUTE`` on (migrations 0022, 0028, 0029
-and 0032);
+"""The functions a role may be granted ``EXECUTE`` on (migrations 0022, 0028, 0029,
+0032 and 0033);
 the schema's other functions are theirs to call, as its owner, and no role's."""
 
 EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {
@@ -181,12 +190,25 @@ EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {
         "history_partitions",
         "history_extend",
         "history_drop",
+        # the generations of keys and event records (0033): turned when due,
+        # the live messages' keys carried into the new one, as the owner
+        "key_generation_turn",
+        "key_generation_carry",
     ),
 }
 """The functions each role may execute."""
 
 _EVERYTHING: Final[Mapping[str, Columns]] = {
     privilege: WHOLE_TABLE for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE")
+}
+
+_PRODUCER_KEYS: Final[Mapping[str, Columns]] = {
+    "INSERT": ("target", "idempotency_key", "message_id", "digest"),
+    "SELECT": ("target", "idempotency_key", "message_id", "digest"),
+}
+_PRODUCER_EVENTS: Final[Mapping[str, Columns]] = {
+    "INSERT": ("tenant_id", "event_key", "event_type", "digest", "message_ids"),
+    "SELECT": ("tenant_id", "event_key", "digest", "message_ids"),
 }
 
 PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
@@ -202,16 +224,17 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
             # the id that enqueue returns (INSERT ... RETURNING id), and no other
             "SELECT": ("id",),
         },
-        # the key is inserted first; after a conflict, its message and digest are read
-        "message_keys": {
-            "INSERT": ("target", "idempotency_key", "message_id", "digest"),
-            "SELECT": ("target", "idempotency_key", "message_id", "digest"),
-        },
-        # publish records each event once, and reads it when published again
-        "events": {
-            "INSERT": ("tenant_id", "event_key", "event_type", "digest", "message_ids"),
-            "SELECT": ("tenant_id", "event_key", "digest", "message_ids"),
-        },
+        # the key is inserted first; after a conflict, its message and digest are
+        # read; publish records each event once, and reads it when published
+        # again. The previous generation's tables (0033) hold the same grants as
+        # the current ones: a turn copies them from one to the next
+        "message_keys": _PRODUCER_KEYS,
+        "message_keys_old": _PRODUCER_KEYS,
+        "events": _PRODUCER_EVENTS,
+        "events_old": _PRODUCER_EVENTS,
+        # under REPEATABLE READ, whether the generation of keys turned since the
+        # snapshot (_keys_current, 0033)
+        "key_generation": {"SELECT": ("keys",)},
         # publish fans out to the enabled endpoints subscribed, through their
         # filters: not their URL, TLS material or anything else
         "endpoints": {"SELECT": ("id", "enabled", "event_types", "filter", "tenant_id")},
@@ -244,10 +267,6 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
             "UPDATE": ("completed_at",),
             "DELETE": WHOLE_TABLE,
         },
-        "message_keys": {
-            "SELECT": ("target", "idempotency_key", "message_id"),
-            "DELETE": WHOLE_TABLE,
-        },
         "attempts": {
             "INSERT": (
                 "message_id", "attempt", "owner", "started_at", "duration_ms", "status",
@@ -256,12 +275,6 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
             # which outcomes an earlier try recorded (recorded_attempts); the
             # start, which bounds retention's batches below the partitions (0032)
             "SELECT": ("message_id", "attempt", "owner", "outcome", "started_at"),
-            "DELETE": WHOLE_TABLE,
-        },
-        # retention removes old events, locking them first (as for delivered)
-        "events": {
-            "SELECT": ("tenant_id", "event_key", "created_at"),
-            "UPDATE": ("created_at",),
             "DELETE": WHOLE_TABLE,
         },
         "endpoints": {
@@ -324,8 +337,14 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
     # admin.sql, endpoints.sql, ..., dispatchers/{ui,api}/queries.sql: every row of every
     # table; not the migrations' record; the audit log is only added to and read
     "operator": {
-        **{t: _EVERYTHING for t in TABLES if t not in ("schema_migrations", "audit_log")},
+        **{
+            t: _EVERYTHING
+            for t in TABLES
+            if t not in ("schema_migrations", "audit_log", "key_generation")
+        },
         "audit_log": {"SELECT": WHOLE_TABLE, "INSERT": WHOLE_TABLE},
+        # the generations' state is the dispatchers' to change (0033)
+        "key_generation": {"SELECT": WHOLE_TABLE},
         # replay of an event, and a test event, take ids for their new messages;
         # endpoints add takes its id from an identity column (no grant needed)
         "messages_id_seq": {"USAGE": WHOLE_TABLE},

@@ -315,9 +315,10 @@ class DispatcherConfig:
         default=7 * 24 * 3600.0,
         metadata=option(
             "keep delivered messages and attempts this long, then drop them a whole "
-            "partition at a time (the history before the partitioning, and keys and "
-            "records of events published this long ago, go in small batches); dead "
-            "messages are kept until purged, their attempts as long as the rest",
+            "partition at a time (the history before the partitioning goes in small "
+            "batches); idempotency keys and event records are kept at least this "
+            "long, at most about twice, and dropped a whole generation at a time; "
+            "dead messages are kept until purged, their attempts as long as the rest",
             values="span",
             metavar="SPAN",
         ),

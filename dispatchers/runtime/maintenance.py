@@ -199,25 +199,29 @@ def expired(partitions: Sequence[Partition], now: datetime, retention: float) ->
 
 
 class Partitions(Service):
-    """Keeps the history (delivered, attempts) partitioned by time (migration 0032).
+    """Keeps the history (delivered, attempts) partitioned by time (migration 0032)
+    and the idempotency keys and event records in generations (migration 0033).
 
     A round makes the partitions missing up to ``ahead`` seconds from now, each
-    ``step`` long (hour, day or week); then, for each partition whose whole range
-    ended before the retention period, removes the idempotency keys of its rows
-    (``message_keys`` is not partitioned: its primary key keeps a key unique
-    across the history), ``batch`` rows per statement, and drops it. So
-    delivered messages and attempts are kept at least the retention period, and
-    at most one ``step`` more.
+    ``step`` long (hour, day or week), and drops each partition whose whole range
+    ended before the retention period: delivered messages and attempts are kept
+    at least the retention period, and at most one ``step`` more. Then it turns
+    the generation of keys and event records when it is due (the previous
+    tables dropped whole, the current ones made previous) and carries the keys
+    of the messages still in the outbox into the new generation, ``batch``
+    messages per statement: a key is kept at least the retention period after
+    its message left the outbox, an event's record at least the retention
+    period after it was published, and both at most about twice that.
 
     Every dispatcher runs it; the database makes it safe: one at a time makes
-    partitions (the others skip), a drop of a partition already dropped returns
-    false, and keys already removed are not found again. A round removes at most
-    ``batches`` batches of keys, pausing ``pause`` seconds between two, as
-    :class:`Retention` does; where a partition's keys stopped is remembered for
-    the next round. Making or dropping a partition waits for its lock a moment
-    only (:data:`~dispatchers.store.postgres.DDL_LOCK_TIMEOUT`); one that cannot
-    have it fails the round, which is tried again after the backoff, so a long
-    reader of the history never holds completions up behind the drop.
+    partitions or turns and carries the generation (the others skip), and a
+    drop of a partition already dropped returns false. A round carries at most
+    ``batches`` batches, pausing ``pause`` seconds between two, as
+    :class:`Retention` does; the carry goes on at the next round. Making or
+    dropping a partition, and turning the generation, wait for their locks a
+    moment only (:data:`~dispatchers.store.postgres.DDL_LOCK_TIMEOUT`); one that
+    cannot have them fails the round, which is tried again after the backoff,
+    so a long reader never holds completions or producers up behind it.
 
     The first round runs at once: a dispatcher that was stopped for days makes
     the partitions it missed before anything else.
@@ -248,11 +252,10 @@ class Partitions(Service):
         self.batches = batches
         self.pause = pause
         self._clock = clock
-        self._after: dict[str, int] = {}
 
     async def run_once(self) -> list[str]:
-        """Make the partitions ahead and drop the expired ones; return the names of
-        those dropped."""
+        """Make the partitions ahead, drop the expired ones, and turn and carry the
+        generation of keys; return the names of the partitions dropped."""
         # a few partitions per statement, each statement its own transaction: the
         # parent's lock is held for one batch of catalog work at a time
         while len(await self.store.extend_history(self.ahead, self.step, EXTEND_BATCH)) == (
@@ -260,53 +263,33 @@ class Partitions(Service):
         ):
             pass
         partitions = await self.store.history_partitions()
-        budget = self.batches
         dropped = []
         for partition in expired(partitions, self._clock(), self.retention):
-            if partition.parent == "delivered":
-                budget = await self._remove_keys(partition, budget)
-                if budget < 0:
-                    break  # its keys go on at the next round
             if await self.store.drop_partition(partition.partition):
                 dropped.append(partition.partition)
-            self._after.pop(partition.partition, None)
+        await self.store.turn_keys()
+        for i in range(self.batches):
+            if i:
+                await asyncio.sleep(self.pause)
+            carried = await self.store.carry_keys(self.batch)
+            if carried is None or carried < self.batch:
+                break
         # once per round, when every statement of it was answered: an error that
         # one of them meets at every round counts as the round's (the watchdog
         # stops a dispatcher whose operation fails for good for a lease)
         self.report.answered(self.operation)
         return dropped
 
-    async def _remove_keys(self, partition: Partition, budget: int) -> int:
-        """Remove the keys of ``partition``'s rows, within ``budget`` batches; return
-        the budget left, or -1 if it ran out first."""
-        upper = partition.upper
-        if upper is None:  # the default partition: never expired, never dropped
-            return budget
-        while True:
-            if budget <= 0:
-                return -1
-            if budget < self.batches:
-                await asyncio.sleep(self.pause)
-            budget -= 1
-            after = self._after.get(partition.partition, 0)
-            removed = await self.store.remove_partition_keys(
-                partition.lower, upper, after, self.batch
-            )
-            if removed.last is not None:
-                self._after[partition.partition] = removed.last
-            if removed.rows < self.batch:
-                return budget
-
 
 class Retention(Service):
     """Removes history past the retention period that is not dropped a partition
     at a time, ``batch`` rows per statement: the rows below the oldest partition
     of a range (see :func:`floors`: the legacy partition, the table before it was
-    partitioned, and the default partition), with their attempts and keys; and
-    as many records of events published before it (``publish`` dedupes an event
-    key for the retention period); then erases the payloads that the retention
-    rules (:mod:`outbox.retention_rules`) keep for less, ``batch`` messages per
-    rule and statement.
+    partitioned, and the default partition), with their attempts (idempotency
+    keys and event records go a generation at a time, :class:`Partitions`);
+    then erases the payloads that the retention rules
+    (:mod:`outbox.retention_rules`) keep for less, ``batch`` messages per rule
+    and statement.
 
     A round removes up to ``batches`` batches, pausing ``pause`` seconds between
     two full ones so that claims and outcome writes get in between: no statement
@@ -331,8 +314,8 @@ class Retention(Service):
         self.pause = pause
 
     async def run_once(self) -> int:
-        """Remove expired history and events until none is left or the round is
-        over; return how many history rows went."""
+        """Remove expired history until none is left or the round is over; return
+        how many rows went."""
         # not reported as answered alone: a batch that keeps failing must count as
         # the round's error for as long as it does (the watchdog's rule)
         below = floors(await self.store.history_partitions())
@@ -348,7 +331,7 @@ class Retention(Service):
             self.report.answered(self.operation)
             self.report.stats.history_removed += removed.history
             total += removed.history
-            if max(removed) < self.batch:
+            if removed.history < self.batch:
                 break
         for i in range(self.batches):
             if i:

@@ -31,12 +31,12 @@ from dispatchers.store.messages import Claimed, ClaimResult, Completion, Signal,
 from dispatchers.store.protocol import Busy
 from dispatchers.store.rows import (
     Backlog,
+    Carried,
     Completed,
     Dropped,
     Erased,
     HealthRow,
     KeyAlerted,
-    KeysRemoved,
     LagAlerted,
     Made,
     Partition,
@@ -45,6 +45,7 @@ from dispatchers.store.rows import (
     Removed,
     Renewed,
     Rescued,
+    Turned,
     named_row,
 )
 from dispatchers.store.settings import StoreSettings
@@ -477,7 +478,7 @@ class Store:
     ) -> Removed:
         """Delete one batch of delivered history older than the retention period
         and below the floors (the oldest partition of a range of each table: what
-        is above goes a partition at a time), and one of event records."""
+        is above goes a partition at a time)."""
         rows = await self._run(
             self.queries["retention"],
             {
@@ -516,17 +517,27 @@ class Store:
         )
         return [r.made for r in rows]
 
-    async def remove_partition_keys(
-        self, lower: datetime | None, upper: datetime, after: int, limit: int
-    ) -> KeysRemoved:
-        """Remove the idempotency keys of up to ``limit`` history rows completed in
-        [``lower``, ``upper``) with an id above ``after``."""
+    async def turn_keys(self) -> int | None:
+        """Turn the generation of idempotency keys and event records if it is due
+        (migration 0033); return the new generation, or None. It waits for the
+        producers writing to the current one at most :data:`DDL_LOCK_TIMEOUT`
+        (then it fails, to be tried next round)."""
         rows = await self._run(
-            self.queries["history_keys"],
-            {"lower": lower, "upper": upper, "after": after, "limit": limit},
-            named_row(KeysRemoved),
+            self.queries["key_generation_turn"],
+            {"retention_s": self.config.retention},
+            named_row(Turned),
+            timeouts=self._ddl_timeouts,
         )
-        return rows[0]
+        return rows[0].generation
+
+    async def carry_keys(self, limit: int) -> int | None:
+        """After a turn, copy the keys of up to ``limit`` messages still in
+        messages into the current generation; return the messages read (fewer than
+        ``limit``: done), or None when there is nothing to carry."""
+        rows = await self._run(
+            self.queries["key_generation_carry"], {"limit": limit}, named_row(Carried)
+        )
+        return rows[0].carried
 
     async def drop_partition(self, partition: str) -> bool:
         """Drop ``partition`` if its whole range is past the retention period.

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from dispatchers.store.messages import ClaimResult, Completion
-from dispatchers.store.rows import Backlog, Erased, HealthRow, KeysRemoved, Partition, Removed
+from dispatchers.store.rows import Backlog, Erased, HealthRow, Partition, Removed
 
 Busy = Mapping[str, int] | None
 """Requests in flight per destination, for a claim (None: none)."""
@@ -78,10 +78,12 @@ class DispatchStore(Protocol):
         """Make the partitions missing up to ``ahead`` seconds ahead; return them."""
         ...
 
-    async def remove_partition_keys(
-        self, lower: datetime | None, upper: datetime, after: int, limit: int
-    ) -> KeysRemoved:
-        """Remove the keys of one batch of history rows of a partition's range."""
+    async def turn_keys(self) -> int | None:
+        """Turn the generation of keys and event records if due; the new one, or None."""
+        ...
+
+    async def carry_keys(self, limit: int) -> int | None:
+        """Carry one batch of live messages' keys into the current generation."""
         ...
 
     async def drop_partition(self, partition: str) -> bool:

@@ -99,10 +99,9 @@ class Rescued(NamedTuple):
 
 
 class Removed(NamedTuple):
-    """One retention batch: history rows and event records removed."""
+    """One retention batch: the history rows removed."""
 
     history: int
-    events: int
 
 
 class Erased(NamedTuple):
@@ -125,12 +124,17 @@ class Partition(NamedTuple):
     is_default: bool
 
 
-class KeysRemoved(NamedTuple):
-    """A row of ``history_keys``: the history rows of one batch whose keys were
-    removed, and the last id read (None when none was)."""
+class Turned(NamedTuple):
+    """The row of ``key_generation_turn``: the new generation, or None."""
 
-    rows: int
-    last: int | None
+    generation: int | None
+
+
+class Carried(NamedTuple):
+    """The row of ``key_generation_carry``: the messages read, or None when
+    nothing was to be carried."""
+
+    carried: int | None
 
 
 class Made(NamedTuple):

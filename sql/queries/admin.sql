@@ -216,15 +216,25 @@ SELECT count(*){notify} FROM replayed
 -- message is keyed "<event key>:<endpoint id>", its webhook-id, as publish keys
 -- it, and the event records its id. An endpoint that has the event's message
 -- already keeps it: its id comes back, with created false. The event row is
--- locked, so two of these for one event and endpoint write one message.
-WITH event AS (
-    -- the event of the endpoint's tenant (0: none): event keys are a tenant's own
+-- locked, so two of these for one event and endpoint write one message. The
+-- event and the key are found in either generation (migration 0033); the key
+-- is written in the current one, and the event's record where it is.
+WITH tenant AS (
+    -- the endpoint's tenant (0: none): event keys are a tenant's own
+    SELECT COALESCE((SELECT e.tenant_id FROM {schema}.endpoints AS e
+                     WHERE e.id = %(endpoint_id)s), 0) AS id
+), event_current AS (
     SELECT message_ids, expunged_at
     FROM {schema}.events
-    WHERE tenant_id = COALESCE((SELECT e.tenant_id FROM {schema}.endpoints AS e
-                                WHERE e.id = %(endpoint_id)s), 0)
-      AND event_key = %(event_key)s
+    WHERE tenant_id = (SELECT id FROM tenant) AND event_key = %(event_key)s
     FOR UPDATE
+), event_old AS (
+    SELECT message_ids, expunged_at
+    FROM {schema}.events_old
+    WHERE tenant_id = (SELECT id FROM tenant) AND event_key = %(event_key)s
+    FOR UPDATE
+), event AS (
+    SELECT * FROM event_current UNION ALL SELECT * FROM event_old
 ), source AS (
     SELECT s.body, s.event_type, s.ordering_key
     FROM event
@@ -245,6 +255,12 @@ WITH event AS (
     FROM {schema}.message_keys AS k
     WHERE k.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint)
       AND k.idempotency_key = %(event_key)s || ':' || CAST(%(endpoint_id)s AS bigint)
+    UNION ALL
+    SELECT k.message_id
+    FROM {schema}.message_keys_old AS k
+    WHERE k.target = 'endpoint:' || CAST(%(endpoint_id)s AS bigint)
+      AND k.idempotency_key = %(event_key)s || ':' || CAST(%(endpoint_id)s AS bigint)
+    LIMIT 1
 ), ordered AS MATERIALIZED (
     -- the event's ordering key locked before the id is drawn, as publish does
     -- (enqueue.sql, "ordered"): its id then follows the key's commit order
@@ -258,7 +274,7 @@ WITH event AS (
            nextval('{schema}.messages_id_seq')
     FROM source
     CROSS JOIN (SELECT count(*) FROM ordered) AS after_lock
-    WHERE NOT EXISTS (SELECT FROM existing)
+    WHERE NOT EXISTS (SELECT FROM existing) AND {schema}._keys_current()
     ON CONFLICT (target, idempotency_key) DO NOTHING
     RETURNING target, idempotency_key, message_id
 ), new_message AS (
@@ -275,8 +291,12 @@ WITH event AS (
 ), recorded AS (
     UPDATE {schema}.events AS e
     SET message_ids = e.message_ids || ARRAY(SELECT id FROM new_message)
-    WHERE e.tenant_id = COALESCE((SELECT p.tenant_id FROM {schema}.endpoints AS p
-                                  WHERE p.id = %(endpoint_id)s), 0)
+    WHERE e.tenant_id = (SELECT id FROM tenant)
+      AND e.event_key = %(event_key)s AND EXISTS (SELECT FROM new_message)
+), recorded_old AS (
+    UPDATE {schema}.events_old AS e
+    SET message_ids = e.message_ids || ARRAY(SELECT id FROM new_message)
+    WHERE e.tenant_id = (SELECT id FROM tenant)
       AND e.event_key = %(event_key)s AND EXISTS (SELECT FROM new_message)
 )
 SELECT EXISTS (SELECT FROM event) AS recorded,
@@ -425,15 +445,25 @@ ORDER BY key_id NULLS FIRST
 -- is recorded. Chosen by one of: an event (of a tenant, or of none), recorded
 -- messages and history included, and its record marked; an endpoint's messages
 -- created before a time; every message with a key. The erasure is recorded in
--- expunges, with the counts; never the content.
-WITH event AS (
+-- expunges, with the counts; never the content. An event's record is found
+-- in either generation (migration 0033).
+WITH tenant AS (
+    SELECT COALESCE((SELECT t.id FROM {schema}.tenants AS t
+                     WHERE t.external_id = %(tenant)s), 0) AS id
+), event_current AS (
     SELECT e.tenant_id, e.event_key, e.message_ids
     FROM {schema}.events AS e
     WHERE CAST(%(event_key)s AS text) IS NOT NULL
-      AND e.tenant_id = COALESCE((SELECT t.id FROM {schema}.tenants AS t
-                                  WHERE t.external_id = %(tenant)s), 0)
-      AND e.event_key = %(event_key)s
+      AND e.tenant_id = (SELECT id FROM tenant) AND e.event_key = %(event_key)s
     FOR UPDATE
+), event_old AS (
+    SELECT e.tenant_id, e.event_key, e.message_ids
+    FROM {schema}.events_old AS e
+    WHERE CAST(%(event_key)s AS text) IS NOT NULL
+      AND e.tenant_id = (SELECT id FROM tenant) AND e.event_key = %(event_key)s
+    FOR UPDATE
+), event AS (
+    SELECT * FROM event_current UNION ALL SELECT * FROM event_old
 ), chosen AS (
     SELECT unnest(event.message_ids) AS id FROM event
     UNION
@@ -477,7 +507,13 @@ WITH event AS (
 ), event_marked AS (
     UPDATE {schema}.events AS e
     SET expunged_at = now()
-    FROM event
+    FROM event_current AS event
+    WHERE e.tenant_id = event.tenant_id AND e.event_key = event.event_key
+      AND e.expunged_at IS NULL
+), old_event_marked AS (
+    UPDATE {schema}.events_old AS e
+    SET expunged_at = now()
+    FROM event_old AS event
     WHERE e.tenant_id = event.tenant_id AND e.event_key = event.event_key
       AND e.expunged_at IS NULL
 ), counts AS (

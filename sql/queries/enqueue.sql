@@ -20,10 +20,15 @@ ordered AS MATERIALIZED (
 
 -- name: enqueue
 -- trace_context is the enqueuing span's W3C context (outbox/_tracing.py), or NULL.
--- Insert the key first: if (target, key) exists already, the key insert does
--- nothing, so the message insert (which selects from it) does nothing too, and
--- the caller looks the existing id up with enqueue_existing. A concurrent
+-- Insert the key first: if (target, key) exists already, in the current
+-- generation of keys or the previous one (migration 0033, which says why the
+-- look-up of the previous one cannot miss a key), the key insert does nothing,
+-- so the message insert (which selects from it) does nothing too, and the
+-- caller looks the existing id up with enqueue_existing. A concurrent
 -- transaction holding the same key makes this statement wait for its outcome.
+-- _keys_current is true under READ COMMITTED; under REPEATABLE READ or
+-- SERIALIZABLE it raises serialization_failure if the generation turned since
+-- the transaction's snapshot.
 -- The key keeps the digest of its request (outbox/_digest.py, computed by the
 -- library, so it costs the database nothing), which enqueue_existing returns
 -- for the caller to tell a retry from a key reused for another request.
@@ -34,6 +39,9 @@ WITH {ordered}, new_key AS (
     INSERT INTO {schema}.message_keys (target, idempotency_key, message_id, digest)
     SELECT %(target)s, %(idempotency_key)s, nextval('{schema}.messages_id_seq'), %(digest)s
     FROM (SELECT count(*) FROM ordered) AS after_lock
+    WHERE NOT EXISTS (SELECT FROM {schema}.message_keys_old AS k
+                      WHERE k.target = %(target)s AND k.idempotency_key = %(idempotency_key)s)
+      AND {schema}._keys_current()
     ON CONFLICT (target, idempotency_key) DO NOTHING
     RETURNING message_id
 ), new_message AS (
@@ -61,9 +69,15 @@ SELECT id{notify} FROM new_message
 -- Runs as a separate statement after a conflict, so that in READ COMMITTED it
 -- sees the row that the concurrent transaction committed. A NULL digest is a
 -- key written before digests were kept (migration 0007): it accepts any request.
+-- A key in both generations was carried (0033): the same message.
 SELECT message_id AS id, digest
 FROM {schema}.message_keys
 WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
+UNION ALL
+SELECT message_id AS id, digest
+FROM {schema}.message_keys_old
+WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
+LIMIT 1
 
 -- name: publish
 -- Fan one event out to every enabled endpoint subscribed to its type, in the
@@ -87,6 +101,8 @@ WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
 -- kept past the retention of its event while its message waits) keeps its
 -- message: its id is recorded, and no second message is written for it.
 -- nextval is taken on every publish, also one that writes nothing: ids may skip.
+-- The event and each key are looked up in both generations (migration 0033);
+-- found in the previous one, nothing is written, as for the current one.
 --
 -- An endpoint with a filter (on the payload, outbox/_filters.py) gets the event
 -- only if its filter is among those the caller found the payload to pass
@@ -128,6 +144,9 @@ WITH tenant AS MATERIALIZED (
     LEFT JOIN LATERAL (
         SELECT k.message_id FROM {schema}.message_keys AS k
         WHERE k.target = s.target AND k.idempotency_key = s.idempotency_key
+        UNION ALL
+        SELECT k.message_id FROM {schema}.message_keys_old AS k
+        WHERE k.target = s.target AND k.idempotency_key = s.idempotency_key
         LIMIT 1
     ) AS k ON true
     WHERE s.filter IS NULL OR s.filter = ANY (CAST(%(matched)s AS text[]))
@@ -137,6 +156,9 @@ WITH tenant AS MATERIALIZED (
            ARRAY(SELECT message_id FROM planned ORDER BY message_id)
     FROM tenant
     WHERE tenant.id IS NOT NULL AND NOT EXISTS (SELECT FROM unevaluated)
+      AND NOT EXISTS (SELECT FROM {schema}.events_old AS o
+                      WHERE o.tenant_id = tenant.id AND o.event_key = %(event_key)s)
+      AND {schema}._keys_current()
     ON CONFLICT (tenant_id, event_key) DO NOTHING
     RETURNING message_ids
 ), new_key AS (
@@ -164,13 +186,23 @@ SELECT n.message_ids AS created_ids, e.message_ids AS existing_ids,
        tenant.id IS NOT NULL AS tenant_known{notify}
 FROM tenant
 LEFT JOIN new_event AS n ON true
-LEFT JOIN {schema}.events AS e ON e.tenant_id = tenant.id AND e.event_key = %(event_key)s
+LEFT JOIN LATERAL (
+    SELECT e.message_ids, e.digest FROM {schema}.events AS e
+    WHERE e.tenant_id = tenant.id AND e.event_key = %(event_key)s
+    UNION ALL
+    SELECT e.message_ids, e.digest FROM {schema}.events_old AS e
+    WHERE e.tenant_id = tenant.id AND e.event_key = %(event_key)s
+    LIMIT 1
+) AS e ON true
 
 -- name: publish_existing
 -- Runs as a separate statement after publish waited for a concurrent publish of
 -- the same key, so that in READ COMMITTED it sees the event that one committed.
 SELECT e.message_ids, e.digest
-FROM {schema}.events AS e
+FROM (SELECT tenant_id, event_key, message_ids, digest FROM {schema}.events
+      UNION ALL
+      SELECT tenant_id, event_key, message_ids, digest FROM {schema}.events_old) AS e
 WHERE e.tenant_id = COALESCE((SELECT t.id FROM {schema}.tenants AS t
                               WHERE t.external_id = %(tenant)s), 0)
   AND e.event_key = %(event_key)s
+LIMIT 1

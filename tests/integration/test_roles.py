@@ -358,8 +358,12 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
 
         with psycopg.connect(database_url) as conn:
             conn.execute("UPDATE outbox.delivered SET completed_at = now() - interval '30 days'")
-            conn.execute("UPDATE outbox.events SET created_at = now() - interval '30 days'")
-        assert await store.remove_history(100) == (3, 1)
+            conn.execute("UPDATE outbox.key_generation SET carried_at = now() - interval '30 days'")
+        assert await store.remove_history(100) == (3,)
+        # the generation of keys and event records turns, as the schema's owner
+        assert await store.turn_keys() == 2
+        assert await store.carry_keys(100) == 0  # every message was delivered
+        assert await store.turn_keys() is None  # the next is a retention period away
     finally:
         await store.close()
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from dispatchers.store.messages import Claimed, ClaimResult, Completion
 from dispatchers.store.protocol import Busy
-from dispatchers.store.rows import Backlog, Erased, HealthRow, KeysRemoved, Partition, Removed
+from dispatchers.store.rows import Backlog, Erased, HealthRow, Partition, Removed
 
 
 @dataclass
@@ -132,7 +132,7 @@ class FakeStore:
         attempts_floor: datetime | None = None,
     ) -> Removed:
         self._call("retention")
-        return Removed(0, 0)
+        return Removed(0)
 
     async def expire_payloads(self, limit: int) -> list[Erased]:
         self._call("expire_payloads")
@@ -146,11 +146,13 @@ class FakeStore:
         self._call("partitions")
         return []
 
-    async def remove_partition_keys(
-        self, lower: datetime | None, upper: datetime, after: int, limit: int
-    ) -> KeysRemoved:
+    async def turn_keys(self) -> int | None:
         self._call("partitions")
-        return KeysRemoved(0, None)
+        return None
+
+    async def carry_keys(self, limit: int) -> int | None:
+        self._call("partitions")
+        return None
 
     async def drop_partition(self, partition: str) -> bool:
         self._call("partitions")

@@ -48,7 +48,8 @@ GRANTS = (
     "GRANT USAGE ON SCHEMA outbox TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA outbox TO {role}",
     "GRANT EXECUTE ON FUNCTION outbox.alert_lag, outbox.alert_unknown_key, outbox.expire_payloads,"
-    " outbox.history_partitions, outbox.history_extend, outbox.history_drop TO {role}",
+    " outbox.history_partitions, outbox.history_extend, outbox.history_drop,"
+    " outbox.key_generation_turn, outbox.key_generation_carry TO {role}",
 )
 """Everything a dispatcher role could need in the outbox schema, and more."""
 
@@ -258,7 +259,7 @@ async def test_a_privilege_revoked_mid_run_stops_the_dispatcher_after_a_lease(
     grant(database_url, role, *GRANTS)
     db = Db(database_url)
     log = Timed()
-    # Retention runs every 0.2 s; only it deletes from message_keys, so revoking
+    # Retention runs every 0.2 s; only it deletes from delivered, so revoking
     # that leaves every other statement working, the release at shutdown included.
     cfg = fast_config(retention_interval=0.2, grace=0.0, concurrency=4)
     release = threading.Event()
@@ -271,7 +272,7 @@ async def test_a_privilege_revoked_mid_run_stops_the_dispatcher_after_a_lease(
         try:
             await asyncio.to_thread(receiver.wait_for, 4, timeout=15)
             revoked = time.monotonic()
-            grant(database_url, role, "REVOKE DELETE ON outbox.message_keys FROM {role}")
+            grant(database_url, role, "REVOKE DELETE ON outbox.delivered FROM {role}")
             with pytest.raises(DatabaseUnusable) as failure:
                 async with asyncio.timeout(cfg.lease + 15):
                     await task

@@ -161,7 +161,7 @@ READERS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "portal": (portal_queries, ("consumer_attempts", "consumer_deliveries")),
     "dispatcher": (
         store_queries,
-        ("retention", "history_keys", "recorded_attempts", "rescue"),
+        ("retention", "recorded_attempts", "rescue"),
     ),
 }
 

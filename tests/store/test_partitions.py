@@ -1,8 +1,8 @@
 """The history's partitions (migration 0032): made ahead by every dispatcher at
 once without a clash, rows of the default partition moved into the partition made
-for them, partitions past the retention period dropped after their keys, and a
-drop that cannot have its lock at once given up rather than queued in front of
-completions."""
+for them, partitions past the retention period dropped whole (their keys go with
+their generation, tests/store/test_key_generations.py), and a drop that cannot
+have its lock at once given up rather than queued in front of completions."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ async def test_rows_the_default_partition_took_move_to_the_partition_made_for_th
     assert counts == (0, 300, 0, 300, 300)
 
 
-async def test_partitions_past_retention_are_dropped_after_their_keys_and_the_rest_kept(
+async def test_partitions_past_retention_are_dropped_whole_and_the_rest_kept(
     database_url: str, store: Store
 ) -> None:
     add_past_days(database_url, 10)
@@ -149,16 +149,7 @@ async def test_partitions_past_retention_are_dropped_after_their_keys_and_the_re
         add_history(database_url, n * 1000 + 1, n * 1000 + 50, at)
     expired_days = [today() - timedelta(days=n) for n in range(8, 11)]  # ended 7 d ago or more
 
-    # 3 days of 50 keys, 100 a batch: a budget of one batch stops part way, and
-    # the next round goes on from where the keys stopped
-    partial = service(store, batch=20, batches=1)
-    assert await partial.run_once() == []
-    rounds = 0
-    dropped: list[str] = []
-    while len(dropped) < 6:
-        dropped += await partial.run_once()
-        rounds += 1
-        assert rounds < 20
+    dropped = await service(store).run_once()
     assert sorted(dropped) == sorted(
         f"{parent}_p{d.strftime('%Y%m%d')}"
         for parent in ("delivered", "attempts")
@@ -171,12 +162,12 @@ async def test_partitions_past_retention_are_dropped_after_their_keys_and_the_re
             " (SELECT count(*) FROM outbox.message_keys),"
             " (SELECT min(id) FROM outbox.delivered)"
         ).fetchone()
-        # a key whose history was dropped can be used again
-        reused = Outbox().enqueue(
+        # a key outlives its history: it goes with its generation
+        again = Outbox().enqueue(
             conn, url="https://example.com", idempotency_key="h-10001", json={}
         )
-    assert counts == (7 * 50, 7 * 50, 7 * 50, 1001)
-    assert reused != 10001
+    assert counts == (7 * 50, 7 * 50, 10 * 50, 1001)
+    assert again == 10001
     assert await service(store).run_once() == []  # nothing more is past the period
 
 
@@ -197,7 +188,8 @@ async def test_retention_deletes_rows_below_the_partitions_only(
             " (SELECT count(*) FROM outbox.message_keys WHERE message_id <= 40),"
             " (SELECT count(*) FROM outbox.delivered)"
         ).fetchone()
-    assert counts == (0, 0, 0, 40)
+    # the keys stay: they go with their generation
+    assert counts == (0, 0, 40, 40)
 
 
 async def test_a_drop_behind_a_long_reader_gives_up_at_once_and_is_tried_next_round(

@@ -90,7 +90,7 @@ async def test_nothing_is_prepared_when_prepared_statements_are_off(database_url
 
 async def test_the_occasional_statements_are_planned_for_their_values(store: Store) -> None:
     # A generic plan of the retention batch joined whole tables; these stay unprepared.
-    assert await store.remove_history(100) == (0, 0)
+    assert await store.remove_history(100) == (0,)
     assert await store.rescue() == []
     assert await store.work_remaining() == (0, 0, 0)
     async with store.pool.connection() as conn:

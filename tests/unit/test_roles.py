@@ -28,7 +28,8 @@ def test_the_producer_executes_the_sql_producers_and_the_dispatcher_its_alerts()
         'GRANT EXECUTE ON FUNCTION "box"."enqueue", "box"."publish" TO "p"',
         'GRANT EXECUTE ON FUNCTION "box"."alert_lag", "box"."alert_unknown_key",'
         ' "box"."expire_payloads", "box"."history_partitions", "box"."history_extend",'
-        ' "box"."history_drop" TO "d"',
+        ' "box"."history_drop", "box"."key_generation_turn", "box"."key_generation_carry"'
+        ' TO "d"',
     ]
 
 
@@ -58,17 +59,25 @@ def test_the_dispatcher_updates_only_the_health_columns_of_endpoints() -> None:
     ]
 
 
-def test_the_producer_records_events_and_the_dispatcher_only_prunes_them() -> None:
+def test_the_producer_records_events_and_keys_in_both_generations_and_the_dispatcher_none() -> None:
     statements = grants("outbox", producer="p", dispatcher="d")
-    assert [s for s in statements if '"events"' in s] == [
-        'GRANT INSERT ("tenant_id", "event_key", "event_type", "digest", "message_ids")'
-        ' ON TABLE "outbox"."events" TO "p"',
-        'GRANT SELECT ("tenant_id", "event_key", "digest", "message_ids")'
-        ' ON TABLE "outbox"."events" TO "p"',
-        'GRANT DELETE ON TABLE "outbox"."events" TO "d"',
-        'GRANT SELECT ("tenant_id", "event_key", "created_at") ON TABLE "outbox"."events" TO "d"',
-        # retention locks the rows it removes: FOR UPDATE needs UPDATE on a column
-        'GRANT UPDATE ("created_at") ON TABLE "outbox"."events" TO "d"',
+    for table in ("events", "events_old"):
+        assert [s for s in statements if f'"{table}"' in s] == [
+            'GRANT INSERT ("tenant_id", "event_key", "event_type", "digest", "message_ids")'
+            f' ON TABLE "outbox"."{table}" TO "p"',
+            'GRANT SELECT ("tenant_id", "event_key", "digest", "message_ids")'
+            f' ON TABLE "outbox"."{table}" TO "p"',
+        ]
+    for table in ("message_keys", "message_keys_old"):
+        assert [s for s in statements if f'"{table}"' in s] == [
+            'GRANT INSERT ("target", "idempotency_key", "message_id", "digest")'
+            f' ON TABLE "outbox"."{table}" TO "p"',
+            'GRANT SELECT ("target", "idempotency_key", "message_id", "digest")'
+            f' ON TABLE "outbox"."{table}" TO "p"',
+        ]
+    # the dispatcher turns the generations through functions that run as the owner
+    assert [s for s in statements if '"key_generation"' in s] == [
+        'GRANT SELECT ("keys") ON TABLE "outbox"."key_generation" TO "p"'
     ]
 
 
@@ -163,6 +172,8 @@ def test_the_operator_holds_every_table_but_the_migrations_record_and_the_id_seq
         for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE"):
             if table == "audit_log":  # only added to and read: an entry is never changed
                 assert holds("operator", table, privilege) is (privilege in ("SELECT", "INSERT"))
+            elif table == "key_generation":  # the dispatchers' to change
+                assert holds("operator", table, privilege) is (privilege == "SELECT")
             else:
                 assert holds("operator", table, privilege) is (table != "schema_migrations")
     assert holds("operator", "messages_id_seq", "USAGE")

@@ -11,13 +11,11 @@
 -- %(delivered_floor)s, the lower bound of the oldest partition of a range
 -- (migration 0032; NULL when there is none), which leaves the rows of the
 -- legacy partition (the table as it was before the partitioning) and of the
--- default one; with their attempt rows (below %(attempts_floor)s, likewise) and
--- idempotency keys (so the dedupe window of a key is the retention period).
+-- default one; with their attempt rows (below %(attempts_floor)s, likewise).
 -- Both bounds are values, so the plan reads those partitions only. Dead
--- messages are kept until purged.
--- Also one batch of events published before the retention period (publish's
--- once-per-event record; its window is the retention period too). Returns both
--- counts, so that the caller goes on while either batch was full.
+-- messages are kept until purged. Idempotency keys and event records are not
+-- deleted: they go a generation at a time (key_generation_turn, migration
+-- 0033). Returns the count, so that the caller goes on while a batch was full.
 -- SKIP LOCKED lets every dispatcher run it without waiting on the others.
 WITH old AS (
     SELECT id
@@ -32,34 +30,14 @@ WITH old AS (
     USING old
     WHERE d.id = old.id
       AND d.completed_at < COALESCE(CAST(%(delivered_floor)s AS timestamptz), 'infinity')
-    RETURNING d.id, d.target, d.idempotency_key
-), keys AS (
-    -- by the key's primary key: a history row keeps its target and key
-    DELETE FROM {schema}.message_keys AS k
-    USING removed
-    WHERE k.target = removed.target
-      AND k.idempotency_key = removed.idempotency_key
-      AND k.message_id = removed.id
+    RETURNING d.id
 ), attempt_rows AS (
     DELETE FROM {schema}.attempts AS a
     USING removed
     WHERE a.message_id = removed.id
       AND a.started_at < COALESCE(CAST(%(attempts_floor)s AS timestamptz), 'infinity')
-), old_events AS (
-    SELECT tenant_id, event_key
-    FROM {schema}.events
-    WHERE created_at < now() - make_interval(secs => %(retention_s)s)
-    ORDER BY created_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), events_removed AS (
-    DELETE FROM {schema}.events AS e
-    USING old_events
-    WHERE e.tenant_id = old_events.tenant_id AND e.event_key = old_events.event_key
-    RETURNING 1
 )
-SELECT (SELECT count(*) FROM removed) AS history,
-       (SELECT count(*) FROM events_removed) AS events
+SELECT count(*) AS history FROM removed
 
 -- name: history_partitions
 -- The partitions of delivered and attempts with their bounds (NULL: MINVALUE
@@ -75,33 +53,24 @@ FROM {schema}.history_partitions()
 SELECT made
 FROM {schema}.history_extend(make_interval(secs => %(ahead_s)s), %(step)s, %(most)s) AS made
 
--- name: history_keys
--- Before a partition of delivered is dropped: remove the idempotency keys of
--- one batch of its rows, those in [%(lower)s, %(upper)s) (the partition's range,
--- so the plan reads that partition alone) with an id above %(after)s, by id
--- (each partition has its primary key on id). message_keys is not partitioned:
--- its primary key is what makes a key unique across the history. Returns the
--- rows read and the last id, where the next batch starts.
-WITH batch AS (
-    SELECT d.id, d.target, d.idempotency_key
-    FROM {schema}.delivered AS d
-    WHERE d.completed_at >= COALESCE(CAST(%(lower)s AS timestamptz), '-infinity')
-      AND d.completed_at < %(upper)s
-      AND d.id > %(after)s
-    ORDER BY d.id
-    LIMIT %(limit)s
-), gone AS (
-    DELETE FROM {schema}.message_keys AS k
-    USING batch
-    WHERE k.target = batch.target
-      AND k.idempotency_key = batch.idempotency_key
-      AND k.message_id = batch.id
-)
-SELECT count(*) AS rows, max(id) AS last FROM batch
+-- name: key_generation_turn
+-- Turn the generation of idempotency keys and event records if it is due (the
+-- carry into the current one was done at least the retention period ago):
+-- the previous tables are dropped, the current ones become the previous ones
+-- (migration 0033). Returns the new generation, or NULL. Sent under a short
+-- lock_timeout, as history_extend: producers wait behind it that long at most.
+SELECT {schema}.key_generation_turn(make_interval(secs => %(retention_s)s)) AS generation
+
+-- name: key_generation_carry
+-- After a turn: copy the keys of up to %(limit)s messages still in messages
+-- from the previous generation into the current one. Returns the messages read
+-- (fewer than %(limit)s: the carry is done), or NULL when none is to be carried.
+SELECT {schema}.key_generation_carry(%(limit)s) AS carried
 
 -- name: history_drop
 -- Drop a partition whose whole range ended before the retention period (the
--- function checks it; false for any other name). Sent under a short
+-- function checks it; false for any other name). Its idempotency keys go with
+-- their generation (key_generation_turn). Sent under a short
 -- lock_timeout, as history_extend.
 SELECT {schema}.history_drop(%(partition)s, make_interval(secs => %(retention_s)s)) AS dropped
 
