@@ -1,4 +1,5 @@
-"""What the partitioned history (migrations 0030-0032) buys at scale: ``--rows``
+"""What the partitioned history (migrations 0030-0032) and the generations of keys
+(0033) buy at scale: ``--rows``
 delivered messages (10,000,000 by default), each with its attempt and its key,
 spread over ``--days`` days of partitions (7), then
 
@@ -6,11 +7,13 @@ spread over ``--days`` days of partitions (7), then
     attempts, as the dispatchers' maintenance does) against deleting the same
     rows from an unpartitioned copy of that day in batches of 5,000 (as
     retention did), with the VACUUM that a delete leaves to do; each timed, with
-    the WAL it wrote (the WAL insert position before and after). The day's
-    idempotency keys go in batches in both designs (message_keys stays
-    unpartitioned: its primary key keeps keys unique); their removal is
-    measured on its own row;
-(b) the throughput of enqueues (``--enqueues``, committed every 100) and of a
+    the WAL it wrote (the WAL insert position before and after). Then the
+    idempotency keys: the day's deleted in batches of 5,000 (as retention did
+    before migration 0033), against the turn of their generation (0033): the
+    first turn makes the table of every key the previous generation, the second
+    (after (b)) drops it whole;
+(b) the throughput of enqueues (``--enqueues``, committed every 100; each key
+    looked up in a previous generation that holds every key loaded) and of a
     drain (``--messages`` messages, our dispatcher in its own process, no HTTP:
     the transport answers) in the schema with that history against an empty
     one.
@@ -36,7 +39,6 @@ from dispatchers.bench import Settings
 from dispatchers.bench.context import Bench
 from dispatchers.bench.drain import drain_in
 from dispatchers.bench.env import database, fresh_schema
-from dispatchers.store.statements import store_queries
 from outbox import Outbox
 
 TARGET = "http://127.0.0.1:9/noop"
@@ -198,8 +200,26 @@ def drop_day(schema: str, lower: datetime) -> Any:
     return work
 
 
+KEYS_DELETE = """
+WITH batch AS (
+    SELECT d.id, d.target, d.idempotency_key
+    FROM {s}.delivered AS d
+    WHERE d.completed_at >= %(lower)s AND d.completed_at < %(upper)s AND d.id > %(after)s
+    ORDER BY d.id
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM {s}.message_keys AS k
+    USING batch
+    WHERE k.target = batch.target AND k.idempotency_key = batch.idempotency_key
+      AND k.message_id = batch.id
+)
+SELECT count(*), max(id) FROM batch
+"""
+
+
 def remove_keys(schema: str, lower: datetime) -> Any:
-    statement = store_queries(schema)["history_keys"]
+    """The day's keys deleted in batches, as retention did before migration 0033."""
+    statement = sql.SQL(KEYS_DELETE).format(s=sql.Identifier(schema))
 
     def work(conn: psycopg.Connection[Any]) -> None:
         after = 0
@@ -210,13 +230,47 @@ def remove_keys(schema: str, lower: datetime) -> Any:
                 "after": after,
                 "limit": BATCH,
             }
-            rows, last = conn.execute(statement.text, params).fetchone()  # type: ignore[misc]
+            rows, last = conn.execute(statement, params).fetchone()  # type: ignore[misc]
             if last is not None:
                 after = last
             if rows < BATCH:
                 return
 
     return work
+
+
+def keys_in(conn: psycopg.Connection[Any], schema: str, table: str) -> int:
+    query = sql.SQL("SELECT count(*) FROM {}.{}").format(
+        sql.Identifier(schema), sql.Identifier(table)
+    )
+    row = conn.execute(query).fetchone()
+    return int(row[0]) if row else 0
+
+
+def turn_keys(schema: str) -> Any:
+    """One turn of the generation of keys (migration 0033), made due first: its
+    last carry set back past the retention period."""
+    s = sql.Identifier(schema)
+
+    def work(conn: psycopg.Connection[Any]) -> None:
+        row = conn.execute(
+            sql.SQL("SELECT {}.key_generation_turn(interval '7 days')").format(s)
+        ).fetchone()
+        assert row is not None and row[0] is not None, row
+        while conn.execute(
+            sql.SQL("SELECT {}.key_generation_carry(5000)").format(s)
+        ).fetchone() == (5000,):
+            pass
+
+    return work
+
+
+def due(conn: psycopg.Connection[Any], schema: str) -> None:
+    conn.execute(
+        sql.SQL("UPDATE {}.key_generation SET carried_at = now() - interval '8 days'").format(
+            sql.Identifier(schema)
+        )
+    )
 
 
 def enqueues_per_s(url: str, schema: str, count: int) -> float:
@@ -255,12 +309,19 @@ def main() -> None:
                         measured(conn, delete_in_batches(plain)),
                     ),
                     ("  and the VACUUM it leaves", measured(conn, vacuum(plain))),
-                    ("drop the day's two partitions", (0.0, 0)),
-                    ("the day's keys, 5,000 a batch (both designs)", (0.0, 0)),
                 ]
                 conn.execute("CHECKPOINT")
-                figures[3] = (figures[3][0], measured(conn, remove_keys(big, oldest)))
-                figures[2] = (figures[2][0], measured(conn, drop_day(big, oldest)))
+                figures.append(
+                    (
+                        "the day's keys, DELETE, 5,000 a batch",
+                        measured(conn, remove_keys(big, oldest)),
+                    )
+                )
+                figures.append(
+                    ("drop the day's two partitions", measured(conn, drop_day(big, oldest)))
+                )
+                due(conn, big)
+                figures.append(("turn: every key made previous", measured(conn, turn_keys(big))))
         finally:
             with psycopg.connect(db.url, autocommit=True) as conn:
                 conn.execute(
@@ -270,7 +331,7 @@ def main() -> None:
         print(f"\n(a) removing one day of history: {day_rows:,} delivered rows and attempts")
         print(f"{'operation':<50} {'seconds':>9} {'WAL MB':>9}")
         for name, (seconds, wal_bytes) in figures:
-            print(f"{name:<50} {seconds:>9.3f} {wal_bytes / 1e6:>9.2f}")
+            print(f"{name:<50} {seconds:>9.3f} {wal_bytes / 1e6:>9.2f}", flush=True)
 
         bench = Bench(
             db, Settings(messages=args.messages, drain_timeout=600.0), progress=lambda _: None
@@ -286,6 +347,13 @@ def main() -> None:
                     results.append((label, enq, run.msgs_per_s, run.failures))
         finally:
             bench.close()
+        # the previous generation holds every key loaded: the next turn drops it
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            previous = keys_in(conn, big, "message_keys_old")
+            due(conn, big)
+            seconds, wal_bytes = measured(conn, turn_keys(big))
+        name = f"turn: {previous:,} keys dropped whole"
+        print(f"{name:<50} {seconds:>9.3f} {wal_bytes / 1e6:>9.2f}")
         history = args.rows - day_rows
         print(f"\n(b) throughput, history of {history:,} delivered rows against none")
         print(f"{'schema':<16} {'enqueues/s':>11} {'drained msgs/s':>15}")

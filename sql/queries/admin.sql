@@ -158,12 +158,19 @@ FOR KEY SHARE
 -- key and body (state ready), so the same webhook-id goes out and receivers
 -- dedupe. attempts is kept (attempt numbers never repeat); the budget is raised
 -- on top of it. Webhook messages only: their destination is their target,
--- "endpoint:<id>".
+-- "endpoint:<id>". Each one's key is written into the current generation of
+-- keys if it is not there (migration 0033): a message back in the outbox
+-- keeps its key as long as it is there, which the carry after each turn sees
+-- to only for the keys it finds in the previous generation.
 moved AS (
     DELETE FROM {schema}.delivered AS d
     USING chosen
     WHERE d.id = chosen.id
     RETURNING d.*
+), rekeyed AS (
+    INSERT INTO {schema}.message_keys (target, idempotency_key, message_id)
+    SELECT target, idempotency_key, id FROM moved
+    ON CONFLICT (target, idempotency_key) DO NOTHING
 ), replayed AS (
     INSERT INTO {schema}.messages (
         id, idempotency_key, target, destination, endpoint_id, url, method, headers, body,

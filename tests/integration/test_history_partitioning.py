@@ -1,8 +1,8 @@
 """Migrations 0030 to 0032 on an outbox that has a history: the tables become
 partitions of the new ones without a row copied or lost, completions go on while
 the migrations run (their longest stall measured), a run stopped at any step
-resumes from the step it stopped at, and the legacy partition goes whole, after
-its keys, once it is past the retention period."""
+resumes from the step it stopped at, and the legacy partition goes whole once it
+is past the retention period, its keys with their generation (migration 0033)."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def test_a_run_stopped_at_any_step_resumes_where_it_stopped(empty_database_url: 
     assert len(partitions) >= 4  # the legacy one, days from the cutover, the default one
 
 
-async def test_the_legacy_partition_goes_whole_after_its_keys_once_past_retention(
+async def test_the_legacy_partition_goes_whole_and_its_keys_with_their_generation(
     empty_database_url: str,
 ) -> None:
     url = empty_database_url
@@ -245,27 +245,46 @@ async def test_the_legacy_partition_goes_whole_after_its_keys_once_past_retentio
             retention=5 * DAY,
             ahead=3 * DAY,
             step="day",
-            batch=500,  # the 3,000 keys over several batches and rounds
+            batch=500,
             batches=2,
             pause=0.0,
         )
-        dropped: list[str] = []
-        for _ in range(10):
-            dropped += await partitions.run_once()
-            if "attempts_legacy" in dropped:
-                break
+        dropped = await partitions.run_once()
+        assert sorted(dropped) == ["attempts_legacy", "delivered_legacy"]
+        with psycopg.connect(url) as conn:
+            left = conn.execute(
+                "SELECT (SELECT count(*) FROM outbox.delivered),"
+                " (SELECT count(*) FROM outbox.attempts),"
+                " (SELECT count(*) FROM outbox.message_keys),"
+                " to_regclass('outbox.delivered_legacy'), to_regclass('outbox.attempts_legacy')"
+            ).fetchone()
+            # a key outlives its history: the legacy keys are in the current generation
+            again = Outbox().enqueue(
+                conn, url="https://example.com", idempotency_key="old-7", json={}
+            )
+        assert left == (50, 50, 3050, None, None)
+        assert again == 7
+        # two turns a retention period apart: the keys of the converted outbox
+        # become the previous generation, then go whole
+        for turn in (2, 3):
+            with psycopg.connect(url) as conn:
+                conn.execute(
+                    "UPDATE outbox.key_generation SET carried_at = now() - interval '6 days'"
+                )
+            await partitions.run_once()
+            with psycopg.connect(url) as conn:
+                assert conn.execute("SELECT generation FROM outbox.key_generation").fetchone() == (
+                    turn,
+                )
     finally:
         await store.close()
-    assert sorted(dropped) == ["attempts_legacy", "delivered_legacy"]
     with psycopg.connect(url) as conn:
-        left = conn.execute(
-            "SELECT (SELECT count(*) FROM outbox.delivered),"
-            " (SELECT count(*) FROM outbox.attempts),"
-            " (SELECT count(*) FROM outbox.message_keys),"
-            " (SELECT min(message_id) FROM outbox.message_keys),"
-            " to_regclass('outbox.delivered_legacy'), to_regclass('outbox.attempts_legacy')"
+        keys = conn.execute(
+            "SELECT (SELECT count(*) FROM outbox.message_keys),"
+            " (SELECT count(*) FROM outbox.message_keys_old)"
         ).fetchone()
         reused = Outbox().enqueue(conn, url="https://example.com", idempotency_key="old-7", json={})
-    # the rows after the cutover and their keys stay; the legacy keys went first
-    assert left == (50, 50, 50, 100_001, None, None)
+    # no message was left in the outbox to carry a key for: every key went, and
+    # a legacy key is new again
+    assert keys == (0, 0)
     assert reused not in (7, None)

@@ -51,6 +51,9 @@ TABLES = {
     "schema_migrations",
     "api_tokens",
     "audit_log",
+    "message_keys_old",
+    "events_old",
+    "key_generation",
 }
 MIGRATIONS = load_migrations()
 NAMES = [f"{m.version:04d}_{m.name}" for m in MIGRATIONS]

@@ -19,6 +19,7 @@ from dispatchers.runtime.maintenance import Partitions
 from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.postgres import DDL_LOCK_TIMEOUT, Store
 from outbox import Endpoints, Outbox
+from outbox.admin import replay_message
 from tests.dispatching import fast_config
 
 DAY = 86400.0
@@ -166,6 +167,43 @@ async def test_the_keys_of_messages_still_in_the_outbox_are_carried_in_batches(
         # a message still waiting keeps its key; one that left long ago does not
         assert box.enqueue(conn, url=URL, idempotency_key="k0", json={}) == ids[0]
         assert box.enqueue(conn, url=URL, idempotency_key="k100", json={}) not in ids
+
+
+async def test_a_message_replayed_from_the_history_keeps_its_key_across_turns(
+    database_url: str, store: Store
+) -> None:
+    box = Outbox()
+    with psycopg.connect(database_url) as conn:
+        endpoint = Endpoints().add(conn, url="https://hooks.example.com/in")
+        (sent,) = box.publish(conn, "order.paid", {"n": 1}, idempotency_key="evt-1")
+        # delivered: it leaves the outbox for the history, as a completion moves it
+        conn.execute(
+            "WITH moved AS (DELETE FROM outbox.messages WHERE id = %s RETURNING *)"
+            " INSERT INTO outbox.delivered (id, idempotency_key, target, endpoint_id, url,"
+            " method, headers, body, content_type, event_type, attempts, max_attempts,"
+            " last_status, created_at, completed_at)"
+            " SELECT id, idempotency_key, target, endpoint_id, url, method, headers, body,"
+            " content_type, event_type, 1, max_attempts, 200, created_at, now() FROM moved",
+            (sent,),
+        )
+    age_the_carry(database_url)
+    assert await store.turn_keys() == 2
+    assert await store.carry_keys(100) == 0  # nothing in the outbox: its key stays behind
+    with psycopg.connect(database_url) as conn:
+        assert replay_message(conn, message_id=sent) is True
+    # back in the outbox; two turns later, its key is still there to dedupe
+    for turn in (3, 4):
+        age_the_carry(database_url)
+        assert await store.turn_keys() == turn
+        assert await store.carry_keys(100) == 1
+    with psycopg.connect(database_url) as conn:
+        # its event's record went with its generation: published again, the event
+        # is recorded again, and finds the endpoint's message by its key
+        assert box.publish(conn, "order.paid", {"n": 1}, idempotency_key="evt-1") == [sent]
+        row = conn.execute(
+            "SELECT count(*) FROM outbox.messages WHERE endpoint_id = %s", (endpoint.id,)
+        ).fetchone()
+    assert row == (1,)
 
 
 def _wait_until_blocked_on_a_lock(observer: psycopg.Connection, pid: int) -> None:
