@@ -22,8 +22,9 @@ business insert plus ``pg_notify``). ``--against VERSION`` also runs the enqueue
 scripts on a second schema migrated only up to that migration (named
 ``enqueue-vNNNN``), to measure a schema change against the schema before it;
 the columns this tree's ``enqueue`` writes that the older ``messages`` table
-lacks are added to it bare (no index, no rule), so the statement runs there and
-what differs is the schema's indexes and rules.
+lacks are added to it bare (no index, no rule), and what it reads of the
+generations of keys (0033) empty, so the statement runs there and what differs
+is the schema's indexes and rules.
 
 Works on a throwaway embedded server (default) or ``--database-url``; either way
 in fresh schemas dropped afterwards. Takes about ``rounds x scripts x seconds``.
@@ -176,8 +177,24 @@ def schema_at(url: str, version: int) -> Iterator[str]:
 
 def add_missing_columns(url: str, schema: str, baseline: str) -> None:
     """Add to ``baseline``'s messages table, bare, the columns of ``schema``'s that
-    it lacks (``enqueue`` writes them)."""
+    it lacks (``enqueue`` writes them); and, to a schema from before migration
+    0033, what ``enqueue`` reads of the generations of keys: an empty previous
+    table of keys (with its primary key) and ``_keys_moved``, always false."""
     with connect(url, autocommit=True) as conn:
+        if conn.execute(
+            "SELECT to_regclass(quote_ident(%s) || '.message_keys_old') IS NULL", (baseline,)
+        ).fetchone() == (True,):
+            conn.execute(
+                sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
+                    sql.Identifier(baseline, "message_keys_old"),
+                    sql.Identifier(baseline, "message_keys"),
+                )
+            )
+            conn.execute(
+                sql.SQL(
+                    "CREATE FUNCTION {}() RETURNS boolean LANGUAGE sql AS 'SELECT false'"
+                ).format(sql.Identifier(baseline, "_keys_moved"))
+            )
         missing = conn.execute(
             "SELECT c.column_name, format_type(a.atttypid, a.atttypmod)"
             " FROM information_schema.columns AS c"

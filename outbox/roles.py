@@ -233,7 +233,7 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         "events": _PRODUCER_EVENTS,
         "events_old": _PRODUCER_EVENTS,
         # under REPEATABLE READ, whether the generation of keys turned since the
-        # snapshot (_keys_current, 0033)
+        # snapshot (_keys_moved, 0033)
         "key_generation": {"SELECT": ("keys",)},
         # publish fans out to the enabled endpoints subscribed, through their
         # filters: not their URL, TLS material or anything else

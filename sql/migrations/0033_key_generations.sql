@@ -21,7 +21,7 @@
 -- tables (names are looked up again), and takes its snapshot after the turn
 -- committed, so the table it reads as previous holds every key committed in
 -- it. Under REPEATABLE READ or SERIALIZABLE the snapshot is the transaction's,
--- which may predate a turn: _keys_current raises serialization_failure then,
+-- which may predate a turn: _keys_moved raises serialization_failure then,
 -- and the transaction is retried instead of missing a key.
 --
 -- The turn waits for its locks half a second at most (the caller's
@@ -50,7 +50,7 @@
 DROP INDEX events_created_idx;
 
 -- The state of the generations: one row. keys: the current message_keys (its
--- oid), which _keys_current compares with the one a name resolves to now.
+-- oid), which _keys_moved compares with the one a name resolves to now.
 -- carry_until: the highest message id drawn before the turn (a message above
 -- it has its key in the current table); carry_after: how far the carry went.
 CREATE TABLE key_generation (
@@ -102,38 +102,23 @@ VALUES (1, now(), CAST('message_keys' AS regclass), now());
 -- Under REPEATABLE READ or SERIALIZABLE, raise serialization_failure when the
 -- generation turned since the transaction's snapshot (its key_generation row
 -- names another table than message_keys is now): the snapshot may then miss
--- keys that the previous table holds. What producers call before they write a
--- key or an event is _keys_current: true, at the cost of reading a setting,
--- under READ COMMITTED (which needs no check, see the top of this file); else
--- _keys_moved's check. Both run as their caller, who reads key_generation, and
--- name the schema themselves (written in now): a producer's search path need
--- not hold it, and a function with a search path of its own is not inlined.
-DO $migration$
+-- keys that the previous table holds; else return false. Producers call it
+-- only under those levels, before they write a key or an event (READ
+-- COMMITTED needs no check, see the top of this file); it runs as its caller,
+-- who reads key_generation, with the search path pinned below.
+CREATE FUNCTION _keys_moved() RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
 BEGIN
-    EXECUTE format($f$
-        CREATE FUNCTION %1$I._keys_moved() RETURNS boolean
-        LANGUAGE plpgsql VOLATILE
-        AS $body$
-        BEGIN
-            IF (SELECT g.keys FROM %1$I.key_generation AS g)
-               IS DISTINCT FROM CAST(pg_catalog.to_regclass(%2$L) AS oid) THEN
-                RAISE EXCEPTION USING ERRCODE = 'serialization_failure', MESSAGE =
-                    'the generation of idempotency keys turned since this '
-                    'transaction''s snapshot; try the transaction again';
-            END IF;
-            RETURN false;
-        END
-        $body$ $f$, current_schema(), format('%I.message_keys', current_schema()));
-    EXECUTE format($f$
-        CREATE FUNCTION %1$I._keys_current() RETURNS boolean
-        LANGUAGE sql VOLATILE
-        AS $body$
-            SELECT CASE WHEN pg_catalog.current_setting('transaction_isolation')
-                             = 'read committed' THEN true
-                        ELSE NOT %1$I._keys_moved() END
-        $body$ $f$, current_schema());
+    IF (SELECT g.keys FROM key_generation AS g)
+       IS DISTINCT FROM CAST(to_regclass('message_keys') AS oid) THEN
+        RAISE EXCEPTION USING ERRCODE = 'serialization_failure', MESSAGE =
+            'the generation of idempotency keys turned since this transaction''s '
+            'snapshot; try the transaction again';
+    END IF;
+    RETURN false;
 END
-$migration$;
+$$;
 
 -- Turn the generation if the carry into the current one was done at least
 -- `retention` ago: drop the previous tables, make the current ones previous
@@ -248,7 +233,8 @@ BEGIN
              $old$    VALUES (enqueue.url, enqueue.idempotency_key, v_id, v_digest)
 $old$,
              $new$    SELECT enqueue.url, enqueue.idempotency_key, v_id, v_digest
-    WHERE _keys_current()
+    WHERE (pg_catalog.current_setting('transaction_isolation') = 'read committed'
+           OR NOT _keys_moved())
       AND NOT EXISTS (SELECT FROM message_keys_old AS k
                       WHERE k.target = enqueue.url
                         AND k.idempotency_key = enqueue.idempotency_key)
@@ -277,7 +263,8 @@ $new$),
              $old$          AND (_fan_out.record_empty OR EXISTS (SELECT FROM planned))
 $old$,
              $new$          AND (_fan_out.record_empty OR EXISTS (SELECT FROM planned))
-          AND _keys_current()
+          AND (pg_catalog.current_setting('transaction_isolation') = 'read committed'
+               OR NOT _keys_moved())
           AND NOT EXISTS (SELECT FROM events_old AS o
                           WHERE o.tenant_id = _fan_out.tenant_id
                             AND o.event_key = _fan_out.event_key)
@@ -303,12 +290,14 @@ END
 $migration$;
 
 -- Only their owner (and the functions above, as it) may call the generation's
--- maintenance; `outbox roles` grants it to the dispatcher, and _keys_current
--- to producers. Those that run as their owner have the search path pinned.
+-- maintenance; `outbox roles` grants it to the dispatcher. The search path of
+-- each is pinned, and that of _keys_moved, which producers call.
 DO $migration$
 DECLARE
     routine regprocedure;
 BEGIN
+    EXECUTE format('ALTER FUNCTION _keys_moved() SET search_path = pg_catalog, %I, pg_temp',
+                   current_schema());
     FOR routine IN
         SELECT p.oid::regprocedure
         FROM pg_proc AS p

@@ -281,7 +281,9 @@ WITH tenant AS (
            nextval('{schema}.messages_id_seq')
     FROM source
     CROSS JOIN (SELECT count(*) FROM ordered) AS after_lock
-    WHERE NOT EXISTS (SELECT FROM existing) AND {schema}._keys_current()
+    WHERE NOT EXISTS (SELECT FROM existing)
+      AND (current_setting('transaction_isolation') = 'read committed'
+           OR NOT {schema}._keys_moved())
     ON CONFLICT (target, idempotency_key) DO NOTHING
     RETURNING target, idempotency_key, message_id
 ), new_message AS (

@@ -18,6 +18,14 @@ ordered AS MATERIALIZED (
     WHERE k.ordering_key IS NOT NULL
 )
 
+-- fragment: keys_current
+-- True under READ COMMITTED, at the cost of reading a setting: a statement
+-- locks its tables before it takes its snapshot, so it sees the generation of
+-- keys as it is (migration 0033). Under REPEATABLE READ or SERIALIZABLE,
+-- _keys_moved raises serialization_failure if the generation turned since the
+-- transaction's snapshot (which may miss keys of the previous one).
+(current_setting('transaction_isolation') = 'read committed' OR NOT {schema}._keys_moved())
+
 -- name: enqueue
 -- trace_context is the enqueuing span's W3C context (outbox/_tracing.py), or NULL.
 -- Insert the key first: if (target, key) exists already, in the current
@@ -26,9 +34,7 @@ ordered AS MATERIALIZED (
 -- so the message insert (which selects from it) does nothing too, and the
 -- caller looks the existing id up with enqueue_existing. A concurrent
 -- transaction holding the same key makes this statement wait for its outcome.
--- _keys_current is true under READ COMMITTED; under REPEATABLE READ or
--- SERIALIZABLE it raises serialization_failure if the generation turned since
--- the transaction's snapshot.
+-- keys_current is the check of the generation under REPEATABLE READ.
 -- The key keeps the digest of its request (outbox/_digest.py, computed by the
 -- library, so it costs the database nothing), which enqueue_existing returns
 -- for the caller to tell a retry from a key reused for another request.
@@ -41,7 +47,7 @@ WITH {ordered}, new_key AS (
     FROM (SELECT count(*) FROM ordered) AS after_lock
     WHERE NOT EXISTS (SELECT FROM {schema}.message_keys_old AS k
                       WHERE k.target = %(target)s AND k.idempotency_key = %(idempotency_key)s)
-      AND {schema}._keys_current()
+      AND {keys_current}
     ON CONFLICT (target, idempotency_key) DO NOTHING
     RETURNING message_id
 ), new_message AS (
@@ -158,7 +164,7 @@ WITH tenant AS MATERIALIZED (
     WHERE tenant.id IS NOT NULL AND NOT EXISTS (SELECT FROM unevaluated)
       AND NOT EXISTS (SELECT FROM {schema}.events_old AS o
                       WHERE o.tenant_id = tenant.id AND o.event_key = %(event_key)s)
-      AND {schema}._keys_current()
+      AND {keys_current}
     ON CONFLICT (tenant_id, event_key) DO NOTHING
     RETURNING message_ids
 ), new_key AS (

@@ -162,8 +162,11 @@ def test_history_scale_prints_the_removal_of_a_day_and_the_throughputs(
     assert [name.strip() for name, *_ in removal] == [
         "DELETE the day, unpartitioned, 5,000 a batch",
         "and the VACUUM it leaves",
+        "the day's keys, DELETE, 5,000 a batch",
         "drop the day's two partitions",
-        "the day's keys, 5,000 a batch (both designs)",
+        "turn: every key made previous",
+        # the keys of the two days left, in the previous generation
+        "turn: 2,000 keys dropped whole",
     ], out
     assert "1,000 delivered rows" in out, out
     throughput = re.findall(r"^(empty|large) history\s+\d+\s+\d+$", out, re.MULTILINE)

@@ -11,7 +11,6 @@ from dispatchers.runtime.log import NullLog
 from dispatchers.runtime.maintenance import Retention
 from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.postgres import Store
-from dispatchers.store.statements import store_queries
 from outbox import Outbox
 from tests.dispatching import fast_config, wait_until
 
