@@ -123,6 +123,14 @@ WITH tenant AS MATERIALIZED (
     SELECT CASE WHEN CAST(%(tenant)s AS text) IS NULL THEN 0
                 ELSE (SELECT t.id FROM {schema}.tenants AS t
                       WHERE t.external_id = %(tenant)s) END AS id
+), recorded AS MATERIALIZED (
+    -- the event's record, if it was published before, in either generation
+    SELECT e.message_ids, e.digest FROM {schema}.events AS e
+    WHERE e.tenant_id = (SELECT id FROM tenant) AND e.event_key = %(event_key)s
+    UNION ALL
+    SELECT e.message_ids, e.digest FROM {schema}.events_old AS e
+    WHERE e.tenant_id = (SELECT id FROM tenant) AND e.event_key = %(event_key)s
+    LIMIT 1
 ), {ordered}, subscribed AS (
     SELECT e.id, e.filter,
            'endpoint:' || e.id AS target,
@@ -162,9 +170,7 @@ WITH tenant AS MATERIALIZED (
            ARRAY(SELECT message_id FROM planned ORDER BY message_id)
     FROM tenant
     WHERE tenant.id IS NOT NULL AND NOT EXISTS (SELECT FROM unevaluated)
-      AND NOT EXISTS (SELECT FROM {schema}.events_old AS o
-                      WHERE o.tenant_id = tenant.id AND o.event_key = %(event_key)s)
-      AND {keys_current}
+      AND NOT EXISTS (SELECT FROM recorded) AND {keys_current}
     ON CONFLICT (tenant_id, event_key) DO NOTHING
     RETURNING message_ids
 ), new_key AS (
@@ -192,14 +198,7 @@ SELECT n.message_ids AS created_ids, e.message_ids AS existing_ids,
        tenant.id IS NOT NULL AS tenant_known{notify}
 FROM tenant
 LEFT JOIN new_event AS n ON true
-LEFT JOIN LATERAL (
-    SELECT e.message_ids, e.digest FROM {schema}.events AS e
-    WHERE e.tenant_id = tenant.id AND e.event_key = %(event_key)s
-    UNION ALL
-    SELECT e.message_ids, e.digest FROM {schema}.events_old AS e
-    WHERE e.tenant_id = tenant.id AND e.event_key = %(event_key)s
-    LIMIT 1
-) AS e ON true
+LEFT JOIN recorded AS e ON true
 
 -- name: publish_existing
 -- Runs as a separate statement after publish waited for a concurrent publish of
