@@ -16,10 +16,10 @@ spread over ``--days`` days of partitions (7), then
     looked up in a previous generation that holds every key loaded) and of a
     drain (``--messages`` messages, our dispatcher in its own process, no HTTP:
     the transport answers) in the schema with that history against an empty
-    one.
+    one, the two in turn for ``--rounds`` rounds (2).
 
     python benchmarks/history_scale.py [--database-url URL] [--rows 10000000]
-        [--days 7] [--messages 20000] [--enqueues 5000]
+        [--days 7] [--messages 20000] [--enqueues 5000] [--rounds 2]
 
 Without ``--database-url``, a throwaway embedded server. Ten million rows take
 about 2 GB of disk and, on 2 cores, some minutes to load.
@@ -273,16 +273,27 @@ def due(conn: psycopg.Connection[Any], schema: str) -> None:
     )
 
 
-def enqueues_per_s(url: str, schema: str, count: int) -> float:
+def enqueues_per_s(url: str, schema: str, count: int, round_: int) -> float:
+    """Enqueue ``count`` messages of new keys; return how many a second. The
+    messages are then removed (their keys stay), so that the next drain finds
+    only its own."""
     box = Outbox(schema=schema, notify=False)
     with psycopg.connect(url) as conn:
         t0 = time.perf_counter()
         for i in range(count):
-            box.enqueue(conn, url=TARGET, idempotency_key=f"scale-{schema}-{i}", json={"i": i})
+            box.enqueue(
+                conn, url=TARGET, idempotency_key=f"scale-{schema}-{round_}-{i}", json={"i": i}
+            )
             if (i + 1) % 100 == 0:
                 conn.commit()
         conn.commit()
-        return count / (time.perf_counter() - t0)
+        rate = count / (time.perf_counter() - t0)
+        conn.execute(
+            sql.SQL("DELETE FROM {}.messages WHERE url = %s").format(sql.Identifier(schema)),
+            (TARGET,),
+        )
+        conn.commit()
+        return rate
 
 
 def main() -> None:
@@ -292,6 +303,9 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=7, help="default 7")
     parser.add_argument("--messages", type=int, default=20_000, help="drained, default 20000")
     parser.add_argument("--enqueues", type=int, default=5_000, help="default 5000")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="of (b), the two schemas in turn, default 2"
+    )
     args = parser.parse_args()
 
     with database(args.database_url) as db, fresh_schema(db.url, "history_big") as big:
@@ -339,12 +353,13 @@ def main() -> None:
         results = []
         try:
             with fresh_schema(db.url, "history_empty") as empty:
-                for label, schema in (("empty history", empty), ("large history", big)):
-                    run = drain_in(
-                        bench, schema, design="outbox", http=False, messages=args.messages
-                    )
-                    enq = enqueues_per_s(db.url, schema, args.enqueues)
-                    results.append((label, enq, run.msgs_per_s, run.failures))
+                for round_ in range(args.rounds):
+                    for label, schema in (("empty history", empty), ("large history", big)):
+                        run = drain_in(
+                            bench, schema, design="outbox", http=False, messages=args.messages
+                        )
+                        enq = enqueues_per_s(db.url, schema, args.enqueues, round_)
+                        results.append((label, enq, run.msgs_per_s, run.failures))
         finally:
             bench.close()
         # the previous generation holds every key loaded: the next turn drops it
