@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -17,6 +18,20 @@ from sqlalchemy.orm import Session
 from outbox.dsn import sqlalchemy_url
 
 Observer = psycopg.Connection[tuple[Any, ...]]
+
+
+def wait_until_blocked_on_a_lock(observer: Observer, pid: int) -> None:
+    """Return once backend ``pid`` waits on a lock; fail after 10 s."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        row = observer.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        if row is not None and row[0] == "Lock":
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"backend {pid} never waited on a lock")
+
 
 KINDS = [
     "sqlalchemy-session",

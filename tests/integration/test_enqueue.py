@@ -6,7 +6,6 @@ Every check of the database state goes through a separate autocommit connection
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -22,7 +21,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from outbox import DEFAULT_MAX_ATTEMPTS, IdempotencyKeyReused, Outbox
 from outbox.dsn import sqlalchemy_url
-from tests.transactions import Observer, Tx
+from tests.transactions import Observer, Tx, wait_until_blocked_on_a_lock
 
 URL = "https://example.com/hook"
 MARKER = "end-of-test-marker"
@@ -355,18 +354,6 @@ async def test_unsupported_objects_raise_type_error_in_enqueue_async(database_ur
 # -- concurrent enqueues of one key ----------------------------------------------------
 
 
-def _wait_until_blocked_on_a_lock(observer: Observer, pid: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        row = observer.execute(
-            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()
-        if row is not None and row[0] == "Lock":
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"backend {pid} never waited on a lock")
-
-
 @pytest.mark.parametrize("second_by", ["first", "second"])  # the same request, or another
 @pytest.mark.parametrize("first_outcome", ["commit", "rollback"])
 def test_concurrent_enqueue_of_one_key_waits_for_the_first_transaction(
@@ -384,7 +371,7 @@ def test_concurrent_enqueue_of_one_key_waits_for_the_first_transaction(
         racing = pool.submit(
             box.enqueue, second, url=URL, idempotency_key="race", json={"by": second_by}
         )
-        _wait_until_blocked_on_a_lock(observer, second.info.backend_pid)
+        wait_until_blocked_on_a_lock(observer, second.info.backend_pid)
         assert not racing.done()
 
         if first_outcome == "commit":

@@ -14,15 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from dispatchers.runtime.log import NullLog
-from dispatchers.runtime.maintenance import Partitions
-from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.postgres import DDL_LOCK_TIMEOUT, Store
 from outbox import Endpoints, Outbox
 from outbox.admin import replay_message
 from tests.dispatching import fast_config
+from tests.store.test_partitions import DAY, service
+from tests.transactions import wait_until_blocked_on_a_lock
 
-DAY = 86400.0
 URL = "https://example.com/orders"
 
 
@@ -34,19 +32,6 @@ async def store(database_url: str) -> AsyncIterator[Store]:
         yield store
     finally:
         await store.close()
-
-
-def service(store: Store, **settings: object) -> Partitions:
-    values: dict[str, object] = {
-        "interval": 60.0,
-        "retention": 7 * DAY,
-        "ahead": 3 * DAY,
-        "step": "day",
-        "batch": 100,
-        "pause": 0.0,
-    }
-    values.update(settings)
-    return Partitions(store, Reporter(NullLog()), **values)  # type: ignore[arg-type]
 
 
 def age_the_carry(url: str, days: int = 8) -> None:
@@ -206,18 +191,6 @@ async def test_a_message_replayed_from_the_history_keeps_its_key_across_turns(
     assert row == (1,)
 
 
-def _wait_until_blocked_on_a_lock(observer: psycopg.Connection, pid: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        row = observer.execute(
-            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()
-        if row is not None and row[0] == "Lock":
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"backend {pid} never waited on a lock")
-
-
 def _library_enqueue(conn: psycopg.Connection) -> object:
     return Outbox().enqueue(conn, url=URL, idempotency_key="race", json={})
 
@@ -273,7 +246,7 @@ def test_a_producer_held_up_by_a_turn_finds_the_key_committed_before_it(
         ).fetchone() or (None,)
         assert turned == 2
         racing = pool.submit(produce, racer)
-        _wait_until_blocked_on_a_lock(observer, racer.info.backend_pid)
+        wait_until_blocked_on_a_lock(observer, racer.info.backend_pid)
         turner.commit()
         again = racing.result(timeout=30)
         racer.commit()
