@@ -7,7 +7,7 @@ event exactly once: the inbox claim and the effect commit in one transaction.
 Duplicates (the same webhook-id again) are answered 200 without re-applying.
 Each request is handled in a server span whose parent is the dispatcher's
 attempt (``extract_context``), so the effect joins the sender's trace once an
-OpenTelemetry SDK is configured (needs ``pip install 'outbox[dispatcher,otel]'``).
+OpenTelemetry SDK is configured (needs ``pip install 'pg-outbox[dispatcher,otel]'``).
 """
 
 from __future__ import annotations

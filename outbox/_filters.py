@@ -126,7 +126,7 @@ def _jmespath() -> Any:
         import jmespath
     except ImportError:
         raise ConfigurationError(
-            "filters on the payload need the 'filters' extra: pip install 'outbox[filters]'"
+            "filters on the payload need the 'filters' extra: pip install 'pg-outbox[filters]'"
         ) from None
     return jmespath
 

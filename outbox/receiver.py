@@ -211,7 +211,7 @@ def extract_context(headers: Mapping[str, str]) -> Context:
 
     A request without a valid ``traceparent`` (or with two different ones) gives
     an empty context: the span is then the root of a new trace. Needs
-    ``opentelemetry-api`` (``pip install 'outbox[otel]'``).
+    ``opentelemetry-api`` (``pip install 'pg-outbox[otel]'``).
     """
     from opentelemetry.context import Context
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator

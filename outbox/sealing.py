@@ -162,7 +162,7 @@ class Keyring:
         except ImportError:
             raise ConfigurationError(
                 "sealing signing secrets needs the 'encryption' extra: "
-                "pip install 'outbox[encryption]'"
+                "pip install 'pg-outbox[encryption]'"
             ) from None
         if not keys:
             raise InvalidArgument("keys", "must hold at least one key")

@@ -52,7 +52,7 @@ from dispatchers.cli import (
     tenants,
     ui,
 )
-from dispatchers.cli._common import ArgumentParser, Handler, MissingExtra
+from dispatchers.cli._common import DISTRIBUTION, ArgumentParser, Handler, MissingExtra
 from dispatchers.cli._exit import ExitCode
 from outbox.errors import OutboxError, SchemaNotMigrated
 
@@ -61,7 +61,7 @@ __all__ = ["build_parser", "main"]
 
 def _version() -> str:
     try:
-        return metadata.version("outbox")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:  # run from a checkout that is not installed
         return "unknown"
 

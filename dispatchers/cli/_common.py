@@ -57,19 +57,23 @@ command module adds its command, in its ``add_parser(commands)``."""
 Handler = Callable[[argparse.Namespace], ExitCode]
 """What a command runs: parsed arguments in, exit status out."""
 
+DISTRIBUTION = "pg-outbox"
+"""The name this project is installed by (``pip install pg-outbox``); its import
+packages are ``outbox`` and ``dispatchers``, its command ``outbox``."""
+
 _EXTRA_MARKER = re.compile(r"""^\s*\(?\s*extra\s*==\s*['"]([\w.-]+)['"]\s*\)?\s*$""")
 
 
 @functools.cache
 def extra_distributions(extra: str) -> tuple[str, ...]:
-    """The distributions the ``extra`` of the installed ``outbox`` distribution
+    """The distributions the ``extra`` of the installed :data:`DISTRIBUTION`
     brings, as its metadata lists them (``pyproject.toml``'s optional dependencies,
     with the extras an extra includes spelled out by the build). A requirement that
-    holds only on some platforms is left out; so is everything when ``outbox`` is
+    holds only on some platforms is left out; so is everything when the project is
     not installed as a distribution (the commands' imports then fail as Python
     says)."""
     try:
-        requirements = importlib.metadata.requires("outbox") or []
+        requirements = importlib.metadata.requires(DISTRIBUTION) or []
     except importlib.metadata.PackageNotFoundError:
         return ()
     names: list[str] = []
@@ -105,7 +109,7 @@ class MissingExtra(Exception):
     """
 
     def __init__(self, extra: str) -> None:
-        super().__init__(f"needs the {extra!r} extra: pip install 'outbox[{extra}]'")
+        super().__init__(f"needs the {extra!r} extra: pip install '{DISTRIBUTION}[{extra}]'")
         self.extra = extra
 
 

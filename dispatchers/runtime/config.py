@@ -303,7 +303,7 @@ class DispatcherConfig:
         default="auto",
         metadata=option(
             "event loop to run on: uvloop (about 7% less CPU per delivery; "
-            "pip install 'outbox[fast]') or asyncio's own; auto uses uvloop when it is "
+            "pip install 'pg-outbox[fast]') or asyncio's own; auto uses uvloop when it is "
             "installed",
             choices=EVENT_LOOPS,
         ),

@@ -4,7 +4,7 @@ Much of a dispatcher's CPU per HTTP delivery is the event loop and the socket wo
 under the HTTP client, and uvloop (libuv, in C) does that work for less: 5 to 9%
 less dispatcher CPU per message in ``outbox bench --scenario drain-http`` (four
 runs of 4 to 6 drains per loop, alternated; ``--event-loop``), 11% less on the
-sending path alone. It is an optional dependency (``pip install 'outbox[fast]'``;
+sending path alone. It is an optional dependency (``pip install 'pg-outbox[fast]'``;
 not on Windows), so ``"auto"``, the default, uses it when it can be imported and
 asyncio's loop otherwise; ``"uvloop"`` insists on it.
 
@@ -46,7 +46,7 @@ def resolve(name: str) -> str:
     if name == "uvloop":
         raise ConfigurationError(
             "event_loop: 'uvloop' was asked for but cannot be imported; install it "
-            "(pip install 'outbox[fast]') or choose 'auto' or 'asyncio'"
+            "(pip install 'pg-outbox[fast]') or choose 'auto' or 'asyncio'"
         )
     return "asyncio"
 

@@ -819,7 +819,7 @@ def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None
             pytest.skip(f"the build backend could not be fetched:\n{output[-2000:]}")
         pytest.fail(f"building the wheel failed:\n{output[-4000:]}")
 
-    wheels = list(tmp_path.glob("outbox-*.whl"))
+    wheels = list(tmp_path.glob("pg_outbox-*.whl"))
     assert len(wheels) == 1, wheels
     with zipfile.ZipFile(wheels[0]) as wheel:
         names = set(wheel.namelist())

@@ -65,7 +65,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True,
         timeout=300,
     )
-    (built,) = out.glob("outbox-*.whl")
+    (built,) = out.glob("pg_outbox-*.whl")
     return built
 
 
@@ -211,9 +211,9 @@ def test_the_plain_install_enqueues_and_publishes_with_psycopg_alone(
     assert result["rows"] == 2
     assert not set(result["loaded"]) & set(RUNTIME_ONLY)
     assert "dispatchers" not in result["loaded"]
-    assert "pip install 'outbox[encryption]'" in result["sealing"]
+    assert "pip install 'pg-outbox[encryption]'" in result["sealing"]
     # a filtered endpoint met without the extra: refused loudly, nothing written
-    assert all("pip install 'outbox[filters]'" in e for e in result["filtering"].values())
+    assert all("pip install 'pg-outbox[filters]'" in e for e in result["filtering"].values())
     assert result["rows_after"] == result["rows"]
 
 
@@ -245,11 +245,11 @@ def test_the_plain_install_migrates_and_names_the_extra_a_command_needs(
     dispatch = _outbox(plain_python, tmp_path, "dispatch", "--database-url", database_url)
     assert dispatch.returncode == 2
     assert dispatch.stderr.strip().splitlines() == [
-        "outbox: dispatch needs the 'dispatcher' extra: pip install 'outbox[dispatcher]'"
+        "outbox: dispatch needs the 'dispatcher' extra: pip install 'pg-outbox[dispatcher]'"
     ]
     embedded = _outbox(plain_python, tmp_path, "status")
     assert embedded.returncode == 2
-    assert "pip install 'outbox[embedded]'" in embedded.stderr
+    assert "pip install 'pg-outbox[embedded]'" in embedded.stderr
     assert not (tmp_path / ".outbox").exists()
     (tmp_path / "keys").write_text(base64.b64encode(bytes(32)).decode())
     sealing = _outbox(
@@ -264,7 +264,7 @@ def test_the_plain_install_migrates_and_names_the_extra_a_command_needs(
     )
     assert sealing.returncode == 2
     assert sealing.stderr.strip().splitlines() == [
-        "outbox: endpoints list needs the 'encryption' extra: pip install 'outbox[encryption]'"
+        "outbox: endpoints list needs the 'encryption' extra: pip install 'pg-outbox[encryption]'"
     ]
     filtering = _outbox(
         plain_python,
@@ -279,7 +279,7 @@ def test_the_plain_install_migrates_and_names_the_extra_a_command_needs(
     )
     assert filtering.returncode == 2
     assert filtering.stderr.strip().splitlines() == [
-        "outbox: endpoints add needs the 'filters' extra: pip install 'outbox[filters]'"
+        "outbox: endpoints add needs the 'filters' extra: pip install 'pg-outbox[filters]'"
     ]
 
 

@@ -61,7 +61,7 @@ def test_uvloop_asked_for_but_missing_exits_2_and_sends_nothing(
         assert dispatch(database_url, "--event-loop", "uvloop") == 2
     captured = capsys.readouterr()
     assert "event_loop: 'uvloop' was asked for but cannot be imported" in captured.err
-    assert "outbox[fast]" in captured.err
+    assert "pg-outbox[fast]" in captured.err
     assert events(captured.out, "started") == []
     assert receiver.requests == []
 

@@ -103,7 +103,7 @@ def test_require_extra_names_the_extra_when_a_module_is_missing() -> None:
     with pytest.raises(MissingExtra) as info:
         require_extra("dispatcher", "json", "outbox_no_such_module")
     assert info.value.extra == "dispatcher"
-    assert str(info.value) == "needs the 'dispatcher' extra: pip install 'outbox[dispatcher]'"
+    assert str(info.value) == "needs the 'dispatcher' extra: pip install 'pg-outbox[dispatcher]'"
 
 
 def test_each_extra_brings_what_pyproject_lists_for_it() -> None:
@@ -118,7 +118,7 @@ def test_each_extra_brings_what_pyproject_lists_for_it() -> None:
         for requirement in extras[extra]:
             name = re.match(r"[A-Za-z0-9._-]+(\[([^\]]*)\])?", requirement)
             assert name is not None, requirement
-            if name.group(0).startswith("outbox["):
+            if name.group(0).startswith("pg-outbox["):
                 names |= {n for included in name.group(2).split(",") for n in listed(included)}
             elif ";" not in requirement:  # a platform's only: not required
                 names.add(name.group(0).split("[")[0].lower())
@@ -138,7 +138,7 @@ def test_a_command_whose_extra_is_missing_says_which_in_one_line_and_exits_2(
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (
-        "outbox: dispatch needs the 'dispatcher' extra: pip install 'outbox[dispatcher]'\n"
+        "outbox: dispatch needs the 'dispatcher' extra: pip install 'pg-outbox[dispatcher]'\n"
     )
 
 

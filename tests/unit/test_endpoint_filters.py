@@ -143,9 +143,9 @@ def test_without_jmespath_a_filter_is_refused_naming_the_extra(
 ) -> None:
     monkeypatch.setitem(sys.modules, "jmespath", None)  # as if not installed
     text = "amount > `12345`"  # never compiled before: not in the cache
-    with pytest.raises(ConfigurationError, match=r"pip install 'outbox\[filters\]'"):
+    with pytest.raises(ConfigurationError, match=r"pip install 'pg-outbox\[filters\]'"):
         check_filter(text)
-    with pytest.raises(ConfigurationError, match=r"pip install 'outbox\[filters\]'"):
+    with pytest.raises(ConfigurationError, match=r"pip install 'pg-outbox\[filters\]'"):
         verdicts([text])
 
 

@@ -252,6 +252,33 @@ def cases(draw: st.DrawFn) -> Case:
     )
 
 
+def assert_agrees_or_differs_by_design(case: Case) -> str:
+    """verify's verdict on ``case``, checked against the reference's.
+
+    Where the reference gives a verdict, verify gives the same one, but for the
+    one difference by design: the reference accepts a timestamp or a signature
+    written in a form other than the one signed, which verify refuses. Where the
+    reference gives none (it raises another error), nothing is said of it. What
+    the reference does with a given input changes between its releases (1.3
+    compares each entry as a string, where 1.1 decodes it leniently); this holds
+    for every release the ``dev`` extra allows.
+    """
+    ours = our_verdict(case.secret, case.headers, case.raw_body, case.now)
+    theirs = reference_verdict(case.secret, case.headers, case.body, case.now)
+    if theirs is None or theirs == ours:
+        return ours
+    assert (theirs, ours) == ("accept", "reject")
+    canonical = as_the_reference_reads(case.headers)
+    assert canonical != {name.lower(): value for name, value in case.headers.items()}
+    # Written as signed, the same request gets the reference's verdict from verify.
+    # That is "accept", except at the edge of the window: a timestamp with a fraction
+    # can be inside it while its whole seconds, which are what is signed, are not.
+    assert our_verdict(case.secret, canonical, case.raw_body, case.now) == reference_verdict(
+        case.secret, canonical, case.body, case.now
+    )
+    return ours
+
+
 @settings(max_examples=1000)
 @given(case=cases())
 @example(  # a fractional timestamp whose whole seconds are just outside the window
@@ -267,25 +294,12 @@ def cases(draw: st.DrawFn) -> Case:
     )
 )
 def test_verify_gives_the_reference_verdict_wherever_the_reference_gives_one(case: Case) -> None:
-    ours = our_verdict(case.secret, case.headers, case.raw_body, case.now)
-    theirs = reference_verdict(case.secret, case.headers, case.body, case.now)
-    event(f"reference: {theirs}, verify: {ours}")
-    if theirs is None or theirs == ours:
-        return
-    # The one disagreement by design: the reference accepts a timestamp or a
-    # signature written in a form other than the one signed, which verify refuses.
-    assert (theirs, ours) == ("accept", "reject")
-    canonical = as_the_reference_reads(case.headers)
-    assert canonical != {name.lower(): value for name, value in case.headers.items()}
-    # Written as signed, the same request gets the reference's verdict from verify.
-    # That is "accept", except at the edge of the window: a timestamp with a fraction
-    # can be inside it while its whole seconds, which are what is signed, are not.
-    assert our_verdict(case.secret, canonical, case.raw_body, case.now) == reference_verdict(
-        case.secret, canonical, case.body, case.now
-    )
+    ours = assert_agrees_or_differs_by_design(case)
+    event(f"reference: {reference_verdict(case.secret, case.headers, case.body, case.now)}")
+    event(f"verify: {ours}")
 
 
-# --- the differences by design, each pinned down --------------------------------------
+# --- verify's verdict where it is stricter than a reader could be, each pinned down ---
 
 
 def signed(stamp: str, *, signed_stamp: str | None = None, body: bytes = BODY) -> dict[str, str]:
@@ -302,31 +316,33 @@ def signed(stamp: str, *, signed_stamp: str | None = None, body: bytes = BODY) -
 NOW = str(T0)
 
 
-def test_both_accept_a_valid_request_and_reject_a_tampered_one() -> None:
+def verdict(headers: dict[str, str], body: bytes = BODY) -> str:
+    """verify's verdict at :data:`T0` under :data:`SECRET`, checked against the reference's."""
+    return assert_agrees_or_differs_by_design(Case(SECRET, headers, body, T0))
+
+
+def test_verify_accepts_a_valid_request_and_rejects_a_tampered_one() -> None:
+    assert verdict(signed(NOW)) == "accept"
+    assert verdict(signed(NOW), BODY + b" ") == "reject"
     assert reference_verdict(SECRET, signed(NOW), BODY, T0) == "accept"
-    assert our_verdict(SECRET, signed(NOW), BODY, T0) == "accept"
     assert reference_verdict(SECRET, signed(NOW), BODY + b" ", T0) == "reject"
-    assert our_verdict(SECRET, signed(NOW), BODY + b" ", T0) == "reject"
 
 
 @pytest.mark.parametrize(
     "stamp",
-    [form for form in timestamp_forms(NOW) if not form.startswith("-")],  # negative: stale to both
+    [form for form in timestamp_forms(NOW) if not form.startswith("-")],  # negative: stale
 )
-def test_verify_refuses_a_timestamp_the_reference_reads_as_a_number(stamp: str) -> None:
-    """The reference checks the signature over its reading of the timestamp (the
-    whole seconds of a float), not over the header as sent; verify takes only the
-    form that was signed."""
+def test_verify_refuses_a_timestamp_not_written_as_signed(stamp: str) -> None:
+    """A reader may take these as the number that was signed (the reference reads a
+    float's whole seconds); verify takes only the form that was signed."""
     headers = signed(stamp, signed_stamp=NOW)
-    assert reference_verdict(SECRET, headers, BODY, T0) == "accept"
     with pytest.raises(InvalidSignature, match="webhook-timestamp is not an integer"):
         verify(SECRET, headers, BODY, now=T0)
+    verdict(headers)
 
 
-def test_both_reject_a_timestamp_with_a_leading_zero_signed_as_sent() -> None:
-    headers = signed("0" + NOW)
-    assert reference_verdict(SECRET, headers, BODY, T0) == "reject"
-    assert our_verdict(SECRET, headers, BODY, T0) == "reject"
+def test_verify_rejects_a_timestamp_with_a_leading_zero_signed_as_sent() -> None:
+    assert verdict(signed("0" + NOW)) == "reject"
 
 
 @pytest.mark.parametrize(
@@ -341,64 +357,56 @@ def test_both_reject_a_timestamp_with_a_leading_zero_signed_as_sent() -> None:
         "{good}=",
     ],
 )
-def test_verify_refuses_a_signature_the_reference_decodes_leniently(lenient: str) -> None:
+def test_verify_refuses_a_signature_that_decodes_only_leniently(lenient: str) -> None:
+    """A non-validating base64 decoder skips these characters or the data after
+    the padding; verify takes standard base64 only."""
     headers = signed(NOW)
     good = headers["webhook-signature"].removeprefix("v1,")
     headers["webhook-signature"] = "v1," + lenient.format(good=good, head=good[:10], tail=good[10:])
-    assert reference_verdict(SECRET, headers, BODY, T0) == "accept"
-    assert our_verdict(SECRET, headers, BODY, T0) == "reject"
+    assert verdict(headers) == "reject"
 
 
-def test_verify_rejects_a_header_spelt_twice_that_the_reference_takes_the_last_of() -> None:
+def test_verify_rejects_a_header_spelt_twice_with_different_values() -> None:
+    """A reader that folds the names takes one of the two; verify takes neither."""
     headers = {"Webhook-Id": "msg_forged", **signed(NOW)}
-    assert reference_verdict(SECRET, headers, BODY, T0) == "accept"
     with pytest.raises(InvalidSignature, match="conflicting webhook-id"):
         verify(SECRET, headers, BODY, now=T0)
 
 
-def test_verify_refuses_a_str_body_that_the_reference_takes() -> None:
-    assert reference_verdict(SECRET, signed(NOW), BODY.decode(), T0) == "accept"
+def test_verify_refuses_a_str_body() -> None:
     with pytest.raises(TypeError, match="raw request bytes"):
         verify(SECRET, signed(NOW), BODY.decode(), now=T0)  # type: ignore[arg-type]
 
 
-def test_verify_checks_a_body_that_is_not_utf8_where_the_reference_raises() -> None:
+def test_verify_checks_a_body_that_is_not_utf8_as_bytes() -> None:
     body = b"\xff\xfe binary \x80"
     headers = signed(NOW, body=body)
-    with reference_clock(T0), pytest.raises(UnicodeDecodeError):
-        Webhook(SECRET).verify(body, headers, json_parse=False)
-    assert our_verdict(SECRET, headers, body, T0) == "accept"
-    assert our_verdict(SECRET, headers, body + b"\x00", T0) == "reject"
+    assert verdict(headers, body) == "accept"
+    assert verdict(headers, body + b"\x00") == "reject"
 
 
 @pytest.mark.parametrize(
-    "before",
+    "malformed",
     ["garbage", "v1,a,b", "v1,{unpadded}", "", "v1,\u00e9"],
 )
-def test_verify_skips_a_malformed_entry_where_the_reference_raises(before: str) -> None:
+def test_verify_skips_a_malformed_entry_before_or_after_the_match(malformed: str) -> None:
     headers = signed(NOW)
     good = headers["webhook-signature"]
-    headers["webhook-signature"] = f"{before.format(unpadded=good[3:].rstrip('='))} {good}"
-    with reference_clock(T0), pytest.raises(ValueError):
-        Webhook(SECRET).verify(BODY, headers, json_parse=False)
-    assert our_verdict(SECRET, headers, BODY, T0) == "accept"
-    # the match first: the reference returns before it meets the malformed entry
-    headers["webhook-signature"] = f"{good} {before}"
-    assert reference_verdict(SECRET, headers, BODY, T0) == "accept"
-    assert our_verdict(SECRET, headers, BODY, T0) == "accept"
+    entry = malformed.format(unpadded=good[3:].rstrip("="))
+    headers["webhook-signature"] = f"{entry} {good}"
+    assert verdict(headers) == "accept"
+    headers["webhook-signature"] = f"{good} {entry}"
+    assert verdict(headers) == "accept"
 
 
 @pytest.mark.parametrize("separator", ["\t", "\n", "\x0c", "\xa0"])
-def test_both_split_the_signature_list_on_spaces_only(separator: str) -> None:
+def test_verify_splits_the_signature_list_on_spaces_only(separator: str) -> None:
     headers = signed(NOW)
     headers["webhook-signature"] = f"garbage{separator}{headers['webhook-signature']}"
-    assert reference_verdict(SECRET, headers, BODY, T0) == "reject"
-    assert our_verdict(SECRET, headers, BODY, T0) == "reject"
+    assert verdict(headers) == "reject"
 
 
 def test_verify_rejects_an_id_no_sender_could_have_signed() -> None:
     headers = {**signed(NOW), "webhook-id": "msg_\ud800"}
-    with reference_clock(T0), pytest.raises(UnicodeEncodeError):
-        Webhook(SECRET).verify(BODY, headers, json_parse=False)
     with pytest.raises(InvalidSignature, match="webhook-id"):
         verify(SECRET, headers, BODY, now=T0)

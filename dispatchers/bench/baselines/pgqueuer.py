@@ -111,7 +111,7 @@ def available() -> str | None:
         import pgqueuer  # noqa: F401
         import uvloop  # noqa: F401
     except ImportError as exc:
-        return f"{exc.name} is not installed (pip install 'outbox[bench]')"
+        return f"{exc.name} is not installed (pip install 'pg-outbox[bench]')"
     return None
 
 
