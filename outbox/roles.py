@@ -61,8 +61,10 @@ from outbox._transaction import Plan, run_sync
 from outbox.errors import InvalidArgument
 
 __all__ = [
+    "DEFINERS",
     "EXECUTES",
     "FUNCTIONS",
+    "INVOKERS",
     "PRIVILEGES",
     "ROLES",
     "SEQUENCES",
@@ -144,6 +146,7 @@ TABLES: Final[Mapping[str, tuple[str, ...]]] = {
                    "tenant_id", "expunged_at"),
     "key_generation": ("one", "generation", "turned_at", "keys", "carry_after", "carry_until",
                        "carried_at"),
+    "api_cursor_key": ("one", "key"),
 }  # fmt: skip
 """Every column of every table of the schema, in the order of their migrations."""
 
@@ -175,6 +178,33 @@ FUNCTIONS: Final = (
 """The functions a role may be granted ``EXECUTE`` on (migrations 0022, 0028, 0029,
 0032 and 0033);
 the schema's other functions are theirs to call, as its owner, and no role's."""
+
+DEFINERS: Final = frozenset({
+    # what a role is granted EXECUTE on, writing what its table grants do not let it
+    "enqueue", "publish", "alert_lag", "alert_unknown_key", "expire_payloads",
+    "history_extend", "history_drop", "key_generation_turn", "key_generation_carry",
+    # the alerts raised by triggers, written as the owner whoever changed the row
+    "alert_message_dead", "alert_endpoint_disabled", "alert_breaker",
+})  # fmt: skip
+"""The schema's functions that run as its owner (SECURITY DEFINER): each checks its
+arguments, none takes one that widens what its caller may do (a retention under
+the floor, content to write), and none may be called by a role not granted it."""
+
+INVOKERS: Final = frozenset({
+    # helpers the functions above call (no role may call them: EXECUTE is revoked
+    # from PUBLIC); they run as whoever calls them, the owner
+    "_alert", "_alert_endpoint", "_alert_key_part", "_alert_tenant", "_alert_time",
+    "_alerts_wanted", "_check_headers", "_check_key", "_compact", "_digest_field",
+    "_envelope", "_event_digest", "_fan_out", "_grants_copy", "_history_partition_add",
+    "_inet_aton", "_ip_version", "_ipv4_problem", "_lock_ordering_key",
+    "_producer_constants", "_refuse", "_repr", "_retention_floor", "_trace_context",
+    "_url_origin", "_wake", "history_partitions",
+    # what the caller's own privileges decide: whether the generation of keys turned
+    # (producers), an index's predicate, and the triggers that ask what the role
+    # changing a row may do (0020, 0034)
+    "_keys_moved", "_takes_alerts", "endpoint_enable_check", "message_insert_check",
+})  # fmt: skip
+"""The schema's functions that run as their caller (SECURITY INVOKER), on purpose."""
 
 EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {
     "producer": ("enqueue", "publish"),
@@ -340,11 +370,14 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         **{
             t: _EVERYTHING
             for t in TABLES
-            if t not in ("schema_migrations", "audit_log", "key_generation")
+            if t not in ("schema_migrations", "audit_log", "key_generation", "api_cursor_key")
         },
         "audit_log": {"SELECT": WHOLE_TABLE, "INSERT": WHOLE_TABLE},
         # the generations' state is the dispatchers' to change (0033)
         "key_generation": {"SELECT": WHOLE_TABLE},
+        # the key the management API signs its page cursors with (0034): read, never
+        # changed (a new key would refuse every cursor in use)
+        "api_cursor_key": {"SELECT": WHOLE_TABLE},
         # replay of an event, and a test event, take ids for their new messages;
         # endpoints add takes its id from an identity column (no grant needed)
         "messages_id_seq": {"USAGE": WHOLE_TABLE},

@@ -41,6 +41,11 @@ MAX_SECONDS = 7 * 24 * 3600.0
 interval, the grace period. PostgreSQL's own timeouts stop at 24.8 days (whole
 milliseconds in a 32-bit integer); a week past now fits every datetime."""
 
+MIN_RETENTION = 3600.0
+"""The shortest ``--retention`` (an hour): the schema's functions that drop history
+and keys refuse less (migration 0034), so that the dispatcher's role cannot erase
+every idempotency key at once."""
+
 LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
 """The networks :attr:`DispatcherConfig.embedded_database` allows: this machine only."""
 
@@ -525,6 +530,10 @@ class DispatcherConfig:
             raise ConfigurationError("breaker_failure_ratio: must be a number above 0, at most 1")
         if self.breaker_backoff > self.breaker_backoff_max:
             raise ConfigurationError("breaker_backoff: must not exceed breaker_backoff_max")
+        if self.retention < MIN_RETENTION:
+            raise ConfigurationError(
+                f"retention: must be at least {MIN_RETENTION / 3600:g}h, got {self.retention:g} s"
+            )
         if self.lag_alert is not None:
             _check_seconds("lag_alert", self.lag_alert, zero=False, most=MAX_SPAN)
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:

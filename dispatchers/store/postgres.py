@@ -50,7 +50,7 @@ from dispatchers.store.rows import (
 )
 from dispatchers.store.settings import StoreSettings
 from dispatchers.store.statements import store_queries
-from outbox.internal import EXPUNGED_BODY, Statement
+from outbox.internal import Statement
 
 R = TypeVar("R")
 
@@ -496,7 +496,7 @@ class Store:
         its period (migration 0029); one row per rule served."""
         return await self._run(
             self.queries["expire_payloads"],
-            {"limit": limit, "marker": EXPUNGED_BODY},
+            {"limit": limit},
             named_row(Erased),
         )
 

@@ -177,7 +177,9 @@ moved AS (
         content_type, event_type, ordering_key, state, attempts, max_attempts,
         retry_base, available_at, last_status, created_at
     )
-    SELECT id, idempotency_key, target, target, endpoint_id, url, method, headers, body,
+    -- an endpoint's message names no URL (0034), whatever an older version kept
+    SELECT id, idempotency_key, target, target, endpoint_id,
+           CASE WHEN endpoint_id IS NULL THEN url END, method, headers, body,
            content_type, event_type, ordering_key, 'ready', attempts,
            attempts + CAST(%(budget)s AS integer), attempts, now(), last_status, created_at
     FROM moved

@@ -226,9 +226,11 @@ SELECT (SELECT count(*) FROM endpoint) AS found,
 
 -- name: endpoint_detach
 -- Before deleting an endpoint: its messages keep its URL (history stays
--- readable), and the ones still waiting become dead.
+-- readable) and name it no more (a message names an endpoint or a URL, 0034),
+-- and the ones still waiting become dead.
 UPDATE {schema}.messages AS m
 SET url = e.url,
+    endpoint_id = NULL,
     state = CASE WHEN m.state IN ('ready', 'paused') THEN 'dead' ELSE m.state END,
     last_error = CASE WHEN m.state IN ('ready', 'paused') THEN 'endpoint deleted'
                       ELSE m.last_error END,

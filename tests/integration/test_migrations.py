@@ -54,6 +54,7 @@ TABLES = {
     "message_keys_old",
     "events_old",
     "key_generation",
+    "api_cursor_key",
 }
 MIGRATIONS = load_migrations()
 NAMES = [f"{m.version:04d}_{m.name}" for m in MIGRATIONS]

@@ -46,7 +46,7 @@ class Db(database.Db):
 
     def expire(self, batch: int = 1000) -> list[tuple[int, int]]:
         return self.query(
-            "SELECT rule_id, erased FROM outbox.expire_payloads(%s, %s)", batch, EXPUNGED_BODY
+            "SELECT rule_id, erased FROM outbox.expire_payloads(%s)", batch
         )
 
 

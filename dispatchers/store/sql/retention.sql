@@ -152,7 +152,8 @@ SELECT
 
 -- name: expire_payloads
 -- One round of the retention rules (migration 0029): for each rule, one batch
--- of delivered messages past its period erased. The function runs as the
--- schema's owner: a dispatcher may not otherwise change a body.
+-- of delivered messages past its period erased, their bodies the erasure's
+-- marker (migration 0034). The function runs as the schema's owner: a
+-- dispatcher may not otherwise change a body.
 SELECT e.rule_id, e.erased
-FROM {schema}.expire_payloads(%(limit)s, %(marker)s) AS e
+FROM {schema}.expire_payloads(%(limit)s) AS e
