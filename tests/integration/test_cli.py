@@ -564,7 +564,7 @@ def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0
-    assert capsys.readouterr().out.strip() == f"outbox {metadata.version('outbox')}"
+    assert capsys.readouterr().out.strip() == f"outbox {metadata.version('pg-outbox')}"
 
 
 async def test_messages_show_prints_the_last_reply(cli: Cli) -> None:
