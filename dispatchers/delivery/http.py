@@ -28,6 +28,8 @@ and having them side by side is how they are kept alike.
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
 import functools
 import itertools
 import ssl
@@ -44,9 +46,16 @@ from yarl import URL
 
 from dispatchers.delivery.deadline import Deadlines
 from dispatchers.delivery.jobs import Job
-from dispatchers.delivery.oauth2 import Tokens, TokenUnavailable
-from dispatchers.delivery.outcome import Outcome, Verdict, classify_exception, classify_response
+from dispatchers.delivery.oauth2 import Tokens, TokenUnavailable, basic_authorization
+from dispatchers.delivery.outcome import (
+    MAX_ERROR_LENGTH,
+    Outcome,
+    Verdict,
+    classify_exception,
+    classify_response,
+)
 from dispatchers.delivery.proxy import Proxy
+from dispatchers.delivery.redaction import Sent
 from dispatchers.delivery.settings import SendSettings
 from dispatchers.delivery.signing import webhook_headers
 from dispatchers.delivery.ssrf import (
@@ -129,6 +138,10 @@ class Sender:
     fetched through the same client; a 401 answer to it drops that token and the
     request is sent once more, with a new one, within the attempt's deadline.
 
+    What an attempt records of an answer (its excerpt, an error text quoting it)
+    has every credential its request carried replaced
+    (:mod:`dispatchers.delivery.redaction`): a receiver may echo its request.
+
     :param transport: an httpx transport to use instead of the guarded default
         (for tests, or a custom network stack); the SSRF guard is then the
         transport's business, and ``config.http_client`` is not used. A transport
@@ -158,6 +171,12 @@ class Sender:
             error_class="timeout",
             retry_after=None,
         )
+        credentials = None if config.proxy is None else config.proxy.credentials
+        self._proxy_credentials: tuple[tuple[str, str], ...] = ()
+        """The ``Proxy-Authorization`` a forward proxy is sent, which its answer may echo."""
+        if credentials is not None:
+            pair = base64.b64encode(":".join(credentials).encode()).decode("ascii")
+            self._proxy_credentials = (("Proxy-Authorization", "Basic " + pair),)
         self.client: HttpClient
         if client is not None:
             self.client = client
@@ -256,12 +275,12 @@ class Sender:
         span = self.spans.start(job)
         deadlines = self.deadlines
         deadlines.add(task)
+        sent: dict[str, str] = {}  # the headers sent, once made: what an answer may echo
         try:
-            status, headers, body = await self._exchange(
-                job, span.inject(self.request_headers(job))
-            )
+            sent = span.inject(self.request_headers(job))
+            status, headers, body = await self._exchange(job, sent)
         except TokenUnavailable as exc:
-            outcome = exc.outcome
+            outcome = self._redacted(exc.outcome, self._token_request(job))
         except asyncio.CancelledError:
             if not deadlines.expired(task):
                 span.end(None)
@@ -270,16 +289,44 @@ class Sender:
         except TimeoutError:  # a client's own
             outcome = self._timed_out
         except Exception as exc:
-            outcome = classify_exception(exc)
+            # a transport error may quote a line of the answer
+            outcome = self._redacted(classify_exception(exc), self._request(job, sent))
         else:
             outcome = classify_response(status, headers, retry_statuses=config.retry_statuses)
             if config.excerpt_bytes and body:
-                excerpt = body[: config.excerpt_bytes].decode("utf-8", errors="replace")
+                excerpt = self._request(job, sent).redact(
+                    body[: config.excerpt_bytes].decode("utf-8", errors="replace"),
+                    cut=len(body) >= config.excerpt_bytes,
+                )
         finally:
             deadlines.discard(task)
         duration_ms = int((time.monotonic() - start) * 1000)
         span.end(outcome)
         return Attempt(outcome, started_at, duration_ms, excerpt, span.trace_id)
+
+    def _request(self, job: Job, headers: Mapping[str, str]) -> Sent:
+        """The credentials of ``job``'s request, sent with ``headers``."""
+        return Sent(headers, own=job.auth_headers or (), extra=self._proxy_credentials)
+
+    @staticmethod
+    def _token_request(job: Job) -> Sent:
+        """The credentials of ``job``'s OAuth2 token request."""
+        c = job.oauth2
+        if c is None:
+            return Sent({})
+        return Sent(
+            {},
+            extra=(
+                ("Authorization", basic_authorization(c.client_id, c.client_secret)),
+                ("client_secret", c.client_secret),
+            ),
+        )
+
+    @staticmethod
+    def _redacted(outcome: Outcome, sent: Sent) -> Outcome:
+        """``outcome`` with no credential of ``sent`` in its error text."""
+        error = sent.redact_error(outcome.error, limit=MAX_ERROR_LENGTH)
+        return outcome if error == outcome.error else dataclasses.replace(outcome, error=error)
 
     async def _exchange(
         self, job: Job, headers: dict[str, str]
