@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from dispatchers.api.models import Output
+from dispatchers.api.bases import Output
 from dispatchers.api.tokens import MAX_NAME
 
 
@@ -146,7 +146,9 @@ class MessagePage(Output):
 
 class AttemptOut(Output):
     attempt: int
-    owner: str
+    owner: str | None = Field(
+        description="the dispatcher that made it (host name and pid); null to a tenant's token"
+    )
     started_at: datetime
     duration_ms: int | None
     status: int | None

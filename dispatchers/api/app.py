@@ -10,9 +10,13 @@ included, and so must be installed on the application that mounts it.
 
 A request is handled in this order: its bearer token (401 without one that is
 valid, 403 for a scope or a tenant that may not use the route), its path,
-query and body (400 naming the field; 415 for a body that is not JSON, 413
-past :data:`~dispatchers.api.calls.MAX_BODY`), then the handler. The token is
+query and body (400 naming the field, a parameter that PostgreSQL cannot take
+included; 415 for a body that is not JSON, 413 past
+:data:`~dispatchers.api.calls.MAX_BODY`), then the handler. The token is
 checked first, so a request without one learns nothing but that it needs one.
+While the database cannot be reached, a request that needs it is answered 503
+at once (within the store's wait for a connection), and served again as soon
+as the database answers.
 """
 
 from __future__ import annotations
@@ -27,13 +31,15 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from dispatchers.api import routes
+from dispatchers.api.bases import Input
 from dispatchers.api.calls import API, MAX_BODY, PREFIX, Api, Call, Route
-from dispatchers.api.models import Input
 from dispatchers.api.openapi import document
 from dispatchers.api.problems import Problem, from_validation, invalid
 from dispatchers.api.store import find_token
 from dispatchers.api.tokens import Principal, bearer, is_token, token_digest
+from dispatchers.store.sqlstates import is_unreachable
 from outbox.errors import InvalidArgument
+from outbox.internal import check_text
 from outbox.sealing import SealBroken, SecretKeyMissing
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -41,6 +47,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 JSON = "application/json"
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="outbox"'}
+
+RETRY_AFTER = 5
+"""Seconds a client is told to wait (``Retry-After``) while the database is unreachable."""
 
 
 def is_api_path(path: str) -> bool:
@@ -77,10 +86,25 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
         )
         return Problem(409, detail).response(request.path)
     except psycopg.errors.DataError as exc:
-        request.app[API].log.event("api_bad_value", path=request.path, sqlstate=exc.sqlstate)
+        _api_of(request).log.event("api_bad_value", path=request.path, sqlstate=exc.sqlstate)
         return Problem(400, "a value of this request is one the database cannot take").response(
             request.path
         )
+    except psycopg.Error as exc:
+        if not is_unreachable(exc):
+            raise
+        detail = "the database is unreachable; try again later"
+        headers = {"Retry-After": str(RETRY_AFTER)}
+        return Problem(503, detail, headers=headers).response(request.path)
+
+
+def _api_of(request: web.Request) -> Api:
+    """The API that served ``request``. :func:`problems` runs on the application
+    that mounts the API's, which is ``request.app`` there and holds no API."""
+    for app in reversed(request.match_info.apps):
+        if API in app:
+            return app[API]
+    raise LookupError(f"{request.path} was not served by the API's application")
 
 
 def build_api(api: Api) -> web.Application:
@@ -97,7 +121,21 @@ def build_api(api: Api) -> web.Application:
     app.router.add_get("/openapi.json", openapi)
     for route in served:
         app.router.add_route(route.method, route.pattern or route.path, _serve(route))
+    # after the routes served, which a GET there meets first
+    for pattern, allowed in routes.refused(read_only=api.read_only).items():
+        app.router.add_route("*", pattern, _refuse(allowed))
     return app
+
+
+def _refuse(allowed: tuple[str, ...]) -> Handler:
+    """A read-only server's answer to a change: 405 naming the methods served
+    (an empty ``Allow``: none, RFC 9110)."""
+
+    async def refuse(request: web.Request) -> web.StreamResponse:
+        detail = "this server is read-only (--read-only): it serves no change"
+        raise Problem(405, detail, headers={"Allow": ", ".join(allowed)})
+
+    return refuse
 
 
 def _serve(route: Route) -> Handler:
@@ -143,13 +181,22 @@ def _validated(model: type[Input] | None, data: dict[str, Any], location: str) -
 
 
 def _query(request: web.Request) -> dict[str, str]:
-    """The query string's parameters, each given once."""
+    """The query string's parameters, each given once, each text PostgreSQL can take."""
     query: dict[str, str] = {}
     for name, value in request.query.items():
         if name in query:
             raise invalid(f"query.{name}", "is given more than once")
-        query[name] = value
+        query[name] = _text(value, f"query.{name}")
     return query
+
+
+def _text(value: str, field: str) -> str:
+    """``value``, unless PostgreSQL cannot take it as text (a NUL character): a 400
+    naming ``field``, before a statement is sent with it."""
+    try:
+        return check_text(value, field, error=InvalidArgument)
+    except InvalidArgument as exc:
+        raise invalid(exc.field, exc.problem) from None
 
 
 async def _body(request: web.Request, route: Route, api: Api) -> Input | None:

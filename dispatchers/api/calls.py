@@ -8,22 +8,24 @@ and :mod:`~dispatchers.api.openapi` describes it with the same models: a route
 table, not two descriptions of one API.
 
 A handler gets a :class:`Call`: the request's validated parts, who made it
-(:class:`~dispatchers.api.tokens.Principal`), and the means to run work on the
-database (:meth:`Call.read`, :meth:`Call.write`).
+(:class:`~dispatchers.api.tokens.Principal`), the means to run work on the
+database (:meth:`Call.read`, :meth:`Call.write`), and the key its page cursors
+are signed with (:meth:`Call.cursor_key`: the database's, read once by the
+:class:`Api`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from aiohttp import web
 
-from dispatchers.api.models import Input, Output
+from dispatchers.api.bases import Input, Output
 from dispatchers.api.problems import Problem, invalid
-from dispatchers.api.store import Conn, Store
+from dispatchers.api.store import Conn, Store, cursor_key
 from dispatchers.api.tokens import Principal
 from dispatchers.runtime.log import EventLog
 from outbox.endpoints import Endpoints
@@ -40,6 +42,13 @@ MAX_BODY = 256 * 1024
 """The most a request's body may hold."""
 
 
+@dataclass
+class _Read:
+    """A value read from the database once, then kept."""
+
+    value: bytes | None = None
+
+
 @dataclass(frozen=True)
 class Api:
     """What the API's handlers share: the database, the log, the keys that open
@@ -50,10 +59,20 @@ class Api:
     keyring: Keyring | None = None
     read_only: bool = False
     body_timeout: float = 10.0
+    _cursor_key: _Read = field(default_factory=_Read, init=False, repr=False, compare=False)
 
     @property
     def schema(self) -> str:
         return self.store.schema
+
+    async def cursor_key(self) -> bytes:
+        """The database's key of page cursors, read the first time it is needed
+        (two first reads at once read the same key)."""
+        if self._cursor_key.value is None:
+            self._cursor_key.value = await self.store.read(
+                lambda conn: cursor_key(conn, self.schema)
+            )
+        return self._cursor_key.value
 
     def endpoints(self) -> Endpoints:
         return Endpoints(schema=self.schema, keyring=self.keyring)
@@ -104,6 +123,10 @@ class Call:
         audit entry it wrote) and is rolled back when it raises."""
         return await self.api.store.write(work)
 
+    async def cursor_key(self) -> bytes:
+        """The key page cursors are signed with (the database's)."""
+        return await self.api.cursor_key()
+
     def operator_only(self, field: str) -> None:
         """Refuse a tenant's token the use of ``field`` (a filter by tenant)."""
         if not self.who.operator:
@@ -133,6 +156,9 @@ class Route:
     """Refused to a tenant's token (403)."""
     pattern: str | None = None
     """aiohttp's path pattern, where it differs from :attr:`path`."""
+    note: str = ""
+    """What the document adds to the operation's description (what a tenant's
+    token may not do or see there)."""
 
     @property
     def writes(self) -> bool:

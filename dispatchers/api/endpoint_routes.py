@@ -8,6 +8,10 @@ answered 404, as one that does not exist), and ends with the audit entry. An
 endpoint is shown without credentials or TLS material, its signing secrets by
 their fingerprints; the secret itself is answered only by the routes that make
 one (create, rotate-secret).
+
+A tenant's token may set no payload filter (:data:`OPERATORS_FIELDS`): SQL's
+``publish`` refuses an event that a filtered endpoint subscribes to, so a
+tenant's filter would fail its producer's transactions.
 """
 
 from __future__ import annotations
@@ -47,6 +51,24 @@ from dispatchers.api.store import Conn, audit, rows
 
 TAG = "endpoints"
 
+OPERATORS_FIELDS = frozenset({"filter"})
+"""The fields of an endpoint's body that a tenant's token may not give (403)."""
+
+
+def _operators_fields(call: Call, body: EndpointCreate | EndpointUpdate) -> None:
+    """Refuse a tenant's token a field of :data:`OPERATORS_FIELDS`, given
+    even as null: no action of a tenant may make a producer's publish fail."""
+    if call.who.operator:
+        return
+    for name in sorted(body.model_fields_set & OPERATORS_FIELDS):
+        field = f"body.{name}"
+        raise Problem(
+            403,
+            f"{field}: an operator's setting; a tenant's token cannot set it "
+            "(SQL's publish refuses events that a filtered endpoint subscribes to)",
+            field=field,
+        )
+
 
 def _dump(endpoint: EndpointOut) -> dict[str, Any]:
     return endpoint.model_dump(mode="json")
@@ -54,7 +76,7 @@ def _dump(endpoint: EndpointOut) -> dict[str, Any]:
 
 async def list_endpoints(call: Call) -> EndpointPage:
     query = call.query(EndpointQuery)
-    after = _cursor(query.cursor, "endpoints")
+    after = await _cursor(call, query.cursor, "endpoints")
 
     def work(conn: Conn) -> list[EndpointView]:
         tenant_id = filtered_tenant(conn, call, query.tenant, "query.tenant")
@@ -73,21 +95,24 @@ async def list_endpoints(call: Call) -> EndpointPage:
     more = len(found) > query.limit
     return EndpointPage(
         items=[row.shown(call.api.keyring) for row in page],
-        next_cursor=cursors.encode("endpoints", page[-1].id) if more else None,
+        next_cursor=(
+            cursors.encode("endpoints", page[-1].id, key=await call.cursor_key()) if more else None
+        ),
     )
 
 
-def _cursor(cursor: str | None, kind: str, start: int = 0) -> int:
+async def _cursor(call: Call, cursor: str | None, kind: str, start: int = 0) -> int:
     if cursor is None:
         return start
     try:
-        return cursors.decode(kind, cursor)
+        return cursors.decode(kind, cursor, key=await call.cursor_key())
     except cursors.BadCursor as exc:
         raise invalid("query.cursor", str(exc)) from None
 
 
 async def create_endpoint(call: Call) -> EndpointCreated:
     body = call.body(EndpointCreate)
+    _operators_fields(call, body)
     if not call.who.operator and body.tenant not in (None, call.who.tenant):
         raise Problem(
             403, "body.tenant: a tenant's token adds its own endpoints", field="body.tenant"
@@ -114,6 +139,7 @@ async def show_endpoint(call: Call) -> EndpointOut:
 async def update_endpoint(call: Call) -> EndpointOut:
     endpoint_id = call.path(IdPath).id
     body = call.body(EndpointUpdate)
+    _operators_fields(call, body)
     changes = changes_of(body)
 
     def work(conn: Conn) -> EndpointOut:
@@ -262,17 +288,22 @@ async def test_endpoint(call: Call) -> TestSent:
     return await call.write(work)
 
 
+_TENANT_NOTE = (
+    f"A tenant's token may not give {', '.join(sorted(OPERATORS_FIELDS))} (403 naming it): "
+    "SQL's publish refuses an event that an endpoint with a payload filter subscribes to."
+)
+
 ROUTES = [
     Route("GET", "/endpoints", list_endpoints, EndpointPage, "List endpoints", TAG,
           query_model=EndpointQuery),
     Route("POST", "/endpoints", create_endpoint, EndpointCreated,
           "Create an endpoint (answers its signing secret, once)", TAG, status=201,
-          body_model=EndpointCreate),
+          body_model=EndpointCreate, note=_TENANT_NOTE),
     Route("GET", "/endpoints/{id}", show_endpoint, EndpointOut, "Show an endpoint", TAG,
           path_model=IdPath),
     Route("PATCH", "/endpoints/{id}", update_endpoint, EndpointOut,
           "Change an endpoint's settings (null clears a setting that may be cleared)", TAG,
-          path_model=IdPath, body_model=EndpointUpdate),
+          path_model=IdPath, body_model=EndpointUpdate, note=_TENANT_NOTE),
     Route("DELETE", "/endpoints/{id}", delete_endpoint, EndpointDeleted,
           "Delete an endpoint (its waiting messages die)", TAG, path_model=IdPath),
     Route("POST", "/endpoints/{id}/disable", disable_endpoint, EndpointDisabled,

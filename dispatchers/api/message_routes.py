@@ -47,11 +47,11 @@ _AFTER_LAST = MAX_ID
 """The ``before`` of a first page, newest first: above every id."""
 
 
-def _before(cursor: str | None, kind: str) -> int:
+async def _before(call: Call, cursor: str | None, kind: str) -> int:
     if cursor is None:
         return _AFTER_LAST
     try:
-        return cursors.decode(kind, cursor)
+        return cursors.decode(kind, cursor, key=await call.cursor_key())
     except cursors.BadCursor as exc:
         raise invalid("query.cursor", str(exc)) from None
 
@@ -82,7 +82,7 @@ class _Found(NamedTuple):
 
 async def list_messages(call: Call) -> MessagePage:
     query = call.query(MessageQuery)
-    before = _before(query.cursor, "messages")
+    before = await _before(call, query.cursor, "messages")
 
     def work(conn: Conn) -> list[_Found]:
         tenant_id = filtered_tenant(conn, call, query.tenant, "query.tenant")
@@ -100,7 +100,11 @@ async def list_messages(call: Call) -> MessagePage:
     page = found[: query.limit]
     return MessagePage(
         items=[MessageSummary(**row._asdict()) for row in page],
-        next_cursor=cursors.encode("messages", page[-1].id) if len(found) > query.limit else None,
+        next_cursor=(
+            cursors.encode("messages", page[-1].id, key=await call.cursor_key())
+            if len(found) > query.limit
+            else None
+        ),
     )
 
 
@@ -116,7 +120,9 @@ async def show_message(call: Call) -> MessageOut:
             raise not_found("message", message_id)
         data = message.as_dict()
         data["header_names"] = list(message.headers)
-        data["attempt_log"] = [AttemptOut(**a.as_dict()) for a in message.attempt_log]
+        # which dispatcher made an attempt (host name and pid) is the operator's to know
+        hidden = {} if call.who.operator else {"owner": None}
+        data["attempt_log"] = [AttemptOut(**(a.as_dict() | hidden)) for a in message.attempt_log]
         return MessageOut(**data)
 
     return await call.read(work)
@@ -150,7 +156,7 @@ async def replay_one_message(call: Call) -> MessageReplayed:
 
 async def list_dead(call: Call) -> DeadPage:
     query = call.query(DeadQuery)
-    before = _before(query.cursor, "dead")
+    before = await _before(call, query.cursor, "dead")
 
     def work(conn: Conn) -> list[DeadOut]:
         tenant_id = filtered_tenant(conn, call, query.tenant, "query.tenant")
@@ -168,7 +174,11 @@ async def list_dead(call: Call) -> DeadPage:
     page = found[: query.limit]
     return DeadPage(
         items=page,
-        next_cursor=cursors.encode("dead", page[-1].id) if len(found) > query.limit else None,
+        next_cursor=(
+            cursors.encode("dead", page[-1].id, key=await call.cursor_key())
+            if len(found) > query.limit
+            else None
+        ),
     )
 
 
@@ -307,7 +317,8 @@ ROUTES = [
           query_model=MessageQuery),
     Route("GET", "/messages/{id}", show_message, MessageOut,
           "Show a message and its attempts (header names, not values; no body)", TAG_MESSAGES,
-          path_model=IdPath),
+          path_model=IdPath,
+          note="A tenant's token sees no attempt's owner (null): its dispatcher's host and pid."),
     Route("POST", "/messages/{id}/replay", replay_one_message, MessageReplayed,
           "Send a delivered webhook message again", TAG_MESSAGES, path_model=IdPath,
           body_model=MessageReplay),

@@ -12,24 +12,26 @@ the field as these do.
 Input models forbid fields they do not know. A field of an update that is
 absent keeps its value; one given as ``null`` clears it, where it may be
 cleared (the others' schemas do not admit ``null``).
+
+What a model accepts is what its schema allows, no more and no less
+(:mod:`~dispatchers.api.bases`).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    AwareDatetime,
-    BaseModel,
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import AwareDatetime, BeforeValidator, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from dispatchers.api.cursors import DEFAULT_LIMIT, MAX_LIMIT
+from dispatchers.api.bases import (
+    INSTANT_PATTERN,
+    INTEGRAL,
+    Input,
+    Parameters,
+    parse_instant,
+)
+from dispatchers.api.cursors import DEFAULT_LIMIT, MAX_CURSOR, MAX_LIMIT
 from outbox.defaults import MAX_RETRY_DELAY, MAX_RETRY_SCHEDULE, MAX_SPAN
 from outbox.internal import (
     MAX_ATTEMPTS_LIMIT,
@@ -51,24 +53,14 @@ MAX_IDS = 10_000
 MAX_SUBSCRIPTIONS = 1000
 """The most event types one endpoint subscribes to through the API."""
 
-_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-_LATEST = datetime(9999, 1, 1, tzinfo=UTC)
-
-
-def _instant(value: datetime) -> datetime:
-    """An instant the database and Python's arithmetic both hold: from 1970 to
-    the year 9998 (a time near year 1 or 9999 with an offset is outside
-    Python's range once converted)."""
-    if not _EARLIEST <= value <= _LATEST:
-        raise ValueError("must be from 1970 to the year 9998")
-    return value
-
-
-Id = Annotated[int, Field(ge=1, le=MAX_ID, description="a row's id")]
+Id = Annotated[int, Field(ge=1, le=MAX_ID, description="a row's id"), INTEGRAL]
 Instant = Annotated[
     AwareDatetime,
-    AfterValidator(_instant),
-    Field(description="ISO 8601 with a UTC offset or Z"),
+    BeforeValidator(parse_instant),
+    Field(
+        description="an RFC 3339 date-time with Z or an offset, from 1970 to 9998",
+        json_schema_extra={"pattern": INSTANT_PATTERN},
+    ),
 ]
 EventTypeName = Annotated[
     str,
@@ -95,14 +87,19 @@ Url = Annotated[
 ]
 Description = Annotated[str, Field(max_length=MAX_DESCRIPTION)]
 Metadata = Annotated[dict[str, Any], Field(description="a JSON object, at most 64 KiB")]
-MaxConcurrency = Annotated[int, Field(ge=1, le=10_000)]
+MaxConcurrency = Annotated[int, Field(ge=1, le=10_000), INTEGRAL]
 RateLimit = Annotated[
     float, Field(ge=MIN_RATE_LIMIT, le=MAX_RATE_LIMIT, description="requests per second")
 ]
-Burst = Annotated[int, Field(ge=1, le=MAX_BURST)]
+Burst = Annotated[int, Field(ge=1, le=MAX_BURST), INTEGRAL]
 Filter = Annotated[
     str,
-    Field(min_length=1, max_length=MAX_FILTER_LENGTH, description="a JMESPath expression"),
+    Field(
+        min_length=1,
+        max_length=MAX_FILTER_LENGTH,
+        description="a JMESPath expression on the payload; an operator's token's only "
+        "(a tenant's is refused: 403)",
+    ),
 ]
 RetrySchedule = Annotated[
     list[Annotated[float, Field(gt=0, le=MAX_RETRY_DELAY)]],
@@ -112,7 +109,7 @@ RetrySchedule = Annotated[
         description="seconds before each retry; the last repeats",
     ),
 ]
-Budget = Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_LIMIT, description="attempts")]
+Budget = Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_LIMIT, description="attempts"), INTEGRAL]
 SigningSecret = Annotated[
     str, Field(pattern=r"^whsec_[A-Za-z0-9+/=]{32,88}$", description="whsec_ and base64")
 ]
@@ -123,40 +120,15 @@ TenantId = Annotated[
         description="a tenant's external id",
     ),
 ]
-Cursor = Annotated[str, Field(min_length=1, max_length=200, description="from next_cursor")]
-Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description="rows per page")]
+Cursor = Annotated[str, Field(min_length=1, max_length=MAX_CURSOR, description="from next_cursor")]
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description="rows per page"), INTEGRAL]
 MessageState = Literal["ready", "running", "paused", "dead", "delivered"]
-
-
-class Input(BaseModel):
-    """What a request may hold: nothing it does not name."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="after")
-    def _no_null_where_not_clearable(self) -> Input:
-        for name in self.model_fields_set:
-            if getattr(self, name) is None and name not in self.clearable():
-                raise ValueError(f"{name}: must not be null")
-        return self
-
-    @classmethod
-    def clearable(cls) -> frozenset[str]:
-        """The fields that ``null`` clears."""
-        return frozenset()
-
-
-class Output(BaseModel):
-    """What a response holds. Made from the library's values, which may carry
-    more than the API shows: what a model does not name is left out."""
-
-    model_config = ConfigDict(extra="ignore")
 
 
 # -- pages -------------------------------------------------------------------------
 
 
-class PageQuery(Input):
+class PageQuery(Parameters):
     cursor: Cursor | SkipJsonSchema[None] = None
     limit: Limit = DEFAULT_LIMIT
 
@@ -164,15 +136,15 @@ class PageQuery(Input):
 # -- path parameters ---------------------------------------------------------------
 
 
-class IdPath(Input):
+class IdPath(Parameters):
     id: Id
 
 
-class EventTypePath(Input):
+class EventTypePath(Parameters):
     event_type: EventTypeName
 
 
-class TenantPath(Input):
+class TenantPath(Parameters):
     external_id: TenantId
 
 
@@ -321,7 +293,7 @@ class ReplayRequest(Input):
 # -- destination policies ----------------------------------------------------------
 
 
-class DestinationQuery(Input):
+class DestinationQuery(Parameters):
     destination: Url
 
 
@@ -362,7 +334,7 @@ class RetentionRuleSet(Input):
     ]
 
 
-class RetentionRuleQuery(Input):
+class RetentionRuleQuery(Parameters):
     """The rule to drop: of one endpoint or of one event type."""
 
     endpoint_id: Id | SkipJsonSchema[None] = None

@@ -17,9 +17,9 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from dispatchers.api.answers import ProblemOut
+from dispatchers.api.bases import Input
 from dispatchers.api.calls import PREFIX, Route
 from dispatchers.api.cursors import DEFAULT_LIMIT, MAX_LIMIT
-from dispatchers.api.models import Input
 from dispatchers.api.problems import MEDIA_TYPE
 
 VERSION = "1.0.0"
@@ -35,13 +35,17 @@ Every request carries a bearer token made by `outbox api-tokens create`. A
 `read` token may use the GET routes; a `write` token every route. A token made
 for a tenant sees and changes that tenant's endpoints and their messages only;
 the routes marked *operator only* refuse it (403), and a row of another tenant
-is answered 404, as one that does not exist.
+is answered 404, as one that does not exist. Where an operation's description
+says so, a tenant's token may not give a field, or sees one as null.
 
 Lists are pages of at most `limit` rows (default {DEFAULT_LIMIT}, at most
 {MAX_LIMIT}); `next_cursor`, when not null, is passed back as `cursor` for the
-next page. Every refusal is an RFC 9457 problem details object whose `field`
-names the part of the request at fault (`body.url`, `query.limit`, `path.id`).
-Every change is recorded in the audit log (`GET /audit`).
+next page, to the same server process (a cursor is signed with a key each
+process makes when it starts). Every refusal is an RFC 9457 problem details
+object whose `field` names the part of the request at fault (`body.url`,
+`query.limit`, `path.id`). A request is accepted as its schemas allow: a path
+or query parameter whose type is not a string is read as JSON (`limit=50`,
+`enabled=true`). Every change is recorded in the audit log (`GET /audit`).
 """
 
 
@@ -76,11 +80,17 @@ def document(routes: Sequence[Route]) -> dict[str, Any]:
                     "description": "refused: problem details naming the field at fault",
                     "content": {MEDIA_TYPE: {"schema": refs[(ProblemOut, "serialization")]}},
                 },
+                "503": {
+                    "description": "the database is unreachable: problem details, with "
+                    "Retry-After; try again",
+                    "content": {MEDIA_TYPE: {"schema": refs[(ProblemOut, "serialization")]}},
+                },
             },
         }
         notes = ["Needs a token with the write scope." if route.writes else ""]
         if route.operator_only:
             notes.append("Operator only: a tenant's token is refused.")
+        notes.append(route.note)
         operation["description"] = " ".join(n for n in notes if n) or "Any token."
         if body is not None:
             operation["requestBody"] = {

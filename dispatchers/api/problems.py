@@ -33,6 +33,7 @@ _KINDS: dict[int, tuple[str, str]] = {
     409: ("conflict", "The request conflicts with the resource's state"),
     413: ("body-too-large", "The request body is too large"),
     415: ("unsupported-media-type", "The request body must be JSON"),
+    503: ("unavailable", "The service cannot answer now"),
 }
 
 

@@ -67,6 +67,11 @@ WHERE id < %(before)s
 ORDER BY id DESC
 LIMIT %(limit)s
 
+-- name: api_cursor_key
+-- The key page cursors are signed with: made by the migration, one per
+-- database, so that every process serving it accepts the cursors of the others.
+SELECT key FROM {schema}.api_cursor_key
+
 -- name: api_tenant_id
 -- The row id of the tenant whose external id is %(external_id)s.
 SELECT id FROM {schema}.tenants WHERE external_id = %(external_id)s

@@ -51,7 +51,7 @@ async def list_audit(call: Call) -> AuditPage:
     before = MAX_ID
     if query.cursor is not None:
         try:
-            before = cursors.decode("audit", query.cursor)
+            before = cursors.decode("audit", query.cursor, key=await call.cursor_key())
         except cursors.BadCursor as exc:
             raise invalid("query.cursor", str(exc)) from None
     params = {"before": before, "limit": query.limit + 1}
@@ -60,7 +60,12 @@ async def list_audit(call: Call) -> AuditPage:
     )
     page = found[: query.limit]
     more = len(found) > query.limit
-    return AuditPage(items=page, next_cursor=cursors.encode("audit", page[-1].id) if more else None)
+    return AuditPage(
+        items=page,
+        next_cursor=(
+            cursors.encode("audit", page[-1].id, key=await call.cursor_key()) if more else None
+        ),
+    )
 
 
 # -- event types -------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The management API's database access: its own statements (``queries.sql``),
-their typed rows, and the tokens and audit log they keep.
+their typed rows, the database's key of page cursors, and the tokens and audit
+log they keep.
 
 Handlers run their work in a worker thread on a pooled connection, through a
 :class:`Store` (the dashboard's, whose process serves the API): reads in a
@@ -21,6 +22,7 @@ import psycopg
 
 from dispatchers.api.fingerprints import fingerprint
 from dispatchers.api.tokens import Principal, Scope, new_token, shown_prefix, token_digest
+from outbox.errors import OutboxError
 from outbox.internal import Queries, catalog, rows_plan, run_sync, scalar
 
 T = TypeVar("T")
@@ -51,6 +53,18 @@ def rows(
 ) -> list[T]:
     """The rows of statement ``name``, each made by ``row``."""
     return run_sync(conn, rows_plan(api_queries(schema)[name], params, row), schema=schema)
+
+
+def cursor_key(conn: Conn, schema: str) -> bytes:
+    """The key page cursors are signed with: the database's own (``api_cursor_key``,
+    made by ``outbox migrate``), the same for every process serving it."""
+    found = rows(conn, schema, "api_cursor_key", {}, scalar)
+    if len(found) != 1 or len(found[0]) < 32:
+        raise OutboxError(
+            f"{schema}.api_cursor_key holds no key of 32 bytes or more: the migration "
+            "that made it was undone, or its row changed"
+        )
+    return bytes(found[0])
 
 
 # -- tokens ------------------------------------------------------------------------

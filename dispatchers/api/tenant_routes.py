@@ -57,7 +57,7 @@ async def list_tenants(call: Call) -> TenantPage:
     after = None
     if query.cursor is not None:
         try:
-            after = cursors.decode_text("tenants", query.cursor)
+            after = cursors.decode_text("tenants", query.cursor, key=await call.cursor_key())
         except cursors.BadCursor as exc:
             raise invalid("query.cursor", str(exc)) from None
 
@@ -70,7 +70,11 @@ async def list_tenants(call: Call) -> TenantPage:
     more = len(found) > query.limit
     return TenantPage(
         items=[_shown(t) for t in page],
-        next_cursor=cursors.encode("tenants", page[-1].external_id) if more else None,
+        next_cursor=(
+            cursors.encode("tenants", page[-1].external_id, key=await call.cursor_key())
+            if more
+            else None
+        ),
     )
 
 

@@ -5,8 +5,10 @@ field with nothing written, the audit log, read-only mode, and the commands
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,12 +18,16 @@ import psycopg
 import pytest
 
 from dispatchers.api.fingerprints import fingerprint
+from dispatchers.api.routes import ROUTES
 from dispatchers.cli import main
+from outbox.migrations import migrate
 from outbox.portal import find_link
 from outbox.secrets import fingerprint as secret_fingerprint
 from tests.api import Client, make_token, serving_api
-from tests.dashboard import serving
+from tests.conftest import PgServer
+from tests.dashboard import running, serving
 from tests.database import Db
+from tests.integration.test_roles import grant_all, made_roles
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -255,6 +261,75 @@ async def test_lists_are_pages_that_a_cursor_walks_without_overlap(
         assert len(default["items"]) == 5 and default["next_cursor"] is None
 
 
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+async def test_a_cursor_altered_or_forged_is_refused_naming_the_cursor(
+    db: Db, database_url: str
+) -> None:
+    async with serving_api(database_url) as api:
+        ids = [(await _endpoint(api))["id"] for _ in range(3)]
+        cursor = (await api.call("GET", "/endpoints", params={"limit": "1"})).body["next_cursor"]
+        walked = await api.call("GET", "/endpoints", params={"limit": "1", "cursor": cursor})
+        assert [e["id"] for e in walked.body["items"]] == [ids[1]]
+        # the JSON a cursor holds, edited to start the page elsewhere, or made anew
+        held = _b64(json.dumps({"k": "endpoints", "id": ids[0]}, separators=(",", ":")))
+        wanted = _b64(json.dumps({"k": "endpoints", "id": ids[1]}, separators=(",", ":")))
+        assert cursor.startswith(held)
+        edited = wanted + cursor[len(held) :]
+        for bad in (edited, wanted, cursor + "A", cursor[:5] + "!" + cursor[5:]):
+            answer = await api.call("GET", "/endpoints", params={"limit": "1", "cursor": bad})
+            assert answer.status == 400, (bad, answer.body)
+            assert answer.problem["field"] == "query.cursor"
+        messages = await api.call("GET", "/messages", params={"limit": "1", "cursor": cursor})
+        assert messages.status == 400 and messages.problem["field"] == "query.cursor"
+
+
+def _cursor_key(url: str) -> bytes:
+    ((key,),) = Db(url).query("SELECT key FROM outbox.api_cursor_key")
+    return bytes(key)
+
+
+async def test_a_cursor_works_on_every_server_of_its_database_and_is_refused_by_another(
+    db: Db, database_url: str, empty_database_url: str
+) -> None:
+    migrate(empty_database_url, schema="outbox")  # made apart: a key of its own
+    elsewhere = empty_database_url
+    assert len(_cursor_key(elsewhere)) == 32
+    assert _cursor_key(elsewhere) != _cursor_key(database_url)
+    async with serving_api(database_url) as first, running(database_url) as other:
+        second = Client(other, first.token)
+        ids = [(await _endpoint(first))["id"] for _ in range(3)]
+        cursor = (await first.call("GET", "/endpoints", params={"limit": "1"})).body["next_cursor"]
+        walked = await second.call("GET", "/endpoints", params={"limit": "1", "cursor": cursor})
+        assert walked.status == 200, walked.body
+        assert [e["id"] for e in walked.body["items"]] == [ids[1]]
+        back = await first.call(
+            "GET", "/endpoints", params={"limit": "1", "cursor": walked.body["next_cursor"]}
+        )
+        assert [e["id"] for e in back.body["items"]] == [ids[2]]
+    # a server started after those stopped (a restart) takes their cursors too
+    async with running(database_url) as restarted:
+        again = await Client(restarted, first.token).call(
+            "GET", "/endpoints", params={"limit": "1", "cursor": cursor}
+        )
+        assert [e["id"] for e in again.body["items"]] == [ids[1]]
+    async with serving_api(elsewhere) as foreign, running(database_url) as home:
+        for _ in range(2):
+            await _endpoint(foreign)
+        made = await foreign.call("GET", "/endpoints", params={"limit": "1"})
+        theirs = made.body["next_cursor"]
+        # the same list and row (the ids start alike), signed with another key
+        assert theirs.partition(".")[0] == cursor.partition(".")[0] and theirs != cursor
+        assert (await foreign.call("GET", "/endpoints", params={"cursor": theirs})).status == 200
+        for client, given in ((Client(home, first.token), theirs), (foreign, cursor)):
+            answer = await client.call("GET", "/endpoints", params={"limit": "1", "cursor": given})
+            assert answer.status == 400, answer.body
+            assert answer.problem["field"] == "query.cursor"
+            assert "another database" in answer.problem["detail"]
+
+
 async def test_messages_are_searched_and_shown_with_attempts_but_no_header_value(
     db: Db, database_url: str
 ) -> None:
@@ -378,6 +453,46 @@ def test_outbox_ui_api_only_serves_the_api_and_no_page(database_url: str, tmp_pa
             urllib.request.urlopen(url, timeout=10)
         page.value.close()  # an error answer holds its connection until closed
         assert page.value.code == 404
+
+
+def _get(url: str, token: str, path: str, **params: str) -> tuple[int, dict[str, Any]]:
+    """GET ``path`` of the API served at ``url`` (a running ``outbox ui``)."""
+    request = urllib.request.Request(
+        f"{url}api/v1{path}?{urllib.parse.urlencode(params)}",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as refused:
+        with refused:  # an error answer holds its connection until closed
+            return refused.code, json.load(refused)
+
+
+def test_a_cursor_of_one_outbox_ui_process_is_taken_by_another_and_after_a_restart(
+    db: Db,
+    database_url: str,
+    pg_server: PgServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ids = [db.endpoint(f"https://example.com/{n}") for n in range(3)]
+    token = make_token(database_url, "read")
+    with made_roles(pg_server, database_url) as roles:
+        grant_all(database_url, roles, capsys)  # as deployed: the operator's role
+        url = roles.urls["operator"]
+        argv = ["ui", "--api-only", "--port", "0", "--database-url", url]
+        with serving(argv, tmp_path / "a.log") as a, serving(argv, tmp_path / "b.log") as b:
+            status, first = _get(a, token, "/endpoints", limit="1")
+            assert status == 200 and [e["id"] for e in first["items"]] == ids[:1]
+            cursor = first["next_cursor"]
+            status, second = _get(b, token, "/endpoints", limit="1", cursor=cursor)
+            assert status == 200, second
+            assert [e["id"] for e in second["items"]] == ids[1:2]
+        with serving(argv, tmp_path / "c.log") as restarted:
+            status, again = _get(restarted, token, "/endpoints", cursor=cursor)
+            assert status == 200, again
+            assert [e["id"] for e in again["items"]] == ids[1:]
 
 
 async def test_tenants_are_managed_by_external_id_and_own_the_endpoints_made_under_them(
@@ -533,3 +648,24 @@ def test_api_only_takes_no_sign_in_token_and_may_bind_beyond_loopback_without_on
     # the API alone gets past the address check, to the database it cannot reach
     assert main(["ui", "--api-only", "--host", "0.0.0.0", *nowhere]) == 1
     assert "without a token" not in capsys.readouterr().err
+
+
+async def test_read_only_answers_every_change_405_naming_the_methods_its_path_serves(
+    db: Db, database_url: str
+) -> None:
+    reader = make_token(database_url, "read")
+    values = {"{id}": "1", "{event_type}": "a", "{external_id}": "acme"}
+    async with serving_api(database_url, read_only=True) as api:
+        for route in ROUTES:
+            if not route.writes:
+                continue
+            path = route.path
+            for name, value in values.items():
+                path = path.replace(name, value)
+            served = sorted(r.method for r in ROUTES if r.path == route.path and not r.writes)
+            for token in (api.token, reader):
+                answer = await api.call(route.method, path, json_body={}, token=token)
+                assert answer.status == 405, (route.method, path, answer.body)
+                assert answer.problem["type"] == "urn:outbox:problem:method-not-allowed"
+                assert answer.headers["Allow"] == ", ".join(served), (route.method, path)
+    assert _count(db, "audit_log") == 0

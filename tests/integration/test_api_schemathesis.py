@@ -34,7 +34,9 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from outbox.destinations import Destinations
+from outbox.endpoints import Endpoints
 from outbox.event_types import EventTypes
+from outbox.tenants import Tenants
 from tests.api import PREFIX, make_token
 from tests.dashboard import serving
 from tests.database import Db
@@ -73,12 +75,21 @@ def _get(url: str) -> Any:
         return json.load(response)
 
 
+@pytest.mark.parametrize("who", ["operator", "tenant"])
 def test_the_document_is_valid_and_generated_requests_meet_no_server_error_nor_an_answer_off_schema(
-    database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path, who: str
 ) -> None:
+    """As the operator, and as a tenant's token (its own endpoint named in paths;
+    another's rows and the operator's routes answer as the document says)."""
     db = Db(database_url)
     endpoint = _seed(db)
-    token = make_token(database_url, "write", name="schemathesis")
+    tenant = None
+    if who == "tenant":
+        tenant = "acme"
+        with db.tx() as conn:
+            Tenants().add(conn, tenant, name="Acme")
+            endpoint = Endpoints().add(conn, url="https://acme.example/hooks", tenant=tenant).id
+    token = make_token(database_url, "write", tenant=tenant, name="schemathesis")
     argv = ["ui", "--api-only", "--port", "0", "--database-url", database_url]
     with contextlib.ExitStack() as stack, serving(argv, tmp_path / "log") as url:
         base = url.rstrip("/") + PREFIX

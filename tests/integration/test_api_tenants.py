@@ -7,10 +7,14 @@ for operator-only routes, for anything): each is refused (404 for a row of
 another, as for one that does not exist; 403 for what a tenant may never do)
 or answered without them, and none of their rows changes. The same route asked
 for acme's own rows answers, so that a route refusing everything cannot pass.
+
+Beyond rows: acme's token may set nothing that makes its producer's publish
+fail (a payload filter), nor see which dispatcher made an attempt.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +22,7 @@ from typing import Any
 import pytest
 
 from dispatchers.api.routes import ROUTES
+from outbox import Outbox
 from outbox.tenants import Tenants
 from tests.api import Answer, Client, make_token, serving_api
 from tests.database import Db
@@ -289,3 +294,49 @@ async def test_a_tenants_token_reaches_its_own_rows_and_no_one_elses(
         for check in REQUESTS[operation]:
             await check(world)
         assert _others(db, world) == before
+
+
+async def test_a_tenants_token_cannot_give_an_endpoint_the_filter_that_fails_its_producers_publish(
+    database_url: str,
+) -> None:
+    db = Db(database_url)
+    async with serving_api(database_url) as api:
+        world = await _build(api, db, database_url)
+        own = f"/endpoints/{world.a_endpoint}"
+        for method, path, body in [
+            ("PATCH", own, {"filter": "total > `1`"}),
+            ("PATCH", own, {"filter": None}),
+            ("POST", "/endpoints", {"url": "https://a.example/other", "filter": "total > `1`"}),
+        ]:
+            answer = await world.acme.call(method, path, json_body=body)
+            assert answer.status == 403, (method, body, answer.body)
+            assert answer.problem["field"] == "body.filter"
+        assert db.query("SELECT count(*) FROM outbox.endpoints WHERE filter IS NOT NULL") == [(0,)]
+        # the producer's transactions publish for acme, from SQL and from Python
+        with db.tx() as conn:
+            from_sql = conn.execute(
+                "SELECT outbox.publish('order.created', '{\"total\": 5}', tenant => 'acme')"
+            ).fetchall()[0][0]
+            from_python = Outbox().publish(conn, "order.created", {"total": 5}, tenant="acme")
+        assert len(from_sql) == 1 and len(from_python) == 1
+        # the operator's token still sets it: the refusal is a tenant's alone
+        operators = await api.call("PATCH", own, json_body={"filter": "total > `1`"})
+        assert operators.status == 200 and operators.body["filter"] == "total > `1`"
+        document = (await api.call("GET", "/openapi.json")).body
+    for method, path in (("post", "/endpoints"), ("patch", "/endpoints/{id}")):
+        assert "may not give filter" in document["paths"][path][method]["description"]
+
+
+async def test_a_tenants_token_sees_no_attempts_dispatcher_and_the_operators_does(
+    database_url: str,
+) -> None:
+    db = Db(database_url)
+    async with serving_api(database_url) as api:
+        world = await _build(api, db, database_url)
+        tenants = await world.acme.call("GET", f"/messages/{world.a_dead}")
+        operators = await api.call("GET", f"/messages/{world.a_dead}")
+        document = (await api.call("GET", "/openapi.json")).body
+    assert [a["owner"] for a in operators.body["attempt_log"]] == ["test:1:x"] * 3
+    assert [a["owner"] for a in tenants.body["attempt_log"]] == [None] * 3
+    assert "test:1:x" not in json.dumps(tenants.body)
+    assert "no attempt's owner" in document["paths"]["/messages/{id}"]["get"]["description"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 
 import pytest
@@ -49,18 +50,49 @@ def test_the_bearer_token_is_read_from_the_authorization_header(
     assert bearer(header) == token
 
 
+KEY = bytes(range(32))
+"""A database's cursor key, as ``api_cursor_key`` holds one."""
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _signed(text: str, key: bytes = KEY) -> str:
+    """``text`` as a cursor signed with ``key``, made here as the module documents it."""
+    tag = hmac.new(key, text.encode(), hashlib.sha256).digest()[: cursors.TAG_BYTES]
+    return f"{_b64(text.encode())}.{_b64(tag)}"
+
+
 def test_a_cursor_names_its_list_and_row_and_anything_else_is_refused() -> None:
-    cursor = cursors.encode("endpoints", 42)
-    assert cursors.decode("endpoints", cursor) == 42
+    cursor = cursors.encode("endpoints", 42, key=KEY)
+    assert cursor == _signed('{"k":"endpoints","id":42}')
+    assert cursors.decode("endpoints", cursor, key=KEY) == 42
     with pytest.raises(cursors.BadCursor, match="another list"):
-        cursors.decode("messages", cursor)
-    for bad in ("", "!!!", "e30", cursor[:-2] + "xx", "a" * 300, cursors.encode("x", 1)[:5]):
+        cursors.decode("messages", cursor, key=KEY)
+    short = cursors.encode("x", 1, key=KEY)[:5]
+    for bad in ("", "!!!", "e30", cursor[:-2] + "xx", "a" * 300, short):
         with pytest.raises(cursors.BadCursor):
-            cursors.decode("endpoints", bad)
+            cursors.decode("endpoints", bad, key=KEY)
+    # signed with the key, yet not what a page of endpoints ends at
     for forged in ('{"k":"endpoints","id":-1}', '{"k":"endpoints","id":true}', "[1]"):
-        text = base64.urlsafe_b64encode(forged.encode()).decode().rstrip("=")
-        with pytest.raises(cursors.BadCursor):
-            cursors.decode("endpoints", text)
+        with pytest.raises(cursors.BadCursor, match="not a cursor this API made"):
+            cursors.decode("endpoints", _signed(forged), key=KEY)
+        with pytest.raises(cursors.BadCursor, match="altered"):
+            cursors.decode("endpoints", _b64(forged.encode()), key=KEY)
+
+
+def test_a_cursor_is_accepted_under_the_key_that_signed_it_and_no_other() -> None:
+    other = bytes(reversed(range(32)))
+    for kind, last, decode in (
+        ("endpoints", 42, cursors.decode),
+        ("tenants", "acme", cursors.decode_text),
+    ):
+        cursor = cursors.encode(kind, last, key=KEY)
+        assert decode(kind, cursor, key=KEY) == last
+        with pytest.raises(cursors.BadCursor, match="another database"):
+            decode(kind, cursor, key=other)
+        assert cursors.encode(kind, last, key=other) != cursor
 
 
 def test_a_fingerprint_is_the_sha256_of_the_canonical_json_whatever_the_key_order() -> None:
