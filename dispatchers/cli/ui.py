@@ -39,6 +39,7 @@ from dispatchers.cli._common import (
 from dispatchers.cli._exit import ExitCode
 from dispatchers.ui.limits import (
     BODY_TIMEOUT,
+    CONNECTION_WAIT,
     ENDPOINTS_PAGE,
     HEADER_TIMEOUT,
     MAX_CONNECTIONS,
@@ -151,7 +152,7 @@ def serve_dashboard(
 def _require_migrated(url: str, schema: str) -> None:
     """:class:`SchemaNotMigrated` (one line, exit 1) unless every migration of this
     version is applied to ``schema``: checked before serving, or every page would
-    answer 500."""
+    answer 500. The operator's role reads the migrations' record (outbox roles)."""
     from outbox.migrations import applied_versions, load_migrations
 
     applied = set(applied_versions(url, schema=schema))
@@ -161,6 +162,8 @@ def _require_migrated(url: str, schema: str) -> None:
 
 def cmd_ui(args: argparse.Namespace) -> ExitCode:
     require_extra("ui")
+    import psycopg
+
     from dispatchers.ui.auth import is_loopback
 
     if args.api_only and args.token_file is not None:
@@ -181,7 +184,15 @@ def cmd_ui(args: argparse.Namespace) -> ExitCode:
     host = _host(args.host, port=args.port, token=guarded)
     keys = keyring(args)
     db = resolve_database(args)
-    _require_migrated(db.url, args.schema)
+    try:
+        _require_migrated(db.url, args.schema)
+    except psycopg.errors.InsufficientPrivilege:
+        print(
+            f"outbox ui: this role may not use schema {args.schema!r}: grant it the "
+            "operator's privileges (outbox roles --operator ROLE --apply)",
+            file=sys.stderr,
+        )
+        return ExitCode.FAILURE
     serve_dashboard(
         db.url,
         schema=args.schema,
@@ -208,7 +219,8 @@ def add_parser(commands: Commands) -> None:
         f"{DEFAULT_HOST} by default; another address needs a token. It holds at most "
         f"{MAX_CONNECTIONS} connections at once (past that, a 503), gives each "
         f"{HEADER_TIMEOUT:g} s to send a request's headers and {BODY_TIMEOUT:g} s to send "
-        f"its form, and allows {SIGN_IN_ATTEMPTS} sign-in attempts a minute per address. Lists are "
+        f"its form, waits at most {CONNECTION_WAIT:g} s for the database (past that, a "
+        f"503), and allows {SIGN_IN_ATTEMPTS} sign-in attempts a minute per address. Lists are "
         f"paged: {ENDPOINTS_PAGE} endpoints a page; the overview shows the first "
         f"{TABLE_ROWS} of each table and links to the rest. The management API (JSON, "
         "bearer tokens of outbox api-tokens) is served under /api/v1, its OpenAPI "

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 import psycopg
 from aiohttp import web
 
+from dispatchers.api.app import RETRY_AFTER
 from dispatchers.portal import endpoint_views, views
 from dispatchers.portal.guard import accepts_csrf, frame_options
 from dispatchers.portal.pages import (
@@ -30,12 +31,14 @@ from dispatchers.portal.pages import (
     PORTAL,
     SEALED,
     TOKEN,
+    UNREACHABLE,
     Portal,
     error,
     portal_of,
     render,
     templates,
 )
+from dispatchers.store.sqlstates import is_unreachable
 from dispatchers.ui.dashboard import DASHBOARD, Dashboard, read_form
 from outbox.errors import InvalidArgument
 from outbox.portal import PATH_PREFIX, find_link, is_token
@@ -51,7 +54,19 @@ of :data:`~outbox.portal.PATH_PREFIX`)."""
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The token, then the CSRF field of a form, then the handler; what the
-    handler could not do as a page saying why."""
+    handler could not do as a page saying why, and a database that cannot be
+    reached (the token is looked up there) as a page saying so (503)."""
+    try:
+        return await _guarded(request, handler)
+    except psycopg.Error as exc:
+        if not is_unreachable(exc):
+            raise
+        response = error(request, 503, UNREACHABLE)
+        response.headers["Retry-After"] = str(RETRY_AFTER)
+        return response
+
+
+async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     refused = request.match_info.http_exception
     if refused is not None:  # no route: no page here, or an action in read-only mode
         return error(request, refused.status, "There is no such page here.")

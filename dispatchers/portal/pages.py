@@ -37,6 +37,11 @@ TOKEN = web.RequestKey("portal_token", str)
 
 EXPIRED = "This link has expired or was revoked. Ask for a new one where you found it."
 
+UNREACHABLE = (
+    "This service cannot reach its database just now, so this page cannot be shown. "
+    "Try again in a moment."
+)
+
 
 def templates() -> jinja2.Environment:
     """The portal's page templates, every value escaped unless marked safe."""

@@ -26,9 +26,10 @@ from typing import Any, cast
 import psycopg
 from aiohttp import web
 
-from dispatchers.api.app import build_api, is_api_path, problems
+from dispatchers.api.app import RETRY_AFTER, build_api, is_api_path, problems
 from dispatchers.api.calls import PREFIX, Api
 from dispatchers.runtime.log import EventLog
+from dispatchers.store.sqlstates import is_unreachable
 from dispatchers.ui import dead_pages, endpoint_forms, endpoint_pages, tenant_pages, views
 from dispatchers.ui.auth import COOKIE
 from dispatchers.ui.dashboard import (
@@ -46,6 +47,12 @@ CSP = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 """The Content-Security-Policy of every response: no inline script, no framing."""
+
+UNREACHABLE = (
+    "The database is unreachable, so this page cannot be shown. Try again in a "
+    "moment: the dashboard serves again as soon as the database answers."
+)
+"""The page of a request that needs the database while it cannot be reached (503)."""
 
 _OPEN_PATHS = ("/login", "/static/")
 """Served without a session (the login page and the style sheet it uses)."""
@@ -91,9 +98,10 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 @web.middleware
 async def _refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
     """What a handler could not do, as a page that says why, not a 500: a secret
-    sealed under a key the dashboard was not given (409), and a value the
+    sealed under a key the dashboard was not given (409), a value the
     database cannot take (400; the fields are checked first, so this is a
-    last resort, classified by SQLSTATE class 22). The API answers its own."""
+    last resort, classified by SQLSTATE class 22), and a database that cannot be
+    reached (503). The API, and the consumer portal, answer their own."""
     if is_api_path(request.path):
         return await handler(request)
     try:
@@ -115,6 +123,12 @@ async def _refusals(request: web.Request, handler: Handler) -> web.StreamRespons
         request.app[DASHBOARD].log.event("ui_bad_value", path=request.path, sqlstate=exc.sqlstate)
         message = "A value of this request is one the database cannot take."
         return render(request, "error.html", status=400, message=message)
+    except psycopg.Error as exc:
+        if not is_unreachable(exc):
+            raise
+        response = render(request, "error.html", status=503, message=UNREACHABLE)
+        response.headers["Retry-After"] = str(RETRY_AFTER)
+        return response
 
 
 async def _headers(request: web.Request, response: web.StreamResponse) -> None:

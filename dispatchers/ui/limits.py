@@ -22,6 +22,11 @@ BODY_TIMEOUT = 10.0
 """Seconds a request has to send its form (at most 64 KiB); then it is answered
 408."""
 
+CONNECTION_WAIT = 5.0
+"""Seconds a page, an action or a request of the API waits for a connection to
+the database (connecting included); past it, it is answered 503 (the database
+is unreachable, or every connection was busy that long)."""
+
 SIGN_IN_ATTEMPTS = 5
 """Sign-in attempts an address may make in :data:`SIGN_IN_WINDOW` seconds
 without giving the right token."""

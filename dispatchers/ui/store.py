@@ -3,9 +3,14 @@
 Pages and actions call the library's operator functions (:mod:`outbox.admin`),
 which are synchronous and run in the caller's transaction; here each runs in a
 worker thread on a pooled connection, so a slow query never blocks the event
-loop that serves the other requests. Every page runs in a ``READ ONLY``
-transaction: a page cannot write, whatever its code does. Only :meth:`DashboardStore.write`
-opens a transaction that can, and the dashboard never calls it in read-only mode.
+loop that serves the other requests. A connection is checked before each use
+and waited for at most :data:`~dispatchers.ui.limits.CONNECTION_WAIT` seconds:
+while the database is unreachable, a request fails within that bound (a
+``psycopg_pool.PoolTimeout``, answered 503 by the surfaces), and the pool
+connects again, on demand, as soon as the database is back. Every page runs in
+a ``READ ONLY`` transaction: a page cannot write, whatever its code does. Only
+:meth:`DashboardStore.write` opens a transaction that can, and the dashboard
+never calls it in read-only mode.
 
 The dashboard's statements are those of ``dispatchers/ui/queries.sql``
 (:func:`ui_queries`), bound to the schema by the library's loader.
@@ -14,6 +19,7 @@ The dashboard's statements are those of ``dispatchers/ui/queries.sql``
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +28,7 @@ from typing import Any, NamedTuple, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from dispatchers.ui.limits import CONNECTION_WAIT
 from outbox.admin import NO_TENANT
 from outbox.internal import DestinationHealth, Queries, catalog, rows_plan, run_sync, scalar
 from outbox.tenants import Tenant, Tenants
@@ -196,7 +203,14 @@ class DashboardStore:
             min_size=1,
             max_size=max_size,
             open=False,
-            kwargs={"connect_timeout": 10},
+            kwargs={"connect_timeout": math.ceil(CONNECTION_WAIT)},
+            timeout=CONNECTION_WAIT,
+            # a connection the server closed (stopped, restarted) is replaced,
+            # not handed to a page; an attempt to connect that keeps failing is
+            # given up soon, so that the next request tries again at once
+            # instead of after the pool's growing backoff
+            check=ConnectionPool.check_connection,
+            reconnect_timeout=CONNECTION_WAIT,
         )
 
     def open(self) -> None:

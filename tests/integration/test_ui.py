@@ -447,10 +447,13 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
         "INSERT INTO outbox.endpoints (url)"
         " SELECT 'https://own' || g || '.example/hook' FROM generate_series(1, 20) AS g"
     )
-    for table in ("messages", "delivered"):
+    for table, destination in (
+        ("messages", ", destination = 'endpoint:' || e.id"),
+        ("delivered", ""),
+    ):
         db.query(
             f"UPDATE outbox.{table} AS x"
-            " SET endpoint_id = e.id, target = 'endpoint:' || e.id, url = NULL"
+            f" SET endpoint_id = e.id, target = 'endpoint:' || e.id, url = NULL{destination}"
             " FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n"
             "       FROM outbox.endpoints) AS e"
             " WHERE x.id %% 2 = 0 AND e.n = (x.id / 2) %% 4020"
