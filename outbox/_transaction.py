@@ -173,7 +173,9 @@ async def _execute_async(
 
 
 _MISSING = frozenset({"42P01", "3F000"})  # undefined_table, invalid_schema_name
-_BEHIND = "42703"  # undefined_column: our statements name only columns we created
+# undefined_column, undefined_function: our statements name only columns and
+# functions we created
+_BEHIND = frozenset({"42703", "42883"})
 
 
 def _driver_error(exc: BaseException) -> BaseException:
@@ -203,11 +205,11 @@ def schema_required(schema: str) -> Iterator[None]:
         yield
     except Exception as exc:
         code = sqlstate(exc)
-        if code in _MISSING or code == _BEHIND:
+        if code in _MISSING or code in _BEHIND:
             # chained to the driver's own error, not to SQLAlchemy's, whose text
             # lists the statement's parameters (a message's body) for any error
             # log to print
-            raise SchemaNotMigrated(schema, behind=code == _BEHIND) from _driver_error(exc)
+            raise SchemaNotMigrated(schema, behind=code in _BEHIND) from _driver_error(exc)
         raise
 
 

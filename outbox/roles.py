@@ -166,6 +166,8 @@ SEQUENCES: Final = (
 FUNCTIONS: Final = (
     "enqueue",
     "publish",
+    "key_lookup",
+    "key_taken_before",
     "alert_lag",
     "alert_unknown_key",
     "expire_payloads",
@@ -181,7 +183,8 @@ the schema's other functions are theirs to call, as its owner, and no role's."""
 
 DEFINERS: Final = frozenset({
     # what a role is granted EXECUTE on, writing what its table grants do not let it
-    "enqueue", "publish", "alert_lag", "alert_unknown_key", "expire_payloads",
+    "enqueue", "publish", "key_lookup", "key_taken_before",
+    "alert_lag", "alert_unknown_key", "expire_payloads",
     "history_extend", "history_drop", "key_generation_turn", "key_generation_carry",
     # the alerts raised by triggers, written as the owner whoever changed the row
     "alert_message_dead", "alert_endpoint_disabled", "alert_breaker",
@@ -207,7 +210,8 @@ INVOKERS: Final = frozenset({
 """The schema's functions that run as their caller (SECURITY INVOKER), on purpose."""
 
 EXECUTES: Final[Mapping[str, tuple[str, ...]]] = {
-    "producer": ("enqueue", "publish"),
+    # the SQL producers (0022), and the look-ups of a key the library makes (0034)
+    "producer": ("enqueue", "publish", "key_lookup", "key_taken_before"),
     # the alerts it raises (0028): lag past --lag-alert, a secret under a key it lacks
     "dispatcher": (
         "alert_lag",
@@ -234,7 +238,9 @@ _EVERYTHING: Final[Mapping[str, Columns]] = {
 
 _PRODUCER_KEYS: Final[Mapping[str, Columns]] = {
     "INSERT": ("target", "idempotency_key", "message_id", "digest"),
-    "SELECT": ("target", "idempotency_key", "message_id", "digest"),
+    # the id a new key returns; a key is found by key_lookup (0034), so that no
+    # other key, nor a plain message's URL (its target), can be read
+    "SELECT": ("message_id",),
 }
 _PRODUCER_EVENTS: Final[Mapping[str, Columns]] = {
     "INSERT": ("tenant_id", "event_key", "event_type", "digest", "message_ids"),
@@ -372,6 +378,8 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
             for t in TABLES
             if t not in ("schema_migrations", "audit_log", "key_generation", "api_cursor_key")
         },
+        # which migrations are applied: outbox ui checks it before it serves
+        "schema_migrations": {"SELECT": WHOLE_TABLE},
         "audit_log": {"SELECT": WHOLE_TABLE, "INSERT": WHOLE_TABLE},
         # the generations' state is the dispatchers' to change (0033)
         "key_generation": {"SELECT": WHOLE_TABLE},

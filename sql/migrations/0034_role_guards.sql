@@ -28,7 +28,11 @@
 --    (made here, read by the operator's role), so that a cursor made by one
 --    `outbox ui` process is taken by every other, and after a restart, and
 --    one a client altered is refused.
--- 7. Every function of the schema runs with its search path pinned: a role
+-- 7. A producer finds a key it writes by the key itself, through key_lookup
+--    and key_taken_before, which run as the owner, and reads no other: it read
+--    every plain message's URL, query string included, in message_keys.target.
+--    (Its table grants keep only the insert of a key and the id returned.)
+-- 8. Every function of the schema runs with its search path pinned: a role
 --    that may create objects in a schema on the caller's search path (public,
 --    before PostgreSQL 15) can no longer stand its own function in for one
 --    the trigger endpoint_enable_check calls.
@@ -272,11 +276,48 @@ INSERT INTO api_cursor_key (key)
 VALUES (uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()));
 
 -- 7 ---------------------------------------------------------------------------
+-- The message and digest of key (target, idempotency_key), in the current
+-- generation or the previous one (0033); no row if neither holds it. STABLE:
+-- it reads with its caller's snapshot, as the statement it stands in did.
+-- PL/pgSQL, whose plans are kept for the session: a SQL function's would be
+-- made again at every call.
+CREATE FUNCTION key_lookup(target text, idempotency_key text)
+RETURNS TABLE (message_id bigint, digest bytea)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT k.message_id, k.digest FROM message_keys AS k
+    WHERE k.target = key_lookup.target AND k.idempotency_key = key_lookup.idempotency_key
+    UNION ALL
+    SELECT k.message_id, k.digest FROM message_keys_old AS k
+    WHERE k.target = key_lookup.target AND k.idempotency_key = key_lookup.idempotency_key
+    LIMIT 1;
+END
+$$;
+
+-- Whether the previous generation holds key (target, idempotency_key): enqueue
+-- writes a key into the current one unless it does (the current one's primary
+-- key refuses it there).
+CREATE FUNCTION key_taken_before(target text, idempotency_key text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT FROM message_keys_old AS k
+                   WHERE k.target = key_taken_before.target
+                     AND k.idempotency_key = key_taken_before.idempotency_key);
+END
+$$;
+
+-- 8 ---------------------------------------------------------------------------
 -- Only their owner may call the new functions but the trigger's (which runs
 -- as whoever inserts, and is refused to none); `outbox roles` grants expire_payloads to the
--- dispatcher. Every function of the schema gets its search path pinned.
+-- dispatcher, key_lookup and key_taken_before to the producer. Every function of the schema gets its search path pinned.
 REVOKE ALL ON FUNCTION _retention_floor(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION expire_payloads(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION key_lookup(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION key_taken_before(text, text) FROM PUBLIC;
 
 DO $migration$
 DECLARE

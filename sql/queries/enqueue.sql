@@ -45,10 +45,11 @@ WITH {ordered}, new_key AS (
     INSERT INTO {schema}.message_keys (target, idempotency_key, message_id, digest)
     SELECT %(target)s, %(idempotency_key)s, nextval('{schema}.messages_id_seq'), %(digest)s
     FROM (SELECT count(*) FROM ordered) AS after_lock
-    WHERE NOT EXISTS (SELECT FROM {schema}.message_keys_old AS k
-                      WHERE k.target = %(target)s AND k.idempotency_key = %(idempotency_key)s)
+    WHERE NOT {schema}.key_taken_before(%(target)s, %(idempotency_key)s)
       AND {keys_current}
-    ON CONFLICT (target, idempotency_key) DO NOTHING
+    -- the primary key (target, idempotency_key), the table's one unique index:
+    -- named, it would need the producer to read those columns (0034)
+    ON CONFLICT DO NOTHING
     RETURNING message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (
@@ -75,15 +76,10 @@ SELECT id{notify} FROM new_message
 -- Runs as a separate statement after a conflict, so that in READ COMMITTED it
 -- sees the row that the concurrent transaction committed. A NULL digest is a
 -- key written before digests were kept (migration 0007): it accepts any request.
--- A key in both generations was carried (0033): the same message.
+-- A key in both generations was carried (0033): the same message. Read by
+-- key_lookup, as the owner: the producer may read no key but its own (0034).
 SELECT message_id AS id, digest
-FROM {schema}.message_keys
-WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
-UNION ALL
-SELECT message_id AS id, digest
-FROM {schema}.message_keys_old
-WHERE target = %(target)s AND idempotency_key = %(idempotency_key)s
-LIMIT 1
+FROM {schema}.key_lookup(%(target)s, %(idempotency_key)s)
 
 -- name: publish
 -- Fan one event out to every enabled endpoint subscribed to its type, in the
@@ -153,16 +149,9 @@ WITH tenant AS MATERIALIZED (
            COALESCE(k.message_id, nextval('{schema}.messages_id_seq')) AS message_id
     FROM subscribed AS s
     CROSS JOIN (SELECT count(*) FROM ordered) AS after_lock
-    -- a lookup of the key per endpoint: a join the planner may make a hash join
-    -- reads every key, in the generic plan of a prepared statement
-    LEFT JOIN LATERAL (
-        SELECT k.message_id FROM {schema}.message_keys AS k
-        WHERE k.target = s.target AND k.idempotency_key = s.idempotency_key
-        UNION ALL
-        SELECT k.message_id FROM {schema}.message_keys_old AS k
-        WHERE k.target = s.target AND k.idempotency_key = s.idempotency_key
-        LIMIT 1
-    ) AS k ON true
+    -- a lookup of the key per endpoint, in either generation, by key_lookup
+    -- (as the owner: the producer may read no key but its own, 0034)
+    LEFT JOIN LATERAL {schema}.key_lookup(s.target, s.idempotency_key) AS k ON true
     WHERE s.filter IS NULL OR s.filter = ANY (CAST(%(matched)s AS text[]))
 ), new_event AS (
     INSERT INTO {schema}.events (tenant_id, event_key, event_type, digest, message_ids)
@@ -179,7 +168,7 @@ WITH tenant AS MATERIALIZED (
     FROM planned
     WHERE fresh AND EXISTS (SELECT FROM new_event)
     ORDER BY id
-    ON CONFLICT (target, idempotency_key) DO NOTHING
+    ON CONFLICT DO NOTHING  -- the primary key (see enqueue)
     RETURNING message_id
 ), new_message AS (
     INSERT INTO {schema}.messages (

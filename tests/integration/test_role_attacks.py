@@ -18,13 +18,14 @@ from psycopg import sql
 
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import NullLog
+from outbox import Outbox
 from outbox.admin import EXPUNGED_BODY
 from outbox.endpoints import Endpoints
 from outbox.roles import DEFINERS, INVOKERS
 from outbox.tenants import Tenants
 from tests.conftest import PgServer
 from tests.dispatching import fast_config
-from tests.integration.test_roles import Roles, grant_all, made_roles
+from tests.integration.test_roles import Roles, grant_all, made_roles, refused
 from tests.receiver import Receiver
 
 EXFIL = (
@@ -46,6 +47,7 @@ def insert_as(url: str, *params: object) -> None:
         conn.execute(EXFIL, params)
 
 
+@pytest.mark.every_server
 async def test_the_producer_cannot_send_an_endpoints_message_to_a_url_of_its_own(
     database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -69,6 +71,28 @@ async def test_the_producer_cannot_send_an_endpoints_message_to_a_url_of_its_own
         assert attacker.requests == []
         (request,) = endpoint_url.requests
         assert request.headers["authorization"] == "Bearer tok-secret-1"
+
+
+def test_the_producer_reads_no_key_but_its_own(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Keys' targets held every plain message's URL, query string included, which
+    the producer's grants let it read; it finds its own key by the key alone."""
+    grant_all(database_url, roles, capsys)
+    secret_url = "https://partner.example/hook?api_key=s3cret"
+    with psycopg.connect(database_url) as conn:
+        mine = Outbox().enqueue(conn, url=secret_url, idempotency_key="theirs", json={})
+    producer = roles.urls["producer"]
+    for table in ("message_keys", "message_keys_old"):
+        refused(producer, f"SELECT target FROM outbox.{table}")
+        refused(producer, f"SELECT count(*) FROM outbox.{table} WHERE target LIKE '%%api_key%%'")
+    with psycopg.connect(producer) as conn:
+        # its own key, by the key: the same message, as enqueue's retry finds it
+        again = Outbox().enqueue(conn, url=secret_url, idempotency_key="theirs", json={})
+        found = conn.execute(
+            "SELECT message_id FROM outbox.key_lookup(%s, %s)", (secret_url, "theirs")
+        ).fetchall()
+    assert again == mine and found == [(mine,)]
 
 
 def test_the_producer_cannot_forge_an_outbox_alert(
@@ -131,6 +155,7 @@ def test_the_dispatcher_cannot_choose_what_an_erasure_writes(
     assert source is not None and EXPUNGED_BODY.decode() in source[0]
 
 
+@pytest.mark.every_server  # PostgreSQL 14 lets every role CREATE in public
 def test_the_dispatcher_cannot_enable_an_endpoint_through_a_search_path_hijack(
     pg_server: PgServer, database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
 ) -> None:
