@@ -45,9 +45,7 @@ class Db(database.Db):
         return {r[0]: (bytes(r[1]), r[2], r[3]) for r in rows}
 
     def expire(self, batch: int = 1000) -> list[tuple[int, int]]:
-        return self.query(
-            "SELECT rule_id, erased FROM outbox.expire_payloads(%s)", batch
-        )
+        return self.query("SELECT rule_id, erased FROM outbox.expire_payloads(%s)", batch)
 
 
 @pytest.fixture

@@ -114,6 +114,7 @@ def test_tenants_are_listed_a_page_at_a_time_by_external_id(db: Db) -> None:
 def test_bad_tenant_input_is_refused_naming_the_field_and_writes_nothing(
     db: Db, kwargs: dict[str, Any], field: str
 ) -> None:
+    kwargs = dict(kwargs)  # the parameter is shared by every server's run
     external_id = kwargs.pop("external_id")
     with pytest.raises(InvalidMessage) as caught:
         db.tenant(external_id, **kwargs)
