@@ -175,11 +175,27 @@ def schema_at(url: str, version: int) -> Iterator[str]:
         yield schema
 
 
+KEY_TAKEN_BEFORE = """
+CREATE FUNCTION {function}(target text, idempotency_key text) RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, {path}, pg_temp
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT FROM {table} AS k
+                   WHERE k.target = key_taken_before.target
+                     AND k.idempotency_key = key_taken_before.idempotency_key);
+END
+$$
+"""
+"""``key_taken_before`` as migration 0034 makes it, for a schema from before it."""
+
+
 def add_missing_columns(url: str, schema: str, baseline: str) -> None:
     """Add to ``baseline``'s messages table, bare, the columns of ``schema``'s that
     it lacks (``enqueue`` writes them); and, to a schema from before migration
     0033, what ``enqueue`` reads of the generations of keys: an empty previous
-    table of keys (with its primary key) and ``_keys_moved``, always false."""
+    table of keys (with its primary key) and ``_keys_moved``, always false; to
+    one from before 0034, ``key_taken_before`` as 0034 makes it, which reads that
+    table."""
     with connect(url, autocommit=True) as conn:
         if conn.execute(
             "SELECT to_regclass(quote_ident(%s) || '.message_keys_old') IS NULL", (baseline,)
@@ -194,6 +210,16 @@ def add_missing_columns(url: str, schema: str, baseline: str) -> None:
                 sql.SQL(
                     "CREATE FUNCTION {}() RETURNS boolean LANGUAGE sql AS 'SELECT false'"
                 ).format(sql.Identifier(baseline, "_keys_moved"))
+            )
+        if conn.execute(
+            "SELECT to_regproc(quote_ident(%s) || '.key_taken_before') IS NULL", (baseline,)
+        ).fetchone() == (True,):
+            conn.execute(
+                sql.SQL(KEY_TAKEN_BEFORE).format(
+                    function=sql.Identifier(baseline, "key_taken_before"),
+                    table=sql.Identifier(baseline, "message_keys_old"),
+                    path=sql.Identifier(baseline),
+                )
             )
         missing = conn.execute(
             "SELECT c.column_name, format_type(a.atttypid, a.atttypmod)"

@@ -190,7 +190,8 @@ def drop_day(schema: str, lower: datetime) -> Any:
     def work(conn: psycopg.Connection[Any]) -> None:
         for parent in ("delivered", "attempts"):
             row = conn.execute(
-                sql.SQL("SELECT {}.history_drop(%s, interval '1 second')").format(
+                # the shortest retention history_drop takes (0034)
+                sql.SQL("SELECT {}.history_drop(%s, interval '1 hour')").format(
                     sql.Identifier(schema)
                 ),
                 (f"{parent}_p{name}",),
