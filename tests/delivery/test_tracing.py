@@ -12,10 +12,8 @@ import asyncio
 import io
 import json
 import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -29,7 +27,11 @@ from outbox import Endpoints, Outbox
 from outbox.receiver import extract_context
 from tests.database import Db
 from tests.dispatching import drain, fast_config, wait_until
+from tests.docs import blocks
 from tests.receiver import Received, Receiver, Reply
+
+TRACING = "how-to/tracing.md"
+"""The guide whose first Python snippet stores its span's context with its message."""
 
 
 @pytest.fixture
@@ -151,14 +153,12 @@ async def test_without_a_span_or_an_sdk_nothing_is_stored_or_sent(
     assert [r.headers.get("traceparent") for r in receiver.wait_for(2)] == [None, None]
 
 
-def test_the_readme_snippet_stores_its_span_context(database_url: str) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("\n## Tracing\n") :]
-    snippet = re.search(r"^```python\n(.*?)^```$", section, flags=re.M | re.S)
-    assert snippet is not None
+def test_the_tracing_guides_snippet_stores_its_span_context(database_url: str) -> None:
+    snippets = [text for language, text in blocks(TRACING, "Tracing") if language == "python"]
+    assert snippets, f"{TRACING} has no Python snippet"
     env = {**os.environ, "OUTBOX_DATABASE_URL": database_url}
     done = subprocess.run(
-        [sys.executable, "-c", snippet.group(1)],
+        [sys.executable, "-c", snippets[0]],
         env=env,
         capture_output=True,
         text=True,

@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 
 from tests.constraints import CONSTRAINTS, normalise, pins
+from tests.docs import README, blocks
 
 pytestmark = [pytest.mark.newcomer, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
 INSTALL_TIMEOUT = 600.0
 """Seconds an install may take: a cold cache downloads several hundred MB."""
 
@@ -45,10 +45,9 @@ A_PART_OF_THE_SUITE = (
 
 def setup_commands() -> tuple[str, str]:
     """The README's set-up block: the install command and the test command."""
-    start = README.index("\n## Set up and test\n")
-    block = re.search(r"^```\n(.*?)^```$", README[start:], flags=re.M | re.S)
-    assert block is not None, "the README's set-up section has no code block"
-    install, test = block.group(1).strip().splitlines()
+    shell = [text for language, text in blocks(README, "Set up and test") if language == ""]
+    assert shell, "the README's set-up section has no code block"
+    install, test = shell[0].strip().splitlines()
     return install, test
 
 

@@ -1,19 +1,22 @@
-"""A newcomer follows the README, literally, from the root of a fresh clone.
+"""A newcomer follows the README and the tutorials, literally, from the root of a
+fresh clone.
 
-The README's own code blocks are taken by the section they stand in and run as
-written, in order, in a throwaway directory that holds only what a clone would
+The README's demo, then the tutorials (``docs/tutorials/``: the quickstart, the
+first webhook endpoint), their own code blocks taken by the section they stand in
+and run as written, in order, in a throwaway directory that holds only what a clone would
 (the virtual environment and ``examples/``): no database URL is given, so every
 command and program uses the embedded server in ``./.outbox/pg`` there. Shell
 blocks run in one shell session (what a block exports, the next one sees), with
-the virtual environment on ``PATH`` as the README asks; Python snippets run as
-files. Each step must exit 0 and do what the README says it does, and each is
+the virtual environment on ``PATH`` as the set-up asks; Python snippets run as
+files. Each step must exit 0 and do what the text says it does, and each is
 timed: ``pytest -m newcomer -s -n 0`` prints the times (in one process, so that the
-output reaches the terminal).
+output reaches the terminal). The README's five-minute example is the quickstart's,
+block for block.
 
 The set-up commands (``pip install``, ``pytest``) are what CI runs already. The
 only departures from the text: the receiver example's placeholder secret
 (``whsec_...``) becomes a real one, and its port 8000 a free one; the commands
-the README runs in terminals of their own (the receiver, a dispatcher) run in the
+the text runs in terminals of their own (the receiver, a dispatcher) run in the
 background while the next steps run.
 """
 
@@ -34,22 +37,16 @@ import psycopg
 import pytest
 
 from outbox.secrets import generate_secret
+from tests import docs
 from tests.receiver_example import WEBHOOK_ID, check_receiver_example
 
 pytestmark = [pytest.mark.newcomer, pytest.mark.timeout(180)]
 
 REPO = Path(__file__).resolve().parents[2]
-README = (REPO / "README.md").read_text(encoding="utf-8")
+QUICKSTART = "tutorials/quickstart.md"
+FIRST_WEBHOOK = "tutorials/first-webhook.md"
 STEP_TIMEOUT = 90.0
 """Seconds any one step may take before the test fails (the demo takes about ten)."""
-
-
-def blocks(heading: str) -> list[tuple[str, str]]:
-    """The fenced blocks of the README section ``## heading``: (language, text)."""
-    start = README.index(f"\n## {heading}\n")
-    end = README.find("\n## ", start + 1)
-    section = README[start : end if end >= 0 else None]
-    return re.findall(r"^```(\w*)\n(.*?)^```$", section, flags=re.M | re.S)
 
 
 def free_port() -> int:
@@ -60,9 +57,11 @@ def free_port() -> int:
         return port
 
 
-def block(heading: str, language: str = "", containing: str = "") -> str:
-    """The one block of ``heading`` in ``language`` whose text contains ``containing``."""
-    (text,) = [t for lang, t in blocks(heading) if lang == language and containing in t]
+def block(name: str, heading: str, language: str = "", containing: str = "") -> str:
+    """The one block of the section ``heading`` of ``name`` (the README or a page) in
+    ``language`` whose text contains ``containing``."""
+    found = docs.blocks(name, heading)
+    (text,) = [t for lang, t in found if lang == language and containing in t]
     return text
 
 
@@ -183,34 +182,44 @@ def newcomer(embedded_home: Path) -> Iterator[Newcomer]:
         timeout=60,
         check=False,
     )
-    print("\nthe README, step by step (seconds):")
+    print("\nthe README and the tutorials, step by step (seconds):")
     for step, seconds in person.times:
         print(f"  {seconds:6.1f}  {step}")
 
 
-def test_the_readme_runs_as_written_on_the_embedded_server(newcomer: Newcomer) -> None:
-    out = newcomer.shell("outbox demo", block("See it work"))
+def test_the_readmes_example_is_the_quickstarts() -> None:
+    enqueue = "Enqueue inside your transaction"
+    assert docs.blocks(docs.README, enqueue) == docs.blocks(QUICKSTART, enqueue)
+
+
+def test_the_readme_and_tutorials_run_as_written_on_the_embedded_server(
+    newcomer: Newcomer,
+) -> None:
+    out = newcomer.shell("outbox demo", block(docs.README, "See it work"))
     assert "every invariant held" in out
 
-    newcomer.shell("db url, migrate", block("Enqueue inside your transaction"))
-    snippet = block("Enqueue inside your transaction", "python")
+    enqueue = "Enqueue inside your transaction"
+    newcomer.shell("db url, migrate", block(QUICKSTART, enqueue))
+    snippet = block(QUICKSTART, enqueue, "python")
     first = newcomer.python("enqueue snippet", snippet)
     # the order and its message, committed together
     assert newcomer.query("SELECT id, total FROM orders") == [(42, 1000)]
     assert newcomer.query("SELECT idempotency_key, url, state FROM outbox.messages") == [
         ("order-42-charge", "https://payments.example.com/charges", "ready")
     ]
-    # run again, as the README says it can: the same message, nothing written
+    # run again, as the quickstart says it can: the same message, nothing written
     assert newcomer.python("enqueue snippet again", snippet) == first
     assert newcomer.query("SELECT count(*) FROM orders") == [(1,)]
     assert newcomer.query("SELECT count(*) FROM outbox.messages") == [(1,)]
 
-    out = newcomer.shell("examples", block("Run a dispatcher", containing="examples/orders_"))
+    out = newcomer.shell(
+        "examples", block(QUICKSTART, "Run a dispatcher", containing="examples/orders_")
+    )
     assert out.count("order 1 committed with its outbox message") == 2
     assert re.search(r"^running +yes$", out, flags=re.M), out  # outbox db status
 
-    receiving = "Receive requests exactly once"
-    command = block(receiving, containing="webhook_receiver")
+    receiving = "A first delivery, end to end"
+    command = block(FIRST_WEBHOOK, receiving, containing="webhook_receiver")
     secret = generate_secret()
     with newcomer.step("webhook receiver example"):
         check_receiver_example(
@@ -225,17 +234,18 @@ def test_the_readme_runs_as_written_on_the_embedded_server(newcomer: Newcomer) -
     port = str(free_port())
     out = newcomer.shell(
         "endpoint for the receiver",
-        block(receiving, containing="endpoints add").replace("8000", port),
+        block(FIRST_WEBHOOK, receiving, containing="endpoints add").replace("8000", port),
     )
     (walk_secret,) = re.findall(r"signing secret: (whsec_\S+)", out)
     (endpoint_id,) = re.findall(r"created endpoint (\d+)", out)
     receiver = command.replace("whsec_...", walk_secret).replace("8000", port).split()
-    dispatcher = block(receiving, containing="--allow-private-networks").split()
+    dispatcher = block(FIRST_WEBHOOK, receiving, containing="--allow-private-networks").split()
     with (
         newcomer.background("webhook receiver", receiver, ready="listening on"),
         newcomer.background("dispatcher", dispatcher, ready='"event":"started"'),
     ):
-        test = block(receiving, containing="endpoints test").replace("ID", endpoint_id)
+        test = block(FIRST_WEBHOOK, receiving, containing="endpoints test")
+        test = test.replace("ID", endpoint_id)
         out = newcomer.shell("test event", test)
         assert "sent a test event to endpoint" in out, out
         newcomer.wait_for("first delivery", "type = 'outbox.test'")
@@ -251,7 +261,8 @@ def test_the_readme_runs_as_written_on_the_embedded_server(newcomer: Newcomer) -
         )
 
         # publish, with the receiver and the dispatcher still running
-        snippet = block("Publish webhook events", "python", containing="box, endpoints =")
+        publishing = "Publish webhook events"
+        snippet = block(FIRST_WEBHOOK, publishing, "python", containing="box, endpoints =")
         newcomer.python("publish snippet", snippet)
         newcomer.python("publish snippet again", snippet)
         assert newcomer.query("SELECT state FROM orders") == [("paid",)]
@@ -269,6 +280,7 @@ def test_the_readme_runs_as_written_on_the_embedded_server(newcomer: Newcomer) -
         "SELECT idempotency_key FROM outbox.messages WHERE event_type = 'order.paid'"
     ) == [(f"order-42-paid:{partner}",)]
 
-    out = newcomer.shell("db stop", block("When you are done", containing="db stop"))
+    done = block(FIRST_WEBHOOK, "When you are done", containing="db stop")
+    out = newcomer.shell("db stop", done)
     assert out.strip() == "stopped"
     assert "OUTBOX_DATABASE_URL" not in newcomer.env

@@ -1,4 +1,5 @@
-"""Every command the README names a least role for runs as that role, granted by
+"""Every command that the least-privilege table (``docs/how-to/operating.md``)
+names a least role for runs as that role, granted by
 ``outbox roles --apply`` and nothing more: ``outbox ui`` (its pages, its API and
 the consumer portal) and ``outbox ui --api-only`` start and answer with data as
 the operator, ``outbox status`` reports as the operator, and ``outbox dispatch

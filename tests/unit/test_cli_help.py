@@ -1,11 +1,12 @@
-"""The command line documents itself, and the README documents it as it is.
+"""The command line documents itself, and the documentation documents it as it is.
 
 Every command (groups included) has a description for its ``--help``, every
 subcommand a line in its group's listing, and every option and argument a help
-text. The README's option tables (the one of ``outbox dispatch`` and the one of
-every other command) list exactly the options the parser has, and every option
-the README shows with an ``outbox`` command line exists on that command. Pure:
-builds the parser and reads the README.
+text. The option tables of the how-to guides (the one of ``outbox dispatch`` in
+``docs/how-to/dispatcher.md``, the one of every other command in
+``docs/how-to/operating.md``) list exactly the options the parser has, and every
+option the README or a page shows with an ``outbox`` command line exists on that
+command. Pure: builds the parser and reads the README and the pages.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 from dispatchers.cli import build_parser
+from tests.docs import all_docs_text, page
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+DISPATCH_OPTIONS = "how-to/dispatcher.md"
+"""The page whose table lists the options of ``outbox dispatch``."""
+COMMAND_OPTIONS = "how-to/operating.md"
+"""The page whose table lists the options of every other command."""
 
 
 def parsers(
@@ -57,9 +61,10 @@ def arguments(parser: argparse.ArgumentParser) -> set[str]:
     }
 
 
-def table(header: str) -> list[list[str]]:
-    """The cells of the README table under ``header`` (its first row), row by row."""
-    lines = README.splitlines()
+def table(name: str, header: str) -> list[list[str]]:
+    """The cells of the table of page ``name`` under ``header`` (its first row), row
+    by row."""
+    lines = page(name).splitlines()
     start = lines.index(header) + 2  # past the header and its --- row
     rows = []
     for line in lines[start:]:
@@ -115,16 +120,18 @@ def test_dispatch_help_names_the_metrics_and_health_endpoints() -> None:
         assert path in text
 
 
-# -- the README against the parser ---------------------------------------------------
+# -- the docs against the parser -----------------------------------------------------
 
 
-def test_the_readme_dispatch_table_lists_exactly_its_options() -> None:
-    listed = {code(row[0])[0].split()[0] for row in table("| option | default | meaning |")}
+def test_the_dispatch_options_table_lists_exactly_its_options() -> None:
+    header = "| option | default | meaning |"
+    listed = {code(row[0])[0].split()[0] for row in table(DISPATCH_OPTIONS, header)}
     assert listed == options(commands()["dispatch"])
 
 
-def test_the_readme_command_table_lists_every_command_with_exactly_its_options() -> None:
-    rows = {code(row[0])[0]: row for row in table("| command | arguments | options |")}
+def test_the_command_table_lists_every_command_with_exactly_its_options() -> None:
+    header = "| command | arguments | options |"
+    rows = {code(row[0])[0]: row for row in table(COMMAND_OPTIONS, header)}
     parsed = commands()
     assert set(rows) == set(parsed)
     for name, parser in parsed.items():
@@ -135,12 +142,13 @@ def test_the_readme_command_table_lists_every_command_with_exactly_its_options()
         assert set(code(opts)) == options(parser), name
 
 
-def readme_command_lines() -> list[str]:
-    """Every ``outbox ...`` command line the README shows, in code blocks (their
-    comments included) or inline, without a comment that follows it."""
-    blocks = re.findall(r"^ *```[a-z]*\n(.*?)^ *```$", README, flags=re.M | re.S)
+def documented_command_lines() -> list[str]:
+    """Every ``outbox ...`` command line the README and the pages show, in code
+    blocks (their comments included) or inline, without a comment that follows it."""
+    text = all_docs_text()
+    blocks = re.findall(r"^ *```[a-z]*\n(.*?)^ *```$", text, flags=re.M | re.S)
     lines = [line for block in blocks for line in block.splitlines()]
-    lines += re.findall(r"`([^`\n]*outbox [^`]+)`", README)
+    lines += re.findall(r"`([^`\n]*outbox [^`]+)`", text)
     found = []
     for line in lines:
         start = line.find("outbox ")
@@ -149,11 +157,11 @@ def readme_command_lines() -> list[str]:
     return found
 
 
-def test_every_option_the_readme_shows_on_a_command_line_exists() -> None:
+def test_every_option_the_docs_show_on_a_command_line_exists() -> None:
     parsed = commands()
     groups = {name.split()[0] for name in parsed}
     wrong = []
-    for line in readme_command_lines():
+    for line in documented_command_lines():
         words = line.split()
         if len(words) < 2 or words[1] not in groups:
             continue  # prose such as "outbox schema", not a command line

@@ -43,4 +43,4 @@ def test_every_install_line_names_the_distribution_and_an_extra_it_has() -> None
             assert name == DISTRIBUTION, where
             assert set((listed or "").split(",")) - {""} <= extras, where
             seen += 1
-    assert seen >= 20  # the README's table of extras alone has a dozen
+    assert seen >= 20  # the table of extras (docs/how-to/install.md) alone has a dozen

@@ -1,14 +1,13 @@
-"""The defaults the README promises are the ones the code has.
+"""The defaults the documentation promises are the ones the code has.
 
-Each default is read from its one definition in the code and from the README's
-sentence about it, and both must equal the documented value: a change to either
-side alone fails here.
+Each default is read from its one definition in the code and from the one
+sentence about it in the README and the site's pages, and both must equal the
+documented value: a change to either side alone fails here.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from dispatchers.delivery.retry import STANDARD_WEBHOOKS_SCHEDULE
 from dispatchers.runtime.config import DispatcherConfig
@@ -16,16 +15,18 @@ from outbox import Outbox
 from outbox._filters import COMPILED_CACHE, MAX_FAN_OUT, MAX_FILTER_LENGTH
 from outbox._policy_fields import DEFAULT_MAX_BURST, MAX_BURST, default_burst
 from outbox.defaults import DEFAULT_WEBHOOK_MAX_ATTEMPTS
+from tests.docs import all_docs_text, prose
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+DOCS = prose(all_docs_text())
 DAY = 24 * 3600
 UNIT_SECONDS = {"s": 1, "min": 60, "h": 3600}
 
 
 def readme(pattern: str) -> re.Match[str]:
-    """The README's one match of ``pattern`` (whitespace in it matches line breaks)."""
-    matches = list(re.finditer(pattern, " ".join(README.split())))
-    assert len(matches) == 1, f"{pattern!r} matches the README {len(matches)} times"
+    """The one match of ``pattern`` in the README and the pages, all together
+    (whitespace in it matches line breaks)."""
+    matches = list(re.finditer(pattern, DOCS))
+    assert len(matches) == 1, f"{pattern!r} matches the docs {len(matches)} times"
     return matches[0]
 
 

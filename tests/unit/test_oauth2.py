@@ -13,7 +13,6 @@ import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from urllib.parse import unquote_plus
 
 import pytest
@@ -31,6 +30,7 @@ from dispatchers.delivery.oauth2 import (
     shown,
 )
 from dispatchers.delivery.outcome import Verdict
+from tests.docs import page, prose
 
 CREDENTIALS = ClientCredentials(
     token_url="https://auth.example/token",
@@ -265,10 +265,10 @@ async def test_each_bad_answer_has_its_reason(status: int, reply: object, error:
     assert "s3cr3t" not in str(caught.value)
 
 
-def test_the_readme_states_the_defaults_the_code_has() -> None:
-    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+def test_the_docs_state_the_defaults_the_code_has() -> None:
+    text = prose(page("how-to/endpoint-credentials.md"))
     heading = r"\*\*OAuth2\.\*\*"
-    (paragraph,) = re.findall(heading + r".*?(?=\*\*|#|$)", readme)
+    (paragraph,) = re.findall(heading + r".*?(?=\*\*|#|$)", text)
     assert f"{DEFAULT_LIFETIME / 60:g} minutes" in paragraph
     assert f"{oauth2.MARGIN:g} s or a tenth of its lifetime" in paragraph
     assert f"{FAILURE_HOLD:g} s before" in paragraph
