@@ -1,21 +1,12 @@
 """``outbox demo``: the whole contract, end to end, on one machine in seconds.
 
-It migrates a throwaway schema, starts a webhook receiver on 127.0.0.1 that
-verifies Standard Webhooks signatures and applies each event's effect once (the
-effect row and the inbox claim commit together), registers two endpoints, then
-publishes events from business transactions while a dispatcher delivers them:
+It publishes from business transactions (some rolled back on purpose) to a
+verifying, deduplicating receiver (some deliveries failing after the effect), and
+exits 0 only if every committed event's effect applied exactly once per endpoint,
+nothing rolled back was sent and nothing is dead. Its own SQL is ``demo.sql``,
+outside :mod:`dispatchers.store`.
 
-- some business transactions roll back on purpose: their events must never arrive;
-- some deliveries fail once *after* the receiver applied the effect (it answers
-  500): the retry is a duplicate, which the inbox suppresses.
-
-It ends with a summary and exits 0 only if every invariant held: every committed
-event's effect applied exactly once per subscribed endpoint, nothing from a
-rolled-back transaction sent, nothing dead.
-
-The demo runs SQL of its own (``demo.sql``, outside :mod:`dispatchers.store`): it
-plays the application, whose orders table and business transactions are its
-own, and the receiver, whose effects table is the receiver's.
+Design: docs/explanation/design/demo.md
 """
 
 from __future__ import annotations

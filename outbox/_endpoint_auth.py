@@ -1,22 +1,13 @@
-"""An endpoint's own credentials, checked before they are written and stored
-sealed: static headers, and at most one scheme that sets ``Authorization``
-(HTTP basic, a bearer token, or OAuth2 client credentials).
+"""An endpoint's own credentials, checked before they are written and stored sealed.
 
-Receivers that do not verify Standard Webhooks signatures still ask callers to
-prove who they are, by an API key header or an ``Authorization``. Everything
-the dispatcher sends with is one JSON value (:class:`Auth`), sealed as one
-secret under the keyring's current key (kind :data:`~outbox.sealing.ENDPOINT_AUTH`):
-one AES-GCM operation per endpoint, one column for a rekey, the dispatcher's
-start-up check and ``status`` to cover, and the secrets bound to where they go
-(an OAuth2 token URL changed by hand in the table does not open). What an
-operator may see of it (the headers' names, the scheme, the basic user, the
-OAuth2 client's token URL, id, scope and audience) is written beside it in
-columns of its own, by the same statement (:func:`stored_auth`).
+Static headers and at most one scheme that sets ``Authorization`` (basic, bearer
+or OAuth2 client credentials) are one JSON value (:class:`Auth`), sealed as one
+secret of kind :data:`~outbox.sealing.ENDPOINT_AUTH`; what an operator may see is
+written beside it by the same statement (:func:`stored_auth`). A header the outbox
+sets itself, or ``Authorization`` beside a scheme, is refused with
+:class:`~outbox.errors.InvalidMessage` naming it.
 
-A static header may not be one the outbox sets itself (``Idempotency-Key``,
-``webhook-*``, ``traceparent``, ``Content-Type``...), nor ``Authorization``
-while a scheme sets it; each is refused with :class:`~outbox.errors.InvalidMessage`
-naming the header, and a second scheme naming its argument.
+Design: docs/explanation/design/endpoint-credentials.md
 """
 
 from __future__ import annotations

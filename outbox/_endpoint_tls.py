@@ -1,20 +1,13 @@
-"""An endpoint's TLS material checked before it is written, stored (its private
-key sealed), and loaded into an ``ssl.SSLContext`` (the one way both the check
-and the dispatcher read it).
+"""An endpoint's TLS material: checked before it is written, stored (its private
+key sealed), and loaded into an ``ssl.SSLContext``, the one way both the check
+and the dispatcher read it.
 
-An endpoint may carry a CA bundle (PEM certificates its deliveries verify
-against, instead of the system's roots) and a client certificate with its
-private key (PEM, for mutual TLS). Each check parses the material with the
-``ssl`` module, as the dispatcher will, so what is saved is known to load: a
-bundle with no certificate, a certificate that does not parse, a key that is
-encrypted or does not belong to the certificate are refused with
-:class:`~outbox.errors.InvalidMessage` naming the field. A private key anywhere
-but in ``client_key`` (pasted into a bundle or a certificate file) is refused
-too: only that column is sealed at rest.
+Material that would not load, or a private key anywhere but ``client_key`` (the
+one sealed column), is refused with :class:`~outbox.errors.InvalidMessage`
+naming the field. Files handed to ``ssl`` are anonymous or private and gone once
+loaded.
 
-``ssl`` reads a certificate chain and key only from files. They are written to
-anonymous in-memory files (``memfd_create``, on Linux) where the system has
-them, else to a private temporary directory, and are gone once loaded.
+Design: docs/explanation/design/endpoint-tls.md
 """
 
 from __future__ import annotations

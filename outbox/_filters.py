@@ -1,45 +1,14 @@
 """Endpoint filters: JMESPath expressions on the payload of a published event.
 
-An endpoint with a filter gets an event of a type it subscribes to only when the
-expression, applied to the event's payload (its ``data``, as the receiver will
-read it), is truthy in JMESPath's sense: anything but ``null``, ``false``, ``""``,
-``[]`` and ``{}`` (so ``0`` is truthy, as in JMESPath's own ``&&`` and ``||``).
+An endpoint gets a subscribed event only when its filter, applied to ``data``, is
+truthy in JMESPath's sense. A filter's shape is bounded when saved
+(:data:`MAX_FILTER_LENGTH`, :data:`MAX_FAN_OUT`) and each evaluation's work when
+it runs (:data:`MAX_FILTER_STEPS`, :data:`MAX_FILTER_TEXT`, text measured before
+it is built), per distinct filter. A failed or over-budget evaluation is no match,
+logged without the payload; it never fails the publish. ``jmespath`` is imported
+with the first filter compiled.
 
-A filter's shape is bounded when it is saved: at most :data:`MAX_FILTER_LENGTH`
-characters, and the widths of its multi-selects (``[a, b]``, ``{x: a, y: b}``,
-the one construct that copies what it selects) multiply to at most
-:data:`MAX_FAN_OUT`. Its work is bounded each time it runs, since the payload is
-the publisher's and may be hostile: one evaluation takes at most
-:data:`MAX_FILTER_STEPS` steps (an expression node applied to a value; a
-function call four; an element that a function or a flatten goes through) and
-builds at most :data:`MAX_FILTER_TEXT` characters of text. Text is what
-JMESPath can make far larger than what it reads: ``to_string`` escapes (a quote
-becomes two characters, so ``to_string(to_array(...))`` nested doubles at each
-layer) and ``join`` repeats its separator between every element. Both are
-measured before the text is built (``to_string``'s length is counted on its
-input, a long string a chunk at a time), so an evaluation stops before it
-allocates past the budget. Everything else JMESPath makes (arrays and objects
-of references to the payload's values) is built a step at a time. Work that
-steps do not count runs in C on a value that exists already (``==`` of two
-structures, ``contains`` in a string, a slice): per node of the expression, at
-most the payload's size (or the text's) times the fan-out. Each distinct filter has a budget of
-its own, so one filter's hostility costs no other endpoint its event; and it
-counts steps, not time, so a verdict does not depend on the load of the
-machine that publishes.
-
-Filters are checked before they are written (:func:`check_filter`: syntax,
-functions and their arity, the bounds), compiled once per text and process
-(:func:`compiled`), and evaluated by :class:`Verdicts`, once per distinct text
-per publish on a payload parsed once. An evaluation that fails (a function given
-a value of the wrong type, ``<`` between a number and a string, ``ceil()`` of an
-infinite number, a payload nested too deep to read, encode or compare) or that
-exceeds its budget counts as no match and is logged, one warning per failure
-naming the filter and the event type but never the payload, on the
-``outbox.filters`` logger: one endpoint's filter never fails the publish, nor
-is an event sent to an endpoint whose filter did not pass.
-
-JMESPath comes from ``jmespath`` (the ``filters`` extra), imported with the first
-filter compiled: the library's plain install neither needs nor loads it.
+Design: docs/explanation/design/filters.md
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Text and JSON that PostgreSQL can store, checked before any statement is sent.
 
-A ``text`` column holds UTF-8 without NUL: psycopg refuses a string with a NUL
-character (``DataError``), and a lone surrogate (what Python makes of bytes that
-are not UTF-8 in ``argv`` or the environment) cannot be encoded at all. Inside
-``jsonb``, the server itself refuses ``\\u0000`` and lone surrogates, and its
-error aborts the caller's transaction. A JSON value nested thousands deep makes
-Python's encoder (and decoder) raise ``RecursionError``, and its receivers' parsers
-refuse it long before (``serde_json`` at 128 levels).
+Every free-text field the library writes passes :func:`check_text` (no NUL, no
+lone surrogate) and every JSON value it stores or evaluates passes
+:func:`check_json` (no ``\\u0000``, no lone surrogate, bounded nesting). Bad input
+raises the asking module's error class (:class:`~outbox.errors.InvalidMessage` or
+:class:`~outbox.errors.InvalidArgument`) naming the field; the caller's
+transaction is untouched.
 
-So every free-text field the library writes passes :func:`check_text`, and every
-JSON value it stores or evaluates passes :func:`check_json`: bad input raises the
-error class of the module that asks (:class:`~outbox.errors.InvalidMessage` for a
-message or an endpoint, :class:`~outbox.errors.InvalidArgument` for an operator's
-argument) naming the field, and the caller's transaction is untouched. Fields
-held to printable ASCII by their own rule (URLs, keys, event types, header names
-and values) refuse these characters already.
+Design: docs/explanation/design/storable-values.md
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Running statements in the caller's transaction, whatever kind it is.
 
-The library's write paths are written once as *plans*: generators that yield
-``(statement, params, row)`` and receive the rows, each made by ``row`` from its
-columns by name (a row class, or :func:`scalar`), or plain tuples when ``row`` is
-None (for statements whose rows are only counted, or not read). :func:`run_sync` and
-:func:`run_async` drive a plan on one of the supported transaction kinds, so sync
-and async share every query and every decision; only the I/O differs.
-Nothing here commits, rolls back or opens a connection.
+Write paths are *plans*: generators that yield ``(statement, params, row)`` and
+receive the rows. :func:`run_sync` and :func:`run_async` drive a plan, so sync and
+async share every query and decision. Nothing here commits, rolls back or opens a
+connection. A Django connection is driven through its own cursor.
 
-A Django connection is driven through its own cursor rather than the psycopg
-connection under it: the cursor goes through Django's execute wrappers (query
-logging, instrumentation), refuses to run in a transaction that
-``transaction.atomic`` has marked broken, and refuses to run from an event loop
-(Django's connections are synchronous), so the outbox's statements are treated
-as any other query of the application.
+Design: docs/explanation/design/transactions.md
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Operator functions: inspect and redrive the outbox.
 
-Dead letters are here; sending delivered messages and events again (and test
-events) lives in ``outbox._replay``, inspection (:func:`message_show`,
-:func:`status`) in ``outbox._inspect``, and both are exported here too.
+Dead letters are here; replay lives in ``outbox._replay``, inspection in
+``outbox._inspect``, both exported here too. Everything runs in the caller's
+transaction and never commits; bad input raises :class:`outbox.InvalidArgument`
+before anything is written. Attempt numbers are never reused: a message sent
+again keeps its ``attempts`` and gets a higher ``max_attempts``.
 
-Everything here runs in the caller's transaction (a SQLAlchemy ``Session`` or
-``Connection``, or a psycopg ``Connection``) and never commits; ``outbox`` CLI
-commands wrap each call in a transaction of their own. Bad input raises
-:class:`outbox.InvalidArgument` naming the argument, before anything is written.
-
-Attempt numbers are never reused. They are the fencing token of every claim and
-part of the ``attempts`` table's key, so a message sent again (a dead one
-retried, a delivered one replayed) keeps its ``attempts`` and gets a higher
-``max_attempts`` instead: a fresh budget on top of the attempts already made.
+Design: docs/explanation/design/admin.md
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """Webhook endpoints: where published events go, and the secrets that sign them.
 
-All functions run in the caller's transaction (a SQLAlchemy ``Session`` or
-``Connection``, or a psycopg ``Connection``) and never commit. Given a
-:class:`~outbox.sealing.Keyring`, :class:`Endpoints` stores new secrets sealed
-under its current key and opens sealed ones as it reads them; an endpoint's
-client private key (for mutual TLS) is sealed the same way, and never opened
-here: only the dispatcher needs it. An endpoint's credentials (static
-headers, HTTP basic, a bearer token, OAuth2 client credentials) are sealed
-together as one value (see ``_endpoint_auth``), opened here only by an update
-that keeps some of them.
+All functions run in the caller's transaction and never commit. Given a
+:class:`~outbox.sealing.Keyring`, secrets, the client private key and the
+credentials are stored sealed; the private key is never opened here.
+:class:`Endpoints` is the one way an endpoint is written: each change is a plan
+that takes the row lock, writes, and reads the endpoint back.
 
-:class:`Endpoints` is the one way an endpoint is written: every change is a plan
-that takes the endpoint's row lock, writes, and reads the endpoint back. What is
-read (:class:`Endpoint`, :class:`Secret`) is made in ``_endpoint_rows``; the
-checks, TLS material and credentials live in ``_endpoint_fields``,
-``_endpoint_tls`` and ``_endpoint_auth``.
+The module stays whole: the plans share the row lock and the read-back that make
+each change safe.
 
-The module stays whole: the class is one plan per change, and the plans share
-the row lock and the read-back that make each change safe.
+Design: docs/explanation/design/endpoints.md
 """
 
 from __future__ import annotations

@@ -2,43 +2,29 @@
 
 The tree::
 
-    OutboxError                 base of everything this project raises; raised itself
-    │                           when the database contradicts what the library wrote
-    │                           (an idempotency key whose message vanished) or the
-    │                           SQL files shipped with it are missing or malformed
-    ├── InvalidArgument         a bad argument that is not part of a message: an id,
-    │   │                       a filter, a limit, a budget, a duration; names it
-    │   └── InvalidMessage      a bad message, event or endpoint field given to
-    │       │                   enqueue/publish/Endpoints; names it; nothing written
-    │       └── IdempotencyKeyReused  a key given again for another request
-    │                           or event; names the key and the message holding it
+    OutboxError                 base; raised itself when the database contradicts the library
+    ├── InvalidArgument         a bad argument that is not part of a message; names it
+    │   └── InvalidMessage      a bad message, event or endpoint field; nothing written
+    │       └── IdempotencyKeyReused  a key given again for another request or event
     ├── ConfigurationError      settings that contradict each other or cannot work
-    │   └── SecretKeyMissing    a signing secret is sealed under a key not configured;
-    │                           names the key id (``outbox.sealing``)
+    │   └── SecretKeyMissing    a signing secret sealed under a key not configured
     ├── MigrationError          a migration could not be applied, or applied files changed
-    ├── SchemaNotMigrated       the outbox's tables are not in the schema named: run
-    │                           ``outbox migrate`` first
-    ├── SealBroken              a sealed signing secret does not open under its key:
-    │                           altered, or copied from another endpoint
+    ├── SchemaNotMigrated       the outbox's tables are not in the schema named
+    ├── SealBroken              a sealed signing secret does not open under its key
     ├── InvalidSignature        a request failed Standard Webhooks verification
-    │                           (also ``outbox.receiver.InvalidSignature``)
-    ├── BlockedDestination      the dispatcher's SSRF guard refused every address of a
-    │                           destination (``dispatchers.delivery.ssrf``)
-    ├── DispatcherFailed        a dispatcher stopped on what waiting will not heal,
-    │   │                       having released what it held (``dispatchers.runtime.watchdog``)
-    │   ├── DatabaseUnusable    its database is unreachable, refuses its role, is not
-    │   │   │                   migrated, lacks a privilege, or fails permanently
+    ├── BlockedDestination      the SSRF guard refused every address of a destination
+    ├── DispatcherFailed        a dispatcher stopped on what waiting will not heal
+    │   ├── DatabaseUnusable    its database cannot serve it, and waiting will not help
     │   │   └── DatabaseUnreachable  no connection to it could be opened at start-up
-    │   │                       (``dispatchers.store.preflight``)
-    │   ├── SecretKeysMissing   signing secrets in force are sealed under keys it was
-    │   │                       not given (``dispatchers.store.preflight``)
+    │   ├── SecretKeysMissing   secrets in force are sealed under keys it was not given
     │   └── DrainStalled        a drain made no progress for ``drain_timeout``
     └── UsageError              an ``outbox`` command line that cannot be carried out
-                                as given, exit status 2 (``dispatchers.cli``)
 
 ``InvalidArgument``, ``InvalidMessage`` and ``ConfigurationError`` are also
-``ValueError``\\ s. Database errors pass through as psycopg's (or SQLAlchemy's),
-unchanged, except where a module says what it translates.
+``ValueError``\\ s. Database errors pass through unchanged unless a module says
+what it translates.
+
+Design: docs/explanation/design/errors.md
 """
 
 from __future__ import annotations

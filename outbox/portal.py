@@ -1,19 +1,11 @@
 """Consumer portal links: signed, expiring URLs to a tenant's own webhook pages.
 
-A link opens pages (served by ``outbox ui``, see ``dispatchers.portal``) where
-the users of one tenant manage that tenant's endpoints and see its deliveries,
-and nothing of any other tenant. It is ``/portal/<token>/`` on the dashboard's
-address: the token is 32 random bytes, URL-safe, after the prefix ``obp_``, and
-is the only credential its holder needs. It is shown once, when the link is
-made; the database stores its SHA-256 digest only, so reading the table does
-not open a link. A link works until it expires or is revoked, and deleting its
-tenant deletes it.
+A link's token (``obp_`` then 32 random bytes) is shown once; the database stores
+its SHA-256 digest only. A link works until it expires or is revoked, and goes
+with its tenant. All functions run in the caller's transaction and never commit;
+bad input raises :class:`outbox.InvalidArgument` before anything is written.
 
-:func:`create_link` makes one, :func:`find_link` tells whether a token opens
-one (and for which tenant), :func:`revoke` and :func:`revoke_tenant` end them
-early. All run in the caller's transaction (a SQLAlchemy ``Session`` or
-``Connection``, or a psycopg ``Connection``) and never commit. Bad input raises
-:class:`outbox.InvalidArgument` naming the argument, before anything is written.
+Design: docs/explanation/design/portal-links.md
 """
 
 from __future__ import annotations

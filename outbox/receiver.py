@@ -1,18 +1,11 @@
 """The receiving half: verify Standard Webhooks signatures, dedupe inside your transaction.
 
-A receiver of outbox deliveries does two things before acting on a request::
+A receiver verifies (:func:`verify`, raising ``InvalidSignature``), then claims the
+key in the transaction that applies the effect, so each key's effect happens
+exactly once in its database. With OpenTelemetry, :func:`extract_context` joins
+the receiver's span to the enqueuing transaction's trace.
 
-    verify(secrets, request.headers, raw_body)           # raises InvalidSignature
-    with conn.transaction():
-        if inbox.claim(conn, request.headers["webhook-id"]):  # or idempotency_key(...)
-            apply_the_effect(conn)                       # same transaction as the claim
-
-Delivery is at least once; because the claim commits or rolls back with the
-effect, each key's effect happens exactly once in the receiver's database.
-
-With OpenTelemetry (extra ``otel``), :func:`extract_context` turns the request's
-``traceparent`` into the parent of the receiver's server span, so its work joins
-the trace of the transaction that enqueued the message.
+Design: docs/explanation/design/receiver.md
 """
 
 from __future__ import annotations

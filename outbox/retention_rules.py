@@ -1,21 +1,13 @@
 """Retention rules: how long the delivered messages of one endpoint, or of one
 event type, keep what they said.
 
-The dispatcher's ``--retention`` keeps the whole delivery record for one period.
-A rule is shorter, and about content: once a delivered message of its endpoint
-(or of its event type) completed longer ago than the rule's period, every
-dispatcher's retention replaces its body and headers, and the receivers'
-answers recorded with its attempts, with the marker of :mod:`outbox._expunge`
-(``outbox expunge``), and records the erasure in ``expunges``. Ids, keys, times,
-statuses and digests stay until the history's own retention removes the row.
-Where an endpoint's rule and its event type's both apply, the shorter does.
+Past a rule's period, every dispatcher's retention erases a delivered message's
+body, headers and recorded answers (recording the erasure in ``expunges``); ids,
+keys, times, statuses and digests stay. The shorter of two rules applies. Dead
+messages in the hot table are left as they are. All functions run in the
+caller's transaction and never commit.
 
-Erased, not hidden: what a customer asked to be kept a day is gone after a day.
-Messages still in the hot table (dead ones, kept for a redrive) are left as
-they are: their payload is what a redrive sends.
-
-All functions run in the caller's transaction (a SQLAlchemy ``Session`` or
-``Connection``, or a psycopg ``Connection``) and never commit.
+Design: docs/explanation/design/retention-rules.md
 """
 
 from __future__ import annotations

@@ -1,50 +1,16 @@
 """Least-privilege roles: what each user of the outbox is granted, and nothing more.
 
-Four roles share an outbox schema:
+Four roles share a schema: owner, producer, dispatcher, operator.
+:data:`PRIVILEGES` is the one table of what each role holds; :func:`grants` turns
+it into statements that first revoke everything, so applying them again after a
+migration leaves exactly the new version's privileges. :data:`TABLES` lists every
+column as of the newest migration: a migration that adds a column adds it there,
+deciding who may read or write it.
 
-- the **owner** creates it and runs ``outbox migrate``; it owns every table and is
-  granted nothing here;
-- a **producer** (the application) enqueues and publishes: it inserts messages,
-  their keys and the record of each event, takes ids from the messages sequence
-  and reads endpoints' subscriptions (their id, state, event types and filter).
-  It reads no other column of an endpoint (no URL, no TLS material, no signing
-  secret), and cannot change a message once written, nor read one back. It may
-  also execute the SQL functions ``enqueue`` and ``publish`` (migration 0022),
-  which check what they write and write it as the schema's owner: a role given
-  only ``EXECUTE`` on them (and ``USAGE`` on the schema) can produce, and do
-  nothing else;
-- a **dispatcher** claims, renews, completes and rescues messages, trims history,
-  turns the generations of keys and event records (migration 0033), reads
-  signing secrets, TLS material, endpoints' credentials and retry schedules,
-  and records endpoint health. It writes only the state, lease and outcome
-  columns of a message (never its URL, headers, body or key), and only
-  the health columns of an endpoint; it may disable an endpoint but not enable
-  one (migration 0020: only a role that may change an endpoint's URL may). It
-  raises two alerts through the functions ``alert_lag`` and ``alert_unknown_key``
-  (migration 0028); the others are raised by triggers, as the schema's owner.
-  It makes and drops the partitions of the history (delivered, attempts)
-  through ``history_extend`` and ``history_drop`` (migration 0032), which do
-  it as the owner; no role holds a privilege on a partition itself: a statement
-  through the parent table is checked against the parent's alone;
-- an **operator** runs the admin commands (endpoints, dead letters, replay, status,
-  portal links, the dashboard with its consumer portal and API), which between them
-  read and write every table (the API's audit log: read and added to only); it
-  cannot change the schema.
+The module stays whole: :data:`TABLES` and :data:`PRIVILEGES` are one account of
+every column and who holds it, which the tests hold to the live schema.
 
-:data:`PRIVILEGES` is the one table of what each role holds: role, table (or
-sequence), privilege, columns. :func:`grants` turns it into statements, and the
-tests try every privilege on every column of the live schema as each role
-against it. :data:`TABLES` lists every column of every table as of the newest
-migration: a migration that adds a column adds it there, after deciding which
-role may read or write it (a privilege on the :data:`WHOLE_TABLE` gets it at
-once; a list of columns does not).
-
-For each role, first every privilege it holds in the schema is revoked, then
-what it needs is granted. Applying them again after a migration (as the owner)
-leaves each role with exactly the privileges of the schema's new version.
-
-The module stays whole: :data:`TABLES` and :data:`PRIVILEGES` are one account
-of every column and who holds it, which the tests hold to the live schema.
+Design: docs/explanation/design/roles.md
 """
 
 from __future__ import annotations

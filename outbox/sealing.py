@@ -1,26 +1,11 @@
 """Signing secrets sealed at rest: AES-256-GCM under keys only the operator holds.
 
-Whoever reads a signing secret can forge deliveries to its endpoint, and a
-table is read by more than the roles granted it: backups, replicas, dumps. With
-a :class:`Keyring` configured, each secret is stored sealed: the base64 of a
-random 96-bit nonce followed by the AES-GCM ciphertext and tag, in the secret's
-own column, with the id of the key that sealed it beside it (no key id: plain
-text, as stored before keys existed). The associated data names the endpoint,
-so a sealed value copied onto another endpoint's row does not open there, and
-what the value is (a signing secret, :data:`CLIENT_KEY`, an endpoint's TLS
-private key, or :data:`ENDPOINT_AUTH`, its credentials), so that one does not
-open as another.
+A sealed value is base64 of nonce, ciphertext and tag, stored with its key id (no
+key id: plain text). The associated data names the endpoint and what the value
+is, so it opens nowhere else and as nothing else. A :class:`Keyring`'s first key
+seals, every key opens. ``cryptography`` is imported only when a keyring is made.
 
-A keyring holds one or more keys: the first seals, every one opens. Rotating
-keys is adding the new one first, re-sealing (``outbox endpoints rekey``), then
-dropping the old one; readers holding both keys meanwhile open either form.
-
-A key's id is a one-way function of the key (the first 8 bytes of an HMAC
-under the key of a fixed label, in hex): it names the key in errors and in the
-table, and tells nothing about it.
-
-AES-GCM comes from ``cryptography`` (the ``encryption`` extra), imported only
-when a keyring is made: the library's plain install neither needs nor loads it.
+Design: docs/explanation/design/sealing.md
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Business connections for the enqueue benchmarks, each in its own process.
 
-An application pays for its outbox row inside its own transactions, so the
-enqueue scenarios play an application: N connections, each in a process of its
-own (one Python process could not keep N connections busy), committing small
-business transactions. :class:`Committers` starts them, hands each a
-:class:`CommitJob` per phase over a pipe, and collects one :class:`CommitResult`
-per connection. A job either commits as fast as it can for a while (throughput)
-or at a paced rate (latency under an offered load).
+:class:`Committers` starts N processes, one connection each, hands each a
+:class:`CommitJob` per phase over a pipe and collects one :class:`CommitResult`
+per connection. The business transaction is one INSERT, then by mode nothing
+(``plain``), the least a durable outbox must write (``floor``), or
+``Outbox.enqueue`` with or without NOTIFY.
 
-The business transaction is one INSERT into a small table, then, by mode:
-
-- ``plain``: nothing more;
-- ``floor``: one INSERT of the message's payload into a table with only a bigint
-  identity key, the least any durable outbox must write;
-- ``outbox``: ``Outbox.enqueue`` with NOTIFY; ``outbox-no-notify`` without.
+Design: docs/explanation/design/benchmarks.md
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """The ``latency`` scenario: commit-to-receiver latency and the cost per message at
 a steady offered load.
 
-For each offered rate and each number of dispatcher processes, in a fresh schema:
-producer processes commit one message per transaction at the rate (NOTIFY on, as
-an application would), while ``dispatchers`` processes (each an ``outbox
-dispatch`` with its own pool, waker and event loop) deliver them to the bench
-receiver. Reported per run: percentiles of the time from each commit to the
-receiver seeing the request; CPU per message of all dispatchers together and of
-PostgreSQL (which includes the producers' transactions); claims per message, the
-share of claims that found nothing, round trips per message (the dispatchers'
-statements, the waker's included) and notifications received per message.
-
-Every process measures between the same two marks: just before the producers
-start, and once every message is recorded as delivered.
+Producer processes commit at each offered rate while ``outbox dispatch``
+processes deliver to the bench receiver; every process measures between the same
+two marks (just before the producers start, and once every message is recorded
+as delivered).
 
 The module stays whole: it is one scenario, whose producers, dispatchers and
 measures are read between the same two marks.
+
+Design: docs/explanation/design/benchmarks.md
 """
 
 from __future__ import annotations

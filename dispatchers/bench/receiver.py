@@ -1,51 +1,14 @@
 """A fast HTTP/1.1 receiver for benchmarks: 200 to everything, counted.
 
-It listens on 127.0.0.1 only, answers every request with ``200`` and an empty
-body, keeps connections alive, answers pipelined requests in order, reads
-``Content-Length`` bodies (chunked bodies are refused with 501 and a close), and
-counts requests. With key recording on (the default) it keeps every
-``Idempotency-Key`` value it sees with the time it first arrived
-(``time.time()``, taken once per read from the socket), so a key that arrives
-twice is a duplicate and the delay from commit to arrival can be measured.
-
-With ``--delay S``, each counted request is answered ``S`` seconds after it
-arrived (a slow endpoint: the dispatcher's requests pile up to its concurrency);
-with ``--delay-share F`` too, only a share ``F`` of them (a sometimes slow one).
-With ``--fail-share F``, a share ``F`` of the counted requests is answered ``500``
-at once, its key not recorded (it was not delivered). Each share picks every
-``1/F``-th request, so it is exact; the late ones are picked half a period after
-the failed ones, so that at equal shares the two never meet.
-With ``--big-response-share F`` (above 0), a share ``F`` of the counted responses
-(every ``1/F``-th, so exactly that share) is a ``200`` whose body is
-``--big-response-bytes`` long (default 50 MB): the load a dispatcher meets when a
-few endpoints answer with something huge. The body is streamed from one shared
-block as the client takes it (writing pauses while the socket's buffer is full),
-so the receiver never holds more than that block and one buffer per connection;
-requests pipelined behind it wait until it has been sent. A client that closes
-the connection early ends it.
-
-Requests to ``/_bench/...`` are the benchmark's own and are not counted:
-``GET /_bench/counts`` answers the counts so far as JSON, and
-``GET /_bench/arrivals?prefix=P`` the first arrival time of every key starting
-with ``P`` (structured-form keys unquoted), with ``&since=T`` only those that
-arrived at ``T`` (``time.time()``) or later.
-
-With ``--ports N``, it listens on ``N`` ports (the first is ``--port``, the others
-any free ones), all counted together: to a dispatcher, ``N`` destinations.
-
-Run it in its own process (it imports the standard library only); it writes its
-ports to ``--ready-file`` once it is listening, and on SIGTERM (or SIGINT) writes
-its counts as one JSON object to ``--stats-file`` (or stdout) and exits:
-
-    python dispatchers/bench/receiver.py --port 0 --ready-file /tmp/port
-
-It exits by itself after ``--max-seconds`` or when its parent process goes away,
-so a crashed benchmark never leaves it behind.
-:class:`~dispatchers.bench.receiver_process.ReceiverProcess` starts, queries and
-stops one from another process.
+It listens on 127.0.0.1 only, records each ``Idempotency-Key``'s first arrival,
+and can answer late, fail or answer huge for an exact share of requests;
+``/_bench/...`` requests are its own and not counted. It exits on SIGTERM, after
+``--max-seconds`` or when its parent goes away.
 
 The module stays whole: it runs as a script in a fresh interpreter (``python
 -I``), so it can import nothing but the standard library, not even its siblings.
+
+Design: docs/explanation/design/benchmarks.md
 """
 
 from __future__ import annotations

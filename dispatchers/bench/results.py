@@ -1,20 +1,14 @@
 """What each scenario returns: frozen dataclasses, one definition for the table and
 the ``--json`` report.
 
-The scenarios build these, :mod:`dispatchers.bench.report` reads their attributes
-for the table, and :func:`to_json` turns them into the JSON report. Two field
-markers shape the JSON without a second definition of it:
-
-- :data:`INLINE`: the nested result's fields appear in the parent's object (a
-  drain's medians sit beside its runs, as one object);
-- :data:`OPTIONAL`: the field is left out while it is None (a figure one design
-  has and another lacks, such as the dispatcher's lease losses in a naive drain).
-
-Every result carries ``ok`` (no message lost, left behind or delivered twice)
-and the ``failures`` that say why not.
+Field markers :data:`INLINE` and :data:`OPTIONAL` shape the JSON without a second
+definition of it. Every result carries ``ok`` (no message lost, left behind or
+delivered twice) and the ``failures`` that say why not.
 
 The module stays whole: it is the one definition of the report; split, the
 JSON's shape would be read in two places.
+
+Design: docs/explanation/design/benchmarks.md
 """
 
 from __future__ import annotations

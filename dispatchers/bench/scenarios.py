@@ -1,25 +1,12 @@
 """The scenarios of ``outbox bench``, by name: each bounded in time and count, each
 in a fresh schema that is dropped afterwards, all traffic to 127.0.0.1.
 
-- ``drain-http`` and ``drain-noop`` (:mod:`dispatchers.bench.drain`): a backlog
-  delivered to the fast receiver, or to a client that answers without a network.
-- ``latency`` (:mod:`dispatchers.bench.latency`): a steady offered load with
-  dispatcher processes running, commit to receiver.
-- ``enqueue`` (:mod:`dispatchers.bench.enqueue`): what an outbox row costs the
-  application's transactions, against the floor.
-- ``commit-latency`` (:mod:`dispatchers.bench.commit_latency`): commit latency at
-  offered rates, with and without a dispatcher consuming.
-- ``history`` (:mod:`dispatchers.bench.history`): drain-noop with a large delivered
-  history against an empty one.
-- ``memory`` (:mod:`dispatchers.bench.memory`): the dispatcher's peak RSS against a
-  slow receiver that answers some requests with a huge body.
-- ``soak`` (:mod:`dispatchers.bench.soak`, run only when named): minutes of steady
-  load through receiver failures and dispatcher restarts, reported per interval.
+``drain-http``, ``drain-noop``, ``latency``, ``enqueue``, ``commit-latency``,
+``history``, ``memory`` and ``soak`` (run only when named). With baselines, drains
+run in rounds, ours then each baseline's, on the same database and receiver. Each
+scenario returns one of the results in :mod:`dispatchers.bench.results`.
 
-With baselines (:mod:`dispatchers.bench.baselines`), each drain scenario runs in
-rounds, ours then each baseline's, on the same database and receiver; with
-``pgqueuer``, the latency scenario runs pgqueuer after ours at the same offered
-load. Each scenario returns one of the results in :mod:`dispatchers.bench.results`.
+Design: docs/explanation/design/benchmarks.md
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """The ``soak`` scenario: a steady load for minutes against a receiver that fails and
 stalls now and then, with one dispatcher process restarted every interval.
 
-What it watches is what a long run in production would show first: whether a
-message is ever lost or delivered twice across failures, retries and restarts;
-whether the dispatchers' memory creeps up; and whether the claimable table
-(``messages``) keeps its size, since delivered rows leave it (a table that only
-grows would slow every claim). Per interval it reports the messages delivered,
-the p99 delay from commit to the arrival of the request the receiver accepted,
-each dispatcher's RSS and the table's size with its indexes; at the end, whether
-every committed message arrived (or is still being retried), none twice, and
-whether RSS and the table's size stayed flat after the warm-up. A growth is
-reported as a verdict, never failed on: only a message lost, dead or accepted
-twice, or a dispatcher that fails, fails the run.
-
-The dispatchers are real ``outbox dispatch`` processes, so a restart is what an
-operator's is: SIGTERM, the grace period, and a fresh process. The producer is a
-thread of the bench's own process committing one message per transaction; the
-receiver is the bench receiver, answering a share of the requests ``500`` and a
-share late.
+Only a message lost, dead or accepted twice, or a dispatcher that fails, fails
+the run; growth of memory or of the ``messages`` table is reported as a verdict.
 
 The module stays whole: it is one scenario, whose restarts, checks and verdicts
 read the same run's state.
+
+Design: docs/explanation/design/benchmarks.md
 """
 
 from __future__ import annotations

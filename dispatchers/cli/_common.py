@@ -1,23 +1,16 @@
 """What every command shares: the database, the secrets key, one transaction,
 errors, argument types.
 
-The database is the one given by ``--database-url``, else
-``OUTBOX_DATABASE_URL``, else ``DATABASE_URL``, else an embedded PostgreSQL kept
-in ``./.outbox/pg`` (``OUTBOX_EMBEDDED_DIR`` moves it). The keys that seal
-signing secrets are those listed in the file ``--secrets-key-file`` names, else in
-``OUTBOX_SECRETS_KEY``, else none. Every variable is read through
-:mod:`dispatchers.environment`.
-
-The argument types are the only ones on the command line (``outbox bench``
-included), so a bound means the same everywhere: a number is finite and at most
-a documented maximum (those of :mod:`dispatchers.runtime.config`, which
-:class:`~dispatchers.runtime.config.DispatcherConfig` enforces too), a span is a whole
-number of units, a time has a UTC offset, an id fits a ``bigint``. So every time
-derived from an argument fits PostgreSQL's timestamps and Python's datetimes.
-Each rejects a value with a message that quotes it.
+The database is ``--database-url``, else the environment's, else the embedded
+server; variables are read through :mod:`dispatchers.environment`. The argument
+types are the only ones on the command line: each bound is that of
+:mod:`dispatchers.runtime.config`, so every time derived from an argument fits
+PostgreSQL's timestamps and Python's datetimes; a rejected value is quoted.
 
 The module stays whole: it is the one home of the argument types and of the
 choice of database, which every command reads here and nowhere else.
+
+Design: docs/explanation/design/cli.md
 """
 
 from __future__ import annotations

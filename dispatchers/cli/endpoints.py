@@ -1,19 +1,13 @@
 """``outbox endpoints``: add, list, show, update, disable, enable, rotate-secret,
 rekey, delete.
 
-A signing secret is printed in full only where it is made (``add``,
-``rotate-secret``) or asked for (``show --show-secrets``); everywhere else, text
-and JSON alike, it is shown by its fingerprint (:func:`outbox.secrets.fingerprint`).
-With a key configured (``--secrets-key-file`` or ``OUTBOX_SECRETS_KEY``), new
-secrets are stored sealed under it, and ``rekey`` seals those that are not (see
-:mod:`outbox.sealing`). An endpoint's TLS material (``--ca-bundle``,
-``--client-cert`` and ``--client-key``) is read from PEM files and checked
-before anything is written; the private key is sealed like a secret, and only
-digests of the PEM texts are ever shown. Its credentials (``--header``,
-``--basic-auth``, ``--bearer-token-file``, ``--oauth2-*``) are sealed together
-the same way; only the headers' names and the scheme are ever shown. The
-options that set what an endpoint gets and how are
-:mod:`dispatchers.cli._endpoint_settings`'s.
+A signing secret is printed in full only where it is made or asked for
+(``show --show-secrets``), else by its fingerprint. With a key configured, new
+secrets, the TLS private key and the credentials are stored sealed; only digests
+of PEM texts, the headers' names and the scheme are ever shown. Material is
+checked before anything is written.
+
+Design: docs/explanation/design/cli.md
 """
 
 from __future__ import annotations

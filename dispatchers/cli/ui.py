@@ -1,19 +1,12 @@
 """``outbox ui``: serve the operator dashboard for one database and schema.
 
-Safe by default: it binds 127.0.0.1, and any other address needs a login token
-(``--token-file``, else ``$OUTBOX_UI_TOKEN``) or the command refuses to start.
-``--read-only`` serves the pages and no action at all (and the management API
-without its changes). The management API is served under ``/api/v1`` beside
-the pages; ``--api-only`` serves it alone. Every request of the API carries a
-bearer token of ``outbox api-tokens``, so ``--api-only`` may bind any address
-without a login token (which signs in to pages it does not serve). Sealed signing secrets
-open with the keys of ``--secrets-key-file`` (else ``$OUTBOX_SECRETS_KEY``);
-without them the pages still serve, showing such secrets as sealed.
+Safe by default: it binds 127.0.0.1, and any other address needs a login token or
+the command refuses to start (``--api-only`` excepted: every API request carries
+a bearer token). ``--read-only`` serves no action at all. ``--host`` is checked
+before anything starts; without a token every address it resolves to must be
+loopback.
 
-``--host`` is checked before anything starts: a bracketed IPv6 address and a
-name with the root's trailing dot are taken as meant, anything that does not
-resolve is refused naming the option, and without a token every address it
-resolves to must be loopback.
+Design: docs/explanation/design/cli.md
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """An endpoint's credentials as the dispatcher sends them, opened once per
 stored value.
 
-An endpoint may carry static headers and one scheme that sets
-``Authorization`` (see :mod:`outbox._endpoint_auth`), stored as one JSON
-value, sealed or plain text; a claim returns it with every message of the
-endpoint. :class:`OpenedAuth` opens it (an AES-GCM decryption) and makes the
-headers it adds to each request: the static ones, and ``Authorization: Basic``
-or ``Bearer``; it keeps them by endpoint, key id and stored text (a resealed or
-changed value is new text, never a stale entry), so the claim's hot path does
-no AES per message. OAuth2 client credentials are handed on opened, as a
-:class:`~dispatchers.delivery.auth.ClientCredentials`, for the token cache that
-fetches the access token (:mod:`dispatchers.delivery.oauth2`).
+:class:`OpenedAuth` opens the stored value and makes the headers each request
+gets, cached by endpoint, key id and stored text (a changed value is new text,
+never a stale entry). OAuth2 client credentials go on, opened, to the token
+cache. Credentials that do not open hold the message back: it is never sent
+without them.
 
-Credentials that cannot be opened, under a key this process lacks or because
-they do not open (altered, or copied from another endpoint), make the message's
-secrets unavailable: it is held back, never sent without them
-(:func:`dispatchers.runtime.completions.withheld`).
+Design: docs/explanation/design/endpoint-credentials.md
 """
 
 from __future__ import annotations

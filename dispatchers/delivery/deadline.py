@@ -1,18 +1,12 @@
 """One timer bounds every HTTP attempt in flight.
 
-Each attempt must end within ``request_timeout``, however the receiver trickles.
-``asyncio.timeout`` per attempt would do it, but costs a context object, a timer
-handle scheduled and cancelled, and its bookkeeping on every request (about 5% of
-the dispatcher's CPU per delivery, profiled). Every attempt of a sender has the
-same timeout, so deadlines arrive in the order attempts start: :class:`Deadlines`
-keeps them in an insertion-ordered dict and one loop timer, armed for the earliest
-one. An attempt that ends in time costs a dict insert and delete; the timer is
-re-armed only when it fires (about once per timeout while attempts keep coming)
-and is cancelled as soon as no attempt is left, so nothing outlives the work.
+Every attempt of a sender has the same ``request_timeout``, so deadlines arrive in
+the order attempts start: :class:`Deadlines` keeps them in an insertion-ordered
+dict under one loop timer, cancelled once no attempt is left. An overdue
+attempt's cancellation becomes its timeout (:meth:`Deadlines.expired`), unless
+someone else cancelled it too: that cancellation goes on.
 
-An overdue attempt's task is cancelled, and :meth:`Deadlines.expired` turns that
-cancellation into a timeout for the attempt, unless the task was also cancelled
-by someone else (lease lost, shutdown): that cancellation goes on.
+Design: docs/explanation/design/deadline.md
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Destination health: circuit breakers and Retry-After holds, decided in memory.
 
-A dispatcher notes the outcome of every attempt it makes in a :class:`HealthBook`:
-per destination, a sliding window of recent outcomes. When at least
-``min_attempts`` of the last ``window`` seconds' attempts were made and at least
-``failure_ratio`` of them failed, the book says to open the destination's
-breaker; when a 429 or 503 came with ``Retry-After``, it says to hold the
-destination that long (written again only by an answer that outlasts it). The
-dispatcher writes only those transitions to the shared ``destination_health`` row
-(see ``sql/migrations/*_destination_health.sql``), never an outcome: a flushed
-batch of healthy deliveries writes nothing more than before.
+A :class:`HealthBook` keeps a sliding window of outcomes per destination and says
+when to open a breaker or hold a destination; only those transitions are
+written, never an outcome. :func:`is_failure` says what counts as a failure (other
+4xx count as successes); what never reached the destination (:func:`is_counted`)
+does not count at all. Pure, its clock injectable.
 
-What counts as a failure (:func:`is_failure`): 5xx, 408 and 429 answers,
-timeouts, connection and protocol errors, and an endpoint's OAuth2 token that could
-not be had (:mod:`dispatchers.delivery.oauth2`). Other 4xx answers are the receiver's
-verdict on one message, not ill health of the destination: they count as
-successes of it. What never reached the destination (:func:`is_counted`): the
-SSRF guard's refusals, URLs the client cannot send to, our own errors, does not
-count at all: a run of refusals neither opens a breaker nor dilutes the failures
-of the requests that were sent, and a probe of that kind neither closes nor
-reopens one (it gives its turn back).
-
-Everything here is pure, its clock injectable: tests drive the windows without
-waiting.
+Design: docs/explanation/design/destination-health.md
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """HTTP delivery: one attempt of one claimed message, classified.
 
-The sender never raises for a failed delivery: every response and every transport
-error becomes an :class:`~dispatchers.delivery.outcome.Outcome`. It reads at most
-``max_response_bytes`` of a response body and keeps only a short excerpt of it
-(``excerpt_bytes``: what is recorded; the rest is dropped as it is read, so a
-thousand requests in flight hold a thousand excerpts, not a thousand bounds), bounds
-the whole attempt by ``request_timeout`` (per-operation timeouts alone would let a
-trickling response last forever; one timer serves every attempt in flight, see
-:mod:`dispatchers.delivery.deadline`) and never follows redirects.
-
-Two HTTP clients can send (``DispatcherConfig.http_client``): one aiohttp session
-behind the SSRF-guarded aiohttp connector (``"aiohttp"``, :class:`AiohttpClient`, the
-default), or pooled httpx clients behind the SSRF-guarded httpcore backend
-(``"httpx"``, :class:`HttpxClient`). Measured with ``outbox bench --scenario
-drain-http`` on 2 cores, the aiohttp path used about 235 us of dispatcher CPU per
-message against about 955 us, and drained about 3x faster. A transport passed in
-by the caller is always used through httpx, and any object with the
-:class:`HttpClient` methods can be passed instead of either. aiohttp's errors are
-mapped to httpx's exception types in one place (:func:`httpx_error`), so outcome
-classification sees one vocabulary.
+The sender never raises for a failed delivery: every response and transport error
+becomes an :class:`~dispatchers.delivery.outcome.Outcome`. It reads at most
+``max_response_bytes`` and keeps an excerpt, bounds the attempt by
+``request_timeout``, never follows redirects. Two clients (aiohttp, the default,
+and httpx) share one error vocabulary (:func:`httpx_error`).
 
 The module stays whole past the usual length: the sender and both clients keep
-one contract for an attempt (a bounded read, one deadline, one error vocabulary),
-and having them side by side is how they are kept alike.
+one contract for an attempt, and side by side is how they are kept alike.
+
+Design: docs/explanation/design/http-delivery.md
 """
 
 from __future__ import annotations

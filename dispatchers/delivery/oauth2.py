@@ -1,58 +1,13 @@
 """OAuth2 access tokens for endpoints that want them (client credentials, RFC 6749 §4.4).
 
-An endpoint with :class:`~dispatchers.delivery.auth.ClientCredentials` gets each
-request with ``Authorization: Bearer <token>``. :class:`Tokens` obtains the token
-from the endpoint's token URL and keeps it in memory, per process, for as long as
-it lives:
+:class:`Tokens` fetches a token through the sender's own client (SSRF guard, proxy,
+bounded read apply) with ``client_secret_basic``, and caches it per process, keyed
+by the endpoint and a digest of its credentials, until shortly before it expires.
+One fetch per key at a time; a failure is shared for :data:`FAILURE_HOLD`. A 401
+drops the token only if it is still the one cached. No ``repr``, error or log line
+shows a secret or a token; a token that cannot be had is a :class:`TokenUnavailable`.
 
-- **The request**: a ``POST`` of ``grant_type=client_credentials`` (and ``scope``,
-  ``audience`` when given) as a form, the client authenticated by HTTP Basic
-  (``client_secret_basic``, RFC 6749 §2.3.1: id and secret form-urlencoded, then
-  base64). It goes through the sender's own
-  :class:`~dispatchers.delivery.http.HttpClient`, so the SSRF guard, the proxy,
-  TLS verification (against the system's roots: an endpoint's CA bundle and
-  client certificate are for its receiver) and a bounded read
-  (:data:`RESPONSE_LIMIT`) apply to it as to a delivery. It may take ``timeout``
-  seconds: the sender gives it half of an attempt's, so that an attempt waiting
-  on a slow token endpoint ends with that reason, not as a slow receiver, and a
-  token that came in time leaves time to deliver. The answer must be a 2xx with
-  a JSON object holding an ``access_token`` (visible ASCII) and a ``token_type``
-  of ``Bearer`` (any case).
-- **The cache** is keyed by the endpoint and a SHA-256 of its credentials: a
-  changed token URL, client id, secret, scope or audience never reuses a token
-  obtained with the old ones (whose entry is dropped). The secret itself is kept
-  by no entry, and no ``repr``, error or log line shows it or a token.
-- **Lifetime**: a token is used until ``expires_in`` less a margin (the smaller of
-  :data:`MARGIN` and a tenth of the lifetime), counted from when its request was
-  sent, so that none is sent about to expire. A response without ``expires_in``
-  (RFC 6749 makes it optional) is taken to last :data:`DEFAULT_LIFETIME`: long
-  enough that the token endpoint sees a request per endpoint every few minutes,
-  short enough that a token revoked without a 401 to say so is not used long.
-- **Single flight**: callers needing a token for one key while it is being
-  fetched wait for that one request (a task of its own, so that a caller giving
-  up does not cancel it for the others). A failed fetch is no token; its error is
-  shared by the callers that waited on it and given at once to those that come
-  within :data:`FAILURE_HOLD` after it: 64 deliveries to a misconfigured endpoint
-  make one request to its token endpoint, not 64.
-- **Refused tokens**: :meth:`Tokens.invalidate` drops a token the receiver
-  answered 401 to, only if it is still the one cached: many requests refused with
-  the same old token cause one new fetch. The sender retries such a request once,
-  with the new token, within the same attempt's deadline; a second 401 is the
-  attempt's answer (see :meth:`~dispatchers.delivery.http.Sender.send`).
-
-A token that cannot be had is a :class:`TokenUnavailable`, which the sender turns
-into the attempt's :class:`~dispatchers.delivery.outcome.Outcome`
-(:attr:`TokenUnavailable.outcome`): a retry with ``error_class`` ``"oauth2"``,
-counted against the destination like a connection failure (a message is not sent
-without its token, and its endpoint's breaker opens on a run of them), with a one
-line reason such as ``OAuth2 token endpoint https://auth.example/token answered 400
-(invalid_client)``: the URL without user info, query or fragment, the status and
-the OAuth ``error`` code, never the body. A token URL the SSRF guard refuses is a
-``BLOCKED`` outcome, as the refusal of a delivery's own URL is, and an error of our
-own an ``internal_error``, uncounted, as a delivery's is.
-
-Only ``client_secret_basic`` is offered: it is what RFC 6749 requires every server
-to support, and ``client_secret_post`` would need a choice stored per endpoint.
+Design: docs/explanation/design/oauth2.md
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The forward proxy every delivery goes through, when one is configured.
 
-An HTTP proxy (``http://[user:password@]host:port``): https destinations are
-reached through a ``CONNECT`` tunnel, so TLS runs end to end between the
-dispatcher and the destination and the proxy sees only the host and port; plain
-http ones are sent to the proxy in absolute form. Credentials in the URL become
-``Proxy-Authorization: Basic`` and are kept apart from the URL as soon as it is
-parsed: the URL the HTTP clients are given has none, and :class:`Proxy` shows
-itself with them masked, so neither a log line, an error nor a ``repr`` can carry
-them.
+https destinations go through a ``CONNECT`` tunnel, http ones in absolute form.
+Credentials are parsed out of the URL at once and masked wherever :class:`Proxy`
+shows itself. Whatever either client would refuse is refused when the URL is
+parsed. The SSRF guard still applies to the destination, never to the proxy.
 
-Everything either HTTP client would refuse once started is refused when the URL
-is parsed, naming it: the host as delivery URLs must write it
-(:func:`outbox._message.check_url`), and credentials that, percent-decoded, are
-printable ASCII (what httpx's proxy takes; a character outside ASCII can be
-given in neither client's form) with no ``:`` in the user name (Basic
-authentication could not tell where the name ends, and aiohttp refuses one).
-
-The SSRF guard still applies to the destination (see
-:class:`~dispatchers.delivery.ssrf.ProxiedDestinations`); the proxy's own address may be
-anything, a private one included, since reaching it is the point.
+Design: docs/explanation/design/proxy.md
 """
 
 from __future__ import annotations

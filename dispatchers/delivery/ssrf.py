@@ -1,41 +1,16 @@
 """SSRF guard: refuse destinations that resolve to non-public addresses.
 
-The guard sits in httpcore's network backend, below the connection pool. For every new
-connection it resolves the host name itself, checks each resolved address against an
-:class:`AddressPolicy`, and then connects to the checked IP literal, so the name is never
-resolved a second time (DNS rebinding cannot swap in another address between check and
-connect). TLS is unaffected: httpcore passes the URL's host, not the address connected
-to, as ``server_hostname`` to ``start_tls``, so SNI and certificate host name checks
-still use the original name.
-
-A refused request raises :class:`BlockedDestination` itself out of
-``httpx.AsyncClient.send`` (and ``get``, ``post``, ...): httpx re-raises exceptions it
-does not recognise unchanged, so it is *not* an ``httpx.HTTPError`` and is not wrapped.
-
-The aiohttp path (:func:`guarded_connector`) holds the same guard in two places of an
-``aiohttp.TCPConnector``. Its resolver, :class:`GuardedResolver`, resolves a name once,
-drops refused addresses and raises ``BlockedDestination`` when none remain; aiohttp
-then connects only to the addresses the resolver returned. Its socket factory checks
-every address just before a socket is made for it, which covers IP literals (aiohttp
-never hands those to the resolver). TLS verifies the certificate against the URL's
-host, as aiohttp passes that name, not the address, as ``server_hostname``.
-``BlockedDestination`` leaves ``aiohttp.ClientSession.request`` unchanged as well.
-
-A host written as an IPv4 address in a non-canonical form (``127.1``,
-``2130706433``, ``0x7f.1``) is an invalid URL on both paths, whatever the policy:
-the C resolver reads it as an address that URL parsers read otherwise or refuse.
-aiohttp refuses it before resolving; the httpx path's backend raises
-``httpx.InvalidURL`` for it, and aiohttp's resolver ``aiohttp.InvalidURL`` should
-one reach it, so a message to such a URL fails the same way with either client.
-Enqueue refuses such URLs in the first place (:func:`outbox._message.check_url`).
-
-Through a forward proxy the dispatcher connects only to the proxy, so neither
-hook sees the destination's address: :class:`ProxiedDestinations` resolves each
-destination itself and applies the same policy before the request is sent.
+Each new connection resolves the name once, checks every address against an
+:class:`AddressPolicy`, and connects to the checked address only (httpcore
+backend; aiohttp resolver and socket factory). TLS still checks the URL's host.
+:class:`BlockedDestination` leaves both clients unwrapped. Non-canonical IPv4
+hosts are invalid URLs on both paths; through a proxy, :class:`ProxiedDestinations`
+applies the same policy.
 
 The module stays whole past the usual length: the policy, the hooks of both
-clients and the proxied check must refuse exactly the same addresses, and one
-page is where a reviewer can check that they do.
+clients and the proxied check must refuse exactly the same addresses.
+
+Design: docs/explanation/design/ssrf.md
 """
 
 from __future__ import annotations

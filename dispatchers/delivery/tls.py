@@ -1,22 +1,12 @@
 """The TLS context of each endpoint with TLS material of its own, built once.
 
-An endpoint may carry a CA bundle and a client certificate with its private key
-(:mod:`outbox._endpoint_tls`); a claim returns them with every message of the
-endpoint. Building a context (parsing certificates, opening the sealed key with
-AES-GCM, loading the chain) costs a few milliseconds, so :class:`TlsContexts`
-keeps each endpoint's context with the stored values it was built from: a
-claimed message of a known endpoint whose material did not change is handed the
-same ``ssl.SSLContext``, and a changed bundle, certificate or key (a resealed
-key too: its nonce makes every sealed value new) builds a new one, which
-replaces the old.
+:class:`TlsContexts` keeps each endpoint's ``ssl.SSLContext`` with the stored
+values it was built from, and builds a new one when they change. Every endpoint
+gets a context of its own (clients pool connections by context). A CA bundle
+replaces the system's roots for that endpoint; verification and host name checks
+stay on.
 
-A CA bundle replaces the system's roots for that endpoint, not adds to them: an
-endpoint whose certificate is issued by a private CA is then trusted for that
-CA alone, and no public CA can issue a certificate its deliveries accept
-(concatenate a public bundle to it to trust both). Verification and host name
-checks stay on. Each endpoint gets a context of its own, even when its material
-is the same as another's: both HTTP clients pool connections by context, so an
-endpoint's connections, client certificate and all, serve it alone.
+Design: docs/explanation/design/endpoint-tls.md
 """
 
 from __future__ import annotations

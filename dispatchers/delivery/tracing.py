@@ -1,21 +1,11 @@
 """One OpenTelemetry span per delivery attempt, when ``opentelemetry-api`` is installed.
 
-Each attempt gets a span of kind CLIENT named for its HTTP method, with the
-attributes of the HTTP client semantic conventions (``http.request.method``,
-``server.address``, ``server.port``, ``http.response.status_code``,
-``error.type``) and the outbox's own (``outbox.message.id``, ``outbox.attempt``,
-``outbox.outcome``). Its parent is the context stored with the message at
-enqueue (:mod:`outbox._tracing`), so the business request, the enqueue and every
-attempt share one trace; a message written outside any span gets a root span.
-The span's own context goes out as ``traceparent`` (and ``tracestate``), so the
-receiver continues the trace.
+Each attempt gets a CLIENT span whose parent is the context stored at enqueue, and
+its context goes out as ``traceparent``. The span is never made current, and
+database statements get none. Without ``opentelemetry-api``, :data:`NO_SPANS`
+stands in and nothing is imported.
 
-The span is not made current: the dispatcher runs no application code inside
-it. The dispatcher's database statements get no spans (they serve whole
-batches, not one message, and would only add noise to every message's trace).
-Spans go to the tracer provider given, else the global one: with only the API
-installed, or no SDK configured, they are not recorded and nothing is exported.
-Without ``opentelemetry-api``, :data:`NO_SPANS` stands in and nothing is imported.
+Design: docs/explanation/design/tracing.md
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The alerts a dispatcher raises itself.
 
-Most alerts are raised by the database, in the transaction that makes the
-change they report (a message dead, an endpoint disabled, a breaker opened or
-closed: triggers of migration ``0028_alerts.sql``). Two need a dispatcher to
-notice them, and are raised through functions of that migration, which publish
-them as the schema's owner and decide, under a lock or by a key, that one
-occurrence alerts once however many dispatchers notice it:
+Most alerts are raised by database triggers; the two that need a dispatcher to
+notice them go through functions of migration ``0028_alerts.sql``, which alert
+once per occurrence however many dispatchers notice it: :class:`LagWatch` (the
+oldest due message's wait, with ``--lag-alert``) and :class:`KeyAlerts` (a secret
+sealed under a key this dispatcher lacks, once per key and hour).
 
-- :class:`LagWatch`: with ``--lag-alert``, each backlog read (every
-  ``backlog_interval``, by :class:`~dispatchers.runtime.maintenance.BacklogGauge`)
-  reports how long the oldest message due has waited; the database raises
-  ``outbox.lag.exceeded`` as it crosses the threshold and ``outbox.lag.recovered``
-  once it is back to half of it.
-- :class:`KeyAlerts`: a claimed message whose secret is sealed under a key this
-  dispatcher lacks raises ``outbox.secrets.unknown_key``, once per key and hour.
+Design: docs/explanation/design/alerts.md
 """
 
 from __future__ import annotations

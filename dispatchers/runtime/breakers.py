@@ -1,23 +1,12 @@
 """The dispatcher's side of destination health: circuit breakers and holds.
 
-:class:`Breakers` notes the outcome of each attempt in a
-:class:`~dispatchers.delivery.health.HealthBook` and writes the transitions the book (or a
-probe's outcome) calls for to the destination's shared ``destination_health`` row,
-which every dispatcher's claim reads (see its migration, ``*_destination_health.sql``, and the
-``health_*`` fragments of ``dispatchers/store/sql/claim.sql``):
+:class:`Breakers` notes each attempt's outcome in a
+:class:`~dispatchers.delivery.health.HealthBook` and writes the transitions it
+calls for (a Retry-After hold, a breaker opened, probed, closed or reopened) to the
+shared ``destination_health`` row that every claim reads. A transition is written
+once, by the dispatcher that saw it; a failed write is reported, not retried.
 
-- a 429 or 503 with ``Retry-After`` holds the destination that long (at most the
-  retry policy's ``max_retry_after``; unless ``retry_after_holds`` is off); the
-  message that got the answer is retried as before, after the later of its
-  backoff and the ``Retry-After``;
-- failing most of its recent attempts opens the destination's breaker for
-  ``breaker_backoff``; then one claim takes one probe, whose success closes the
-  breaker and whose failure opens it again for twice as long (up to
-  ``breaker_backoff_max``).
-
-A transition is written once, by the dispatcher that saw it; a write that fails
-is reported and not retried: the next failure opens the breaker again, and a
-probe whose outcome was not written is taken again once its lease has passed.
+Design: docs/explanation/design/destination-health.md
 """
 
 from __future__ import annotations

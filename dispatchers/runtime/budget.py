@@ -1,29 +1,12 @@
 """The process's request slots, shared fairly by the claim loops of its databases.
 
-A dispatcher process has ``concurrency`` HTTP requests in flight at most. Serving
-one database, its claim loop owns them all. Serving several (``outbox dispatch``
-with more than one ``--database-url``), one claim loop per database takes its
-slots from one :class:`Budget`, through its :class:`Share`:
+Each :class:`Share` of a :class:`Budget` has a size (``concurrency`` divided among
+the databases), may borrow idle slots but never another share's unused reserve,
+and stops borrowing once a share below its size wants slots. Slots are taken
+before a claim and the unused returned when it answers, so two loops never get
+the same slot. Nothing here waits or does I/O.
 
-- each share has a **size**, ``concurrency`` divided by the number of databases
-  (the remainder to the first ones): what it gets whenever it has the work for it;
-- a share may **borrow** the slots that the others leave idle, so one busy database
-  alone uses the whole process;
-- but never each other share's **reserve** (a quarter of its size, at least one
-  slot) while that share leaves it unused: a database whose messages arrive while
-  another drains a backlog starts sending at once, without waiting for a borrowed
-  slot to come back;
-- and once a share **wants** slots (its claim loop waits for room) while below its
-  size, a share at or past its own size takes no more: the slots the borrower's
-  requests give back go to the one below its size, so both end at their sizes
-  within one request's duration. A backlog never holds another database's
-  messages back for longer than that.
-
-Slots are taken before a claim, for as many messages as it asks for, and what it
-did not bring back is returned when it answers: two loops claiming at once can
-never be given the same slot. Nothing here waits or does I/O; the claim loop asks
-:meth:`Share.free`, and each share's ``notify`` is called when slots come back
-while it wants some.
+Design: docs/explanation/design/budget.md
 """
 
 from __future__ import annotations

@@ -1,30 +1,12 @@
 """When to claim next: the claim cadence of one dispatcher, without I/O.
 
-A claim costs PostgreSQL about the same whether it takes one message or twenty,
-so at a steady load the dispatcher should claim a few messages at a time, and
-when nothing arrives it should not claim at all. Three ways of waiting:
+Three modes: **backlog** (claim again at once), **busy** (claim once per
+``window``, wake lock released) and **idle** (wait for a notification, at most
+one claim per ``window``, poll every ``poll_interval``). A dispatcher not on duty
+polls. A claim held back by a rate limit says when to claim again
+(``rate_wait``). The mode follows a decaying arrival rate, with hysteresis.
 
-- **backlog**: the last claim took all it asked for; claim again at once.
-- **busy**: messages keep arriving faster than one per ``window``; claim on a
-  timer, once per ``window`` (so each claim takes what arrived meanwhile), and no
-  notification is needed: the wake lock is released, so producers send none
-  (see :mod:`dispatchers.runtime.waker`). Claims that find nothing stretch the timer
-  (``window`` doubled per empty claim, up to ``poll_interval``).
-- **idle**: messages are rare; wait for a notification (the dispatcher holds the
-  wake lock, so every producer notifies), but claim at most once per ``window``,
-  so a burst of notifications becomes one claim; poll every ``poll_interval``
-  anyway (retries falling due are announced by nobody).
-
-A dispatcher that is not on duty (another one is; see :mod:`dispatchers.runtime.waker`)
-polls every ``poll_interval``, so one notification never wakes every dispatcher.
-
-Whatever the mode, a claim that a destination's rate limit held back says when
-that destination's next rate slot frees (``rate_wait``), and the dispatcher
-claims again then, at the latest: nobody announces a freed slot.
-
-The arrival rate is estimated from what the claims take (an exponentially
-decaying count over ``horizon`` seconds); the dispatcher wants to be busy above
-one message per ``window`` and idle below half that, so the mode does not flap.
+Design: docs/explanation/design/cadence.md
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """Dispatcher settings: one value object, validated as a whole at start-up.
 
-A setting is defined once, here: its default, and for the settings that
-``outbox dispatch`` offers, the option's help and shape (:func:`option`, in the
-field's metadata), from which :mod:`dispatchers.cli.dispatch` builds the option
-and its "(default: ...)".
-
-Every number has a bound (:data:`MAX_SECONDS`, :data:`~outbox.defaults.MAX_SPAN`,
-:data:`MAX_COUNT`), checked here and by the command line's argument types alike,
-so that no setting can make a time the dispatcher derives from it (``now()`` plus
-a lease, minus a retention) overflow PostgreSQL's timestamps or Python's datetimes.
+A setting is defined once, here, with its default and its option
+(:func:`option`); every number has a bound (:data:`MAX_SECONDS`,
+:data:`~outbox.defaults.MAX_SPAN`, :data:`MAX_COUNT`) so that no derived time
+overflows PostgreSQL's timestamps or Python's datetimes.
 
 The module stays whole past the usual length: it is the one place where every
-setting is defined, with its option and bounds, and a setting defined elsewhere
-would be defined twice.
+setting is defined, and a setting defined elsewhere would be defined twice.
+
+Design: docs/explanation/design/config.md
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The databases one dispatcher process serves, and the file that lists them.
 
-``outbox dispatch`` serves each ``--database-url`` given (in the ``--schema``
-given) and each entry of a ``--databases`` file, a TOML document with one
-``[[database]]`` table per database::
+Each ``--database-url`` and each ``[[database]]`` entry of a ``--databases`` TOML
+file (``url``, ``schema``, ``label``) is checked before anything connects; an
+error names the entry and the field, never quoting a URL. A database's label
+names it everywhere, holds no secret, and is unique.
 
-    [[database]]
-    url = "postgresql://dispatcher@eu.db.internal/app"   # required
-    schema = "outbox"                                     # default: --schema
-    label = "eu"                  # default: host:port/dbname, and /schema if not the default
-
-Several schemas of one database are several entries with the same URL. Every
-entry is checked before anything connects: a :class:`~outbox.errors.ConfigurationError`
-names the entry (its number and label) and the field at fault, and never quotes a
-URL, which may hold a password (a ``.pgpass`` file keeps it out of the file).
-
-A database's **label** names it in every log line, metrics label and error of the
-process; it is made from the URL without the user or password, so it holds no
-secret, and two entries may not share one.
+Design: docs/explanation/design/databases.md
 """
 
 from __future__ import annotations

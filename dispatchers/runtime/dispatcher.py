@@ -1,36 +1,16 @@
 """The dispatcher: claim, deliver, record, shut down.
 
-One process runs up to ``concurrency`` deliveries at once on one asyncio loop.
-The **claim loop** here claims up to the free capacity in one statement
-(committed before any HTTP work), once three quarters of it is free, and starts a
-delivery task per message; capacity is ``concurrency`` requests in flight, and
-at most as many again whose outcome awaits its write (so claiming overlaps the
-writing of outcomes). A message stays held, its lease renewed, until its outcome
-is written. The request slots are those of its share of the process's
-(:mod:`dispatchers.runtime.budget`): all of ``concurrency``, unless the process
-serves several databases (:mod:`dispatchers.runtime.fleet`). The dispatcher
-composes the rest:
-
-- the **flusher** (:mod:`dispatchers.runtime.flusher`) writes outcomes in fenced batches;
-- the **heartbeat**, the **rescuer**, the history's **partitions** and **retention**
-  (:mod:`dispatchers.runtime.maintenance`) renew leases, hand on expired ones, make
-  partitions ahead and drop old ones, and remove the rest of the old history;
-- the **breakers** (:mod:`dispatchers.runtime.breakers`) hold a destination that asked
-  for a pause (Retry-After) and open the circuit breaker of one that fails most
-  of its attempts, so that claims pass its messages over;
-- the **waker** (:mod:`dispatchers.runtime.waker`) turns notifications into claims, and
-  the claim cadence (:mod:`dispatchers.runtime.cadence`) says when to claim next;
-- :mod:`dispatchers.runtime.reporting` counts and logs what happens.
-
-Transient database errors pause claiming and are retried; outcomes are kept until
-written (writing them twice is harmless: the fence makes it a no-op). A permanent
-error that persists for a lease, or a drain that makes no progress for
-``drain_timeout``, stops the dispatcher through the same graceful shutdown, and
-:meth:`Dispatcher.run` then raises it (see :mod:`dispatchers.runtime.watchdog`).
+The claim loop claims up to the free capacity in one statement, committed before
+any HTTP work; a message stays held, its lease renewed, until its outcome is
+written (twice is harmless: the fence makes it a no-op). It composes the flusher,
+the maintenance services, the breakers, the waker and the cadence. Transient
+database errors are retried; a persisting permanent error or a stalled drain
+stops it through the graceful shutdown, and :meth:`Dispatcher.run` raises it.
 
 The module stays whole past the usual length: claiming, capacity and shutdown are
-one state machine, and splitting it would scatter the transitions a reader must
-check together.
+one state machine, whose transitions a reader must check together.
+
+Design: docs/explanation/design/dispatcher.md
 """
 
 from __future__ import annotations

@@ -1,33 +1,12 @@
 """One process serving several databases: a dispatcher per database, side by side.
 
-``outbox dispatch`` given more than one database (``--database-url`` repeated, or
-a ``--databases`` file, see :mod:`dispatchers.runtime.databases`) runs a
-:class:`Fleet`: on one event loop, one :class:`~dispatchers.runtime.dispatcher.Dispatcher`
-per database, each with everything of its own (pool, claim loop, outcome writer,
-heartbeat, rescuer, retention, waker), its log lines and metrics labelled with the
-database's label. What they share:
+Each :class:`~dispatchers.runtime.dispatcher.Dispatcher` has everything of its own;
+they share the process's ``concurrency`` (through a budget), one metrics port and
+the signals. A failed database's dispatcher is restarted after a pause while the
+others go on; :meth:`Fleet.run` raises only when every database has failed and
+none has claimed since.
 
-- the process's ``concurrency``: each claim loop takes its request slots through
-  its :class:`~dispatchers.runtime.budget.Share` of one budget, so a database with
-  a backlog uses what the others leave idle, and gives it back to them within a
-  request's duration once they have messages (see :mod:`dispatchers.runtime.budget`);
-- one ``--metrics-port``: ``/metrics`` with a ``database`` label on every sample,
-  ``outbox_database_up`` per database, and ``/healthz`` answering 200 while any
-  database answers, its body one line per database (``ok``, ``unreachable``,
-  ``failed`` or ``starting``, then the label);
-- SIGTERM and SIGINT, which stop every database's dispatcher at once, each with
-  its grace period.
-
-A database that goes away is that database's trouble only: its dispatcher retries
-its transient errors, as a lone one does, and resumes when the database answers.
-A dispatcher that fails (a permanent error for a lease, see
-:mod:`dispatchers.runtime.watchdog`) has released what it held; the fleet starts a
-new one for that database after a pause (the lease, doubling to ten leases), and
-goes on serving the others meanwhile. The process gives up, and :meth:`Fleet.run`
-raises :class:`~dispatchers.errors.DispatcherFailed`, only when every database has
-failed and none has claimed since: then nothing is being served, and a supervisor
-that restarts the process is told so. A drain ends when every database is
-drained, and fails if any database's drain failed.
+Design: docs/explanation/design/fleet.md
 """
 
 from __future__ import annotations

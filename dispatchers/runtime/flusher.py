@@ -1,18 +1,11 @@
 """Outcome batching: a buffer that writes on size or on time, and the write.
 
-A dispatcher records its outcomes through one :class:`Flusher`: each finished
-delivery adds its outcome, and the flusher writes them together, in one
-statement per batch, as soon as ``size`` are waiting or ``interval`` after the
-first one came, whichever is first. Fewer, larger statements cost the database
-less than one per message, and the wait is bounded by the interval. The write it
-calls is :meth:`OutcomeWriter.write`: fenced by owner and attempt, retried while
-the database errors are transient.
+A :class:`Flusher` writes outcomes in one statement per batch once ``size`` wait
+or ``interval`` after the first, through :meth:`OutcomeWriter.write` (fenced by
+owner and attempt). Items are keyed by message id: a newer one replaces the one
+waiting, and an item leaves the buffer only after a write that returned.
 
-Items are keyed (by message id): a newer item for a key replaces the one
-waiting, and an item is removed once written only if it was not replaced while
-its batch was being written. What the write callback does not manage to write
-stays held and is written with the next batch: an item leaves the buffer only
-after a write that returned.
+Design: docs/explanation/design/flusher.md
 """
 
 from __future__ import annotations

@@ -1,32 +1,12 @@
 """The duties a dispatcher runs beside its claims, as small services.
 
-- :class:`Heartbeat` renews every lease the process holds, in one statement per
-  ``lease / 3``; a lease missing from the answer is lost, and its delivery is
-  abandoned.
-- :class:`Rescuer` returns expired leases (of dispatchers that died or froze) to
-  ``ready``, or to ``dead`` when their attempts are spent.
-- :class:`Partitions` makes the partitions of the history (delivered, attempts)
-  ahead of time and drops those whose whole range is past the retention period,
-  the idempotency keys of their rows first, in bounded batches.
-- :class:`Retention` removes, in bounded batches, what is not dropped a partition
-  at a time: the history of before the partitioning (the legacy partition) and
-  of the default partition past the retention period, and old event records.
-- :class:`BacklogGauge` reads the ready messages due per destination into the
-  ``/metrics`` gauges, and with ``--lag-alert`` hands the read to a
-  :class:`~dispatchers.runtime.alerts.LagWatch` (it runs only for either).
+:class:`Heartbeat`, :class:`Rescuer`, :class:`Partitions`, :class:`Retention` and
+:class:`BacklogGauge`. Each takes its settings as arguments, does one round in
+``run_once()`` (which tests call and which raises what the database raised) and
+repeats it every ``interval`` in ``run()``; after a failed round it retries after
+the shared backoff, never later than the interval.
 
-The listener that wakes the claim loop is :class:`dispatchers.runtime.waker.Waker`: it
-keeps a session connection rather than running rounds, so it is no service here.
-
-Each service takes its settings as arguments (the dispatcher passes them from its
-:class:`~dispatchers.runtime.config.DispatcherConfig`), does one round in ``run_once()``,
-which tests call directly and which raises what the database raised, and repeats
-it every ``interval`` in ``run()``; a round tells the reporter each time the
-database answered it (the dispatcher's watchdog counts errors per operation).
-After a failed round, ``run()`` reports the
-error and tries again after the shared :class:`~dispatchers.runtime.backoff.Backoff`,
-never later than the interval: a renewal that met a dropped connection is sent
-again within moments rather than a third of a lease later.
+Design: docs/explanation/design/maintenance.md
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Prometheus metrics and a health endpoint for one dispatcher process.
 
-``outbox dispatch --metrics-port N`` serves, on 127.0.0.1 unless told otherwise:
+``outbox dispatch --metrics-port N`` serves ``/metrics``, ``/healthz`` (a readiness
+probe: 503 while the database does not answer) and ``/livez`` (a liveness probe:
+200 while the event loop runs), on 127.0.0.1 unless told otherwise. A process
+serving several databases serves one port (:class:`Labelled`), every sample
+labelled with its ``database``.
 
-- ``/metrics``: deliveries by outcome (``delivered``, ``retry``, ``failed``,
-  ``gone``, ``released``, ``blocked``: held unsent, its destination refused by
-  the SSRF guard), attempt latency, commit-to-delivery latency,
-  in-flight deliveries, claims and their batch sizes, outcome batch sizes, lease
-  losses, database errors by operation, destination health transitions
-  (``opened``, ``probing``, ``closed``, ``reopened`` breakers; ``held``
-  destinations, see :mod:`dispatchers.delivery.health`), and the backlog
-  (``outbox_messages_ready`` and ``outbox_oldest_ready_seconds`` per destination,
-  the busiest ones by name and the rest as ``(other)``: read from the database
-  every backlog interval by :class:`dispatchers.runtime.maintenance.Backlog`);
-- ``/healthz``: 200 while the database answers: 503 from the first operation
-  that found it unreachable (a lost connection, none to be had, no answer in
-  time) until the next answer, and once nothing has answered for a lease period
-  (a readiness probe: the process is alive but cannot work);
-- ``/livez``: 200 while the event loop runs (a liveness probe: restarting a
-  dispatcher does not bring a database back).
-
-A process serving several databases serves one port for all of them
-(:class:`Labelled`): every sample of each database's instruments carries its
-``database`` label (so the label's values are the databases configured, no
-more), ``outbox_database_up`` says which answer, and ``/healthz`` lists each
-database's state, one per line (see :mod:`dispatchers.runtime.fleet`).
+Design: docs/explanation/design/metrics.md
 """
 
 from __future__ import annotations

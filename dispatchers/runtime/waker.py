@@ -1,33 +1,13 @@
 """Wake-ups: which dispatcher claims promptly, and when producers notify it.
 
-Each dispatcher keeps one session connection (never pooled) for two advisory
-locks and ``LISTEN``:
+One session connection per dispatcher holds two advisory locks and ``LISTEN``: the
+**duty lock** (its holder listens and claims at once; the others poll and queue
+for it) and the **wake lock** (held while the dispatcher on duty is idle; an
+enqueue notifies only when it cannot take it shared). No message is missed: a
+producer holds the lock shared until its commit is visible. Lock keys are the
+schema's.
 
-- **the duty lock** (session-level, exclusive): the dispatcher holding it is
-  *on duty*: it listens, and it claims within a few milliseconds of new work.
-  The others poll every ``poll_interval`` (and keep claiming while their claims
-  come back full), so one notification wakes one dispatcher, not all of them.
-  The others also queue for the lock (a lock wait bounded by ``poll_interval``,
-  then again), so when the dispatcher on duty stops, dies (its session ends) or
-  hands duty off because all its capacity is taken, the next one is on duty at
-  once: the dispatcher that claims promptly is always one with room for more.
-- **the wake lock** (session-level, exclusive), held by the dispatcher on duty
-  while it is *idle*, waiting for a notification. Every enqueue tries to take it
-  shared for its own transaction (``pg_try_advisory_xact_lock_shared``) and calls
-  ``pg_notify`` only when that fails, that is only when a dispatcher waits: a busy
-  dispatcher claims on a timer instead, and producers then pay nothing for
-  notifications (``NOTIFY`` serialises every notifying commit in the database).
-
-Why no message is missed: a producer that took the lock shared holds it until
-its commit is visible, so the dispatcher's try for the wake lock fails until
-then, and once it succeeds, the claim it sends next sees every message whose
-producer did not notify. A producer that fails to take the lock notifies at
-commit, and the dispatcher holding it claims when the notification arrives.
-A notification that comes when nobody needs it costs one early claim.
-
-The statements and the socket are the session's (:mod:`dispatchers.store.session`),
-which also names the lock keys: the schema's, so dispatchers of different schemas
-never meet.
+Design: docs/explanation/design/waker.md
 """
 
 from __future__ import annotations

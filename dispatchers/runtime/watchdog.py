@@ -1,22 +1,12 @@
 """When a dispatcher stops instead of trying again.
 
-A dispatcher retries transient database errors for as long as they last (see
-:mod:`dispatchers.store.sqlstates`). Two things end it instead, so that a supervisor,
-systemd or Kubernetes sees it fail rather than a process that loops quietly:
+A permanent error that persists for ``patience`` seconds in one operation (each
+counts its own), or a drain without progress for ``stall`` seconds, ends the
+dispatcher: :class:`Watchdog` hands the error to ``on_failure`` and the
+dispatcher stops through its usual shutdown and raises it. It reads a clock and
+decides; it never waits.
 
-- a **permanent error that persists**: one operation (claim, renew, complete,
-  rescue, retention, drain check) has met permanent errors, and no answer, for
-  ``patience`` seconds (a lease): the role lost a grant, a table went missing.
-  Each operation keeps its own count, so claims that still answer do not hide
-  outcome writes that keep failing. A transient error in between neither starts
-  nor ends the count.
-- a **drain without progress** for ``stall`` seconds: nothing claimed, recorded
-  or rescued, and the work left in the outbox unchanged.
-
-The :class:`Watchdog` is told what happens (by :class:`~dispatchers.runtime.reporting.Reporter`
-and the claim loop) and hands the error that ends the dispatcher to
-``on_failure``; the dispatcher then stops, releases what it holds through its usual
-shutdown, and raises it. It reads a clock and decides; it never waits.
+Design: docs/explanation/design/watchdog.md
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """THE NAIVE BASELINE: a one-row-at-a-time dispatcher, kept only for comparison.
 
-``outbox bench --baseline naive`` runs this on the same database and receiver as
-the real dispatcher, interleaved with it, so the table shows what batching buys.
-It is the design most outbox and job-queue ports start from, written with the
-same libraries (psycopg 3 async with a pool, httpx):
+``outbox bench --baseline naive`` runs it interleaved with the real dispatcher,
+so the table shows what batching buys: 32 workers, each claiming ONE message,
+POSTing it and recording ONE outcome matched by id alone. Never use it to
+deliver anything: it has no fencing, heartbeat, rescue, retry policy or SSRF
+guard. Its statements are the ``naive_*`` ones in ``queries.sql``.
 
-- ``workers`` asyncio tasks (32), each in a loop: claim ONE due message
-  (``FOR UPDATE SKIP LOCKED LIMIT 1``, its own transaction), POST it with one
-  ``httpx.AsyncClient`` shared by every worker, then record ONE outcome
-  (matching the message id alone);
-- a worker stops when a claim finds nothing, so it drains a backlog and ends.
-
-Never use it to deliver anything: its completion matches only the id, so a
-worker whose lease was taken over can overwrite a newer attempt, and it has no
-heartbeat, no rescue, no retry policy and no SSRF guard. Its statements are the
-``naive_*`` ones in ``queries.sql``.
+Design: docs/explanation/design/bench-baselines.md
 """
 
 from __future__ import annotations

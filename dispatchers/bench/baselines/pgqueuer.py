@@ -1,47 +1,14 @@
 """THE PGQUEUER BASELINE: pgqueuer, a PostgreSQL job queue, beside the dispatcher.
 
-``outbox bench --baseline pgqueuer`` runs `pgqueuer <https://github.com/janbjorge/pgqueuer>`_
-on the same database and receiver as the dispatcher: its drains interleaved with
-ours (drain-noop, drain-http), and a latency run after ours at the same offered
-load. pgqueuer and asyncpg are imported here only, inside the functions that use
-them (the ``bench`` extra installs them), so the library and the dispatcher never
-depend on them.
-
-pgqueuer runs with the settings its own documentation gives for throughput
-(pgqueuer 1.6: ``docs/guides/performance-tuning.md``,
-``docs/comparisons/benchmarks.md``, ``tools/benchmark.py``):
-
-- **asyncpg, one connection per QueueManager** (``AsyncpgDriver``): the tuning guide
-  says to give a QueueManager a direct asyncpg connection, not a pool, and the
-  benchmark page measures asyncpg at about 1.7 times psycopg.
-- **Drains: 5 QueueManagers, batch size 10, drain mode, in one process**: the shape
-  of ``tools/benchmark.py --strategy drain`` (``--dequeue 5 --dequeue-batch-size
-  10``), which produced the published figures (14k jobs/s). Our dispatcher also
-  drains in one process.
-- **No concurrency limits** (``max_concurrent_tasks`` unset, ``concurrency_limit=0``):
-  as in the benchmark; the dequeue statement then has no gating CTEs.
-- **Default heartbeat (30 s, beats batched), no retry executor, failed jobs
-  deleted**: the benchmark's defaults; a retrying executor adds work per job.
-- **``durable`` tables** (the default): the queue is WAL-logged, as our messages
-  are. ``balanced`` and ``volatile`` are faster but lose jobs in a crash, which a
-  transactional outbox may not.
-- **``pgq autovac``** applied after install, as the tuning checklist asks.
-- **uvloop**, the event loop ``pgq run`` and ``tools/benchmark.py`` use (our
-  dispatcher runs on asyncio's own loop here).
-- **Latency: one QueueManager** (what ``pgq run`` starts per process), batch 10,
-  woken by the NOTIFY its trigger sends on every change to the queue table. The
-  entrypoint POSTs each job with one shared ``aiohttp.ClientSession``.
-- **No dedupe key**: the benchmark uses none (pgqueuer's key deduplicates only
-  while a job waits, ours for the retention period); the job's key rides in its
-  headers and is sent as ``Idempotency-Key``.
-
-pgqueuer installs into a named schema with its own NOTIFY channel
-(``DBSettings.db_schema``, ``channel``), so every run installs it into a fresh
-schema and drops that schema (tables, enum, function, trigger) afterwards.
+``outbox bench --baseline pgqueuer`` runs pgqueuer on the same database and
+receiver, with the settings its own documentation gives for throughput, installed
+into a fresh schema that is dropped afterwards.
 
 The module stays whole past the usual length: it is the one place that imports
 pgqueuer and asyncpg (an import-linter contract holds every other module to
 that), and its drain and latency runs share the installation and the consumer.
+
+Design: docs/explanation/design/bench-baselines.md
 """
 
 from __future__ import annotations
