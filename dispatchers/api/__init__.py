@@ -11,12 +11,12 @@ The parts:
   :mod:`~dispatchers.api.setting_routes` and :mod:`~dispatchers.api.tenant_routes`,
   which read endpoints as a token may see them through
   :mod:`~dispatchers.api.endpoint_views`;
-- :mod:`~dispatchers.api.models`, :mod:`~dispatchers.api.answers`: the pydantic
+- :mod:`~dispatchers.api.requests`, :mod:`~dispatchers.api.responses`: the pydantic
   models the handlers validate requests with, and those they answer;
 - :mod:`~dispatchers.api.openapi`: the OpenAPI 3.1 document, built from those
   models and the route table (pure);
-- :mod:`~dispatchers.api.store`: its statements (``queries.sql``), the tokens
-  and the audit log;
+- :mod:`~dispatchers.api.store`: where its work runs, its tokens and audit
+  log (every read through :mod:`dispatchers.store.web`);
 - :mod:`~dispatchers.api.tokens`, :mod:`~dispatchers.api.cursors`,
   :mod:`~dispatchers.api.fingerprints`, :mod:`~dispatchers.api.problems`:
   bearer tokens, page cursors, audit fingerprints and problem details (pure

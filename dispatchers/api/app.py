@@ -2,21 +2,15 @@
 authenticated and validated before its handler runs, every refusal answered as
 problem details.
 
-:func:`build_api` makes the application that the dashboard mounts under
-:data:`~dispatchers.api.calls.PREFIX` (and serves alone with ``outbox ui
---api-only``); :func:`problems` is the middleware that answers, as problem
-details, whatever goes wrong under that prefix, the router's 404 and 405
-included, and so must be installed on the application that mounts it.
-
-A request is handled in this order: its bearer token (401 without one that is
-valid, 403 for a scope or a tenant that may not use the route), its path,
-query and body (400 naming the field, a parameter that PostgreSQL cannot take
-included; 415 for a body that is not JSON, 413 past
-:data:`~dispatchers.api.calls.MAX_BODY`), then the handler. The token is
-checked first, so a request without one learns nothing but that it needs one.
-While the database cannot be reached, a request that needs it is answered 503
-at once (within the store's wait for a connection), and served again as soon
-as the database answers.
+:func:`build_api` makes the application the dashboard mounts under
+:data:`~dispatchers.api.calls.PREFIX` (served alone by ``outbox ui --api-only``);
+:func:`problems`, the middleware that answers whatever goes wrong under that
+prefix (the router's 404 and 405 included), is installed on the application that
+mounts it. A request is handled in this order: its bearer token (401 without a
+valid one, 403 for a scope or tenant that may not use the route), its path,
+query and body (400 naming the field; 415 for a body that is not JSON, 413 past
+:data:`~dispatchers.api.calls.MAX_BODY`), then the handler. While the database
+cannot be reached, a request that needs it is answered 503 at once.
 """
 
 from __future__ import annotations

@@ -20,7 +20,24 @@ from datetime import timedelta
 from typing import Any
 
 from dispatchers.api import cursors
-from dispatchers.api.answers import (
+from dispatchers.api.calls import Call, Route, changes_of, library_errors
+from dispatchers.api.endpoint_views import (
+    filtered_tenant,
+    locked,
+    refuse_plain_secret,
+    shown,
+    view,
+)
+from dispatchers.api.problems import Problem, invalid
+from dispatchers.api.requests import (
+    EndpointCreate,
+    EndpointDisable,
+    EndpointQuery,
+    EndpointUpdate,
+    IdPath,
+    SecretRotate,
+)
+from dispatchers.api.responses import (
     EndpointCreated,
     EndpointDeleted,
     EndpointDisabled,
@@ -30,24 +47,9 @@ from dispatchers.api.answers import (
     SecretRotated,
     TestSent,
 )
-from dispatchers.api.calls import Call, Route, changes_of, library_errors
-from dispatchers.api.endpoint_views import (
-    EndpointView,
-    filtered_tenant,
-    locked,
-    refuse_plain_secret,
-    view,
-)
-from dispatchers.api.models import (
-    EndpointCreate,
-    EndpointDisable,
-    EndpointQuery,
-    EndpointUpdate,
-    IdPath,
-    SecretRotate,
-)
-from dispatchers.api.problems import Problem, invalid
-from dispatchers.api.store import Conn, audit, rows
+from dispatchers.api.store import Conn, audit
+from dispatchers.store.web import endpoints
+from dispatchers.store.web.endpoints import Endpoint
 
 TAG = "endpoints"
 
@@ -78,23 +80,24 @@ async def list_endpoints(call: Call) -> EndpointPage:
     query = call.query(EndpointQuery)
     after = await _cursor(call, query.cursor, "endpoints")
 
-    def work(conn: Conn) -> list[EndpointView]:
+    def work(conn: Conn) -> list[Endpoint]:
         tenant_id = filtered_tenant(conn, call, query.tenant, "query.tenant")
         if tenant_id is False:
             return []
-        params = {
-            "after": after,
-            "tenant_id": tenant_id,
-            "enabled": query.enabled,
-            "limit": query.limit + 1,
-        }
-        return rows(conn, call.schema, "api_endpoint_page", params, EndpointView)
+        return endpoints.page(
+            conn,
+            call.schema,
+            tenant_id=tenant_id,
+            after=after,
+            enabled=query.enabled,
+            limit=query.limit + 1,
+        )
 
     found = await call.read(work)
     page = found[: query.limit]
     more = len(found) > query.limit
     return EndpointPage(
-        items=[row.shown(call.api.keyring) for row in page],
+        items=[shown(row, call.api.keyring) for row in page],
         next_cursor=(
             cursors.encode("endpoints", page[-1].id, key=await call.cursor_key()) if more else None
         ),

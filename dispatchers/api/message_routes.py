@@ -5,17 +5,29 @@ without an endpoint (a plain enqueue), or whose endpoint was deleted, is the
 operator's. Searching is by key, event type, endpoint, tenant, state and
 creation time, newest first. Retrying and purging dead letters, and replaying,
 go through :mod:`outbox.admin`; a tenant's selection of dead letters is first
-narrowed to its own (at most :data:`~dispatchers.api.models.MAX_IDS` a call),
+narrowed to its own (at most :data:`~dispatchers.api.requests.MAX_IDS` a call),
 and the ids it names that are not its own are answered as missing.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from dispatchers.api import cursors
-from dispatchers.api.answers import (
+from dispatchers.api.calls import Call, Route, library_errors, not_found
+from dispatchers.api.endpoint_views import filtered_tenant, locked
+from dispatchers.api.problems import invalid
+from dispatchers.api.requests import (
+    MAX_IDS,
+    DeadQuery,
+    DeadRetry,
+    DeadSelection,
+    IdPath,
+    MessageQuery,
+    MessageReplay,
+    ReplayRequest,
+)
+from dispatchers.api.responses import (
     AttemptOut,
     DeadOut,
     DeadPage,
@@ -27,21 +39,9 @@ from dispatchers.api.answers import (
     MessageSummary,
     ReplayResult,
 )
-from dispatchers.api.calls import Call, Route, library_errors, not_found
-from dispatchers.api.endpoint_views import filtered_tenant, locked
-from dispatchers.api.models import (
-    MAX_IDS,
-    DeadQuery,
-    DeadRetry,
-    DeadSelection,
-    IdPath,
-    MessageQuery,
-    MessageReplay,
-    ReplayRequest,
-)
-from dispatchers.api.problems import invalid
-from dispatchers.api.store import Conn, audit, rows
-from outbox.internal import MAX_ID, scalar
+from dispatchers.api.store import Conn, audit
+from dispatchers.store.web import messages
+from outbox.internal import MAX_ID
 
 _AFTER_LAST = MAX_ID
 """The ``before`` of a first page, newest first: above every id."""
@@ -61,40 +61,26 @@ def _visible(conn: Conn, call: Call, message_id: int) -> None:
     every message; whether it exists is the caller's to find)."""
     if call.tenant_id is None:
         return
-    params = {"id": message_id, "tenant_id": call.tenant_id}
-    if not rows(conn, call.schema, "api_message_visible", params, scalar)[0]:
+    if not messages.visible(conn, call.schema, message_id, tenant_id=call.tenant_id):
         raise not_found("message", message_id)
-
-
-class _Found(NamedTuple):
-    """A row of ``api_messages``."""
-
-    id: int
-    idempotency_key: str
-    url: str | None
-    endpoint_id: int | None
-    event_type: str | None
-    state: str
-    attempts: int
-    last_status: int | None
-    created_at: datetime
 
 
 async def list_messages(call: Call) -> MessagePage:
     query = call.query(MessageQuery)
     before = await _before(call, query.cursor, "messages")
 
-    def work(conn: Conn) -> list[_Found]:
+    def work(conn: Conn) -> list[messages.MessageSummary]:
         tenant_id = filtered_tenant(conn, call, query.tenant, "query.tenant")
         if tenant_id is False:
             return []
-        params = {
+        return messages.search(
+            conn,
+            call.schema,
+            tenant_id=tenant_id,
             **query.model_dump(exclude={"cursor", "limit", "tenant"}),
-            "tenant_id": tenant_id,
-            "before": before,
-            "limit": query.limit + 1,
-        }
-        return rows(conn, call.schema, "api_messages", params, _Found)
+            before=before,
+            limit=query.limit + 1,
+        )
 
     found = await call.read(work)
     page = found[: query.limit]
@@ -158,20 +144,21 @@ async def list_dead(call: Call) -> DeadPage:
     query = call.query(DeadQuery)
     before = await _before(call, query.cursor, "dead")
 
-    def work(conn: Conn) -> list[DeadOut]:
+    def work(conn: Conn) -> list[messages.Dead]:
         tenant_id = filtered_tenant(conn, call, query.tenant, "query.tenant")
         if tenant_id is False:
             return []
-        params = {
+        return messages.dead_page(
+            conn,
+            call.schema,
+            tenant_id=tenant_id,
             **query.model_dump(exclude={"cursor", "limit", "tenant"}),
-            "tenant_id": tenant_id,
-            "before": before,
-            "limit": query.limit + 1,
-        }
-        return rows(conn, call.schema, "api_dead_page", params, DeadOut)
+            before=before,
+            limit=query.limit + 1,
+        )
 
     found = await call.read(work)
-    page = found[: query.limit]
+    page = [DeadOut(**row._asdict()) for row in found[: query.limit]]
     return DeadPage(
         items=page,
         next_cursor=(
@@ -197,15 +184,16 @@ def _tenants_dead(conn: Conn, call: Call, selection: DeadSelection) -> tuple[lis
     :data:`MAX_IDS`), and the ids it named that are not among them."""
     if selection.endpoint_id is not None:
         locked(conn, call, selection.endpoint_id)
-    params = {
-        "ids": selection.ids,
-        "endpoint_id": selection.endpoint_id,
-        "event_type": selection.event_type,
-        "since": selection.since,
-        "tenant_id": call.tenant_id,
-        "limit": MAX_IDS,
-    }
-    ids = [int(i) for i in rows(conn, call.schema, "api_dead_ids", params, scalar)]
+    ids = messages.dead_ids(
+        conn,
+        call.schema,
+        tenant_id=call.tenant_id,
+        ids=selection.ids,
+        endpoint_id=selection.endpoint_id,
+        event_type=selection.event_type,
+        since=selection.since,
+        limit=MAX_IDS,
+    )
     missing = sorted(set(selection.ids or ()) - set(ids))
     return ids, missing
 

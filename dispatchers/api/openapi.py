@@ -16,11 +16,11 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from dispatchers.api.answers import ProblemOut
 from dispatchers.api.bases import Input
 from dispatchers.api.calls import PREFIX, Route
 from dispatchers.api.cursors import DEFAULT_LIMIT, MAX_LIMIT
 from dispatchers.api.problems import MEDIA_TYPE
+from dispatchers.api.responses import ProblemOut
 
 VERSION = "1.0.0"
 

@@ -1,6 +1,6 @@
 """What the management API answers, as pydantic models: each route's answer
 is one of them, dumped as JSON, and the OpenAPI document describes it by the
-same model's schema (see :mod:`~dispatchers.api.models` for what it accepts).
+same model's schema (see :mod:`~dispatchers.api.requests` for what it accepts).
 Signing secrets appear only in the answers of the routes that make one
 (:class:`EndpointCreated`, :class:`SecretRotated`); elsewhere, by fingerprint.
 """

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatchers.api.answers import RetentionRuleDeleted, RetentionRuleList, RetentionRuleOut
 from dispatchers.api.calls import Call, Route, library_errors, not_found
-from dispatchers.api.models import RetentionRuleQuery, RetentionRuleSet
+from dispatchers.api.requests import RetentionRuleQuery, RetentionRuleSet
+from dispatchers.api.responses import RetentionRuleDeleted, RetentionRuleList, RetentionRuleOut
 from dispatchers.api.store import Conn, audit
 from outbox.retention_rules import RetentionRule, RetentionRules
 

@@ -6,7 +6,16 @@ snapshot and the audit log; and the route every token may use to see itself.
 from __future__ import annotations
 
 from dispatchers.api import cursors
-from dispatchers.api.answers import (
+from dispatchers.api.calls import Call, Route, library_errors, not_found
+from dispatchers.api.problems import invalid
+from dispatchers.api.requests import (
+    DestinationQuery,
+    DestinationSet,
+    EventTypePath,
+    EventTypeSet,
+    PageQuery,
+)
+from dispatchers.api.responses import (
     AuditOut,
     AuditPage,
     DestinationDeleted,
@@ -18,16 +27,8 @@ from dispatchers.api.answers import (
     StatusOut,
     TokenOut,
 )
-from dispatchers.api.calls import Call, Route, library_errors, not_found
-from dispatchers.api.models import (
-    DestinationQuery,
-    DestinationSet,
-    EventTypePath,
-    EventTypeSet,
-    PageQuery,
-)
-from dispatchers.api.problems import invalid
-from dispatchers.api.store import Conn, audit, rows
+from dispatchers.api.store import Conn, audit
+from dispatchers.store.web import tokens
 from outbox.destinations import Destinations
 from outbox.event_types import EventTypes
 from outbox.internal import MAX_ID
@@ -54,11 +55,10 @@ async def list_audit(call: Call) -> AuditPage:
             before = cursors.decode("audit", query.cursor, key=await call.cursor_key())
         except cursors.BadCursor as exc:
             raise invalid("query.cursor", str(exc)) from None
-    params = {"before": before, "limit": query.limit + 1}
     found = await call.read(
-        lambda conn: rows(conn, call.schema, "api_audit_page", params, AuditOut)
+        lambda conn: tokens.audit_page(conn, call.schema, before=before, limit=query.limit + 1)
     )
-    page = found[: query.limit]
+    page = [AuditOut(**entry._asdict()) for entry in found[: query.limit]]
     more = len(found) > query.limit
     return AuditPage(
         items=page,

@@ -12,22 +12,22 @@ from datetime import timedelta
 from typing import Any
 
 from dispatchers.api import cursors
-from dispatchers.api.answers import (
-    PortalLinkOut,
-    PortalLinksRevoked,
-    TenantDeleted,
-    TenantOut,
-    TenantPage,
-)
 from dispatchers.api.calls import Call, Route, changes_of, library_errors, not_found
-from dispatchers.api.models import (
+from dispatchers.api.problems import invalid
+from dispatchers.api.requests import (
     PageQuery,
     PortalLinkCreate,
     TenantCreate,
     TenantPath,
     TenantUpdate,
 )
-from dispatchers.api.problems import invalid
+from dispatchers.api.responses import (
+    PortalLinkOut,
+    PortalLinksRevoked,
+    TenantDeleted,
+    TenantOut,
+    TenantPage,
+)
 from dispatchers.api.store import Conn, audit
 from outbox.portal import create_link, revoke_tenant
 from outbox.tenants import Tenant, Tenants

@@ -13,10 +13,10 @@ on every form. The parts:
 - :mod:`~dispatchers.portal.guard`: CSRF fields, frame-ancestors sources (pure);
 - :mod:`~dispatchers.portal.views`: the home page and the deliveries;
 - :mod:`~dispatchers.portal.endpoint_views`: the endpoints and their changes;
-- :mod:`~dispatchers.portal.pages`: what the pages share, and rendering;
-- :mod:`~dispatchers.portal.store`: the statements, each scoped to the tenant.
+- :mod:`~dispatchers.portal.pages`: what the pages share, and rendering.
 
-The portal uses the dashboard's connections, keys, bounds and field checks
-(``dispatchers.ui``); the dashboard knows nothing of it but the sub-application
-the command mounts.
+It reads through :mod:`dispatchers.store.web` scoped to the link's tenant: the
+functions, and the fields, a tenant's API token reads. The portal uses the
+dashboard's connections, keys, bounds and field checks (``dispatchers.ui``);
+the dashboard knows nothing of it but the sub-application the command mounts.
 """

@@ -2,17 +2,14 @@
 ``/portal/`` (:data:`outbox.portal.PATH_PREFIX`).
 
 Every route starts with the link's token, ``/portal/<token>/...``. Before any
-handler runs, :func:`_guard` looks the token up (as its digest) and answers
-404, "this link has expired or was revoked", when it opens no link; a form
-posted without the link's CSRF field is refused (403) and changes nothing.
-The dashboard's own guard leaves these requests to this one (no session, no
-sign-in: the token is the credential) after its check of the ``Host`` header.
-
-Every response keeps the dashboard's headers (:func:`dispatchers.ui.app._headers`
-runs first), with the Content-Security-Policy's frame-ancestors set from
-``--portal-frame-ancestors``, X-Frame-Options to match, and ``Referrer-Policy:
-no-referrer``, so that the token in a page's address is never sent to another
-site. With ``--read-only``, the action routes are not added.
+handler runs, :func:`_guard` looks the token up (as its digest) and answers 404
+("this link has expired or was revoked") when it opens no link; a form posted
+without the link's CSRF field is refused (403) and changes nothing. The token is
+the credential: no session, no sign-in, after the dashboard's ``Host`` check.
+Every response keeps the dashboard's headers, with the Content-Security-Policy's
+frame-ancestors from ``--portal-frame-ancestors``, X-Frame-Options to match and
+``Referrer-Policy: no-referrer`` (the token in an address is never sent to
+another site). With ``--read-only``, the action routes are not added.
 """
 
 from __future__ import annotations

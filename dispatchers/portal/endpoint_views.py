@@ -3,19 +3,15 @@ makes to the tenant's endpoints (add one, edit its URL, description and event
 types, enable or disable it, reveal or rotate its signing secret, send it a
 test event, delete it).
 
-Every change goes through :class:`outbox.endpoints.Endpoints`, which checks
-each field and names the one it refuses (the form is shown again with that
-field marked, nothing written), after a statement scoped to the tenant has
-found the endpoint to be the tenant's: one of another tenant is "no such
-endpoint", as a missing one is. A new endpoint is the tenant's
-(``Endpoints.add(..., tenant=...)``), with the tenant's rate limit and retry
-schedule. The policies an operator sets (caps, rate limits, retry schedules,
-payload filters, TLS, credentials) are not offered here.
-
-A signing secret is shown only on the page that answers a POST (adding the
-endpoint, revealing, rotating), never in an address, and logged by its
-fingerprint only. Where secrets are sealed and this server holds no key, a
-new secret is refused (it would be stored in plain text), saying so.
+An endpoint is read as a tenant's API token reads it
+(:mod:`dispatchers.store.web.endpoints`, scoped to the tenant): one of another
+tenant is "no such endpoint", as a missing one is. Every change goes through
+:class:`outbox.endpoints.Endpoints`, which checks each field and names the one
+it refuses, once the endpoint is found to be the tenant's; a new one is the
+tenant's, with its rate limit and retry schedule. The operator's policies
+(caps, rate limits, schedules, filters, TLS, credentials) are not offered here.
+A signing secret is shown only on the page that answers a POST, logged by its
+fingerprint only; where secrets are sealed and no key is held, none is made.
 """
 
 from __future__ import annotations
@@ -26,10 +22,12 @@ from typing import Any
 
 from aiohttp import web
 
-from dispatchers.portal import store
-from dispatchers.portal.pages import error, link_of, log_action, portal_of, render
+from dispatchers.portal.pages import LISTED, error, link_of, log_action, portal_of, render
+from dispatchers.store.web import endpoints as web_endpoints
+from dispatchers.store.web import messages as web_messages
+from dispatchers.store.web.endpoints import Listed, shown_secrets
+from dispatchers.store.web.messages import MessageSummary
 from dispatchers.ui.dashboard import read_form
-from dispatchers.ui.endpoint_pages import shown_secrets
 from dispatchers.ui.fields import BadInput, read_choice, read_text, route_id
 from outbox.admin import send_test_event
 from outbox.endpoints import DEFAULT_ROTATION_OVERLAP, Endpoint
@@ -54,11 +52,19 @@ ROTATE, DELETE = "rotate", "delete"
 DISABLED_HERE = "disabled from the portal"
 
 
+def _listed(conn: Any, schema: str, tenant_id: int, endpoint_id: int) -> Listed | None:
+    """The tenant's endpoint with its backlog, or None (missing, or another's)."""
+    found = web_endpoints.get(conn, schema, endpoint_id, tenant_id=tenant_id)
+    if found is None:
+        return None
+    return web_endpoints.listed(conn, schema, [found], tenant_id=tenant_id)[0]
+
+
 def _base(request: web.Request) -> str:
     return f"{PATH_PREFIX}{request.match_info['token']}/"
 
 
-def _values(endpoint: Endpoint | store.TenantEndpoint | None) -> dict[str, str]:
+def _values(endpoint: Endpoint | Listed | None) -> dict[str, str]:
     if endpoint is None:
         return dict.fromkeys(FIELDS, "")
     return {
@@ -118,7 +124,7 @@ async def endpoint_add(request: web.Request) -> web.StreamResponse:
     box, secret = dashboard.endpoints(), generate_secret()
 
     def add(conn: Any) -> Endpoint | None:
-        if dashboard.keyring is None and store.sealed_secrets(conn, dashboard.store.schema):
+        if dashboard.keyring is None and web_endpoints.secrets_sealed(conn, dashboard.store.schema):
             return None
         return box.add(conn, secret=secret, tenant=link.tenant, **changes)
 
@@ -143,11 +149,14 @@ async def endpoint(request: web.Request) -> web.StreamResponse:
     except BadInput as exc:
         return error(request, 400, str(exc))
 
-    def read(conn: Any) -> tuple[store.TenantEndpoint | None, list[store.Delivery]]:
-        found = store.endpoint(conn, schema, link.tenant_id, endpoint_id)
+    def read(conn: Any) -> tuple[Listed | None, list[MessageSummary]]:
+        found = _listed(conn, schema, link.tenant_id, endpoint_id)
         if found is None:
             return None, []
-        return found, store.deliveries(conn, schema, link.tenant_id, endpoint_id=endpoint_id)
+        latest = web_messages.deliveries(
+            conn, schema, tenant_id=link.tenant_id, endpoint_id=endpoint_id, limit=LISTED
+        )
+        return found, latest
 
     found, latest = await dashboard.store.read(read)
     if found is None:
@@ -173,7 +182,8 @@ async def _owned(request: web.Request, work: Any, *, read: bool = False) -> Any:
     endpoint_id = route_id(request)
 
     def run(conn: Any) -> Any:
-        if not store.owns_endpoint(conn, dashboard.store.schema, link.tenant_id, endpoint_id):
+        schema = dashboard.store.schema
+        if web_endpoints.get(conn, schema, endpoint_id, tenant_id=link.tenant_id) is None:
             return None
         return work(conn, endpoint_id)
 
@@ -262,7 +272,7 @@ async def _confirm(request: web.Request, template: str, confirm: str) -> web.Str
         return error(request, 400, str(exc))
     schema = dashboard.store.schema
     found = await dashboard.store.read(
-        lambda conn: store.endpoint(conn, schema, link.tenant_id, endpoint_id)
+        lambda conn: _listed(conn, schema, link.tenant_id, endpoint_id)
     )
     if found is None:
         return error(request, 404, NO_ENDPOINT)
@@ -284,7 +294,7 @@ async def rotate(request: web.Request) -> web.StreamResponse:
     box, secret = dashboard.endpoints(), generate_secret()
 
     def act(conn: Any, i: int) -> Endpoint | bool:
-        if dashboard.keyring is None and store.sealed_secrets(conn, dashboard.store.schema):
+        if dashboard.keyring is None and web_endpoints.secrets_sealed(conn, dashboard.store.schema):
             return False
         return box.rotate_secret(conn, i, secret=secret)
 

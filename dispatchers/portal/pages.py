@@ -35,6 +35,9 @@ LINK = web.RequestKey("portal_link", LinkHolder)
 """The link the request's token opens, set by the guard."""
 TOKEN = web.RequestKey("portal_token", str)
 
+LISTED = 100
+"""The most endpoints, and messages, one page lists."""
+
 EXPIRED = "This link has expired or was revoked. Ask for a new one where you found it."
 
 UNREACHABLE = (

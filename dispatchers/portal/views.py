@@ -1,8 +1,8 @@
 """The portal's pages of deliveries: the home page (the tenant's endpoints and
 latest deliveries), the deliveries, one message with its attempts, and its
-replay. Each page reads in one read-only transaction, through statements that
-take the tenant's key (:mod:`dispatchers.portal.store`): a message of another
-tenant is "no such message", as a missing one is."""
+replay. Each page reads in one read-only transaction, through the functions an
+API token of the tenant reads with (:mod:`dispatchers.store.web`, scoped to the
+tenant): a message of another tenant is "no such message", as a missing one is."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ from typing import Any
 
 from aiohttp import web
 
-from dispatchers.portal import store
-from dispatchers.portal.pages import error, link_of, log_action, portal_of, render
-from dispatchers.ui.endpoint_pages import shown_secrets
+from dispatchers.portal.pages import LISTED, error, link_of, log_action, portal_of, render
+from dispatchers.store.web import attempts as web_attempts
+from dispatchers.store.web import endpoints as web_endpoints
+from dispatchers.store.web import messages as web_messages
+from dispatchers.store.web.attempts import Attempt
+from dispatchers.store.web.endpoints import Listed, shown_secrets
+from dispatchers.store.web.messages import Message, MessageSummary
 from dispatchers.ui.fields import BadInput, read_id, route_id
 from outbox.admin import replay_message
 from outbox.errors import InvalidArgument
@@ -38,10 +42,12 @@ async def home(request: web.Request) -> web.StreamResponse:
     portal, link = portal_of(request), link_of(request)
     schema = portal.dashboard.store.schema
 
-    def read(conn: Any) -> tuple[list[store.TenantEndpoint], list[store.Delivery]]:
+    def read(conn: Any) -> tuple[list[Listed], list[MessageSummary]]:
+        page = web_endpoints.page(conn, schema, tenant_id=link.tenant_id, limit=LISTED)
+        latest = web_messages.deliveries(conn, schema, tenant_id=link.tenant_id, limit=LISTED)
         return (
-            store.endpoints(conn, schema, link.tenant_id),
-            store.deliveries(conn, schema, link.tenant_id)[:HOME_DELIVERIES],
+            web_endpoints.listed(conn, schema, page, tenant_id=link.tenant_id),
+            latest[:HOME_DELIVERIES],
         )
 
     endpoints, latest = await portal.dashboard.store.read(read)
@@ -52,7 +58,7 @@ async def home(request: web.Request) -> web.StreamResponse:
         endpoints=endpoints,
         secrets={e.id: shown_secrets(e.secrets, e.id, keyring) for e in endpoints},
         deliveries=latest,
-        listed=store.LISTED,
+        listed=LISTED,
         notice=_deleted_notice(request.query),
     )
 
@@ -77,10 +83,12 @@ async def deliveries(request: web.Request) -> web.StreamResponse:
     except BadInput as exc:
         return error(request, 400, str(exc))
     rows = await portal.dashboard.store.read(
-        lambda conn: store.deliveries(conn, schema, link.tenant_id, endpoint_id=endpoint_id)
+        lambda conn: web_messages.deliveries(
+            conn, schema, tenant_id=link.tenant_id, endpoint_id=endpoint_id, limit=LISTED
+        )
     )
     return render(
-        request, "deliveries.html", deliveries=rows, endpoint_id=endpoint_id, listed=store.LISTED
+        request, "deliveries.html", deliveries=rows, endpoint_id=endpoint_id, listed=LISTED
     )
 
 
@@ -94,11 +102,11 @@ async def message(request: web.Request) -> web.StreamResponse:
     except BadInput as exc:
         return error(request, 400, str(exc))
 
-    def read(conn: Any) -> tuple[store.TenantMessage | None, list[store.Attempt]]:
-        found = store.message(conn, schema, link.tenant_id, message_id)
+    def read(conn: Any) -> tuple[Message | None, list[Attempt]]:
+        found = web_messages.get(conn, schema, message_id, tenant_id=link.tenant_id)
         if found is None:
             return None, []
-        return found, store.attempts(conn, schema, link.tenant_id, message_id)
+        return found, web_attempts.of_message(conn, schema, message_id, tenant_id=link.tenant_id)
 
     found, attempts = await portal.dashboard.store.read(read)
     if found is None:
@@ -140,7 +148,7 @@ async def replay(request: web.Request) -> web.StreamResponse:
         return error(request, 400, str(exc))
 
     def act(conn: Any) -> bool | None:
-        if store.message(conn, schema, link.tenant_id, message_id) is None:
+        if web_messages.get(conn, schema, message_id, tenant_id=link.tenant_id) is None:
             return None
         return replay_message(conn, schema=schema, message_id=message_id)
 

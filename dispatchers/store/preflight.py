@@ -1,23 +1,16 @@
 """Start-up checks: can this dispatcher use its database at all?
 
-Before ``outbox dispatch`` claims anything, :func:`check_database` makes sure that
-it can connect (within ``db_connect_timeout``), that the schema is migrated to
-the version this code needs, that its role holds every privilege the
+Before ``outbox dispatch`` claims anything, :func:`check_database` makes sure
+that it can connect (within ``db_connect_timeout``), that the schema is migrated
+to the version this code needs, that its role holds every privilege the
 dispatcher's statements need, and that it holds every key that seals a signing
 secret in force, a client key or an endpoint's credentials
-(:class:`SecretKeysMissing` otherwise: it would have to hold those webhooks
-back). What is wrong is raised as one
-:class:`~dispatchers.errors.DatabaseUnusable` whose message says, on one line,
-what it is and what to do: a misconfigured service fails at once and visibly,
-instead of retrying what waiting will not heal.
-
-Every failure to connect is final here, whatever :mod:`dispatchers.store.sqlstates`
-says of it while running: a dispatcher that never reached its database holds
-nothing that waiting would protect, and its supervisor starts it again.
-
-The checks run in one transaction, bounded by the dispatcher's own statement
-timeouts (set locally, so a pooler in transaction mode is fine), and change
-nothing.
+(:class:`SecretKeysMissing` otherwise). What is wrong is raised as one
+:class:`~dispatchers.errors.DatabaseUnusable` whose one-line message says what
+it is and what to do. Every failure to connect is final here, whatever
+:mod:`dispatchers.store.sqlstates` says of it while running. The checks run in
+one transaction, bounded by the dispatcher's own statement timeouts (set
+locally, so a pooler in transaction mode is fine), and change nothing.
 """
 
 from __future__ import annotations

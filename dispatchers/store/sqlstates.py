@@ -1,26 +1,16 @@
 """Database errors as transient or permanent: one table, by SQLSTATE.
 
-A dispatcher tries a transient error again, with backoff, for as long as it
-lasts: the connection dropped, the server is restarting, a statement lost a race
-or ran past one of our own timeouts. A permanent error does not heal by waiting:
-the role is refused or lacks a privilege, the database, schema or a table is
-missing, a value is out of range. A dispatcher that keeps meeting one stops (see
-:mod:`dispatchers.runtime.watchdog`), so that its supervisor sees it fail.
-
-Errors are classified by their SQLSTATE, never by their message text: a
-:class:`Rule` names a class (two characters) or a code (five), and the longest
-rule that matches wins, so a code can be classed apart from its class. A SQLSTATE
-that no rule names is permanent: retrying what nobody expected would hide it.
-
-Errors without a SQLSTATE come from the client's side. psycopg raises
-``OperationalError`` without one when libpq cannot open or keep a connection
-(the server is unreachable, closed the connection, or refused it before
-answering with an error): while running, that is a connection lost, transient.
-At start-up, :mod:`dispatchers.store.preflight` treats every failure to connect as
-final instead: a dispatcher that never reached its database has nothing to wait
-for. A pool that had no connection to give within its timeout, an ``OSError``
-and a ``TimeoutError`` (our own bound on an answer) are transient too; any other
-exception is permanent.
+A transient error (the connection dropped, the server restarting, a lost race,
+one of our own timeouts) is tried again with backoff for as long as it lasts; a
+permanent one (a refused role, a missing privilege, schema or table, a value out
+of range) makes a dispatcher that keeps meeting it stop
+(:mod:`dispatchers.runtime.watchdog`). Errors are classified by SQLSTATE, never
+by message text: a :class:`Rule` names a class (two characters) or a code
+(five), the longest matching rule wins, and a SQLSTATE no rule names is
+permanent. Without a SQLSTATE: psycopg's ``OperationalError`` (libpq could not
+open or keep a connection) is a connection lost, transient while running (at
+start-up :mod:`dispatchers.store.preflight` takes it as final); a pool timeout,
+an ``OSError`` and a ``TimeoutError`` are transient; anything else is permanent.
 """
 
 from __future__ import annotations

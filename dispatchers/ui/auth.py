@@ -1,26 +1,17 @@
 """Who may use the dashboard: sessions, the login token, CSRF tokens, loopback.
 
-Pure logic, without aiohttp, so each rule is unit-tested on its own; the
-middleware in :mod:`dispatchers.ui.app` applies them to requests.
+Pure logic, without aiohttp; the middleware in :mod:`dispatchers.ui.app` applies it.
 
-- Without a token the dashboard serves only loopback: the command refuses any
-  other address, and a request naming another host in its ``Host`` header is
-  refused too (a page of another site whose name was rebound to 127.0.0.1 would
-  otherwise read the dashboard as its own origin). Every visitor is ``local``.
-- With a token, a visitor signs in once by giving it; the token is compared in
-  constant time and never stored in the cookie. The session cookie is a random
-  id signed with a key made at start-up (a restart signs everyone out), sent
-  HttpOnly and SameSite=Strict.
-- Every POST carries a CSRF token derived from the session id with the same
-  key, checked in constant time: a form of another origin can neither read it
-  nor, with SameSite=Strict, send the cookie it belongs to.
-- Sign-in attempts are counted per client address (:class:`SignInLimit`): a
-  few a minute, then the address is refused until the oldest ages out, so a
-  token cannot be guessed at the speed of HTTP. An attempt is counted when it
-  starts, before its token is read, so attempts sent together are counted
-  together: no more than the limit is ever judged, however many are in flight.
-- Every comparison is of bytes, so a value with any character (a cookie, a
-  form field) is refused, never an error.
+- Without a token the dashboard serves only loopback, and refuses a request
+  naming another host in its ``Host`` header (DNS rebinding); visitors are ``local``.
+- With a token, a visitor signs in once; the token is compared in constant time
+  and never stored in the cookie, a random session id signed with a key made at
+  start-up, sent HttpOnly and SameSite=Strict.
+- Every POST carries a CSRF token derived from the session id, checked in
+  constant time.
+- Sign-in attempts are counted per client address when they start
+  (:class:`SignInLimit`): a few a minute, then the address is refused.
+- Every comparison is of bytes: a value with any character is refused, never an error.
 """
 
 from __future__ import annotations

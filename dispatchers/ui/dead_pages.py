@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from dispatchers.store.web import endpoints as web_endpoints
 from dispatchers.ui.dashboard import (
     bad,
     dashboard_of,
@@ -90,7 +91,7 @@ async def dead(request: web.Request) -> web.StreamResponse:
         rows = dead_list(conn, schema=store.schema, limit=DEAD_LIMIT, **filters)
         ids = [m.endpoint_id for m in rows if m.endpoint_id is not None]
         unknown = store.unknown_tenant(conn, filters["tenant"]) if not rows else None
-        return rows, store.endpoint_tenants(conn, ids), unknown
+        return rows, web_endpoints.tenants_of(conn, store.schema, ids), unknown
 
     rows, tenants, unknown_tenant = await store.read(read)
     return render(

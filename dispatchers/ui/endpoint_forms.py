@@ -15,6 +15,8 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from dispatchers.store.web import endpoints as web_endpoints
+from dispatchers.store.web.endpoints import Listed
 from dispatchers.ui.dashboard import bad, dashboard_of, log_action, read_form, render
 from dispatchers.ui.fields import (
     BadInput,
@@ -210,7 +212,7 @@ async def endpoint_add(request: web.Request) -> web.StreamResponse:
     secret = generate_secret()
 
     def add(conn: Any) -> Endpoint | None:
-        if dashboard.keyring is None and store.sealed_secrets(conn):
+        if dashboard.keyring is None and web_endpoints.secrets_sealed(conn, store.schema):
             return None
         return box.add(conn, secret=secret, tenant=tenant, **changes)
 
@@ -247,9 +249,11 @@ async def endpoint_delete_confirm(request: web.Request) -> web.StreamResponse:
     except BadInput as exc:
         return bad(request, exc)
 
-    def read(conn: Any) -> Any:
-        page = store.endpoint_page(conn, after=endpoint_id - 1, attention=False, limit=1)
-        return page[0] if page and page[0].id == endpoint_id else None
+    def read(conn: Any) -> Listed | None:
+        found = web_endpoints.get(conn, store.schema, endpoint_id, tenant_id=None)
+        if found is None:
+            return None
+        return web_endpoints.listed(conn, store.schema, [found], tenant_id=None)[0]
 
     listed = await store.read(read)
     if listed is None:

@@ -17,12 +17,16 @@ endpoints, after an id), however many endpoints there are.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from datetime import timedelta
+from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
 
+from dispatchers.store.web import activity
+from dispatchers.store.web import attempts as web_attempts
+from dispatchers.store.web import endpoints as web_endpoints
+from dispatchers.store.web.endpoints import Listed, shown_secrets
 from dispatchers.ui.dashboard import bad, dashboard_of, log_action, read_form, render
 from dispatchers.ui.endpoint_forms import PLAIN_REFUSED, form_values
 from dispatchers.ui.fields import (
@@ -46,43 +50,12 @@ from dispatchers.ui.policy_text import (
 from outbox.admin import replay, send_test_event
 from outbox.endpoints import DEFAULT_ROTATION_OVERLAP, Endpoint
 from outbox.errors import InvalidArgument
-from outbox.internal import EndpointRow, json_value, queries_for, rows_plan, run_sync
+from outbox.internal import EndpointRow
 from outbox.retention_rules import RetentionRule, RetentionRules
-from outbox.sealing import Keyring, SealBroken, Sealed, SecretKeyMissing, open_secret
 from outbox.secrets import fingerprint, generate_secret
 
 DISABLED_HERE = "disabled from the dashboard"
 """The reason an endpoint disabled here is given when the operator gives none."""
-
-
-class ShownSecret(NamedTuple):
-    """A signing secret as a page shows it: its fingerprint, or why it cannot."""
-
-    fingerprint: str | None
-    key_id: str | None
-    expires_at: datetime | None
-    unavailable: str | None
-    """Why there is no fingerprint: sealed under a key not given, or broken."""
-
-
-def shown_secrets(stored: Any, endpoint_id: int, keyring: Keyring | None) -> list[ShownSecret]:
-    """The secrets of an endpoint as stored (jsonb ``[{"secret", "key_id",
-    "expires_at"}]``), each opened by ``keyring`` if it can be."""
-    shown = []
-    for s in json_value(stored):
-        key_id = s["key_id"]
-        expires = datetime.fromisoformat(s["expires_at"]) if s["expires_at"] else None
-        try:
-            text = open_secret(keyring, Sealed(s["secret"], key_id), endpoint_id=endpoint_id)
-        except SecretKeyMissing:
-            why = f"sealed under key {key_id}, which this dashboard was not given"
-            shown.append(ShownSecret(None, key_id, expires, why))
-        except SealBroken:
-            why = f"sealed under key {key_id}, but does not open: altered or copied"
-            shown.append(ShownSecret(None, key_id, expires, why))
-        else:
-            shown.append(ShownSecret(fingerprint(text), key_id, expires, None))
-    return shown
 
 
 ATTENTION = ("1",)
@@ -103,12 +76,12 @@ async def endpoints(request: web.Request) -> web.StreamResponse:
     except BadInput as exc:
         return bad(request, exc)
 
-    def read(conn: Any) -> tuple[Any, dict[int, Any], str | None]:
+    def read(conn: Any) -> tuple[list[Listed], dict[int, Any], str | None]:
         page = store.endpoint_page(
-            conn, after=after, attention=attention, limit=ENDPOINTS_PAGE + 1, tenant=tenant
+            conn, tenant=tenant, after=after, attention=attention, limit=ENDPOINTS_PAGE + 1
         )
         unknown = store.unknown_tenant(conn, tenant) if not page else None
-        return page, store.endpoints_hour(conn), unknown
+        return page, activity.endpoints_hour(conn, store.schema), unknown
 
     rows, hours, unknown_tenant = await store.read(read)
     more, rows = len(rows) > ENDPOINTS_PAGE, rows[:ENDPOINTS_PAGE]
@@ -168,13 +141,6 @@ async def endpoint_toggle(request: web.Request) -> web.StreamResponse:
     raise web.HTTPSeeOther(f"/endpoints?after={endpoint_id - 1}#endpoint-{endpoint_id}")
 
 
-def _endpoint_get(conn: Any, schema: str, endpoint_id: int) -> EndpointRow | None:
-    """The endpoint's row as stored, secrets unopened."""
-    query = queries_for(schema)["endpoint_get"]
-    rows = run_sync(conn, rows_plan(query, {"id": endpoint_id}, EndpointRow))
-    return rows[0] if rows else None
-
-
 async def endpoint(request: web.Request) -> web.StreamResponse:
     """One endpoint: its settings and health, and its last hour of attempts."""
     dashboard = dashboard_of(request)
@@ -185,14 +151,14 @@ async def endpoint(request: web.Request) -> web.StreamResponse:
         return bad(request, exc)
 
     def read(conn: Any) -> tuple[EndpointRow | None, Any, Any, Any, RetentionRule | None]:
-        row = _endpoint_get(conn, store.schema, endpoint_id)
+        row = web_endpoints.stored(conn, store.schema, endpoint_id)
         if row is None:
             return None, None, None, None, None
         return (
             row,
-            store.endpoint_hour(conn, endpoint_id),
-            store.endpoint_attempts(conn, endpoint_id),
-            store.destination_health(conn, f"endpoint:{endpoint_id}"),
+            activity.endpoint_hour(conn, store.schema, endpoint_id),
+            web_attempts.of_endpoint(conn, store.schema, endpoint_id, tenant_id=None),
+            activity.destination_health(conn, store.schema, f"endpoint:{endpoint_id}"),
             RetentionRules(schema=store.schema).get(conn, endpoint_id=endpoint_id),
         )
 
@@ -244,7 +210,7 @@ async def endpoint_rotate_confirm(request: web.Request) -> web.StreamResponse:
         endpoint_id = route_id(request)
     except BadInput as exc:
         return bad(request, exc)
-    row = await store.read(lambda conn: _endpoint_get(conn, store.schema, endpoint_id))
+    row = await store.read(lambda conn: web_endpoints.stored(conn, store.schema, endpoint_id))
     if row is None:
         return render(request, "error.html", status=404, message=f"No endpoint {endpoint_id}.")
     hours = DEFAULT_ROTATION_OVERLAP / timedelta(hours=1)
@@ -270,7 +236,7 @@ async def endpoint_rotate(request: web.Request) -> web.StreamResponse:
     secret = generate_secret()
 
     def rotate(conn: Any) -> Endpoint | None:
-        if dashboard.keyring is None and store.sealed_secrets(conn):
+        if dashboard.keyring is None and web_endpoints.secrets_sealed(conn, store.schema):
             return None
         return box.rotate_secret(conn, endpoint_id, secret=secret)
 

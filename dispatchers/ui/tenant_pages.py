@@ -17,11 +17,12 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from dispatchers.store.web import endpoints as web_endpoints
+from dispatchers.store.web.endpoints import Listed
 from dispatchers.ui.dashboard import bad, dashboard_of, render
 from dispatchers.ui.fields import BadInput, read_tenant
 from dispatchers.ui.limits import ENDPOINTS_PAGE, TENANTS_PAGE
 from dispatchers.ui.policy_text import format_schedule, rate_text
-from dispatchers.ui.store import ListedEndpoint
 from outbox.tenants import Tenant, Tenants
 
 SHOWN_METADATA = 300
@@ -80,14 +81,13 @@ async def tenant(request: web.Request) -> web.StreamResponse:
     if external_id is None:  # blank: the route gives no such id
         return not_found(request, given)
 
-    def read(conn: Any) -> tuple[Tenant | None, list[ListedEndpoint]]:
+    def read(conn: Any) -> tuple[Tenant | None, list[Listed]]:
         found = store.tenant(conn, external_id)
-        if found is None:
+        tenant_id = web_endpoints.tenant_id(conn, store.schema, external_id)
+        if found is None or tenant_id is None:
             return None, []
-        page = store.endpoint_page(
-            conn, after=0, attention=False, limit=ENDPOINTS_PAGE, tenant=external_id
-        )
-        return found, page
+        page = web_endpoints.page(conn, store.schema, tenant_id=tenant_id, limit=ENDPOINTS_PAGE)
+        return found, web_endpoints.listed(conn, store.schema, page, tenant_id=tenant_id)
 
     found, endpoints = await store.read(read)
     if found is None:

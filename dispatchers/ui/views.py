@@ -3,8 +3,8 @@
 A page reads in one read-only transaction (:meth:`DashboardStore.read`) through the
 library's operator functions where they answer (:func:`outbox.admin.status`,
 :func:`~outbox.admin.message_show`, the dead-letter functions), and through the
-dashboard's own statements (``dispatchers/ui/queries.sql``) where they do not. An
-action writes in one transaction, logs who did what to how many messages, and
+web surfaces' reads (:mod:`dispatchers.store.web`, as the operator) where they
+do not. An action writes in one transaction, logs who did what to how many messages, and
 redirects to a page (so reloading that page repeats nothing). Input from the
 query string or a form is checked first (:mod:`dispatchers.ui.fields`); a value
 that cannot be meant is a 400 page naming the field, before anything runs. The
@@ -24,6 +24,10 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from dispatchers.store.web import activity
+from dispatchers.store.web import endpoints as web_endpoints
+from dispatchers.store.web import messages as web_messages
+from dispatchers.store.web.messages import BODY_SCAN, MessageSummary
 from dispatchers.ui.auth import Guard
 from dispatchers.ui.charts import bars, per_hour, per_minute
 from dispatchers.ui.dashboard import (
@@ -44,7 +48,7 @@ from dispatchers.ui.fields import (
     route_id,
 )
 from dispatchers.ui.limits import TABLE_ROWS
-from dispatchers.ui.store import BODY_SCAN, SEARCH_LIMIT, DashboardStore, Found
+from dispatchers.ui.store import SEARCH_LIMIT, DashboardStore
 from outbox.admin import (
     MessageInfo,
     dead_retry,
@@ -114,9 +118,9 @@ async def overview(request: web.Request) -> web.StreamResponse:
         hours = store.hours(conn, until=hour)
         return (
             snapshot,
-            store.minutes(conn),
+            activity.minutes(conn, store.schema),
             hours,
-            store.owners(conn),
+            activity.owners(conn, store.schema),
             _attention(conn, store, snapshot, tenant),
         )
 
@@ -176,13 +180,13 @@ def _attention(
             e for e in snapshot["endpoints"] if not e["enabled"] or e["failure_streak"] or e["dead"]
         ]
         rows = every[:TABLE_ROWS]
-        tenants = store.endpoint_tenants(conn, [e["id"] for e in rows])
+        tenants = web_endpoints.tenants_of(conn, store.schema, [e["id"] for e in rows])
         return _Attention(rows, len(every), False, tenants, None)
-    page = store.endpoint_page(conn, after=0, attention=True, limit=TABLE_ROWS + 1, tenant=tenant)
-    rows = page[:TABLE_ROWS]
-    tenants = {e.id: e.tenant for e in rows if e.tenant is not None}
-    unknown = store.unknown_tenant(conn, tenant) if not rows else None
-    return _Attention(rows, None, len(page) > TABLE_ROWS, tenants, unknown)
+    page = store.endpoint_page(conn, tenant=tenant, attention=True, limit=TABLE_ROWS + 1)
+    shown = page[:TABLE_ROWS]
+    tenants = {e.id: e.tenant for e in shown if e.tenant is not None}
+    unknown = store.unknown_tenant(conn, tenant) if not shown else None
+    return _Attention(shown, None, len(page) > TABLE_ROWS, tenants, unknown)
 
 
 # -- messages ------------------------------------------------------------------
@@ -218,9 +222,16 @@ async def messages(request: web.Request) -> web.StreamResponse:
             return bad(request, BadInput("webhook_id: differs from the key or endpoint given"))
         key, endpoint_id = webhook_id, webhook_endpoint
 
-    def read(conn: Any) -> tuple[list[Found], str | None]:
-        found = store.search(
+    def read(conn: Any) -> tuple[list[MessageSummary], str | None]:
+        scope = store.tenant_filter(conn, tenant)
+        if scope is None:
+            return [], store.unknown_tenant(conn, tenant)
+        tenant_id, untenanted = scope
+        found = web_messages.search(
             conn,
+            store.schema,
+            tenant_id=tenant_id,
+            untenanted=untenanted,
             key=key,
             event_type=event_type,
             endpoint_id=endpoint_id,
@@ -228,7 +239,6 @@ async def messages(request: web.Request) -> web.StreamResponse:
             created_from=created_from,
             created_until=created_until,
             body=body,
-            tenant=tenant,
             before=before,
             after=after,
             limit=SEARCH_LIMIT + 1,  # one more: whether there is another page
@@ -282,7 +292,7 @@ async def _message_page(request: web.Request, *, revealed: bool) -> web.StreamRe
         message = message_show(conn, message_id, schema=store.schema)
         if message is None or message.endpoint_id is None:
             return message, None
-        tenants = store.endpoint_tenants(conn, [message.endpoint_id])
+        tenants = web_endpoints.tenants_of(conn, store.schema, [message.endpoint_id])
         return message, tenants.get(message.endpoint_id)
 
     message, tenant = await store.read(read)

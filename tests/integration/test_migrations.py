@@ -20,8 +20,7 @@ import pytest
 from psycopg import sql
 
 from dispatchers.embedded import EmbeddedPostgres
-from dispatchers.store.statements import store_queries
-from dispatchers.ui.store import ui_queries
+from dispatchers.store.statements import store_queries, web_queries
 from outbox import ConfigurationError, MigrationError, Outbox, migrate
 from outbox._message import url_origin
 from outbox._queries import lock_object_id, queries_for
@@ -804,6 +803,7 @@ _NO_BACKEND = re.compile(
 )
 
 
+@pytest.mark.slow
 def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None:
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
     build = subprocess.run(
@@ -843,12 +843,11 @@ def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None
     script = (
         "from outbox.migrations import load_migrations\n"
         "from outbox._queries import queries_for, sql_dir\n"
-        "from dispatchers.store.statements import SQL_DIR, store_queries\n"
-        "from dispatchers.ui.store import ui_queries\n"
+        "from dispatchers.store.statements import SQL_DIR, store_queries, web_queries\n"
         "print(sql_dir())\n"
         "print(SQL_DIR)\n"
         "print(len(load_migrations()), len(queries_for('outbox').names()),"
-        " len(store_queries('outbox').names()), len(ui_queries('outbox').names()))\n"
+        " len(store_queries('outbox').names()), len(web_queries('outbox').names()))\n"
     )
     installed = tmp_path / "installed"
     run = subprocess.run(
@@ -867,7 +866,7 @@ def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None
         load_migrations(),
         queries_for("outbox").names(),
         store_queries("outbox").names(),
-        ui_queries("outbox").names(),
+        web_queries("outbox").names(),
     )
     assert counts == " ".join(str(len(each)) for each in expected)
 
@@ -875,6 +874,7 @@ def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None
 # -- the embedded server -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_embedded_server_starts_and_is_shared_by_every_handle_on_its_path(tmp_path: Path) -> None:
     path = tmp_path / "pg"
     server = EmbeddedPostgres(path, delete=True)

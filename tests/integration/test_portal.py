@@ -409,7 +409,7 @@ async def test_a_portal_request_naming_another_host_is_refused(database_url: str
 def test_the_portals_statements_read_one_tenants_rows_through_indexes(database_url: str) -> None:
     # a tenant among many, and a long history of two thousand endpoints (deleted
     # ones too: the history keeps their rows)
-    from dispatchers.portal.store import portal_queries
+    from dispatchers.store.statements import web_queries
     from dispatchers.ui.store import READ_ONLY
 
     db = Db(database_url)
@@ -437,7 +437,7 @@ def test_the_portals_statements_read_one_tenants_rows_through_indexes(database_u
     def plan(name: str, **params: object) -> str:
         with db.tx() as conn:
             conn.execute(READ_ONLY)
-            text = portal_queries("outbox")[name].text
+            text = web_queries("outbox")[name].text
             rows = conn.execute("EXPLAIN " + text, params).fetchall()
         return "\n".join(str(r[0]) for r in rows)
 
@@ -446,12 +446,12 @@ def test_the_portals_statements_read_one_tenants_rows_through_indexes(database_u
     # (the history's indexes on each of its partitions; empty partitions made
     # ahead may be read whole, at no cost)
     for endpoint_id in (None, 3):
-        recent = plan("consumer_deliveries", tenant_id=3, endpoint_id=endpoint_id, limit=100)
+        recent = plan("web_deliveries", tenant_id=3, endpoint_id=endpoint_id, limit=100)
         assert reads_by(database_url, recent, "delivered_endpoint_idx"), recent
         assert whole_reads(database_url, recent, "delivered") == [], recent
-    message = plan("consumer_message", tenant_id=3, id=43)
+    message = plan("web_message", tenant_id=3, id=43)
     assert reads_by(database_url, message, "delivered_pkey"), message
     assert whole_reads(database_url, message, "delivered") == [], message
-    attempts = plan("consumer_attempts", tenant_id=3, id=43)
+    attempts = plan("web_message_attempts", tenant_id=3, id=43)
     assert reads_by(database_url, attempts, "attempts_pkey"), attempts
     assert whole_reads(database_url, attempts, "attempts") == [], attempts

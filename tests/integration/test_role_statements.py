@@ -18,8 +18,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from dispatchers.store.statements import store_queries
-from dispatchers.ui.store import ui_queries
+from dispatchers.store.statements import store_queries, web_queries
 from outbox._queries import Queries, Statement, queries_for
 from outbox.roles import SEQUENCES, holds
 from tests.conftest import PgServer
@@ -38,8 +37,11 @@ FILES: dict[str, tuple[str, ...]] = {
 }
 ALSO = {"dispatcher": ("migrations_applied",)}
 #: the runtime's catalogs each role's code runs whole: outbox dispatch, its
-#: preflight and its waker; the dashboard
-RUNTIME: dict[str, Callable[[str], Queries]] = {"dispatcher": store_queries, "operator": ui_queries}
+#: preflight and its waker; the web surfaces (the dashboard, the API, the portal)
+RUNTIME: dict[str, Callable[[str], Queries]] = {
+    "dispatcher": store_queries,
+    "operator": web_queries,
+}
 
 _EXPLAINED = re.compile(r"^\s*(SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 _NEXTVAL = re.compile(r"""nextval\('"?\w+"?\.(\w+)'\)""")

@@ -18,8 +18,10 @@ from markupsafe import escape
 
 from dispatchers.bench.env import bench_queries
 from dispatchers.cli import main
+from dispatchers.store.statements import web_queries
+from dispatchers.store.web.activity import Minute
 from dispatchers.ui.auth import token_id
-from dispatchers.ui.store import READ_ONLY, Minute, ui_queries
+from dispatchers.ui.store import READ_ONLY
 from outbox._endpoint_tls import pem_digest
 from outbox._queries import queries_for
 from outbox.destinations import Destinations
@@ -385,7 +387,7 @@ def _plan(
     # as a page runs it: in the dashboard's transaction, planned for its values
     with db.tx() as conn:
         conn.execute(READ_ONLY)
-        text = (queries_for("outbox") if library else ui_queries("outbox"))[name].text
+        text = (queries_for("outbox") if library else web_queries("outbox"))[name].text
         rows = conn.execute("EXPLAIN (ANALYZE) " + text, params).fetchall()
         plan = "\n".join(str(r[0]) for r in rows)
     assert "JIT:" not in plan, plan
@@ -464,20 +466,21 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
         " WHERE id %% 3 = 0 AND state = 'ready'"
     )
     db.query("ANALYZE")
-    assert reads_by(db.url, _plan(db, "ui_minutes"), "attempts_started_idx")
-    owners = _plan(db, "ui_dispatchers")
+    assert reads_by(db.url, _plan(db, "web_minutes"), "attempts_started_idx")
+    owners = _plan(db, "web_dispatchers")
     assert reads_by(db.url, owners, "attempts_started_idx") and "messages_lease_idx" in owners
-    assert "destination_health_pkey" in _plan(db, "ui_destination_health", destination="x")
+    assert "destination_health_pkey" in _plan(db, "web_destination_health", destination="x")
     search: dict[str, object] = dict.fromkeys(
         ("key", "event_type", "endpoint_id", "state", "created_from", "created_until", "body")
-    ) | {"before": None, "after": None, "scan": 100, "tenant": None}
-    newest = _plan(db, "ui_messages", **search, limit=100)
-    for name, cursor in (("ui_messages", "before"), ("ui_messages_newer", "after")):
+    ) | {"before": None, "after": None, "scan": 100, "tenant_id": None, "untenanted": False}
+    (customer_7,) = db.query("SELECT id FROM outbox.tenants WHERE external_id = 'customer-7'")[0]
+    newest = _plan(db, "web_messages", **search, limit=100)
+    for name, cursor in (("web_messages", "before"), ("web_messages_newer", "after")):
         paged = _plan(db, name, **(search | {cursor: 5000}), limit=100)
         assert "messages_pkey" in paged and reads_by(db.url, paged, "delivered_pkey"), name
-    bodies = _plan(db, "ui_messages", **(search | {"body": b"x", "scan": 5000}), limit=100)
+    bodies = _plan(db, "web_messages", **(search | {"body": b"x", "scan": 5000}), limit=100)
     assert "messages_pkey" in bodies and reads_by(db.url, bodies, "delivered_pkey")
-    by_key = _plan(db, "ui_messages", **(search | {"key": "order-42"}), limit=100)
+    by_key = _plan(db, "web_messages", **(search | {"key": "order-42"}), limit=100)
     assert reads_by(db.url, by_key, "delivered_key_idx")
     assert "messages_pkey" in newest and reads_by(
         db.url, newest, "delivered_pkey"
@@ -485,18 +488,18 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     long_ago = datetime(2020, 1, 1, tzinfo=UTC)
     window = {"created_from": long_ago, "created_until": long_ago + timedelta(days=1)}
     assert reads_by(
-        db.url, _plan(db, "ui_messages", **(search | window), limit=100), "delivered_created_idx"
+        db.url, _plan(db, "web_messages", **(search | window), limit=100), "delivered_created_idx"
     )
     # a tenant's messages: its endpoints by endpoints_tenant_idx, their messages by
     # the endpoint indexes of the queue and the history, never a whole table
-    tenants = _plan(db, "ui_messages", **(search | {"tenant": "customer-7"}), limit=100)
+    tenants = _plan(db, "web_messages", **(search | {"tenant_id": customer_7}), limit=100)
     assert "endpoints_tenant_idx" in tenants, tenants
     assert "messages_endpoint_idx" in tenants and reads_by(
         db.url, tenants, "delivered_endpoint_idx"
     ), tenants
-    for name, cursor in (("ui_messages", "before"), ("ui_messages_newer", "after")):
+    for name, cursor in (("web_messages", "before"), ("web_messages_newer", "after")):
         # a page further on: the cursor's range of each primary key may be cheaper
-        paged = _plan(db, name, **(search | {"tenant": "customer-7", cursor: 30_000}), limit=100)
+        paged = _plan(db, name, **(search | {"tenant_id": customer_7, cursor: 30_000}), limit=100)
         assert "endpoints_tenant_idx" in paged, paged
         assert re.search(r"(on|using) messages_(endpoint_idx|pkey)", paged), paged
         assert reads_by(db.url, paged, "delivered_endpoint_idx") or reads_by(
@@ -504,32 +507,46 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
         ), paged
         assert "Seq Scan on messages" not in paged, paged
     # no tenant's: newest first by id, as without the filter
-    untenanted = _plan(db, "ui_messages", **(search | {"tenant": "-"}), limit=100)
+    untenanted = _plan(db, "web_messages", **(search | {"untenanted": True}), limit=100)
     assert "messages_pkey" in untenanted and reads_by(db.url, untenanted, "delivered_pkey"), (
         untenanted
     )
-    for tenant in ("customer-7", "-"):
-        listed = _plan(
-            db, "ui_endpoint_page", after=0, attention=False, limit=101, types=10, tenant=tenant
-        )
+    page = {"after": 0, "attention": False, "enabled": None, "limit": 101}
+    for tenant, scope in (("customer-7", (customer_7, False)), ("-", (None, True))):
+        tenant_id, untenanted = scope
+        listed = _plan(db, "web_endpoint_page", **page, tenant_id=tenant_id, untenanted=untenanted)
         assert "Seq Scan on messages" not in listed, listed
         dead = {"endpoint_id": None, "event_type": None, "since": None, "tenant": tenant}
         plan = _plan(db, "dead_list", library=True, **dead, limit=100)
         assert "Seq Scan on messages" not in plan, plan
     pages = _plan(
-        db, "ui_endpoint_page", after=0, attention=True, limit=101, types=10, tenant="customer-7"
+        db,
+        "web_endpoint_page",
+        **(page | {"attention": True}),
+        tenant_id=customer_7,
+        untenanted=False,
     )
     assert "endpoints_tenant_idx" in pages, pages
+    # the operator's list of those needing attention, and a page's backlog: the
+    # dead messages of each endpoint of the page by the endpoint index of the queue
+    everyone = _plan(
+        db, "web_endpoint_page", **(page | {"attention": True}), tenant_id=None, untenanted=False
+    )
+    assert "endpoints_pkey" in everyone and "Seq Scan on messages" not in everyone, everyone
+    backlog_plan = _plan(db, "web_endpoint_backlog", ids=list(range(1, 101)), tenant_id=None)
+    assert "messages_endpoint_idx" in backlog_plan and "endpoints_pkey" in backlog_plan, (
+        backlog_plan
+    )
     dead = {"endpoint_id": None, "event_type": None, "since": None, "tenant": "customer-7"}
     assert "messages_endpoint_idx" in _plan(db, "dead_list", library=True, **dead, limit=100)
-    assert "endpoints_pkey" in _plan(db, "ui_endpoint_tenants", ids=list(range(1, 101)))
+    assert "endpoints_pkey" in _plan(db, "web_endpoint_tenants", ids=list(range(1, 101)))
     day = {"since": datetime.now(UTC) - timedelta(hours=23), "until": datetime.now(UTC)}
     # the last 23 hours, which may hold today's partition whole
-    hours = _plan(db, "ui_hours", read_whole=_within(db, day["since"], day["until"]), **day)
+    hours = _plan(db, "web_hours", read_whole=_within(db, day["since"], day["until"]), **day)
     assert reads_by(db.url, hours, "attempts_started_idx"), hours
-    assert reads_by(db.url, _plan(db, "ui_endpoints_hour"), "attempts_started_idx")
-    for name in ("ui_endpoint_hour", "ui_endpoint_attempts"):
-        plan = _plan(db, name, endpoint_id=1, limit=20)
+    assert reads_by(db.url, _plan(db, "web_endpoints_hour"), "attempts_started_idx")
+    for name in ("web_endpoint_hour", "web_endpoint_attempts"):
+        plan = _plan(db, name, endpoint_id=1, limit=20, tenant_id=None)
         assert reads_by(db.url, plan, "attempts_started_idx"), name
         # the history over the window only, never the endpoint's whole past
         history = re.findall(r"using (\w+) on delivered\w* d\w*.*\n(.*)", plan)

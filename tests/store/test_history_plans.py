@@ -6,8 +6,8 @@ windows asked for are an hour: a statement asked for a whole day may read that
 day's partition whole, which is then the cheapest way to all of its rows.
 
 The statements are the operator's (admin.sql: show, replay, purge, status, expunge),
-the dashboard's, the management API's, the consumer portal's and the dispatcher's
-own (retention, the keys of a partition, the rescue's check of an attempt, the
+the web surfaces' (the dashboard, the management API, the consumer portal) and the
+dispatcher's own (retention, the keys of a partition, the rescue's check of an attempt, the
 recorded attempts), each run under EXPLAIN ANALYZE with values it is given in use.
 """
 
@@ -20,10 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from dispatchers.api.store import api_queries
-from dispatchers.portal.store import portal_queries
-from dispatchers.store.statements import store_queries
-from dispatchers.ui.store import ui_queries
+from dispatchers.store.statements import store_queries, web_queries
 from outbox._queries import Statement, queries_for
 from tests.conftest import PgServer
 from tests.plans import explain, nodes
@@ -110,6 +107,9 @@ def values(url: str) -> dict[str, Any]:
         "limit": 50,
         "tenant": None,
         "tenant_id": None,
+        "untenanted": False,
+        "body": None,
+        "scan": 50,
         "event_type": None,
         "event_key": "evt-1",
         "key": None,
@@ -146,19 +146,24 @@ READERS: dict[str, tuple[Any, tuple[str, ...]]] = {
             "status_counts",
         ),
     ),
-    "dashboard": (
-        ui_queries,
+    # the web surfaces' (the dashboard, the management API, the portal)
+    "web": (
+        web_queries,
         (
-            "ui_endpoint_attempts",
-            "ui_endpoint_hour",
-            "ui_endpoints_hour",
-            "ui_hours",
-            "ui_minutes",
-            "ui_dispatchers",
+            "web_endpoint_attempts",
+            "web_endpoint_hour",
+            "web_endpoints_hour",
+            "web_hours",
+            "web_minutes",
+            "web_dispatchers",
+            "web_message_visible",
+            "web_messages",
+            "web_messages_newer",
+            "web_message",
+            "web_message_attempts",
+            "web_deliveries",
         ),
     ),
-    "api": (api_queries, ("api_message_visible", "api_messages")),
-    "portal": (portal_queries, ("consumer_attempts", "consumer_deliveries")),
     "dispatcher": (
         store_queries,
         ("retention", "recorded_attempts", "rescue"),

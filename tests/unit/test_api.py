@@ -15,9 +15,9 @@ from pydantic import ValidationError
 
 from dispatchers.api import cursors
 from dispatchers.api.fingerprints import fingerprint
-from dispatchers.api.models import DeadSelection, EndpointCreate, EndpointUpdate, ReplayRequest
 from dispatchers.api.openapi import document
 from dispatchers.api.problems import Problem, from_validation
+from dispatchers.api.requests import DeadSelection, EndpointCreate, EndpointUpdate, ReplayRequest
 from dispatchers.api.routes import ROUTES, served
 from dispatchers.api.tokens import bearer, is_token, new_token, shown_prefix, token_digest
 
@@ -149,6 +149,7 @@ def test_a_dead_selection_is_never_everything_by_default_and_a_replay_is_one_kin
     assert _problem(ReplayRequest, ancient).field == "body.since"
 
 
+@pytest.mark.slow
 def test_the_document_is_valid_openapi_and_describes_every_route_with_its_models() -> None:
     spec = document(ROUTES)
     validate(spec)

@@ -10,9 +10,7 @@ import pytest
 
 from dispatchers.bench.env import bench_queries
 from dispatchers.demo import demo_queries
-from dispatchers.portal.store import portal_queries
-from dispatchers.store.statements import SQL_DIR, store_queries
-from dispatchers.ui.store import ui_queries
+from dispatchers.store.statements import SQL_DIR, WEB_SQL_DIR, store_queries, web_queries
 from outbox._queries import catalog, collect, parse, queries_for, sql_dir
 from outbox.errors import OutboxError
 
@@ -143,10 +141,9 @@ def runtime_catalogs(schema: str) -> dict[str, set[str]]:
     """The statement names of each of the runtime's catalogs."""
     return {
         "store": set(store_queries(schema).names()),
-        "ui": set(ui_queries(schema).names()),
+        "web": set(web_queries(schema).names()),
         "bench": set(bench_queries(schema)),
         "demo": set(demo_queries(schema).names()),
-        "portal": set(portal_queries(schema).names()),
     }
 
 
@@ -163,12 +160,19 @@ def test_the_library_loads_none_of_the_runtimes_statements() -> None:
     assert len(everything) == len(set(everything))
 
 
-def _literals(package: str) -> set[str]:
-    """Every string constant of the Python code of ``dispatchers/<package>``."""
+WEB = Path("store", "web")
+"""The web surfaces' reads, under the store's package but not the dispatcher's code."""
+
+
+def _literals(package: str | Path, *, leaving: Path | None = None) -> set[str]:
+    """Every string constant of the Python code of ``dispatchers/<package>``
+    (but that of ``dispatchers/<leaving>``)."""
     root = SQL_DIR.parents[1] / package
+    left = None if leaving is None else SQL_DIR.parents[1] / leaving
     return {
         node.value
         for path in root.rglob("*.py")
+        if left is None or not path.is_relative_to(left)
         for node in ast.walk(ast.parse(path.read_text("utf-8")))
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     }
@@ -181,10 +185,28 @@ def test_the_stores_catalog_holds_every_statement_the_dispatcher_names() -> None
     # catalog, none loaded that nothing runs.
     store = store_queries("outbox")
     other = runtime_catalogs("outbox")
-    named = set().union(*(_literals(package) for package in DISPATCHER_CODE))
+    named = set().union(*(_literals(package, leaving=WEB) for package in DISPATCHER_CODE))
     statements = set(queries_for("outbox").names()).union(*other.values())
     # "statement_timeout": a setting the dispatcher names, and a bench statement
     found = (named & statements) - {"statement_timeout"}
     assert found - set(store.names()) == FROM_THE_LIBRARY
     assert set(store.names()) <= named
     assert {"claim", "claim_uncapped", "claim_lone", "complete", "renew", "rescue"} <= found
+
+
+def test_the_web_catalog_holds_one_file_per_resource_and_only_what_the_surfaces_read() -> None:
+    # the web surfaces' statements are a catalog of their own, beside the
+    # dispatcher's: every statement of it is named by dispatchers.store.web,
+    # and what dispatchers.store.web names of any catalog is in it (or is the
+    # library's endpoint_get, the operator's whole row of an endpoint)
+    web = web_queries("some_schema")
+    files = {path.stem for path in WEB_SQL_DIR.glob("*.sql")}
+    assert files == {"endpoints", "messages", "attempts", "activity", "tokens"}
+    assert set(web.files()) == files
+    assert '"some_schema".endpoints' in web["web_endpoint_page"].text
+    assert all(name.startswith("web_") for name in web.names())
+    named = _literals(WEB)
+    statements = set(queries_for("outbox").names()).union(*runtime_catalogs("outbox").values())
+    assert (named & statements) - set(web.names()) == {"endpoint_get"}
+    assert set(web.names()) <= named
+    assert web_queries("some_schema") is web

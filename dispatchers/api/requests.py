@@ -1,19 +1,15 @@
-"""What the management API accepts, as pydantic models, and the bases of what it
-answers (:mod:`~dispatchers.api.answers`).
+"""What the management API accepts: the pydantic models of each request's path,
+query and body (what it answers is :mod:`~dispatchers.api.responses`).
 
-The handlers validate every request's path, query and body with these models
-before anything runs, and :mod:`~dispatchers.api.openapi` builds the OpenAPI
-document from their JSON Schemas: one definition serves both, so the document
-cannot say what the handlers do not check. The bounds are the library's own
+The handlers validate every request with these models before anything runs,
+and :mod:`~dispatchers.api.openapi` builds the OpenAPI document from their JSON
+Schemas: one definition serves both, so the document cannot say what the
+handlers do not check. The bounds are the library's own
 (:mod:`outbox.internal`); what a model cannot express (a URL's host, a filter's
-grammar, a secret's encoding) the library checks next, and its refusal names
-the field as these do.
-
-Input models forbid fields they do not know. A field of an update that is
-absent keeps its value; one given as ``null`` clears it, where it may be
-cleared (the others' schemas do not admit ``null``).
-
-What a model accepts is what its schema allows, no more and no less
+grammar, a secret's encoding) the library checks next, naming the field as
+these do. Input models forbid fields they do not know. A field of an update
+that is absent keeps its value; one given as ``null`` clears it, where it may
+be cleared. What a model accepts is what its schema allows
 (:mod:`~dispatchers.api.bases`).
 """
 
