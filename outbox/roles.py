@@ -336,7 +336,7 @@ PRIVILEGES: Final[Mapping[str, Mapping[str, Mapping[str, Columns]]]] = {
         # whole table, as its check asks (preflight_schema: has_table_privilege)
         "schema_migrations": {"SELECT": WHOLE_TABLE},
     },
-    # admin.sql, endpoints.sql, ..., dispatchers/{ui,api}/queries.sql: every row of every
+    # admin.sql, endpoints.sql, ..., dispatchers/store/web/sql/*.sql: every row of every
     # table; not the migrations' record; the audit log is only added to and read
     "operator": {
         **{

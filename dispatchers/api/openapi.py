@@ -40,8 +40,10 @@ says so, a tenant's token may not give a field, or sees one as null.
 
 Lists are pages of at most `limit` rows (default {DEFAULT_LIMIT}, at most
 {MAX_LIMIT}); `next_cursor`, when not null, is passed back as `cursor` for the
-next page, to the same server process (a cursor is signed with a key each
-process makes when it starts). Every refusal is an RFC 9457 problem details
+next page. A cursor is opaque, signed with the database's own key
+(`api_cursor_key`): it works on every process serving that database, across
+restarts; one altered, of another list or made on another database is refused
+as a bad `cursor` (400). Every refusal is an RFC 9457 problem details
 object whose `field` names the part of the request at fault (`body.url`,
 `query.limit`, `path.id`). A request is accepted as its schemas allow: a path
 or query parameter whose type is not a string is read as JSON (`limit=50`,

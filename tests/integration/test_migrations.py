@@ -831,7 +831,8 @@ def test_wheel_contains_the_sql_files_and_typing_markers(tmp_path: Path) -> None
     assert packaged_sql == (REPO / "sql" / "migrations" / "0001_initial.sql").read_bytes()
     assert {n for n in names if n.startswith("outbox/_sql/")} == {
         f"outbox/_sql/{p.relative_to(REPO / 'sql').as_posix()}"
-        for p in (REPO / "sql").rglob("*.sql")
+        for part in ("migrations", "queries")
+        for p in (REPO / "sql" / part).rglob("*.sql")
     }
     # the runtime's statements, in its packages (the dispatcher's, the dashboard's,
     # the bench's, the demo's)

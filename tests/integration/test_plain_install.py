@@ -111,6 +111,7 @@ def plain_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
+@pytest.mark.slow
 def test_the_wheel_requires_psycopg_alone(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
@@ -122,12 +123,16 @@ def test_the_wheel_requires_psycopg_alone(wheel: Path) -> None:
     assert [r.name for r in required] == ["psycopg"]
     extras = set(metadata.get_all("Provides-Extra") or [])
     assert {"dispatcher", "encryption", "embedded", "django", "all", "dev"} <= extras
-    # the schema's migrations travel with the library
-    migrations = sorted(p for p in (ROOT / "sql").rglob("*.sql"))
+    # the schema's migrations and the library's statements travel with it; the
+    # schema as one file is for reading, and stays out
+    migrations = sorted(
+        p for d in ("migrations", "queries") for p in (ROOT / "sql" / d).rglob("*.sql")
+    )
     assert migrations
     for path in migrations:
         inside = "outbox/_sql/" + path.relative_to(ROOT / "sql").as_posix()
         assert inside in shipped, f"{inside} is missing from the wheel"
+    assert "outbox/_sql/schema.sql" not in shipped
 
 
 _SCRIPT = textwrap.dedent(
@@ -191,6 +196,7 @@ _SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_the_plain_install_enqueues_and_publishes_with_psycopg_alone(
     plain_python: Path, database_url: str, tmp_path: Path
 ) -> None:
@@ -233,6 +239,7 @@ def _outbox(plain_python: Path, cwd: Path, *args: str) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.slow
 def test_the_plain_install_migrates_and_names_the_extra_a_command_needs(
     plain_python: Path, database_url: str, tmp_path: Path
 ) -> None:

@@ -541,9 +541,13 @@ def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) 
     assert "messages_endpoint_idx" in _plan(db, "dead_list", library=True, **dead, limit=100)
     assert "endpoints_pkey" in _plan(db, "web_endpoint_tenants", ids=list(range(1, 101)))
     day = {"since": datetime.now(UTC) - timedelta(hours=23), "until": datetime.now(UTC)}
-    # the last 23 hours, which may hold today's partition whole
-    hours = _plan(db, "web_hours", read_whole=_within(db, day["since"], day["until"]), **day)
-    assert reads_by(db.url, hours, "attempts_started_idx"), hours
+    # the last 23 hours, which may hold today's partition whole: that one may be read
+    # whole, and one that holds rows outside them is read by the index (from 23:00
+    # UTC on, the window lies in today's partition alone, and no index is needed)
+    within = _within(db, day["since"], day["until"])
+    hours = _plan(db, "web_hours", read_whole=within, **day)
+    partly = set(re.findall(r" on (attempts_\w+)", hours)) - within
+    assert not partly or reads_by(db.url, hours, "attempts_started_idx"), hours
     assert reads_by(db.url, _plan(db, "web_endpoints_hour"), "attempts_started_idx")
     for name in ("web_endpoint_hour", "web_endpoint_attempts"):
         plan = _plan(db, name, endpoint_id=1, limit=20, tenant_id=None)

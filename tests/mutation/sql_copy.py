@@ -1,7 +1,8 @@
 """A pytest plugin that loads the SQL from a copy: ``-p tests.mutation.sql_copy``
 with ``OUTBOX_SQL_COPY`` naming a copy of the tree that holds its ``.sql`` files:
 ``sql/`` (``queries/``, ``migrations/``) and the runtime's, in its packages
-(``dispatchers/store/sql/``, ``dispatchers/ui/queries.sql``, ...).
+(``dispatchers/store/sql/``, ``dispatchers/store/web/sql/``,
+``dispatchers/bench/queries.sql``, ``dispatchers/demo.sql``).
 
 ``outbox._queries.sql_dir`` answers the copy's ``sql/`` for the whole run, and
 every other file the loader is given (the runtime's catalogs name theirs beside
