@@ -27,12 +27,15 @@ it ends.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +75,7 @@ class PgServer:
     stock: StockServer | None = None
     template: str = field(default_factory=lambda: f"{TEMPLATE}_{os.getpid()}")
     _template_url: str | None = None
+    _clones: Clones | None = None
 
     @classmethod
     def connect(
@@ -158,10 +162,85 @@ class PgServer:
             self._template_url = url
         return self._template_url
 
+    def clones(self) -> Clones:
+        """The clones of the template this process's tests take, one made ahead."""
+        if self._clones is None:
+            self.template_url()
+            self._clones = Clones(self)
+        return self._clones
+
+    def close_clones(self) -> None:
+        """Stop making clones ahead, and drop those left."""
+        if self._clones is not None:
+            self._clones.close()
+            self._clones = None
+
     def drop_template(self) -> None:
+        self.close_clones()
         if self._template_url is not None:
             self._template_url = None
             self.drop_database(self.template)
+
+
+class Clones:
+    """Databases cloned from a server's migrated template for one test each: the next
+    one is made in a thread while a test runs, and a test's database is dropped there
+    after it, so that a test waits on neither. A clone made ahead that failed (the
+    server was stopped or restarted meanwhile) is made again when it is taken."""
+
+    def __init__(self, server: PgServer) -> None:
+        self.server = server
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"clones-{server.name}")
+        self.ahead: Future[str] | None = None
+        self.undropped: list[str] = []
+        self.lock = threading.Lock()
+
+    def _clone(self) -> str:
+        name = f"outbox_test_{os.getpid()}_{next(_counter)}"
+        self.server.create_database(name, template=self.server.template)
+        return name
+
+    def take(self) -> str:
+        """A fresh clone's name; the next is started at once."""
+        ahead, self.ahead = self.ahead, None
+        name = None
+        if ahead is not None:
+            try:
+                name = ahead.result(timeout=CLONE_WAIT)
+            except Exception:  # made while the server stopped: the test's own comes next
+                name = None
+        if name is None:
+            name = self._clone()
+        self.ahead = self.thread.submit(self._clone)
+        return name
+
+    def give_back(self, name: str) -> None:
+        """Drop the test's database, in the thread."""
+        self.thread.submit(self._drop, name)
+
+    def _drop(self, name: str) -> None:
+        try:
+            self.server.drop_database(name)
+        except Exception:  # the server is down for now: tried again at the end
+            with self.lock:
+                self.undropped.append(name)
+
+    def close(self) -> None:
+        """Wait for the thread's work, then drop what is left (the clone made ahead,
+        and what could not be dropped while the server was down)."""
+        ahead, self.ahead = self.ahead, None
+        self.thread.shutdown(wait=True)
+        left = list(self.undropped)
+        if ahead is not None and ahead.exception() is None:
+            left.append(ahead.result())
+        for name in left:
+            # a server that a fault test left down keeps nothing worth dropping
+            with contextlib.suppress(psycopg.Error):
+                self.server.drop_database(name)
+
+
+CLONE_WAIT = 120.0
+"""Seconds a test waits for the clone made ahead of it before making its own."""
 
 
 # -- which servers -------------------------------------------------------------------
@@ -184,6 +263,8 @@ def chosen() -> tuple[Choice, ...]:
         return (Choice("external", _name("external")),)
     embedded = Choice("embedded", _name("embedded"))
     value = os.environ.get(SERVERS_ENV, "").strip()
+    if not value and _fast:
+        return (embedded,)
     if not value:
         default = [embedded]
         if servers.find(15) is not None:
@@ -234,7 +315,41 @@ def _name(key: str) -> str:
     return key if key == "external" else f"pg{key}"
 
 
+# -- tiers ---------------------------------------------------------------------------
+
+SLOW = ("slow", "faults", "newcomer", "every_server")
+"""The markers of the tests the fast tier leaves out: those that take a second or
+more (``slow``), the fault tier, the README followed literally, and the stock-server
+matrix."""
+
+_fast = False
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the inner loop's tier: on the embedded server alone (unless "
+        f"{SERVERS_ENV} names others), without the tests marked {', '.join(SLOW)}",
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The fast tier leaves the slow tests out; a full run starts them first, so that
+    the workers do not wait at the end on one of them started last."""
+    slow = [item for item in items if any(item.get_closest_marker(m) for m in SLOW)]
+    rest = [item for item in items if not any(item.get_closest_marker(m) for m in SLOW)]
+    if config.getoption("fast"):
+        config.hook.pytest_deselected(items=slow)
+        items[:] = rest
+    else:
+        items[:] = slow + rest
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    global _fast
+    _fast = bool(config.getoption("fast"))
     chosen()  # a wrong OUTBOX_TEST_SERVERS stops the run before collection
     config.addinivalue_line(
         "markers",
@@ -291,6 +406,11 @@ class ServerPool:
         return self.servers[key]
 
     def _start(self, key: str) -> PgServer:
+        server = self._started(key)
+        self.stack.callback(server.close_clones)  # before the server stops
+        return server
+
+    def _started(self, key: str) -> PgServer:
         name = _name(key)
         if key == "external":
             server = PgServer.connect(os.environ["OUTBOX_TEST_DATABASE_URL"], name)
@@ -347,11 +467,12 @@ def template_url(pg_server: PgServer) -> str:
 
 @pytest.fixture
 def database_url(pg_server: PgServer, template_url: str) -> Iterator[str]:
-    """A fresh, migrated database for one test."""
-    name = f"outbox_test_{os.getpid()}_{next(_counter)}"
-    url = pg_server.create_database(name, template=pg_server.template)
-    yield url
-    pg_server.drop_database(name)
+    """A fresh, migrated database for one test (made ahead of it, dropped after it,
+    by :class:`Clones`)."""
+    clones = pg_server.clones()
+    name = clones.take()
+    yield with_database(pg_server.url, name)
+    clones.give_back(name)
 
 
 @pytest.fixture

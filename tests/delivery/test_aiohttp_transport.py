@@ -648,6 +648,7 @@ def enqueue(url: str, target: str, key: str) -> int:
         return Outbox().enqueue(conn, url=target, idempotency_key=key, json={"key": key})
 
 
+@pytest.mark.slow
 async def test_the_dispatcher_delivers_and_retries_with_aiohttp(
     database_url: str, receiver: Receiver
 ) -> None:

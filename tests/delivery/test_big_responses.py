@@ -111,6 +111,7 @@ def keep_alive_reply(body: bytes) -> Handler:
 
 
 @pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+@pytest.mark.slow
 async def test_only_the_excerpt_is_kept_though_the_body_is_read_to_the_bound(
     http_client: str,
 ) -> None:

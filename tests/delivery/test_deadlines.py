@@ -62,6 +62,7 @@ def test_an_attempt_that_never_ends_is_cancelled_at_its_deadline(run: Run) -> No
     assert (left, armed) == (0, False)
 
 
+@pytest.mark.slow
 def test_attempts_are_cut_each_at_its_own_deadline(run: Run) -> None:
     async def main() -> list[tuple[str, float]]:
         loop = asyncio.get_running_loop()

@@ -80,6 +80,7 @@ async def _poll(predicate: Any, seconds: float = 15.0) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 async def test_a_failing_destination_opens_its_breaker_probes_and_closes(
     db: Db, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -141,6 +142,7 @@ async def test_a_failing_destination_opens_its_breaker_probes_and_closes(
     ]
 
 
+@pytest.mark.slow
 async def test_a_retry_after_holds_the_destination_for_every_dispatcher(
     db: Db, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -191,6 +193,7 @@ async def test_a_retry_after_holds_the_destination_for_every_dispatcher(
 
 
 @pytest.mark.parametrize("state", ["held", "open"])
+@pytest.mark.slow
 async def test_a_drain_ends_leaving_a_blocked_destinations_messages_waiting(
     db: Db, state: str
 ) -> None:

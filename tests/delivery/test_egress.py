@@ -117,6 +117,7 @@ async def drain(db: Db, config: DispatcherConfig, log: EventLog | None = None) -
 
 
 @pytest.mark.parametrize("http_client", CLIENTS)
+@pytest.mark.slow
 async def test_deliveries_reach_http_and_https_destinations_through_the_proxy(
     database_url: str,
     receiver: Receiver,

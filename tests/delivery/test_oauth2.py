@@ -211,6 +211,7 @@ async def test_64_concurrent_deliveries_make_one_token_fetch(
     assert token_server.fetches == 1  # cached
 
 
+@pytest.mark.slow
 async def test_a_token_is_reused_until_near_its_expiry_then_replaced(
     sender: Sender, token_server: TokenServer, bearer_receiver: BearerReceiver
 ) -> None:
@@ -275,6 +276,7 @@ async def test_the_endpoint_token_replaces_an_authorization_header_of_the_messag
 
 
 @pytest.mark.parametrize("sender", ["aiohttp", "httpx"], indirect=True)
+@pytest.mark.slow
 async def test_a_401_refreshes_the_token_once_and_the_request_is_sent_again(
     sender: Sender, token_server: TokenServer, bearer_receiver: BearerReceiver
 ) -> None:
@@ -368,6 +370,7 @@ async def test_an_unreachable_token_endpoint_makes_the_attempt_retry(
     assert_nothing_secret(caplog, outcome.error)
 
 
+@pytest.mark.slow
 async def test_a_slow_token_endpoint_ends_the_attempt_with_its_own_reason(
     token_server: TokenServer, bearer_receiver: BearerReceiver
 ) -> None:

@@ -27,6 +27,8 @@ from tests.history.report import outcome
 from tests.history.run import run
 from tests.history.store import dump
 
+pytestmark = pytest.mark.slow
+
 SEED = 1
 """The CI seed; the plan of a short run has every fault whatever the seed."""
 EXPECTED: dict[str, str] = {}

@@ -91,6 +91,7 @@ async def arrived(receiver: Receiver, count: int) -> list[Received]:
 # -- the acceptance -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_message_that_goes_dead_is_alerted_to_a_subscribed_endpoint_signed(
     db: Db,
 ) -> None:
@@ -184,6 +185,7 @@ def test_an_application_cannot_publish_the_outboxs_own_types(db: Db) -> None:
 # -- endpoint disabled, breakers --------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_410_disables_the_endpoint_and_alerts_another_endpoint_not_itself(
     db: Db,
 ) -> None:
@@ -212,6 +214,7 @@ BREAKER = {
 """A breaker that opens after four failed attempts and probes half a second later."""
 
 
+@pytest.mark.slow
 async def test_a_breaker_that_opens_and_closes_is_alerted_twice_never_to_its_endpoint(
     db: Db,
 ) -> None:

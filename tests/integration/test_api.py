@@ -469,6 +469,7 @@ def _get(url: str, token: str, path: str, **params: str) -> tuple[int, dict[str,
             return refused.code, json.load(refused)
 
 
+@pytest.mark.slow
 def test_a_cursor_of_one_outbox_ui_process_is_taken_by_another_and_after_a_restart(
     db: Db,
     database_url: str,

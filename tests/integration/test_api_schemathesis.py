@@ -76,6 +76,7 @@ def _get(url: str) -> Any:
 
 
 @pytest.mark.parametrize("who", ["operator", "tenant"])
+@pytest.mark.slow
 def test_the_document_is_valid_and_generated_requests_meet_no_server_error_nor_an_answer_off_schema(
     database_url: str, tmp_path: Path, who: str
 ) -> None:

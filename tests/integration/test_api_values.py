@@ -174,6 +174,7 @@ async def _probe_everything(api: Client, document: dict[str, Any]) -> list[str]:
     return disagreements
 
 
+@pytest.mark.slow
 async def test_every_parameter_and_body_field_accepts_exactly_what_its_schema_allows(
     database_url: str,
 ) -> None:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from dispatchers.runtime.metrics import Metrics
 from outbox import Outbox
@@ -86,6 +87,7 @@ def test_the_keda_query_counts_what_outbox_status_calls_ready(database_url: str)
         assert messages["scheduled"] == messages["running"] == messages["dead"] == 1
 
 
+@pytest.mark.slow
 def test_the_keda_query_stops_where_every_replica_is_asked_for(database_url: str) -> None:
     cap = int(keda_field("targetQueryValue")) * int(keda_field("maxReplicaCount"))
     assert f"LIMIT {cap}" in keda_query()
@@ -95,6 +97,7 @@ def test_the_keda_query_stops_where_every_replica_is_asked_for(database_url: str
         assert backlog(conn) == cap
 
 
+@pytest.mark.slow
 def test_the_keda_query_stays_on_the_claimable_index_beside_dead_messages(
     database_url: str,
 ) -> None:

@@ -123,6 +123,7 @@ def check_throughput(throughput: dict[str, Any], *, workers: int) -> None:
         assert throughput["client_cpu_us_per_tx"][mode] > 0
 
 
+@pytest.mark.slow
 def test_every_scenario_reports_plausible_figures(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -231,6 +232,7 @@ def test_every_scenario_reports_plausible_figures(
     assert not [c for c in child_commands() if "receiver.py" in c]
 
 
+@pytest.mark.slow
 def test_naive_baseline_runs_interleaved_with_ours(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -284,6 +286,7 @@ def pgqueuer_schemas(url: str) -> list[str]:
     pgqueuer.available() is not None,
     reason=f"the pgqueuer baseline needs the bench extra: {pgqueuer.available()}",
 )
+@pytest.mark.slow
 def test_pgqueuer_and_naive_baselines_handle_every_job_once_beside_ours(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -366,6 +369,7 @@ def test_pgqueuer_and_naive_baselines_handle_every_job_once_beside_ours(
     assert not [c for c in child_commands() if "receiver.py" in c]
 
 
+@pytest.mark.slow
 def test_table_shows_targets_and_exit_status_ignores_speed(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -386,6 +390,7 @@ def test_table_shows_targets_and_exit_status_ignores_speed(
     assert rate.rstrip().endswith(("met", "MISSED"))
 
 
+@pytest.mark.slow
 def test_enqueue_compares_with_the_floor_at_each_worker_count_and_paces_commit_latency(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,7 @@ from tests.integration.test_bench import bench_schemas, child_commands, run_benc
 SHORT = ("--duration", "20", "--soak-interval", "5", "--soak-rate", "40")
 
 
+@pytest.mark.slow
 def test_soak_reports_each_interval_and_loses_nothing_across_restarts(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

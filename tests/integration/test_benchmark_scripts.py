@@ -36,6 +36,7 @@ def test_every_script_documents_its_options(script: str) -> None:
     assert "usage:" in run(script, "--help")
 
 
+@pytest.mark.slow
 def test_sql_cost_prints_cpu_per_message_and_plan_cost(database_url: str) -> None:
     out = run("sql_cost.py", "--database-url", database_url, "-n", "300", "--batch", "50")
     row = re.search(r"^\s*50\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", out, re.MULTILINE)
@@ -53,6 +54,7 @@ def test_alert_triggers_cost_prints_each_statement_with_the_trigger_on_and_off(
     assert rows == ["claim-like", "dead, no taker", "dead, one taker"], out
 
 
+@pytest.mark.slow
 def test_sql_cost_against_another_schema_version_prints_a_row_for_each(database_url: str) -> None:
     # the newest version: the statements of this tree need every migration up to
     # 0006 (signing secrets in their own table), so no earlier version runs them
@@ -74,6 +76,7 @@ def test_publish_cost_prints_a_median_per_endpoint_count(database_url: str) -> N
     assert len(re.findall(r"^\s*[13]\b.*\d", out, re.MULTILINE)) == 2, out
 
 
+@pytest.mark.slow
 def test_tenant_fanout_cost_prints_each_case_with_the_messages_it_writes(
     database_url: str,
 ) -> None:
@@ -88,6 +91,7 @@ def test_tenant_fanout_cost_prints_each_case_with_the_messages_it_writes(
 
 
 @pytest.mark.skipif(shutil.which("pgbench") is None, reason="needs pgbench")
+@pytest.mark.slow
 def test_enqueue_floor_prints_the_floor_and_the_schema_it_is_measured_against(
     database_url: str,
 ) -> None:
@@ -139,6 +143,7 @@ def test_ordering_cost_prints_a_row_per_variant(database_url: str) -> None:
         assert re.search(rf"^{variant}\s+\d+\s+\d+\s+\d+$", out, re.MULTILINE), out
 
 
+@pytest.mark.slow
 def test_many_databases_prints_both_rates_and_the_small_databases_wait(database_url: str) -> None:
     out = run(
         "many_databases.py",
@@ -150,6 +155,7 @@ def test_many_databases_prints_both_rates_and_the_small_databases_wait(database_
     assert re.search(r"the small database's 5 drained in [\d.]+ s", out), out
 
 
+@pytest.mark.slow
 def test_history_scale_prints_the_removal_of_a_day_and_the_throughputs(
     database_url: str,
 ) -> None:

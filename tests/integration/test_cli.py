@@ -476,6 +476,7 @@ def test_process_dead_purge_without_yes_and_no_terminal_exits_2(database_url: st
         assert conn.execute("SELECT id FROM outbox.messages").fetchall() == [(mid,)]
 
 
+@pytest.mark.slow
 def test_process_happy_path_prints_json(database_url: str) -> None:
     added = run(
         "endpoints", "add", "https://example.com/hook", "--json", "--database-url", database_url
@@ -490,6 +491,7 @@ def test_process_happy_path_prints_json(database_url: str) -> None:
     assert snapshot["max_lag_exceeded"] is False
 
 
+@pytest.mark.slow
 def test_status_watch_refreshes_until_interrupted(database_url: str) -> None:
     proc = subprocess.Popen(
         [
@@ -567,6 +569,7 @@ def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[
     assert capsys.readouterr().out.strip() == f"outbox {metadata.version('pg-outbox')}"
 
 
+@pytest.mark.slow
 async def test_messages_show_prints_the_last_reply(cli: Cli) -> None:
     from tests.dispatching import Db, drain, fast_config
     from tests.receiver import Receiver, Reply
@@ -585,6 +588,7 @@ async def test_messages_show_prints_the_last_reply(cli: Cli) -> None:
     )
 
 
+@pytest.mark.slow
 async def test_a_delivered_message_and_its_attempt_are_called_delivered(cli: Cli) -> None:
     from tests.dispatching import Db, drain, fast_config
     from tests.receiver import Receiver

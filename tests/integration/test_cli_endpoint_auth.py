@@ -58,6 +58,7 @@ def write(tmp_path: Path, name: str, text: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_each_option_stores_its_credential(
     cli: Cli, stored: Callable[[], list[tuple[Any, ...]]], tmp_path: Path
 ) -> None:

@@ -201,6 +201,7 @@ def test_an_id_past_bigint_is_one_line_and_exit_2_and_nothing_changes(
 @pytest.mark.parametrize(("argv", "values"), COMMANDS, ids=[" ".join(c) for c, _ in COMMANDS])
 @HOSTILE_PROPERTY
 @given(data=st.data())
+@pytest.mark.slow
 def test_hostile_values_are_refused_in_one_line_or_give_a_clean_result(
     cli: Cli, argv: list[str], values: st.SearchStrategy[str], data: st.DataObject
 ) -> None:
@@ -367,6 +368,7 @@ its option needs beside it, ``{empty}``: read fine), and its limit in bytes."""
 
 @pytest.mark.parametrize("kind", list(FILE_PROBLEMS))
 @pytest.mark.parametrize("option", list(FILE_OPTIONS))
+@pytest.mark.slow
 def test_a_file_option_refuses_what_is_not_a_small_text_file_in_one_line(
     tmp_path: Path, option: str, kind: str
 ) -> None:

@@ -14,6 +14,7 @@ from tests.dashboard import serving
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_demo_holds_every_invariant(database_url: str) -> None:
     result = subprocess.run(
         [
@@ -59,6 +60,7 @@ def _get(url: str) -> str:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_demo_with_ui_serves_the_dashboard_on_the_demos_data(
     database_url: str, tmp_path: Path
 ) -> None:

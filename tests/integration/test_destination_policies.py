@@ -46,6 +46,7 @@ def drain_with_two_processes(database_url: str, fleet: Fleet) -> None:
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow
 def test_a_rate_limit_holds_within_10_percent_across_two_dispatcher_processes(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -75,6 +76,7 @@ def test_a_rate_limit_holds_within_10_percent_across_two_dispatcher_processes(
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow
 def test_a_plain_destinations_cap_holds_across_two_dispatcher_processes(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -92,6 +92,7 @@ def outbox(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_killed_users_never_keep_the_server_up(
     embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
@@ -109,6 +110,7 @@ def test_killed_users_never_keep_the_server_up(
     assert json.loads((path / ".handle_pids.json").read_text()) == []
 
 
+@pytest.mark.slow
 def test_a_terminated_command_releases_the_server(
     embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
@@ -134,6 +136,7 @@ def test_a_terminated_command_releases_the_server(
     assert not server_state(path).running
 
 
+@pytest.mark.slow
 def test_db_keeps_the_server_for_other_programs_until_stopped(
     embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
@@ -159,6 +162,7 @@ def test_db_keeps_the_server_for_other_programs_until_stopped(
         raise AssertionError("the keeper is still running")
 
 
+@pytest.mark.slow
 def test_db_stop_keeps_a_server_that_programs_use_through_its_url(
     embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
@@ -178,6 +182,7 @@ def test_db_stop_keeps_a_server_that_programs_use_through_its_url(
     assert not server_state(path).running
 
 
+@pytest.mark.slow
 def test_db_stop_leaves_a_server_that_others_use_until_forced(
     embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
@@ -194,6 +199,7 @@ def test_db_stop_leaves_a_server_that_others_use_until_forced(
     assert not server_state(path).running
 
 
+@pytest.mark.slow
 def test_status_watch_announces_the_embedded_server_once(
     embedded_home: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
@@ -216,6 +222,7 @@ def test_status_watch_announces_the_embedded_server_once(
     assert err.read_text().count("no database URL given") == 1, err.read_text()
 
 
+@pytest.mark.slow
 def test_a_start_that_outlasts_pg_ctls_wait_is_waited_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -255,6 +262,7 @@ def test_a_start_that_outlasts_pg_ctls_wait_is_waited_for(
     assert not (tmp_path / "pg").exists()  # the handle was counted: cleanup removed it
 
 
+@pytest.mark.slow
 def test_a_dispatcher_on_the_embedded_database_delivers_to_loopback_and_says_so(
     embedded_home: Path, processes: list[subprocess.Popen[str]], receiver: Receiver
 ) -> None:

@@ -16,6 +16,7 @@ RELAXED = ("--request-timeout", "10", "--connect-timeout", "5", "--lease", "30")
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow
 def test_cap_is_never_exceeded_by_two_dispatcher_processes(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -59,6 +59,7 @@ def drain_to_loopback(database_url: str) -> None:
     assert drain.returncode == 0, drain.stderr
 
 
+@pytest.mark.slow
 def test_order_examples_write_the_order_and_its_message_together(database_url: str) -> None:
     with Receiver() as payments:
         sync_url, async_url = payments.url + "/sync", payments.url + "/async"
@@ -82,6 +83,7 @@ def test_order_examples_write_the_order_and_its_message_together(database_url: s
     assert b'"amount":990' in rows[0][1] and b'"amount":4200' in rows[1][1]
 
 
+@pytest.mark.slow
 def test_order_examples_run_on_the_embedded_server_with_no_url(embedded_home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("OUTBOX_DATABASE_URL", "DATABASE_URL")}
     env["OUTBOX_EMBEDDED_DIR"] = str(embedded_home / "pg")
@@ -161,6 +163,7 @@ def test_container_and_kubernetes_files_run_unprivileged_with_a_long_enough_grac
         assert needle in k8s
 
 
+@pytest.mark.slow
 def test_django_example_publishes_order_created_with_the_order(database_url: str) -> None:
     with Receiver() as partner:
         out = run_example(
@@ -175,6 +178,7 @@ def test_django_example_publishes_order_created_with_the_order(database_url: str
     assert event["data"] == {"order_id": 1, "total_cents": 4200}
 
 
+@pytest.mark.slow
 def test_every_example_explains_itself_in_whole_sentences() -> None:
     for example in sorted(EXAMPLES.glob("*.py")):
         out = run_example(example.name, "--help")
@@ -239,6 +243,7 @@ def test_node_producer_example_publishes_with_its_order_and_is_delivered_verifie
         assert conn.execute("SELECT customer FROM shop.orders").fetchall() == [("ada",)]
 
 
+@pytest.mark.slow
 def test_trigger_example_publishes_each_new_order_once(database_url: str) -> None:
     with Receiver() as hooks:
         with psycopg.connect(database_url) as conn:

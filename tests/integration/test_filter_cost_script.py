@@ -9,12 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "publish_cost.py"
 SMALL = ["-n", "1", "--room", "8192"]  # one publish per filter, payloads of 8 KiB
 # a filter's name, five figures (chars, payload, publish ms, peak MB, filter ms), steps, verdict
 ROW = re.compile(r"^(\S+(?: \S+)?)\s+(?:[\d.]+\s+){6}(.+)$", re.MULTILINE)
 
 
+@pytest.mark.slow
 def test_publish_cost_prints_each_filters_verdict_and_peak_memory(database_url: str) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--filters", "--database-url", database_url, *SMALL],

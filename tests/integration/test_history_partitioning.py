@@ -112,6 +112,7 @@ def counts(url: str) -> tuple[Any, ...]:
     return tuple(row)
 
 
+@pytest.mark.slow
 def test_a_large_history_becomes_a_partition_while_completions_go_on(
     empty_database_url: str,
 ) -> None:

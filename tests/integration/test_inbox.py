@@ -89,6 +89,7 @@ async def test_claim_is_false_for_a_key_claimed_earlier_in_the_same_transaction(
     assert claimed(observer) == ["k"]
 
 
+@pytest.mark.slow
 async def test_rolled_back_claim_leaves_the_key_claimable(
     tx: Tx, inbox: Inbox, observer: Observer
 ) -> None:

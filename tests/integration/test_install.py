@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT = 600.0
 """Seconds an install may take: a cold cache downloads several hundred MB."""
 
-#: a part of the suite that the fresh environment runs: a pure test against a
-#: reference library the pins hold steady, the extras read from the installed
-#: metadata, and a test on the embedded PostgreSQL
+#: a part of the suite that the fresh environment runs (its fast tier): a pure test
+#: against a reference library the pins hold steady, the extras read from the
+#: installed metadata, and a test on the embedded PostgreSQL
 A_PART_OF_THE_SUITE = (
     "tests/unit/test_verify_against_reference.py",
     "tests/unit/test_cli_arguments.py",
@@ -130,6 +130,7 @@ def test_ci_runs_the_readme_install_and_test_commands_as_written() -> None:
     assert lines[-1] == test, "the test command must be the last thing CI runs"
 
 
+@pytest.mark.slow
 def test_a_fresh_clone_installs_as_the_readme_says_and_passes_a_part_of_the_suite(
     tmp_path: Path,
 ) -> None:
@@ -150,7 +151,7 @@ def test_a_fresh_clone_installs_as_the_readme_says_and_passes_a_part_of_the_suit
     assert normalise("standardwebhooks") in installed
 
     out = shell(
-        f"{test} -p no:cacheprovider -n 0 -q {' '.join(A_PART_OF_THE_SUITE)}",
+        f"{test} --fast -p no:cacheprovider -n 0 -q {' '.join(A_PART_OF_THE_SUITE)}",
         clone,
         env,
         INSTALL_TIMEOUT,
@@ -160,6 +161,7 @@ def test_a_fresh_clone_installs_as_the_readme_says_and_passes_a_part_of_the_suit
     assert not re.search(r"\b(failed|error|errors)\b", summary), summary
 
 
+@pytest.mark.slow
 def test_the_built_wheel_passes_twine_check_and_installs_with_an_extra(tmp_path: Path) -> None:
     env = clean_environment()
     dist = tmp_path / "dist"

@@ -69,6 +69,7 @@ def _portal_link(database_url: str, base_url: str, tenant_id: str) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.slow
 def test_a_tenant_adds_an_endpoint_sees_its_delivery_and_the_link_then_expires(
     database_url: str, chromium: str, artifacts: Path, tmp_path: Path
 ) -> None:
@@ -233,6 +234,7 @@ class _Product:
             self.server.server_close()
 
 
+@pytest.mark.slow
 def test_the_portal_works_in_a_frame_of_the_allowed_site_and_no_other(
     database_url: str, chromium: str, artifacts: Path, tmp_path: Path
 ) -> None:

@@ -64,6 +64,7 @@ async def until_dead(db: Db, ids: list[int], seconds: float) -> None:
             await task
 
 
+@pytest.mark.slow
 async def test_an_endpoints_schedule_comes_first_then_its_event_types(
     database_url: str, receiver: Receiver
 ) -> None:

@@ -402,6 +402,7 @@ async def test_dispatcher_delivers_signed_and_cannot_change_endpoints_or_secrets
     refused(as_dispatcher, "UPDATE outbox.endpoints SET client_key = NULL, client_cert = NULL")
 
 
+@pytest.mark.slow
 async def test_dispatcher_disables_an_endpoint_that_is_gone_and_cannot_enable_it_again(
     database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
 ) -> None:

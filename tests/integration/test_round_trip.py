@@ -122,6 +122,7 @@ def recorder() -> Iterator[tuple[Recorder, RawServer]]:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(batch=st.lists(messages, min_size=1, max_size=4))
+@pytest.mark.slow
 def test_a_valid_message_is_stored_and_sent_byte_for_byte(
     database_url: str,
     recorder: tuple[Recorder, RawServer],

@@ -167,6 +167,7 @@ async def test_deliveries_signed_from_sealed_secrets_verify_with_the_reference(
     assert dispatcher._opener.secrets.decrypted == 2
 
 
+@pytest.mark.slow
 async def test_rekey_from_plain_text_then_to_a_new_key_while_a_dispatcher_delivers(
     cli: Cli, db: Db, receiver: Receiver, tmp_path: Path
 ) -> None:

@@ -273,6 +273,7 @@ def conn(database_url: str) -> Iterator[Conn]:
 
 @PARITY
 @given(message=messages())
+@pytest.mark.slow
 def test_enqueue_in_sql_refuses_and_writes_exactly_what_the_library_does(
     conn: Conn, message: dict[str, Any]
 ) -> None:
@@ -321,6 +322,7 @@ def without_timestamp(outcome: Outcome) -> Outcome:
     # the operator's endpoints, a tenant's, a tenant not created, a malformed id
     tenant=st.sampled_from([None, None, "customer-17", "customer-99", "a b", ""]),
 )
+@pytest.mark.slow
 def test_publish_in_sql_refuses_and_writes_exactly_what_the_library_does(
     conn: Conn,
     event_type: str,

@@ -115,6 +115,7 @@ def test_outbox_status_reports_as_the_operator(
     assert report["messages"]["ready"] == 1, report
 
 
+@pytest.mark.slow
 def test_outbox_dispatch_drain_delivers_as_the_dispatcher(
     database_url: str, roles: Roles, receiver: Receiver, tmp_path: Path
 ) -> None:

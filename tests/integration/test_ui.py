@@ -370,6 +370,7 @@ def test_the_command_refuses_a_non_loopback_address_without_a_token(
 
 
 @pytest.mark.parametrize(("content", "message"), [(None, "cannot read"), ("\n", "holds no token")])
+@pytest.mark.slow
 def test_the_command_refuses_a_token_file_it_cannot_use(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
 ) -> None:
@@ -412,6 +413,7 @@ def _within(db: Db, since: datetime, until: datetime) -> set[str]:
 
 
 @pytest.mark.every_server
+@pytest.mark.slow
 def test_the_dashboards_statements_read_bounded_windows_through_indexes(db: Db) -> None:
     # on tables as a busy outbox has them, with their statistics: a month of
     # history, a backlog, some of it running
@@ -887,6 +889,7 @@ def _link(page: str, name: str) -> str | None:
     return html.unescape(match[1]) if match else None
 
 
+@pytest.mark.slow
 async def test_messages_page_by_id_keeping_the_filters_both_ways(db: Db) -> None:
     ids = [db.enqueue(f"page-{i}") for i in range(230)]
     db.query("UPDATE outbox.messages SET event_type = 'order.created'")

@@ -166,6 +166,7 @@ async def test_sign_ins_sent_together_are_judged_no_more_than_the_limit(db: Db) 
 # -- connections ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_connections_that_never_finish_their_headers_are_capped_and_closed(
     db: Db, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -296,6 +297,7 @@ async def test_a_nul_in_a_token_is_a_wrong_token(db: Db) -> None:
 # -- sizes ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_every_listing_stays_small_and_the_endpoints_list_pages_through_them_all(
     db: Db,
 ) -> None:

@@ -51,6 +51,7 @@ def artifacts(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_an_operator_finds_a_dead_message_retries_it_and_no_hostile_value_runs(
     database_url: str, chromium: str, artifacts: Path, tmp_path: Path
 ) -> None:
@@ -128,6 +129,7 @@ def test_an_operator_finds_a_dead_message_retries_it_and_no_hostile_value_runs(
     assert [r for r in requests if not r.startswith(url)] == []
 
 
+@pytest.mark.slow
 def test_read_only_pages_offer_no_action(
     database_url: str, chromium: str, artifacts: Path, tmp_path: Path
 ) -> None:
@@ -154,6 +156,7 @@ def test_read_only_pages_offer_no_action(
         browser.close()
 
 
+@pytest.mark.slow
 def test_sealed_secrets_walk_the_endpoint_pages_with_the_key_and_refuse_rotation_without(
     database_url: str, chromium: str, artifacts: Path, tmp_path: Path
 ) -> None:
@@ -230,6 +233,7 @@ _OVERFLOW = """() => {
 }"""
 
 
+@pytest.mark.slow
 def test_at_420_pixels_wide_nothing_spills_out_of_the_page_or_the_header(
     database_url: str, chromium: str, artifacts: Path, tmp_path: Path
 ) -> None:
@@ -282,6 +286,7 @@ def test_at_420_pixels_wide_nothing_spills_out_of_the_page_or_the_header(
         browser.close()
 
 
+@pytest.mark.slow
 def test_times_switch_to_the_browsers_zone_and_back_keeping_the_other_in_the_title(
     database_url: str, chromium: str, tmp_path: Path
 ) -> None:
@@ -321,6 +326,7 @@ def test_times_switch_to_the_browsers_zone_and_back_keeping_the_other_in_the_tit
         browser.close()
 
 
+@pytest.mark.slow
 def test_an_operator_cancels_a_message_acts_on_ticked_dead_letters_and_manages_an_endpoint(
     database_url: str, chromium: str, artifacts: Path, tmp_path: Path
 ) -> None:

@@ -117,6 +117,7 @@ def _get(url: str) -> str:
 
 
 @pytest.mark.parametrize(("host", "shown"), [("[::1]", "[::1]"), ("localhost.", "localhost")])
+@pytest.mark.slow
 def test_a_bracketed_address_or_a_name_with_the_roots_dot_is_served(
     database_url: str, tmp_path: Path, host: str, shown: str
 ) -> None:
@@ -132,6 +133,7 @@ def test_a_bracketed_address_or_a_name_with_the_roots_dot_is_served(
         assert "<h1>Overview</h1>" in _get(url)
 
 
+@pytest.mark.slow
 def test_sealed_secrets_open_with_the_key_the_command_is_given(
     database_url: str, tmp_path: Path
 ) -> None:

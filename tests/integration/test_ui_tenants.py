@@ -352,6 +352,7 @@ def chromium() -> str:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_an_operator_filters_by_tenant_and_opens_a_tenants_page(
     database_url: str, chromium: str, tmp_path: Path
 ) -> None:

@@ -767,6 +767,7 @@ async def test_410_disables_the_endpoint_and_pauses_its_other_messages(
     assert sorted(r[0] for r in db.query("SELECT id FROM outbox.delivered")) == waiting
 
 
+@pytest.mark.slow
 async def test_failure_streak_grows_with_failures_and_resets_on_success(
     db: Db, receiver: Receiver
 ) -> None:
@@ -805,6 +806,7 @@ async def test_failure_streak_grows_with_failures_and_resets_on_success(
     assert healed.enabled
 
 
+@pytest.mark.slow
 async def test_an_endpoint_failing_longer_than_disable_after_is_disabled(
     db: Db, receiver: Receiver
 ) -> None:
@@ -832,6 +834,7 @@ async def test_an_endpoint_failing_longer_than_disable_after_is_disabled(
     assert (healed.enabled, healed.failure_streak, healed.failing_since) == (True, 0, None)
 
 
+@pytest.mark.slow
 async def test_operator_disable_pauses_messages_and_claim_skips_later_commits(
     db: Db, receiver: Receiver
 ) -> None:
@@ -863,6 +866,7 @@ async def test_operator_disable_pauses_messages_and_claim_skips_later_commits(
     assert db.count("messages") == 0
 
 
+@pytest.mark.slow
 async def test_a_paused_message_holds_its_ordering_key(db: Db, receiver: Receiver) -> None:
     endpoint = db.add(receiver.url + "/hooks")
     (paused,) = db.publish("order.created", {"n": 1}, ordering_key="acct")
@@ -927,6 +931,7 @@ async def test_a_retry_that_returns_after_its_endpoint_was_disabled_is_paused(
     assert db.query("SELECT id, attempts FROM outbox.delivered") == [(mid, 2)]
 
 
+@pytest.mark.slow
 async def test_a_retry_that_returns_after_its_endpoint_was_deleted_is_dead(
     db: Db, receiver: Receiver
 ) -> None:

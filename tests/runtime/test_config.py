@@ -68,6 +68,7 @@ def test_lease_exactly_at_the_budget_is_accepted() -> None:
         ({"destination_concurrency": 2.5}, "destination_concurrency"),
     ],
 )
+@pytest.mark.slow
 def test_each_bad_setting_is_named(overrides: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigurationError, match=f"^{field}: "):
         DispatcherConfig(**overrides)

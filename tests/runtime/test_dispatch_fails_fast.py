@@ -98,6 +98,7 @@ def failed_fast(proc: DispatcherProcess) -> str:
 # -- at start-up ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unreachable_database_fails_at_once(fleet: Fleet) -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
@@ -135,6 +136,7 @@ def test_a_schema_without_migrations_fails_naming_the_migration(
     )
 
 
+@pytest.mark.slow
 def test_a_schema_behind_this_version_fails_naming_both_versions(
     database_url: str, fleet: Fleet
 ) -> None:
@@ -147,6 +149,7 @@ def test_a_schema_behind_this_version_fails_naming_both_versions(
     )
 
 
+@pytest.mark.slow
 def test_a_role_without_usage_on_the_schema_fails_at_once(
     database_url: str, role: str, fleet: Fleet
 ) -> None:
@@ -216,6 +219,7 @@ def test_a_role_that_may_not_read_the_versions_fails_naming_the_table(
     )
 
 
+@pytest.mark.slow
 def test_a_role_with_every_privilege_drains(
     database_url: str, role: str, fleet: Fleet, receiver: Receiver
 ) -> None:
@@ -253,6 +257,7 @@ def holding(release: threading.Event) -> Receiver:
     return Receiver(reply)
 
 
+@pytest.mark.slow
 async def test_a_privilege_revoked_mid_run_stops_the_dispatcher_after_a_lease(
     database_url: str, role: str
 ) -> None:
@@ -304,6 +309,7 @@ async def test_a_privilege_revoked_mid_run_stops_the_dispatcher_after_a_lease(
     assert len(log.named("released")) == dispatcher.stats.released
 
 
+@pytest.mark.slow
 async def test_connections_terminated_again_and_again_do_not_stop_a_drain(
     database_url: str,
 ) -> None:
@@ -343,6 +349,7 @@ async def test_connections_terminated_again_and_again_do_not_stop_a_drain(
     assert db.query("SELECT count(*) FROM outbox.messages") == [(0,)]
 
 
+@pytest.mark.slow
 def test_a_drain_stopped_while_the_database_fails_does_not_exit_0(
     database_url: str, role: str, fleet: Fleet
 ) -> None:

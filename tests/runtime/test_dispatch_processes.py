@@ -67,6 +67,7 @@ def states(url: str) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("processes", [2, 4])
+@pytest.mark.slow
 def test_processes_drain_backlog_each_key_once(
     database_url: str, fleet: Fleet, processes: int
 ) -> None:
@@ -116,6 +117,7 @@ def test_processes_drain_backlog_each_key_once(
 # -- 2. a killed dispatcher's messages are rescued after the lease ---------------
 
 
+@pytest.mark.slow
 def test_sigkilled_dispatcher_messages_rescued_after_lease(database_url: str, fleet: Fleet) -> None:
     release = threading.Event()
 
@@ -218,6 +220,7 @@ SHUTDOWN = ("--lease", "10", "--request-timeout", "3", "--connect-timeout", "0.5
 """A request timeout long enough that a request is still in flight at the signal."""
 
 
+@pytest.mark.slow
 def test_sigterm_releases_inflight_after_grace(database_url: str, fleet: Fleet) -> None:
     inflight, total = 5, 20
     keys = [f"grace-short-{i:02d}" for i in range(total)]
@@ -269,6 +272,7 @@ def test_sigterm_releases_inflight_after_grace(database_url: str, fleet: Fleet) 
     assert not [e for e in events if e["event"] in ("delivered", "retried", "dead")]
 
 
+@pytest.mark.slow
 def test_a_second_signal_ends_the_grace_period_at_once(database_url: str, fleet: Fleet) -> None:
     inflight = 3
     keys = [f"grace-cut-{i:02d}" for i in range(inflight)]
@@ -302,6 +306,7 @@ def test_a_second_signal_ends_the_grace_period_at_once(database_url: str, fleet:
     assert rows == [("ready", None)] * inflight
 
 
+@pytest.mark.slow
 def test_sigterm_lets_inflight_finish_within_grace(database_url: str, fleet: Fleet) -> None:
     inflight, total = 5, 20
     keys = [f"grace-long-{i:02d}" for i in range(total)]
@@ -346,6 +351,7 @@ def test_sigterm_lets_inflight_finish_within_grace(database_url: str, fleet: Fle
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow
 def test_database_restart_mid_run_loses_nothing(
     pg_server: PgServer, database_url: str, fleet: Fleet
 ) -> None:
@@ -413,6 +419,7 @@ def test_database_restart_mid_run_loses_nothing(
 # -- 5. logs: JSON lines, never payloads or secrets ------------------------------
 
 
+@pytest.mark.slow
 def test_json_logs_never_contain_payload_or_secrets(database_url: str, fleet: Fleet) -> None:
     secret_header = "s3cr3t-value"
     secret_query = "s3cr3t-query-token"

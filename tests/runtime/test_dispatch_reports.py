@@ -148,6 +148,7 @@ def free_ports(count: int) -> int:
     raise AssertionError(f"no {count} consecutive free ports in 50 tries")
 
 
+@pytest.mark.slow
 def test_each_process_serves_its_metrics_on_a_port_of_its_own(
     database_url: str, fleet: Fleet
 ) -> None:

@@ -95,6 +95,7 @@ async def test_client_error_is_dead_after_one_attempt(db: Db, receiver: Receiver
     ]
 
 
+@pytest.mark.slow
 async def test_retries_end_dead_when_attempts_are_spent(db: Db, receiver: Receiver) -> None:
     receiver.responder = lambda req: Reply(status=500)
     mid = db.enqueue("k-500", receiver.url, max_attempts=3)
@@ -132,6 +133,7 @@ async def test_429_retry_after_is_honoured(db: Db, receiver: Receiver) -> None:
     assert available_at - before <= timedelta(seconds=40)
 
 
+@pytest.mark.slow
 async def test_timeout_is_retried(db: Db, receiver: Receiver) -> None:
     # The answer comes long after request_timeout (1 s), so however late a loaded
     # machine fires the deadline, only the deadline can end the attempt.
@@ -189,6 +191,7 @@ async def test_ssrf_guard_refuses_loopback_by_default(
     assert "1 message(s) held unsent" in err
 
 
+@pytest.mark.slow
 async def test_a_held_message_is_delivered_once_the_dispatcher_allows_its_destination(
     db: Db, receiver: Receiver
 ) -> None:
@@ -250,6 +253,7 @@ async def test_response_excerpt_is_bounded(db: Db, receiver: Receiver) -> None:
     assert excerpt == "x" * 1024
 
 
+@pytest.mark.slow
 async def test_notify_wakes_an_idle_dispatcher_before_the_poll_interval(
     db: Db,
     receiver: Receiver,
@@ -291,6 +295,7 @@ async def wait_until_idle(dispatcher: Dispatcher, waker: Waker) -> None:
     raise TimeoutError(f"not idle in time: {seen} (claims, holding the wake lock)")
 
 
+@pytest.mark.slow
 async def test_ordering_key_delivers_one_at_a_time_in_id_order(db: Db, receiver: Receiver) -> None:
     active = 0
     overlap = False
@@ -325,6 +330,7 @@ async def test_dead_message_does_not_block_its_ordering_key(db: Db, receiver: Re
     assert db.query("SELECT id FROM outbox.delivered") == [(second,)]
 
 
+@pytest.mark.slow
 async def test_requests_in_flight_never_exceed_the_concurrency(db: Db, receiver: Receiver) -> None:
     # Outcomes waiting for their write no longer hold a request slot, so claiming
     # overlaps the writes; the number of requests open at once must still stay
@@ -492,6 +498,7 @@ async def test_frozen_delivery_past_its_lease_cannot_complete(db: Db, receiver: 
         await store.close()
 
 
+@pytest.mark.slow
 async def test_heartbeat_cancels_a_delivery_whose_lease_was_lost(
     db: Db, receiver: Receiver
 ) -> None:
@@ -540,6 +547,7 @@ async def test_claim_uses_the_partial_index(db: Db) -> None:
     assert "Seq Scan on messages" not in plan, plan
 
 
+@pytest.mark.slow
 async def test_an_outcome_the_database_refuses_does_not_block_the_others(
     db: Db, receiver: Receiver
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from dispatchers.runtime.config import DispatcherConfig
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import NullLog
@@ -96,6 +98,7 @@ async def test_claims_never_exceed_the_concurrency() -> None:
     await asyncio.wait_for(task, BOUND)
 
 
+@pytest.mark.slow
 async def test_a_lease_lost_while_sending_ends_the_request_and_writes_nothing() -> None:
     store, client = FakeStore(), ScriptedClient()
     client.gate.clear()

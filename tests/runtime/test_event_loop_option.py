@@ -38,6 +38,7 @@ def dispatch(url: str, *args: str) -> int:
 
 
 @pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+@pytest.mark.slow
 def test_dispatch_runs_and_delivers_on_the_loop_asked_for(
     database_url: str, capsys: pytest.CaptureFixture[str], event_loop: str
 ) -> None:
@@ -73,6 +74,7 @@ def test_an_unknown_event_loop_is_refused(capsys: pytest.CaptureFixture[str]) ->
     assert "--event-loop" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_every_child_of_processes_runs_on_the_loop_asked_for(database_url: str) -> None:
     # asyncio, not the default (uvloop where installed): the choice must reach them
     with Receiver() as receiver:

@@ -48,6 +48,7 @@ class Holding:
         self._released.set()
 
 
+@pytest.mark.slow
 async def test_a_slow_destinations_backlog_does_not_hold_another_back(db: Db) -> None:
     # 200 messages to a destination answering after 1 s, then 10 to a healthy one,
     # 16 request slots: claimed in (available_at, id) order alone, the healthy
@@ -95,6 +96,7 @@ async def test_a_hanging_destination_holds_no_more_than_its_bound(db: Db) -> Non
     assert len(healthy.requests) == 12
 
 
+@pytest.mark.slow
 async def test_an_ordering_key_keeps_its_order_across_destinations(db: Db) -> None:
     with Receiver() as first, Receiver() as second:
         receivers = (first, second)

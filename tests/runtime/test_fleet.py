@@ -49,6 +49,7 @@ def schemas(url: str, *names: str) -> list[Served]:
     return [Served(url, s, default_label(url, s)) for s in ("outbox", *names)]
 
 
+@pytest.mark.slow
 async def test_each_database_is_served_and_labelled_in_logs_and_metrics(
     database_url: str,
 ) -> None:
@@ -97,6 +98,7 @@ SLOW = 0.05
 """Seconds the receiver takes per request: slow enough that the backlog lasts."""
 
 
+@pytest.mark.slow
 async def test_a_backlog_in_one_database_does_not_hold_back_another(database_url: str) -> None:
     big, small = schemas(database_url, "small")
     config = fast_config(concurrency=8, batch_size=8)  # a backlog of 800: about 5 s at 8 at once
@@ -124,6 +126,7 @@ async def test_a_backlog_in_one_database_does_not_hold_back_another(database_url
     assert waited < 60 * SLOW + LATE, f"{waited:.2f} s for the small database's 16 messages"
 
 
+@pytest.mark.slow
 async def test_a_database_gets_its_reserve_while_another_holds_every_other_slot(
     database_url: str,
 ) -> None:
@@ -159,6 +162,7 @@ def test_a_database_not_migrated_fails_the_start_naming_it(
     assert default_label(database_url, "outbox") not in err  # the other one is fine
 
 
+@pytest.mark.slow
 async def test_a_failed_database_is_served_again_and_the_process_fails_only_once_all_have(
     database_url: str,
 ) -> None:

@@ -32,6 +32,7 @@ def sample(text: str, name: str, labels: str = "", *, absent: float | None = Non
     return float(match.group(1))
 
 
+@pytest.mark.slow
 async def test_metrics_change_as_messages_are_delivered(database_url: str) -> None:
     replies = iter([Reply(status=503)] + [Reply()] * 10)
     with Receiver(lambda req: next(replies)) as receiver:

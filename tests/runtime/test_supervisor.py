@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from dispatchers.runtime.supervisor import child_argv
 from outbox import Outbox
@@ -37,6 +38,7 @@ def test_child_arguments_drop_processes_and_pin_the_database() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_processes_drain_the_backlog_together(database_url: str) -> None:
     # Slow answers and few requests in flight per process, so that one process
     # cannot drain the backlog alone before the others have started.
@@ -78,6 +80,7 @@ def test_processes_drain_the_backlog_together(database_url: str) -> None:
     assert len({r.headers["idempotency-key"] for r in receiver.requests}) == 300
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_child(database_url: str) -> None:
     proc = subprocess.Popen(
         [
@@ -137,6 +140,7 @@ def catches(pid: int, signum: int) -> bool:
     raise AssertionError(f"no SigCgt line for pid {pid}")
 
 
+@pytest.mark.slow
 def test_sigterm_while_the_children_start_is_a_clean_stop(database_url: str) -> None:
     # Children still importing have no signal handler yet: SIGTERM ends them at
     # once, before they claim anything, and the fleet stops with 0 all the same.

@@ -8,6 +8,7 @@ import threading
 
 import httpx
 import psycopg
+import pytest
 
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import NullLog
@@ -133,6 +134,7 @@ async def test_each_destination_is_counted_up_to_the_cap(database_url: str) -> N
     ]
 
 
+@pytest.mark.slow
 def test_the_backlog_walks_the_claimable_index_not_the_table(database_url: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         for origin in ("https://a.example", "https://b.example"):

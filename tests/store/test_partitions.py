@@ -93,6 +93,7 @@ def service(store: Store, **settings: object) -> Partitions:
     return Partitions(store, Reporter(NullLog()), **values)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 async def test_partitions_are_made_ahead_once_while_dispatchers_make_them_together(
     database_url: str, store: Store
 ) -> None:

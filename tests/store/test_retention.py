@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import psycopg
+import pytest
 
 from dispatchers.runtime.dispatcher import Dispatcher
 from dispatchers.runtime.log import NullLog
@@ -84,6 +85,7 @@ async def test_history_past_retention_is_removed_in_batches_and_the_rest_kept(
     assert again == 1_000_001
 
 
+@pytest.mark.slow
 def test_claim_plan_ignores_a_large_history(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
         add_history(conn, 10_000_001, 10_200_000, "1 day")

@@ -113,6 +113,7 @@ PREPARED = {
 
 @pytest.mark.parametrize("webhooks", [False, True], ids=["plain", "webhooks"])
 @pytest.mark.parametrize("name", list(PREPARED))
+@pytest.mark.slow
 def test_each_prepared_statement_reaches_its_rows_by_index_without_jit(
     database_url: str, name: str, webhooks: bool
 ) -> None:
@@ -155,6 +156,7 @@ def _history(url: str, rows: int) -> None:
         conn.execute("ANALYZE outbox.delivered, outbox.message_keys, outbox.attempts")
 
 
+@pytest.mark.slow
 def test_the_occasional_statements_reach_their_rows_by_index_without_jit(
     database_url: str,
 ) -> None:

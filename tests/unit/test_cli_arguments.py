@@ -297,6 +297,7 @@ LONG_RUNNING = {
     option=st.sampled_from([(c, o) for c, options in LONG_RUNNING.items() for o in options]),
     value=HOSTILE,
 )
+@pytest.mark.slow
 def test_long_running_commands_refuse_hostile_values_in_one_line_or_can_run(
     option: tuple[str, str], value: str
 ) -> None:

@@ -313,6 +313,7 @@ def deep(depth: int, leaf: object = 1) -> object:
 
 
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 5_000, 200_000])
+@pytest.mark.slow
 def test_metadata_nested_too_deep_is_refused_naming_it(depth: int) -> None:
     for call in (
         lambda: Endpoints().add(NO_TX, url="https://example.com/h", metadata=deep(depth)),
@@ -358,6 +359,7 @@ def test_metadata_jsonb_cannot_hold_is_refused_saying_where(metadata: object, wh
 
 
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 5_000, 200_000])
+@pytest.mark.slow
 def test_a_payload_nested_too_deep_is_refused_before_filters_walk_it(depth: int) -> None:
     with pytest.raises(InvalidMessage, match=f"deeper than {MAX_JSON_DEPTH}") as refused:
         Outbox().publish(NO_TX, "order.created", deep(depth))

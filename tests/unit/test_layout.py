@@ -7,6 +7,8 @@ import ast
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 MOST_LINES = 400
 
@@ -44,6 +46,7 @@ def test_the_layers_contract_places_every_part_of_the_runtime() -> None:
 ENVIRONMENT = ("environ", "environb", "getenv", "getenvb")
 
 
+@pytest.mark.slow
 def test_environment_variables_are_read_in_one_module() -> None:
     # dispatchers/environment.py reads them all; a child process may be given a
     # copy of the environment ({**os.environ, ...}), which reads nothing itself

@@ -664,6 +664,7 @@ def nested(depth: int) -> object:
 
 
 @pytest.mark.parametrize("depth", [2_000, 100_000])
+@pytest.mark.slow
 def test_json_nested_past_the_encoder_is_rejected_not_a_recursion_error(depth: int) -> None:
     """A body is bytes to the outbox: deep JSON is the receiver's to refuse, but the
     encoder's RecursionError must not escape enqueue."""

@@ -34,6 +34,7 @@ def _run(name: str, config: Config, *, waive: tuple[str, ...] = ()) -> Result:
 
 
 @pytest.mark.parametrize("name", list(ALL))
+@pytest.mark.slow
 def test_the_protocol_as_built_breaks_no_rule(name: str) -> None:
     result = _run(name, ALL[name])
     assert result.violation is None, str(result.violation)

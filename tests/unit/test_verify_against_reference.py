@@ -293,6 +293,7 @@ def assert_agrees_or_differs_by_design(case: Case) -> str:
         now=1700000000.25,
     )
 )
+@pytest.mark.slow
 def test_verify_gives_the_reference_verdict_wherever_the_reference_gives_one(case: Case) -> None:
     ours = assert_agrees_or_differs_by_design(case)
     event(f"reference: {reference_verdict(case.secret, case.headers, case.body, case.now)}")
@@ -406,6 +407,7 @@ def test_verify_splits_the_signature_list_on_spaces_only(separator: str) -> None
     assert verdict(headers) == "reject"
 
 
+@pytest.mark.slow
 def test_verify_rejects_an_id_no_sender_could_have_signed() -> None:
     headers = {**signed(NOW), "webhook-id": "msg_\ud800"}
     with pytest.raises(InvalidSignature, match="webhook-id"):
