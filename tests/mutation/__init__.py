@@ -2,8 +2,11 @@
 
 ``python -m tests.mutation.python_mutants`` runs mutmut over the pure decision
 modules, each against the unit tests that cover it; ``python -m
-tests.mutation.sql_mutants`` changes one statement of ``sql/queries`` or
-``dispatchers/store/sql`` at a time (in a copy) and runs the integration tests
-that must notice. Neither changes the working tree: both work in temporary
-copies.
+tests.mutation.sql_mutants`` changes one statement of ``sql/queries``,
+``dispatchers/store/sql`` or a migration's function at a time (in a copy) and
+runs the tests that must notice. Neither changes the working tree: both work in
+temporary copies, and write their scores into ``tests/mutation/scores.md``.
+``--check`` runs no mutant: it checks that what each runner names (tests,
+statements, equivalent mutants) still exists; ``tests/unit/test_mutation_runners.py``
+runs it with the rest of the suite.
 """

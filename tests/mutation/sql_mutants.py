@@ -1,15 +1,16 @@
 """Hand-made mutants of the SQL the project loads, each against the tests that must notice.
 
-``python -m tests.mutation.sql_mutants [NAME ...]`` (``--list`` names them): the
-tree (code, tests and ``sql/``) is copied once into a temporary directory, so
-that the SQL and the tests that judge it are of one moment while the working
-tree changes; then for each mutant, one at a time, one statement of the copy's
-SQL is changed (a fence removed, a bound moved, a lock dropped), in the
-library's files (``sql/queries``) or the dispatcher's
-(``dispatchers/store/sql``), and the mutant's set of integration tests runs in
-the copy, its statements loaded from the copy's files through the
-``tests.mutation.sql_copy`` plugin, which points the loader there. The working
-tree is never written.
+``python -m tests.mutation.sql_mutants [NAME ...] [--set SET]`` (``--list`` names
+them): the tree (code, tests and ``sql/``) is copied once into a temporary
+directory, so that the SQL and the tests that judge it are of one moment while
+the working tree changes; then for each mutant, one at a time, one statement of
+the copy's SQL is changed (a fence removed, a bound moved, a lock dropped or
+taken too late), in the library's files (``sql/queries``), the dispatcher's
+(``dispatchers/store/sql``) or a function of the migration that defines it
+last (``sql/migrations``), and the mutant's set of tests runs in the copy
+(stopping at the first failure), its statements and its template database's
+migrations loaded from the copy's files through the ``tests.mutation.sql_copy``
+plugin, which points the loader there. The working tree is never written.
 
 Killed: a test failed, and it is named. Survived: every test passed, so nothing
 pins down what the mutated text does; write the test that does, or, when no
@@ -17,15 +18,21 @@ test can tell the mutant apart, say why in its ``equivalent``. Not applicable:
 the text to change is no longer in the statement (the SQL changed since the
 mutant was written; update it). A mutant that changes only comments (which the
 loader strips) is refused as not applicable too. Each set of tests runs once on
-the unchanged copy first: a set that fails there fails the run.
+the unchanged copy first: a set that fails there fails the run. Each set's score
+(killed/total) is written into ``tests/mutation/scores.md`` (``--no-record``: not).
 
-Exits 1 when a mutant not marked equivalent survived, a mutant did not apply, or a
-set failed on the unchanged copy.
+``--check`` runs nothing: it fails when a mutant does not apply, or a test a set
+names does not exist (``tests/unit/test_mutation_runners.py`` runs it in the
+normal suite). Every run checks so first.
+
+Exits 1 when a mutant not marked equivalent survived, a mutant did not apply, a
+test a set names does not exist, or a set failed on the unchanged copy.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import re
 import shutil
@@ -33,11 +40,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from outbox._queries import parse
+from tests.mutation import scores
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ("outbox", "dispatchers", "sql", "tests", "pyproject.toml")
@@ -46,40 +55,38 @@ PLUGIN = "tests.mutation.sql_copy"
 ENV = "OUTBOX_SQL_COPY"
 LIBRARY_SQL = "sql/queries"
 STORE_SQL = "dispatchers/store/sql"
+MIGRATIONS = "sql/migrations"
 _HEADER = re.compile(r"^-- (?:name|fragment):[ \t]*(\w+)[ \t]*$", re.MULTILINE)
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
-IT = "tests/integration/"
-ST = "tests/store/"
-
 FENCES = (
-    f"{ST}test_fences.py",
-    f"{IT}test_audit_sql_mutants.py",
-    f"{ST}test_claim_and_complete.py::test_lean_completion_is_fenced_by_owner_attempt_and_state",
-    f"{IT}test_dispatcher.py::test_stale_outcome_of_another_owner_changes_nothing",
-    f"{IT}test_dispatcher.py::test_stale_outcome_of_the_same_owner_is_fenced_by_attempt",
-    f"{IT}test_dispatcher.py::test_a_claim_that_commits_after_the_stop_signal_is_released_unsent",
-    f"{ST}test_leases.py",
+    "test_fences.py",
+    "test_audit_sql_mutants.py",
+    "test_claim_and_complete.py::test_lean_completion_is_fenced_by_owner_attempt_and_state",
+    "runtime/test_dispatcher.py::test_stale_outcome_of_another_owner_changes_nothing",
+    "runtime/test_dispatcher.py::test_stale_outcome_of_the_same_owner_is_fenced_by_attempt",
+    "runtime/test_dispatcher.py::test_a_claim_that_commits_after_the_stop_signal_is_released_unsent",
+    "test_leases.py",
 )
 """What fences the dispatcher's writes: completion, renewal, release, rescue."""
 
 HEALTH = (
-    f"{IT}test_destination_health.py",
-    f"{IT}test_audit_sql_mutants.py",
-    f"{ST}test_claim_and_complete.py::test_the_short_way_defers_while_a_hold_is_on_its_destination",
+    "delivery/test_destination_health.py",
+    "test_audit_sql_mutants.py",
+    "test_claim_and_complete.py::test_the_short_way_defers_while_a_hold_is_on_its_destination",
 )
 """Circuit breakers and holds: open, hold, probe, close, reopen."""
 
 SLOTS = (
-    f"{ST}test_slots.py",
-    f"{IT}test_audit_sql_mutants.py",
-    f"{IT}test_destination_policies.py::test_a_claim_takes_a_slot_of_each_kind_which_release_and_rescue_free",
-    f"{IT}test_destination_policies.py::test_lowering_a_cap_below_the_requests_in_flight_starts_none_until_under_it",
-    f"{IT}test_destination_policies.py::test_no_claim_starts_while_the_cap_is_full_after_it_is_lowered_below_every_free_slot",
-    f"{IT}test_destination_policies.py::test_no_claim_starts_while_the_cap_is_full_after_it_is_set_on_requests_in_flight",
-    f"{IT}test_endpoint_cap.py::test_lowering_the_cap_removes_free_slots",
-    f"{ST}test_claim_and_complete.py::test_claim_with_a_capped_endpoint_takes_the_slots",
-    f"{ST}test_claim_and_complete.py::test_lean_completion_updates_endpoints_and_slots_as_the_general_one_does",
+    "test_slots.py",
+    "test_audit_sql_mutants.py",
+    "test_destination_policies.py::test_a_claim_takes_a_slot_of_each_kind_which_release_and_rescue_free",
+    "test_destination_policies.py::test_lowering_a_cap_below_the_requests_in_flight_starts_none_until_under_it",
+    "test_destination_policies.py::test_no_claim_starts_while_the_cap_is_full_after_it_is_lowered_below_every_free_slot",
+    "test_destination_policies.py::test_no_claim_starts_while_the_cap_is_full_after_it_is_set_on_requests_in_flight",
+    "test_endpoint_cap.py::test_lowering_the_cap_removes_free_slots",
+    "test_claim_and_complete.py::test_claim_with_a_capped_endpoint_takes_the_slots",
+    "test_claim_and_complete.py::test_lean_completion_updates_endpoints_and_slots_as_the_general_one_does",
 )
 """Concurrency and rate slots: kept in step with the policies, taken, passed on, freed.
 (The two-process tests of test_destination_policies are left out: they take a
@@ -87,23 +94,33 @@ minute each, and the dispatcher processes they start may import the working
 tree rather than the copy.)"""
 
 ORDERING = (
-    f"{IT}test_ordering_keys.py",
-    f"{IT}test_audit_sql_mutants.py",
-    f"{IT}test_dispatcher.py::test_ordering_key_delivers_one_at_a_time_in_id_order",
-    f"{IT}test_dispatcher.py::test_dead_message_does_not_block_its_ordering_key",
-    f"{IT}test_dispatcher.py::test_claim_respects_ordering_and_batch_limit",
+    "test_ordering_keys.py",
+    "test_ordering_clause_order.py",
+    "test_audit_sql_mutants.py",
+    "runtime/test_dispatcher.py::test_ordering_key_delivers_one_at_a_time_in_id_order",
+    "runtime/test_dispatcher.py::test_dead_message_does_not_block_its_ordering_key",
+    "runtime/test_dispatcher.py::test_claim_respects_ordering_and_batch_limit",
 )
-"""Ordering keys: the producers' lock, and the claim's predicate."""
+"""Ordering keys: the producers' lock, taken before the id is drawn, and the claim's
+predicate."""
 
 SETS = {"fences": FENCES, "health": HEALTH, "slots": SLOTS, "ordering": ORDERING}
+"""Each set's tests, by the end of their path under ``tests/`` (a file's name, or
+as many of its directories as make it one file), optionally with ``::`` and a
+test of that file: a file moved to another directory is still found, and
+:func:`stale_tests` (``--check``) names a reference that matches no file or
+several, or a test that is not in its file."""
 
 
 @dataclass(frozen=True)
 class Mutant:
     """``old`` replaced by ``new`` in the statement or fragment ``section`` of
     ``file`` (a path in the tree: ``sql/queries/...`` for the library's,
-    ``dispatchers/store/sql/...`` for the dispatcher's), where ``old`` must occur
-    exactly once. Runs of whitespace in ``old`` match any run of whitespace."""
+    ``dispatchers/store/sql/...`` for the dispatcher's), or in the function
+    ``section`` of a migration (``sql/migrations/...``: from its ``CREATE
+    FUNCTION`` to the ``$$;`` that ends it, in the migration that defines it
+    last), where ``old`` must occur exactly once. Runs of whitespace in ``old``
+    match any run of whitespace."""
 
     name: str
     file: str
@@ -119,12 +136,10 @@ class Mutant:
     def apply(self, text: str) -> str | None:
         """The file's text with the mutation made, or None if ``old`` is not in
         the section exactly once."""
-        starts = [(m.start(), m.group(1)) for m in _HEADER.finditer(text)]
-        bounds = [
-            (start, starts[i + 1][0] if i + 1 < len(starts) else len(text))
-            for i, (start, name) in enumerate(starts)
-            if name == self.section
-        ]
+        if _is_migration(self.file):
+            bounds = _function_bounds(text, self.section)
+        else:
+            bounds = _section_bounds(text, self.section)
         if len(bounds) != 1:
             return None
         ((start, end),) = bounds
@@ -134,6 +149,43 @@ class Mutant:
             return None
         (match,) = found
         return text[: match.start()] + self.new + text[match.end() :]
+
+
+def _section_bounds(text: str, name: str) -> list[tuple[int, int]]:
+    """Where each statement or fragment ``name`` of a ``.sql`` file's text starts
+    (at its header) and ends (at the next header)."""
+    starts = [(m.start(), m.group(1)) for m in _HEADER.finditer(text)]
+    return [
+        (start, starts[i + 1][0] if i + 1 < len(starts) else len(text))
+        for i, (start, header) in enumerate(starts)
+        if header == name
+    ]
+
+
+def _is_migration(file: str) -> bool:
+    return file.startswith(f"{MIGRATIONS}/")
+
+
+def _function_start(name: str) -> re.Pattern[str]:
+    return re.compile(rf"^CREATE (?:OR REPLACE )?FUNCTION (?:\w+\.)?{re.escape(name)}\(", re.M)
+
+
+def _function_bounds(text: str, name: str) -> list[tuple[int, int]]:
+    """Where each definition of the function ``name`` in a migration's text starts
+    and ends (after the ``$$;`` that closes its body)."""
+    bounds = []
+    for match in _function_start(name).finditer(text):
+        end = text.find("\n$$;", match.end())
+        bounds.append((match.start(), len(text) if end < 0 else end + 4))
+    return bounds
+
+
+def _statements(file: str, text: str) -> object:
+    """What of a file's text reaches the server: its statements without comments
+    (migrations: the text without ``--`` comments and runs of whitespace)."""
+    if _is_migration(file):
+        return " ".join(re.sub(r"--[^\n]*", "", text).split())
+    return parse(file, text)
 
 
 def _mutants() -> list[Mutant]:
@@ -294,10 +346,53 @@ def _mutants() -> list[Mutant]:
         "ordering")  # fmt: skip
     add("ordered_one_lock_for_every_key", e, "ordered",
         "hashtextextended(k.ordering_key,", "hashtextextended('',", "ordering")  # fmt: skip
+    # the id drawn before the key's lock, the lock still taken (and waited on)
+    # before the message is written; test_ordering_clause_order.py sees it
     add("enqueue_id_before_the_lock", e, "enqueue",
-        "FROM (SELECT count(*) FROM ordered) AS after_lock", "", "ordering")  # fmt: skip
+        "nextval('{schema}.messages_id_seq'), %(digest)s"
+        " FROM (SELECT count(*) FROM ordered) AS after_lock",
+        "drawn.id, %(digest)s"
+        " FROM (SELECT nextval('{schema}.messages_id_seq') AS id) AS drawn"
+        " CROSS JOIN LATERAL (SELECT count(*) FROM ordered WHERE drawn.id IS NOT NULL)"
+        " AS after_lock", "ordering")  # fmt: skip
     add("publish_id_before_the_lock", e, "publish",
-        "CROSS JOIN (SELECT count(*) FROM ordered) AS after_lock", "", "ordering")  # fmt: skip
+        "COALESCE(k.message_id, nextval('{schema}.messages_id_seq')) AS message_id"
+        " FROM subscribed AS s CROSS JOIN (SELECT count(*) FROM ordered) AS after_lock",
+        "COALESCE(k.message_id, s.drawn) AS message_id"
+        " FROM (SELECT *, nextval('{schema}.messages_id_seq') AS drawn FROM subscribed) AS s"
+        " CROSS JOIN LATERAL (SELECT count(*) FROM ordered WHERE s.drawn IS NOT NULL)"
+        " AS after_lock", "ordering")  # fmt: skip
+    add("replay_event_id_before_the_lock", f"{LIBRARY_SQL}/admin.sql", "replay_event",
+        "nextval('{schema}.messages_id_seq') FROM source"
+        " CROSS JOIN (SELECT count(*) FROM ordered) AS after_lock",
+        "drawn.id FROM source"
+        " CROSS JOIN (SELECT nextval('{schema}.messages_id_seq') AS id) AS drawn"
+        " CROSS JOIN LATERAL (SELECT count(*) FROM ordered WHERE drawn.id IS NOT NULL)"
+        " AS after_lock", "ordering")  # fmt: skip
+    add("replay_event_no_lock", f"{LIBRARY_SQL}/admin.sql", "replay_event",
+        "WHERE s.ordering_key IS NOT NULL AND NOT EXISTS (SELECT FROM existing)",
+        "WHERE false", "ordering")  # fmt: skip
+    # the SQL functions, in the migrations that define them last
+    lock = (
+        "IF {f}.ordering_key IS NOT NULL THEN PERFORM _lock_ordering_key({f}.ordering_key); END IF;"
+    )
+    enqueue_lock = lock.format(f="enqueue")
+    draw = "v_id := nextval('messages_id_seq');"
+    add("function_enqueue_id_before_the_lock", f"{MIGRATIONS}/0022_sql_producers.sql", "enqueue",
+        f"{enqueue_lock} {draw}", f"{draw} {enqueue_lock}", "ordering")  # fmt: skip
+    add("function_enqueue_no_lock", f"{MIGRATIONS}/0022_sql_producers.sql", "enqueue",
+        f"{enqueue_lock} {draw}", draw, "ordering")  # fmt: skip
+    # publish draws its ids in _fan_out, in the statement that writes them: the
+    # lock taken after the fan-out comes after the draw (and the writes)
+    publish_lock = lock.format(f="publish")
+    fan_out = (
+        "v_fanned := _fan_out(publish.event_type, v_key, v_digest, v_body, v_tenant,"
+        " publish.ordering_key, COALESCE(publish.max_attempts, 8), v_trace, NULL, true);"
+    )
+    add("function_publish_ids_before_the_lock", f"{MIGRATIONS}/0028_alerts.sql", "publish",
+        f"{publish_lock} {fan_out}", f"{fan_out} {publish_lock}", "ordering")  # fmt: skip
+    add("function_publish_no_lock", f"{MIGRATIONS}/0028_alerts.sql", "publish",
+        f"{publish_lock} {fan_out}", fan_out, "ordering")  # fmt: skip
     return out
 
 
@@ -309,6 +404,79 @@ class Verdict:
     status: str  # "killed", "survived", "not applicable", "error"
     detail: str
     seconds: float
+
+
+def _test_files(tree: Path) -> list[str]:
+    return sorted(p.relative_to(tree).as_posix() for p in (tree / "tests").rglob("test_*.py"))
+
+
+def resolve(reference: str, tree: Path = ROOT) -> str:
+    """The pytest argument a set's ``reference`` names in ``tree``: the one test
+    file whose path ends with its file part, and its node, if any."""
+    file, sep, node = reference.partition("::")
+    found = [f for f in _test_files(tree) if f == file or f.endswith(f"/{file}")]
+    if len(found) != 1:
+        where = ", ".join(found) if found else "no file"
+        raise LookupError(f"{reference}: {file} names {where} under tests/")
+    return f"{found[0]}{sep}{node}"
+
+
+def _defines(path: Path, node: str) -> bool:
+    """Whether the test file at ``path`` defines the test ``node`` (``name``, or
+    ``Class::name``; a parameter id in brackets is ignored)."""
+    body: list[ast.stmt] = ast.parse(path.read_text("utf-8")).body
+    for part in node.split("[", 1)[0].split("::"):
+        found = [
+            s for s in body
+            if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and s.name == part
+        ]  # fmt: skip
+        if not found:
+            return False
+        body = found[0].body if isinstance(found[0], ast.ClassDef) else []
+    return True
+
+
+def stale_tests(tree: Path = ROOT) -> list[str]:
+    """What is wrong with the sets' references in ``tree``, one line each: a file
+    part that names no test file or several, a test its file does not define."""
+    problems = []
+    for name, references in SETS.items():
+        for reference in references:
+            try:
+                path, _, node = resolve(reference, tree).partition("::")
+            except LookupError as exc:
+                problems.append(f"set {name}: {exc}")
+                continue
+            if node and not _defines(tree / path, node):
+                problems.append(f"set {name}: {path} defines no test {node}")
+    return problems
+
+
+def stale_mutants(
+    chosen: Sequence[Mutant] = tuple(MUTANTS.values()), tree: Path = ROOT
+) -> list[str]:
+    """The mutants of ``chosen`` that do not apply to ``tree``, each with why: its
+    text is not once in its section (or changes only comments), its set is not in
+    :data:`SETS`, or a later migration defines its function again."""
+    problems = []
+    for mutant in chosen:
+        if mutant.tests not in SETS:
+            problems.append(f"{mutant.name}: no set {mutant.tests!r}")
+        elif _applied(mutant, tree) is None:
+            problems.append(
+                f"{mutant.name}: {' '.join(mutant.old.split())!r} is not once in"
+                f" {mutant.file}:{mutant.section}, or only in comments"
+            )
+        elif _is_migration(mutant.file):
+            later = [
+                f.name for f in sorted((tree / MIGRATIONS).glob("*.sql"))
+                if f.name > Path(mutant.file).name
+                and _function_start(mutant.section).search(f.read_text("utf-8"))
+            ]  # fmt: skip
+            if later:
+                problems.append(f"{mutant.name}: {', '.join(later)} defines {mutant.section} again")
+    return problems
 
 
 def _copy() -> Path:
@@ -326,12 +494,14 @@ def _copy() -> Path:
 
 def _pytest(work: Path, tests: Sequence[str], log: Path) -> tuple[int, str]:
     """Run ``tests`` in the snapshot ``work`` (its packages come first on the path),
-    the statements loaded from its files (``sql/`` and the runtime's packages)."""
+    the statements loaded from its files (``sql/`` and the runtime's packages),
+    stopping at the first failure."""
     env = {**os.environ, ENV: str(work), "OUTBOX_TEST_SERVERS": "embedded"}
     env.pop("PYTHONPATH", None)
     command = [
         sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider",
-        "-n", "0", "-q", "-rfE", "--timeout", "90", *tests,
+        "-n", "0", "-q", "-x", "-rfE", "--timeout", "90",
+        *(resolve(t, work) for t in tests),
     ]  # fmt: skip
     with log.open("w") as out:
         run = subprocess.run(command, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -343,7 +513,7 @@ def _applied(mutant: Mutant, tree: Path) -> tuple[str, str] | None:
     made; None when it does not apply or changes no statement (only comments)."""
     original = (tree / mutant.file).read_text("utf-8")
     mutated = mutant.apply(original)
-    if mutated is None or parse(mutant.file, mutated) == parse(mutant.file, original):
+    if mutated is None or _statements(mutant.file, mutated) == _statements(mutant.file, original):
         return None
     return original, mutated
 
@@ -366,8 +536,17 @@ def run_mutant(mutant: Mutant, work: Path) -> Verdict:
         return Verdict("survived", "", seconds)
     if code == 1:
         failed = sorted(set(_FAILED.findall(output)))
-        return Verdict("killed", ", ".join(f.removeprefix(IT) for f in failed), seconds)
+        return Verdict("killed", ", ".join(f.removeprefix("tests/") for f in failed), seconds)
     return Verdict("error", f"pytest exited {code}:\n{output[-2000:]}", seconds)
+
+
+def _score(verdicts: Sequence[tuple[Mutant, str]], of: int) -> str:
+    """``killed/total`` of one set's run, with what was not killed, and how many
+    mutants the set has when only some ran."""
+    counts = Counter(status for _, status in verdicts)
+    rest = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "killed")
+    text = f"{counts['killed']}/{len(verdicts)} killed" + (f" ({rest})" if rest else "")
+    return text if len(verdicts) == of else f"{text}; {len(verdicts)} of the set's {of} mutants"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -376,24 +555,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help="default: every mutant")
     parser.add_argument("--list", action="store_true", help="name the mutants and their sets")
+    parser.add_argument(
+        "--set", dest="sets", action="append", choices=sorted(SETS), metavar="SET",
+        help=f"only the mutants of this set ({', '.join(SETS)}); may be repeated",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the copy and the logs")
     parser.add_argument(
-        "--check", action="store_true", help="only check that each mutant applies; run no test"
+        "--check",
+        action="store_true",
+        help="only check that each mutant applies and each test the sets name exists; run none",
+    )
+    parser.add_argument(
+        "--no-record", action="store_true", help=f"do not write the scores into {scores.FILE}"
     )
     args = parser.parse_args(argv)
     if args.list:
         for m in MUTANTS.values():
-            print(f"{m.name:36} {m.tests:9} {m.file}:{m.section}")
+            print(f"{m.name:38} {m.tests:9} {m.file}:{m.section}")
         return 0
     unknown = sorted(set(args.names) - set(MUTANTS))
     if unknown:
         parser.error(f"unknown mutant(s) {', '.join(unknown)}; --list names them")
     chosen = [MUTANTS[n] for n in args.names] if args.names else list(MUTANTS.values())
-    if args.check:
-        stale = [m.name for m in chosen if _applied(m, ROOT) is None]
-        for name in stale:
-            print(f"{name:36} not applicable")
-        return 1 if stale else 0
+    if args.sets:
+        chosen = [m for m in chosen if m.tests in args.sets]
+    problems = stale_tests() + stale_mutants(chosen)
+    for problem in problems:
+        print(problem)
+    if args.check or problems:
+        return 1 if problems else 0
+    command = " ".join(["python -m tests.mutation.sql_mutants", *(argv or sys.argv[1:])])
     work = _copy()
     failed = False
     try:
@@ -403,14 +594,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"set {name} fails on the unchanged SQL (exit {code}):\n{output[-3000:]}")
                 return 1
             print(f"set {name}: passes on the unchanged SQL", flush=True)
+        verdicts: dict[str, list[tuple[Mutant, str]]] = {}
         for mutant in chosen:
             verdict = run_mutant(mutant, work)
             status, detail = verdict.status, verdict.detail
             if status == "survived" and mutant.equivalent:
                 status, detail = "survived, equivalent", mutant.equivalent
             failed = failed or status not in ("killed", "survived, equivalent")
+            verdicts.setdefault(mutant.tests, []).append((mutant, status))
             detail = f": {detail}" if detail else ""
-            print(f"{mutant.name:36} {status} ({verdict.seconds:.0f} s){detail}", flush=True)
+            print(f"{mutant.name:38} {status} ({verdict.seconds:.0f} s){detail}", flush=True)
+        for name, done in verdicts.items():
+            of = sum(m.tests == name for m in MUTANTS.values())
+            score = _score(done, of)
+            print(f"set {name}: {score}")
+            if not args.no_record:
+                scores.record("sql", name, score, command)
     finally:
         if args.keep:
             print(f"kept in {work}")
