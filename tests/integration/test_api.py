@@ -291,6 +291,7 @@ def _cursor_key(url: str) -> bytes:
     return bytes(key)
 
 
+@pytest.mark.slow
 async def test_a_cursor_works_on_every_server_of_its_database_and_is_refused_by_another(
     db: Db, database_url: str, empty_database_url: str
 ) -> None:
@@ -440,6 +441,7 @@ def test_api_tokens_create_prints_the_token_alone_once_and_list_never_shows_it(
     assert "no token with id 999" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_outbox_ui_api_only_serves_the_api_and_no_page(database_url: str, tmp_path: Path) -> None:
     token = make_token(database_url, "read")
     argv = ["ui", "--api-only", "--port", "0", "--database-url", database_url]

@@ -32,6 +32,7 @@ def run(script: str, *args: str, timeout: float = 120) -> str:
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py")))
+@pytest.mark.slow
 def test_every_script_documents_its_options(script: str) -> None:
     assert "usage:" in run(script, "--help")
 
@@ -69,6 +70,7 @@ def test_sql_cost_against_another_schema_version_prints_a_row_for_each(database_
     assert rows == ["", f"  v{version:04d}"], out
 
 
+@pytest.mark.slow
 def test_publish_cost_prints_a_median_per_endpoint_count(database_url: str) -> None:
     out = run(
         "publish_cost.py", "--database-url", database_url, "-n", "20", "--endpoints", "1", "3"
@@ -126,6 +128,7 @@ def test_enqueue_floor_prints_the_floor_and_the_schema_it_is_measured_against(
     assert wal["plain"] < wal["floor"] < wal["enqueue"], out
 
 
+@pytest.mark.slow
 def test_ui_pages_fills_the_schema_and_times_every_page(database_url: str) -> None:
     out = run(
         "ui_pages.py",
@@ -137,6 +140,7 @@ def test_ui_pages_fills_the_schema_and_times_every_page(database_url: str) -> No
     assert "/" in timed and "/endpoints" in timed and len(timed) >= 10, out
 
 
+@pytest.mark.slow
 def test_ordering_cost_prints_a_row_per_variant(database_url: str) -> None:
     out = run("ordering_cost.py", "--database-url", database_url, "-n", "20", "--rounds", "1")
     for variant in ("no key", "a key", "two producers, two keys", "two producers, one key"):

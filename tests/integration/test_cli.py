@@ -87,6 +87,7 @@ def kill(cli: Cli, message_id: int, died: timedelta = timedelta(0)) -> None:
 # -- endpoints -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_endpoints_lifecycle(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, err = cli(
         "endpoints",

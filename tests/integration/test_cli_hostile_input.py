@@ -211,6 +211,7 @@ def test_hostile_values_are_refused_in_one_line_or_give_a_clean_result(
 
 @HOSTILE_PROPERTY
 @given(url=MALFORMED_DATABASE_URLS, argv=st.sampled_from([c for c, _ in COMMANDS]))
+@pytest.mark.slow
 def test_a_malformed_database_url_is_refused_in_one_line(
     cli: Cli, url: str, argv: list[str]
 ) -> None:
@@ -277,6 +278,7 @@ def test_an_event_key_that_is_not_utf8_is_one_line(cli: Cli) -> None:
     assert assert_clean(cli, ["replay", "--endpoint=1", "--event", "evt\udcff"]) == 2
 
 
+@pytest.mark.slow
 def test_a_process_given_bytes_that_are_not_utf8_exits_2_in_one_line(database_url: str) -> None:
     """The same through a real ``argv`` and environment (no traceback, no database
     error): a description, and the variable that lists the secrets keys."""

@@ -274,6 +274,7 @@ def test_credentials_are_updated_kept_and_removed_one_kind_at_a_time(db: Db) -> 
         update(db, endpoint_id, ring(KEY_B), bearer_token=TOKEN)
 
 
+@pytest.mark.slow
 async def test_no_secret_is_readable_in_the_table_a_dump_the_commands_or_the_dashboard(
     cli: Cli, db: Db, tmp_path: Path
 ) -> None:

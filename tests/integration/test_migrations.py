@@ -158,6 +158,7 @@ def test_applied_versions_of_a_database_never_migrated_is_empty(empty_database_u
     assert applied_versions(empty_database_url) == []
 
 
+@pytest.mark.slow
 def test_concurrent_migrate_commands_both_succeed_and_apply_once(empty_database_url: str) -> None:
     command = [*outbox_command(), "migrate", "--database-url", empty_database_url, "--json"]
     procs: list[subprocess.Popen[str]] = []
@@ -539,6 +540,7 @@ def test_upgraded_schema_still_refuses_a_value_outside_each_rule(
         assert refused.value.sqlstate == "23514"
 
 
+@pytest.mark.slow
 def test_moving_secrets_to_their_own_table_keeps_endpoints_signing_as_before(
     empty_database_url: str,
 ) -> None:
@@ -578,6 +580,7 @@ def test_moving_secrets_to_their_own_table_keeps_endpoints_signing_as_before(
         assert upgraded[part] == fresh[part], part
 
 
+@pytest.mark.slow
 def test_keys_written_before_digests_still_dedupe_any_request_and_event(
     empty_database_url: str,
 ) -> None:
@@ -630,6 +633,7 @@ def test_keys_written_before_digests_still_dedupe_any_request_and_event(
         assert upgraded[part] == fresh[part], part
 
 
+@pytest.mark.slow
 def test_destinations_of_existing_messages_are_the_ones_enqueue_computes(
     empty_database_url: str,
 ) -> None:
@@ -695,6 +699,7 @@ def test_attempts_recorded_as_succeeded_read_delivered_after_the_upgrade(
 # -- the command ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_endpoints_slots_move_to_destination_slots_and_their_rate_limits_get_rate_slots(
     empty_database_url: str,
 ) -> None:
@@ -765,6 +770,7 @@ def test_endpoints_slots_move_to_destination_slots_and_their_rate_limits_get_rat
         assert upgraded[part] == fresh[part], part
 
 
+@pytest.mark.slow
 def test_migrate_command_prints_json_and_is_idempotent(empty_database_url: str) -> None:
     command = [*outbox_command(), "migrate", "--database-url", empty_database_url, "--json"]
 
@@ -782,6 +788,7 @@ def test_migrate_command_prints_json_and_is_idempotent(empty_database_url: str) 
     assert tables(empty_database_url, "outbox") == TABLES
 
 
+@pytest.mark.slow
 def test_migrate_command_reports_a_bad_schema_and_exits_non_zero(empty_database_url: str) -> None:
     command = [*outbox_command(), "migrate", "--database-url", empty_database_url]
     result = subprocess.run(

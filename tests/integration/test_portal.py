@@ -328,6 +328,7 @@ async def test_a_tenant_adds_edits_reveals_rotates_tests_disables_and_deletes_an
     assert secret not in log and rotated[1][0] not in log
 
 
+@pytest.mark.slow
 async def test_a_published_event_is_delivered_seen_with_its_attempt_and_replayed(
     database_url: str,
 ) -> None:
@@ -406,6 +407,7 @@ async def test_a_portal_request_naming_another_host_is_refused(database_url: str
         assert response.status == 421
 
 
+@pytest.mark.slow
 def test_the_portals_statements_read_one_tenants_rows_through_indexes(database_url: str) -> None:
     # a tenant among many, and a long history of two thousand endpoints (deleted
     # ones too: the history keeps their rows)

@@ -363,6 +363,7 @@ def test_publish_in_sql_refuses_and_writes_exactly_what_the_library_does(
 
 @PARITY
 @given(url=hostile_urls())
+@pytest.mark.slow
 def test_urls_are_read_alike_however_they_are_written(conn: Conn, url: str) -> None:
     """URLs alone, hostile ones: the checks most worth comparing input by input,
     since each side reads a URL with its own parser."""

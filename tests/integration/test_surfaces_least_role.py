@@ -67,6 +67,7 @@ def _tenant_endpoint(database_url: str) -> int:
         return Endpoints().add(conn, url=HOOK, tenant="acme").id
 
 
+@pytest.mark.slow
 def test_outbox_ui_serves_its_pages_api_and_portal_as_the_operator(
     database_url: str, roles: Roles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -90,6 +91,7 @@ def test_outbox_ui_serves_its_pages_api_and_portal_as_the_operator(
         assert status == 200 and HOOK in page
 
 
+@pytest.mark.slow
 def test_outbox_ui_api_only_serves_the_api_as_the_operator(
     database_url: str, roles: Roles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
