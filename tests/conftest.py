@@ -364,11 +364,31 @@ def pytest_report_header(config: pytest.Config) -> str:
     )
 
 
+SURFACES = ("api", "dashboard", "portal", "cli", "bench", "install")
+"""The directories of ``tests/`` whose tests prove a surface (the API, the dashboard,
+the portal, the commands, the bench, the install), not the SQL under it: they run on
+the first server of the run alone. The statements a surface runs are proven on
+every server where they are written: ``tests/store`` (the dispatcher's and the web
+wing's catalogs, each statement planned on every server), ``tests/library`` and
+``tests/schema``. A surface's test marked ``every_server`` still runs on each."""
+
+HERE = Path(__file__).parent
+
+
+def servers_of(definition: pytest.Function) -> tuple[Choice, ...]:
+    """The servers a test runs on: every server for ``every_server``, the first of
+    the run for a surface's test, else each server of the run."""
+    if definition.get_closest_marker("every_server") is not None:
+        return every_server()
+    if definition.path.parent.parent == HERE and definition.path.parent.name in SURFACES:
+        return chosen()[:1]
+    return chosen()
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Each test that needs a server runs once per server of the run."""
+    """Each test that needs a server runs once per server it is for (:func:`servers_of`)."""
     if "pg_server" not in metafunc.fixturenames:
         return
-    every = metafunc.definition.get_closest_marker("every_server") is not None
     metafunc.parametrize(
         "pg_server",
         [
@@ -377,7 +397,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 id=choice.id,
                 marks=[pytest.mark.skip(reason=choice.skip)] if choice.skip else [],
             )
-            for choice in (every_server() if every else chosen())
+            for choice in servers_of(metafunc.definition)
         ],
         indirect=True,
         scope="session",

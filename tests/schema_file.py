@@ -7,7 +7,7 @@ directory, migrates a fresh database, grants three roles made for the run what
 preamble, keys or version lines, a one-line heading per object, the roles named
 :data:`ROLE_NAMES`, the daily partitions of the history left out. ``check`` exits
 1 with a diff when the file is not what the migrations make now.
-``tests/integration/test_schema_file.py`` holds the file to the schema.
+``tests/schema/test_schema_file.py`` holds the file to the schema.
 
 The text is pg_dump's (PostgreSQL 18, the embedded server's): the server's own
 rendering of each object, in pg_dump's order, by type, then name, then what

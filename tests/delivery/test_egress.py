@@ -27,10 +27,10 @@ from dispatchers.runtime.log import EventLog, NullLog
 from outbox import Outbox
 from outbox.endpoints import Endpoint, Endpoints
 from outbox.sealing import Keyring, generate_key, parse_keys
+from tests.cli.test_cli import Cli
 from tests.database import Db
 from tests.dispatching import fast_config
 from tests.forward_proxy import ForwardProxy
-from tests.integration.test_cli import Cli
 from tests.receiver import Receiver
 
 CLIENTS = ["aiohttp", "httpx"]

@@ -61,7 +61,7 @@ _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
 FENCES = (
     "test_fences.py",
-    "test_audit_sql_mutants.py",
+    "test_sql_clauses.py",
     "test_claim_and_complete.py::test_lean_completion_is_fenced_by_owner_attempt_and_state",
     "runtime/test_dispatcher.py::test_stale_outcome_of_another_owner_changes_nothing",
     "runtime/test_dispatcher.py::test_stale_outcome_of_the_same_owner_is_fenced_by_attempt",
@@ -72,14 +72,14 @@ FENCES = (
 
 HEALTH = (
     "delivery/test_destination_health.py",
-    "test_audit_sql_mutants.py",
+    "test_sql_clauses.py",
     "test_claim_and_complete.py::test_the_short_way_defers_while_a_hold_is_on_its_destination",
 )
 """Circuit breakers and holds: open, hold, probe, close, reopen."""
 
 SLOTS = (
     "test_slots.py",
-    "test_audit_sql_mutants.py",
+    "test_sql_clauses.py",
     "test_destination_policies.py::test_a_claim_takes_a_slot_of_each_kind_which_release_and_rescue_free",
     "test_destination_policies.py::test_lowering_a_cap_below_the_requests_in_flight_starts_none_until_under_it",
     "test_destination_policies.py::test_no_claim_starts_while_the_cap_is_full_after_it_is_lowered_below_every_free_slot",
@@ -96,7 +96,7 @@ tree rather than the copy.)"""
 ORDERING = (
     "test_ordering_keys.py",
     "test_ordering_clause_order.py",
-    "test_audit_sql_mutants.py",
+    "test_sql_clauses.py",
     "runtime/test_dispatcher.py::test_ordering_key_delivers_one_at_a_time_in_id_order",
     "runtime/test_dispatcher.py::test_dead_message_does_not_block_its_ordering_key",
     "runtime/test_dispatcher.py::test_claim_respects_ordering_and_batch_limit",

@@ -1,7 +1,7 @@
 """The alerts a dispatcher raises, against a store in memory: what the lag watch
 reports of a backlog read, and how often a missing key is raised from one
 process (the database decides once per key and hour across all of them:
-tests/integration/test_alerts.py)."""
+tests/library/test_alerts.py)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from dispatchers.store.postgres import Store
 from dispatchers.store.statements import store_queries
 from outbox import Outbox
 from tests.dispatching import fast_config, wait_until
-from tests.integration.test_autoscaling import copy_message
+from tests.library.test_autoscaling import copy_message
 from tests.receiver import Received, Receiver, Reply
 from tests.runtime.test_metrics import sample
 

@@ -1,7 +1,7 @@
 """The unit tier: pure logic, no database, no network.
 
 A unit test that asks for one of the database fixtures of ``tests/conftest.py``
-fails at setup: it belongs in ``tests/integration``.
+fails at setup: it belongs with the tests of its subject (``tests/library``, ``tests/api``...).
 """
 
 from __future__ import annotations
@@ -18,6 +18,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if used:
         pytest.fail(
             f"a unit test must not use the database ({', '.join(sorted(used))}): "
-            "move it to tests/integration",
+            "move it to the tests of its subject (tests/library, tests/api...)",
             pytrace=False,
         )

@@ -24,7 +24,7 @@ def test_every_sql_mutant_applies_and_every_test_its_sets_name_exists(
     [
         "test_no_such_file.py",
         "test_fences.py::test_no_such_test",
-        "test_alerts.py",  # in tests/runtime and in tests/integration: which one?
+        "test_alerts.py",  # in tests/runtime and in tests/library: which one?
     ],
 )
 def test_the_sql_check_fails_on_a_test_reference_that_names_no_test(

@@ -18,8 +18,8 @@ from markupsafe import escape
 from outbox import Outbox, Tenants
 from outbox.endpoints import Endpoints
 from tests.dashboard import HOSTILE, running, serving
+from tests.dashboard.test_ui_browser import chromium_binary
 from tests.database import Db
-from tests.integration.test_ui_browser import chromium_binary
 
 pytestmark = pytest.mark.timeout(60)
 

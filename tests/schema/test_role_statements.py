@@ -22,7 +22,7 @@ from dispatchers.store.statements import store_queries, web_queries
 from outbox._queries import Queries, Statement, queries_for
 from outbox.roles import SEQUENCES, holds
 from tests.conftest import PgServer
-from tests.integration.test_roles import Roles, grant_all, made_roles
+from tests.schema.test_roles import Roles, grant_all, made_roles
 
 SCHEMA = "outbox"
 

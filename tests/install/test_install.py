@@ -39,7 +39,7 @@ INSTALL_TIMEOUT = 600.0
 A_PART_OF_THE_SUITE = (
     "tests/unit/test_verify_against_reference.py",
     "tests/unit/test_cli_arguments.py",
-    "tests/integration/test_fanout.py",
+    "tests/library/test_fanout.py",
 )
 
 

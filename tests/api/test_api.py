@@ -27,7 +27,7 @@ from tests.api import Client, make_token, serving_api
 from tests.conftest import PgServer
 from tests.dashboard import running, serving
 from tests.database import Db
-from tests.integration.test_roles import grant_all, made_roles
+from tests.schema.test_roles import grant_all, made_roles
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dispatchers.cli import main
-from tests.integration.test_bench import bench_schemas, child_commands, run_bench
+from tests.bench.test_bench import bench_schemas, child_commands, run_bench
 
 SHORT = ("--duration", "20", "--soak-interval", "5", "--soak-rate", "40")
 

@@ -22,7 +22,7 @@ from psycopg import sql
 
 from outbox.roles import ROLES, SEQUENCES, TABLES, holds
 from tests.conftest import PgServer
-from tests.integration.test_roles import Roles, grant_all, made_roles
+from tests.schema.test_roles import Roles, grant_all, made_roles
 
 SCHEMA = "outbox"
 

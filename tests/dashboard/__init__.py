@@ -28,7 +28,7 @@ from dispatchers.ui.limits import Limits
 from dispatchers.ui.store import DashboardStore
 from outbox.sealing import Keyring
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 _CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 

@@ -27,8 +27,8 @@ from outbox.migrations import migrate
 from outbox.roles import grants
 from tests.conftest import PgServer
 from tests.dispatching import drain, fast_config
-from tests.integration.test_roles import made_roles
 from tests.receiver import Receiver
+from tests.schema.test_roles import made_roles
 from tests.waiting import until
 
 Conn = psycopg.Connection[tuple[Any, ...]]

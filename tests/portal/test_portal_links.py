@@ -19,8 +19,8 @@ from outbox.portal import (
     revoke_tenant,
 )
 from outbox.tenants import Tenants
+from tests.cli.test_cli import Cli
 from tests.errors import invalid_argument
-from tests.integration.test_cli import Cli
 
 pytestmark = pytest.mark.timeout(60)
 

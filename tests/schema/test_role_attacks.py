@@ -25,8 +25,8 @@ from outbox.roles import DEFINERS, INVOKERS
 from outbox.tenants import Tenants
 from tests.conftest import PgServer
 from tests.dispatching import fast_config
-from tests.integration.test_roles import Roles, grant_all, made_roles, refused
 from tests.receiver import Receiver
+from tests.schema.test_roles import Roles, grant_all, made_roles, refused
 
 EXFIL = (
     "INSERT INTO outbox.messages (id, idempotency_key, target, destination, endpoint_id, url,"

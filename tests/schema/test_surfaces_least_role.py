@@ -24,9 +24,9 @@ from outbox.errors import SchemaNotMigrated
 from outbox.tenants import Tenants
 from tests.conftest import PgServer
 from tests.dashboard import serving
-from tests.integration.test_roles import Roles, grant_all, made_roles
 from tests.processes import Fleet
 from tests.receiver import Receiver
+from tests.schema.test_roles import Roles, grant_all, made_roles
 
 pytestmark = pytest.mark.timeout(120)
 

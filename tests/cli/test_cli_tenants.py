@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from outbox import Outbox
-from tests.integration.test_cli import Cli
+from tests.cli.test_cli import Cli
 
 
 @pytest.fixture

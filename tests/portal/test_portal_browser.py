@@ -25,10 +25,9 @@ import pytest
 
 from outbox import Outbox
 from outbox.endpoints import Endpoints
-from tests.dashboard import serving
+from tests.dashboard import serving, test_ui_browser
 from tests.database import Db
 from tests.dispatching import drain, fast_config
-from tests.integration import test_ui_browser
 from tests.portal import expire, tenant
 from tests.receiver import Receiver
 
