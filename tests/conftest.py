@@ -315,6 +315,12 @@ def _name(key: str) -> str:
     return key if key == "external" else f"pg{key}"
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Two worker processes per core: most tests wait (on their servers, on the
+    processes they start, on receivers) more than they compute."""
+    return 2 * len(os.sched_getaffinity(0))
+
+
 # -- tiers ---------------------------------------------------------------------------
 
 SLOW = ("slow", "faults", "newcomer", "every_server")

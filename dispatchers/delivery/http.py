@@ -25,12 +25,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Protocol
 
 import aiohttp
 import httpx
 from yarl import URL
 
+from dispatchers.delivery.client import HttpClient
 from dispatchers.delivery.deadline import Deadlines
 from dispatchers.delivery.jobs import Job
 from dispatchers.delivery.oauth2 import Tokens, TokenUnavailable, basic_authorization
@@ -74,35 +74,6 @@ class Attempt:
     excerpt: str | None
     trace_id: str | None = None
     """The attempt's trace (:mod:`dispatchers.delivery.tracing`), for the log lines."""
-
-
-class HttpClient(Protocol):
-    """What the sender needs of an HTTP client.
-
-    :meth:`request` sends one request and returns its status, headers and body
-    (at most the configured bound of it); it raises httpx's exception types for
-    transport failures (``BlockedDestination`` for a refused destination), which
-    :func:`~dispatchers.delivery.outcome.classify_exception` understands. ``tls``, when
-    given, is the destination's own TLS context (its CA bundle, its client
-    certificate: :mod:`dispatchers.delivery.tls`), used instead of the default one, on
-    connections of its own. ``read_limit``, when given, is the most of the body to
-    read, all of it returned (an OAuth2 token response is read so, see
-    :mod:`dispatchers.delivery.oauth2`), instead of the configured bound of which
-    only an excerpt is kept. The sender bounds the whole call by ``request_timeout``.
-    """
-
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        body: bytes,
-        tls: ssl.SSLContext | None = None,
-        read_limit: int | None = None,
-    ) -> tuple[int, Mapping[str, str], bytes]: ...
-
-    async def aclose(self) -> None: ...
 
 
 def idempotency_header(key: str, form: str) -> str:

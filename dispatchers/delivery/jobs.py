@@ -1,5 +1,5 @@
 """What the dispatcher sends: a :class:`Job` per claimed message, made from the
-claim's row once its secrets are opened (:mod:`dispatchers.runtime.opening`)."""
+claim's row once its secrets are opened (:mod:`dispatchers.runtime.unseal`)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from dispatchers.delivery.auth import ClientCredentials
 from dispatchers.delivery.outcome import MAX_ERROR_LENGTH, Outcome, Verdict, classify_exception
 
 if TYPE_CHECKING:
-    from dispatchers.delivery.http import HttpClient
+    from dispatchers.delivery.client import HttpClient
 
 __all__ = [
     "DEFAULT_LIFETIME",

@@ -29,7 +29,8 @@ from typing import Any
 
 import httpx
 
-from dispatchers.delivery.http import HttpClient, Sender
+from dispatchers.delivery.client import HttpClient
+from dispatchers.delivery.http import Sender
 from dispatchers.delivery.jobs import Job
 from dispatchers.delivery.tracing import attempt_spans
 from dispatchers.errors import DispatcherFailed
@@ -52,8 +53,8 @@ from dispatchers.runtime.maintenance import (
     Retention,
 )
 from dispatchers.runtime.metrics import serve, urls
-from dispatchers.runtime.opening import Opener
 from dispatchers.runtime.reporting import Reporter, Stats
+from dispatchers.runtime.unseal import Opener
 from dispatchers.runtime.waker import Waker
 from dispatchers.runtime.watchdog import Watchdog
 from dispatchers.store.messages import Completion

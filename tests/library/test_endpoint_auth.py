@@ -21,7 +21,7 @@ import pytest
 from dispatchers.cli import main
 from dispatchers.delivery.auth import ClientCredentials
 from dispatchers.runtime.log import EventLog
-from dispatchers.runtime.opening import Opener
+from dispatchers.runtime.unseal import Opener
 from dispatchers.store.messages import claim_rows
 from outbox import InvalidMessage, OAuth2ClientCredentials, Outbox
 from outbox.endpoints import Endpoints

@@ -13,7 +13,7 @@ import pytest
 
 from dispatchers.delivery.jobs import Job
 from dispatchers.runtime.config import DispatcherConfig
-from dispatchers.runtime.opening import Opener
+from dispatchers.runtime.unseal import Opener
 from dispatchers.store import claim as claims_module
 from dispatchers.store.messages import Completion
 from dispatchers.store.postgres import Store
