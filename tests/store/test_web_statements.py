@@ -23,7 +23,7 @@ from dispatchers.bench.env import bench_queries
 from dispatchers.store.statements import web_queries
 from dispatchers.ui.store import BOUNDED, READ_ONLY
 from tests.conftest import PgServer
-from tests.plans import backlog, index_names, indexes, nodes
+from tests.plans import backlog, history_with_rows, index_names, indexes, nodes
 
 pytestmark = pytest.mark.every_server  # each installed version, not only the run's
 
@@ -246,12 +246,7 @@ def _reads(url: str, read: set[str], index: str) -> bool:
 
 
 def _history_with_rows(url: str) -> set[str]:
-    with psycopg.connect(url) as conn:
-        return {
-            name
-            for (name,) in conn.execute("SELECT partition FROM outbox.history_partitions()")
-            if conn.execute(f"SELECT EXISTS (SELECT FROM outbox.{name})").fetchone() == (True,)
-        }
+    return history_with_rows(url)
 
 
 def test_every_statement_of_the_web_catalog_has_a_case() -> None:
