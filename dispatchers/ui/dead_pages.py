@@ -1,4 +1,5 @@
-"""The dashboard's dead letters: the list, and retry or purge by selection.
+"""The dashboard's dead letters: the list (read as the API reads it, newest
+first by id), and retry or purge by selection.
 
 A selection is the ticked messages, or the list's filters; an action asks for
 confirmation first (a page that names how many messages it touches), then writes
@@ -16,6 +17,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from dispatchers.store.web import endpoints as web_endpoints
+from dispatchers.store.web import messages as web_messages
 from dispatchers.ui.dashboard import (
     bad,
     dashboard_of,
@@ -32,13 +34,8 @@ from dispatchers.ui.fields import (
     read_tenant,
     read_text,
 )
-from outbox.admin import (
-    DeadMessage,
-    dead_count,
-    dead_list,
-    dead_purge,
-    dead_retry,
-)
+from outbox.admin import dead_count, dead_purge, dead_retry
+from outbox.internal import MAX_ID
 
 DEAD_LIMIT = 100
 """The most dead messages one page lists."""
@@ -87,8 +84,23 @@ async def dead(request: web.Request) -> web.StreamResponse:
     except BadInput as exc:
         return bad(request, exc)
 
-    def read(conn: Any) -> tuple[list[DeadMessage], dict[int, str], str | None]:
-        rows = dead_list(conn, schema=store.schema, limit=DEAD_LIMIT, **filters)
+    def read(conn: Any) -> tuple[list[web_messages.Dead], dict[int, str], str | None]:
+        scope = store.tenant_filter(conn, filters["tenant"])
+        rows = (
+            []
+            if scope is None
+            else web_messages.dead_page(
+                conn,
+                store.schema,
+                tenant_id=scope[0],
+                untenanted=scope[1],
+                endpoint_id=filters["endpoint_id"],
+                event_type=filters["event_type"],
+                since=filters["since"],
+                before=MAX_ID,
+                limit=DEAD_LIMIT,
+            )
+        )
         ids = [m.endpoint_id for m in rows if m.endpoint_id is not None]
         unknown = store.unknown_tenant(conn, filters["tenant"]) if not rows else None
         return rows, web_endpoints.tenants_of(conn, store.schema, ids), unknown

@@ -148,7 +148,14 @@ CASES: dict[str, tuple[dict[str, Any], set[str], set[str]]] = {
     "web_message": ({"id": "message"}, {"messages_pkey"}, set()),
     "web_message_visible": ({"id": "message"}, {"messages_pkey"}, set()),
     "web_dead_page": (
-        {"endpoint_id": None, "event_type": None, "since": None, "before": 2**62, "limit": 101},
+        {
+            "endpoint_id": None,
+            "event_type": None,
+            "since": None,
+            "untenanted": False,
+            "before": 2**62,
+            "limit": 101,
+        },
         {"messages_pkey"},
         set(),
     ),

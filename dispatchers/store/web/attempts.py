@@ -1,8 +1,8 @@
 """Delivery attempts as the web surfaces show them (``sql/attempts.sql``): one
-row, :class:`Attempt`, for a message's attempts (the portal) and an endpoint's
-latest (the dashboard). Every function takes the scope ``tenant_id`` (None: the
-operator's); a tenant sees the attempts of its messages only, without the
-dispatcher that made each (``owner`` is None), as the API shows them to it.
+row, :class:`Attempt`, for a message's attempts (the API's detail, the portal)
+and an endpoint's latest (the dashboard). Every function takes the scope
+``tenant_id`` (None: the operator's); a tenant sees the attempts of its messages
+only, without the dispatcher that made each (``owner`` is None).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ class Attempt(NamedTuple):
     outcome: str
     error_class: str | None
     error: str | None
-    """The start of its error."""
+    """Its error, as recorded."""
     response_excerpt: str | None
-    """The start of the receiver's reply."""
+    """The excerpt of the receiver's reply, as recorded."""
 
 
 def of_message(conn: Conn, schema: str, message_id: int, *, tenant_id: int | None) -> list[Attempt]:

@@ -1,7 +1,7 @@
 """Messages as the web surfaces show them (``sql/messages.sql``): one summary
 row, :class:`MessageSummary`, for a search (the API's list, the dashboard's
 search) and a tenant's latest deliveries (the portal); one message with its
-body, :class:`Message`; the dead letters of the API.
+body, :class:`Message`; the dead letters, :class:`Dead`.
 
 Every function takes the scope ``tenant_id`` (None: the operator's, every
 message): a tenant's are those of its endpoints, and a message without an
@@ -50,8 +50,14 @@ class Message(NamedTuple):
     idempotency_key: str
     """The ``webhook-id`` its receiver gets."""
     endpoint_id: int | None
+    """Kept (from its target) after its endpoint was deleted."""
     url: str | None
+    method: str
+    header_names: list[str]
+    """The names of its headers, not their values."""
+    content_type: str
     event_type: str | None
+    ordering_key: str | None
     state: str
     attempts: int
     max_attempts: int
@@ -154,16 +160,18 @@ def dead_page(
     endpoint_id: int | None,
     event_type: str | None,
     since: datetime | None,
+    untenanted: bool = False,
     before: int,
     limit: int,
 ) -> list[Dead]:
     """Up to ``limit`` dead letters in scope matching every filter given,
-    newest first, before id ``before``."""
+    newest first, before id ``before``; ``untenanted``: those of no tenant only."""
     params = {
         "tenant_id": tenant_id,
         "endpoint_id": endpoint_id,
         "event_type": event_type,
         "since": since,
+        "untenanted": untenanted,
         "before": before,
         "limit": limit,
     }

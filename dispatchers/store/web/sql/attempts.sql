@@ -3,11 +3,12 @@
 -- the messages of its endpoints, and hides which dispatcher made each (owner).
 
 -- fragment: attempt_shown
--- An attempt as shown: the start of its error and of the receiver's reply.
+-- An attempt as shown: its error and the excerpt of the receiver's reply as
+-- recorded (a page shows the start of each).
 SELECT a.message_id, a.attempt,
        CASE WHEN CAST(%(tenant_id)s AS bigint) IS NULL THEN a.owner END AS owner,
        a.started_at, a.duration_ms, a.status, a.outcome, a.error_class,
-       left(a.error, 300) AS error, left(a.response_excerpt, 300) AS response_excerpt
+       a.error, a.response_excerpt
 FROM {schema}.attempts AS a
 
 -- name: web_message_attempts

@@ -167,18 +167,27 @@ LIMIT %(limit)s
 
 -- fragment: message_rows
 -- One message in scope, in the queue or in the history, by its primary key;
--- its URL its endpoint's, if it has one.
-(SELECT m.id, m.idempotency_key, m.endpoint_id, COALESCE(e.url, m.url) AS url,
-        m.event_type, CAST(m.state AS text) AS state, m.attempts, m.max_attempts,
-        m.available_at, m.last_status, m.last_error, m.created_at, m.completed_at, m.body
+-- its URL its endpoint's, if it has one, and the names of its headers (not
+-- their values). A waiting message of a deleted endpoint keeps its endpoint id
+-- in its target (as the library's message_show reads it), but is no tenant's.
+(SELECT m.id, m.idempotency_key,
+        COALESCE(m.endpoint_id,
+                 CASE WHEN starts_with(m.target, 'endpoint:')
+                      THEN CAST(substr(m.target, 10) AS bigint) END) AS endpoint_id,
+        COALESCE(e.url, m.url) AS url, m.method,
+        ARRAY(SELECT jsonb_object_keys(m.headers)) AS header_names, m.content_type,
+        m.event_type, m.ordering_key, CAST(m.state AS text) AS state, m.attempts,
+        m.max_attempts, m.available_at, m.last_status, m.last_error, m.created_at,
+        m.completed_at, m.body
  FROM {schema}.messages AS m
  LEFT JOIN {schema}.endpoints AS e ON e.id = m.endpoint_id
  WHERE m.id = %(id)s
    AND (CAST(%(tenant_id)s AS bigint) IS NULL OR e.tenant_id = CAST(%(tenant_id)s AS bigint)))
 UNION ALL
-(SELECT d.id, d.idempotency_key, d.endpoint_id, COALESCE(e.url, d.url), d.event_type,
-        'delivered', d.attempts, d.max_attempts, NULL, d.last_status, NULL, d.created_at,
-        d.completed_at, d.body
+(SELECT d.id, d.idempotency_key, d.endpoint_id, COALESCE(e.url, d.url), d.method,
+        ARRAY(SELECT jsonb_object_keys(d.headers)), d.content_type, d.event_type,
+        d.ordering_key, 'delivered', d.attempts, d.max_attempts, NULL, d.last_status, NULL,
+        d.created_at, d.completed_at, d.body
  FROM {schema}.delivered AS d
  LEFT JOIN {schema}.endpoints AS e ON e.id = d.endpoint_id
  WHERE d.id = %(id)s
@@ -200,6 +209,8 @@ SELECT EXISTS (SELECT 1 FROM {schema}.messages AS m WHERE m.id = %(id)s AND {of_
 -- Dead messages in scope matching every filter given, newest first (by id),
 -- before id %(before)s. A message of a deleted endpoint keeps its endpoint id
 -- in its target (as the library's dead_list reads it), but belongs to no tenant.
+-- %(untenanted)s keeps to those of no tenant: enqueued to a URL, or of an
+-- endpoint of none (a message of a deleted endpoint is neither).
 SELECT m.id, m.idempotency_key, COALESCE(m.url, e.url) AS url,
        COALESCE(m.endpoint_id,
                 CASE WHEN starts_with(m.target, 'endpoint:')
@@ -214,6 +225,10 @@ WHERE m.state = 'dead' AND m.id < %(before)s
   AND (CAST(%(event_type)s AS text) IS NULL OR m.event_type = CAST(%(event_type)s AS text))
   AND (CAST(%(since)s AS timestamptz) IS NULL
        OR m.completed_at >= CAST(%(since)s AS timestamptz))
+  AND (NOT CAST(%(untenanted)s AS boolean)
+       OR (m.endpoint_id IS NULL AND NOT starts_with(m.target, 'endpoint:'))
+       OR EXISTS (SELECT 1 FROM {schema}.endpoints AS ue
+                  WHERE ue.id = m.endpoint_id AND ue.tenant_id IS NULL))
   AND {of_tenant}
 ORDER BY m.id DESC
 LIMIT %(limit)s
