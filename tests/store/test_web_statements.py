@@ -273,15 +273,27 @@ def test_each_web_statement_reaches_its_rows_by_index_without_jit(
     elif scope == "tenant":
         pytest.skip("the operator's only")
     plan = _plan(busy["url"], name, values)
+    # a part read whole for rows most of which were asked for (today's partition
+    # in the hour after midnight UTC, under a window of the last hour) is read
+    # the cheapest way: only a scan that removed more rows than it kept counts
     read_whole = {
         node["Relation Name"]
         for node in nodes(plan)
-        if node["Node Type"] == "Seq Scan" and "Relation Name" in node
+        if node["Node Type"] == "Seq Scan"
+        and "Relation Name" in node
+        and node.get("Actual Rows", 0) < node.get("Rows Removed by Filter", 0)
     }
     assert read_whole & ((BIG | _history_with_rows(busy["url"])) - whole) == set(), (name, plan)
     if scope == "tenant":
         uses = TENANT_USES.get(name, uses)
     read = indexes(plan)
     unread = [index for index in uses if not _reads(busy["url"], read, index)]
+    history = ("attempts_", "delivered_")
+    scans = [n for n in nodes(plan) if n.get("Relation Name", "").startswith(history)]
+    if scans and all(n["Node Type"] == "Seq Scan" for n in scans):
+        # the history reached only through parts read for most of their rows (a
+        # window inside today's partition) needs none of its indexes; one read
+        # for a minority of its rows was refused above
+        unread = [index for index in unread if not index.startswith(history)]
     assert unread == [], (name, unread, read)
     assert "JIT" not in plan, (name, plan)
