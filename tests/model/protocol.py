@@ -66,6 +66,10 @@ class Step(NamedTuple):
     label: str
     state: State
     broken: tuple[str, ...]
+    action: tuple[object, ...]
+    """What was done, by whom, as :mod:`tests.model.conformance` replays it on
+    the real statements: the label's words as values (``("claim", d, m)``,
+    ``("complete", d, m, attempt)``, ``("tick",)``...)."""
 
 
 def steps(s: State, c: Config) -> Iterator[Step]:
@@ -160,7 +164,7 @@ def _enqueue(s: State, c: Config, p: int, prod: Producer, key: str | None) -> St
     )
     s = s._replace(msgs=(*s.msgs, msg))
     s = _set_producer(s, p, Producer("open", prod.written + 1, locks))
-    return Step(f"P{p} enqueues m{mid} (key {key})", s, ())
+    return Step(f"P{p} enqueues m{mid} (key {key})", s, (), ("enqueue", p))
 
 
 def _commit(s: State, p: int, prod: Producer) -> Step:
@@ -170,7 +174,7 @@ def _commit(s: State, p: int, prod: Producer) -> Step:
     msgs = tuple(m._replace(state="ready", rank=rank) if m.producer == p else m for m in s.msgs)
     s = s._replace(msgs=msgs, commits=rank + 1)
     s = _set_producer(s, p, Producer("committed", prod.written, frozenset()))
-    return Step(f"P{p} commits", s, broken)
+    return Step(f"P{p} commits", s, broken, ("commit", p))
 
 
 def _rollback(s: State, p: int, prod: Producer) -> Step:
@@ -178,7 +182,7 @@ def _rollback(s: State, p: int, prod: Producer) -> Step:
     msgs = tuple(m._replace(state="gone") if m.producer == p else m for m in s.msgs)
     s = s._replace(msgs=msgs)
     s = _set_producer(s, p, Producer("rolled back", prod.written, frozenset()))
-    return Step(f"P{p} rolls back", s, ())
+    return Step(f"P{p} rolls back", s, (), ("rollback", p))
 
 
 # -- a dispatcher: dispatchers/store/sql and dispatchers/ -----------------------------
@@ -203,10 +207,10 @@ def _dispatcher(s: State, c: Config, d: int, disp: Dispatcher) -> Iterator[Step]
         yield _renew(s, c, d, disp)
     if s.crashes_left > 0:
         s2 = _set_disp(s, d, Dispatcher("crashed", ()))
-        yield Step(f"D{d} crashes", s2._replace(crashes_left=s.crashes_left - 1), ())
+        yield Step(f"D{d} crashes", s2._replace(crashes_left=s.crashes_left - 1), (), ("crash", d))
     if s.stops_left > 0 and disp.status == "up":
         s2 = _set_disp(s, d, disp._replace(status="stopping"))
-        yield Step(f"D{d} is stopped", s2._replace(stops_left=s.stops_left - 1), ())
+        yield Step(f"D{d} is stopped", s2._replace(stops_left=s.stops_left - 1), (), ("stop", d))
 
 
 def _ordering_key_free(s: State, c: Config, m: Msg) -> bool:
@@ -262,7 +266,7 @@ def _claim(s: State, c: Config, d: int, disp: Dispatcher, m: Msg) -> Step | None
     flights = tuple(sorted((*disp.flights, Flight(m.id, attempt, "claimed", probe))))
     s2 = _set_disp(s2, d, disp._replace(flights=flights))
     kind = " as the probe" if probe else ""
-    return Step(f"D{d} claims m{m.id} (attempt {attempt}){kind}", s2, broken)
+    return Step(f"D{d} claims m{m.id} (attempt {attempt}){kind}", s2, broken, ("claim", d, m.id))
 
 
 def _with_flight(disp: Dispatcher, i: int, f: Flight | None) -> Dispatcher:
@@ -298,7 +302,12 @@ def _answer(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight, ho
     s = s._replace(health=health)
     s = _set_disp(s, d, _with_flight(disp, i, f._replace(phase=how)))
     said = {"ok": "2xx", "fail": "a failure", "cut": "no answer (cut short)"}[how]
-    return Step(f"D{d} sends m{f.msg} (attempt {f.attempt}), gets {said}", s, broken)
+    return Step(
+        f"D{d} sends m{f.msg} (attempt {f.attempt}), gets {said}",
+        s,
+        broken,
+        ("answer", d, f.msg, f.attempt, how),
+    )
 
 
 def _fenced_in(s: State, c: Config, d: int, f: Flight) -> bool:
@@ -314,9 +323,10 @@ def _complete(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) 
     """complete.sql "complete" / "complete_delivered": a 2xx is delivered (moved to
     history); a failure goes back to ready, or to dead once attempts are spent;
     "freed" frees the slot. A write the fence stops changes nothing."""
+    write = ("complete", d, f.msg, f.attempt)
     s2 = _set_disp(s, d, _with_flight(disp, i, None))
     if not _fenced_in(s, c, d, f):
-        return Step(f"D{d} writes m{f.msg}@{f.attempt}: fenced out", s2, ())
+        return Step(f"D{d} writes m{f.msg}@{f.attempt}: fenced out", s2, (), write)
     m = _msg(s, f.msg)
     broken = rules.completion_rules(m, f)
     cleared = m._replace(owner=None, lease=0)
@@ -329,7 +339,7 @@ def _complete(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) 
     else:
         m, verdict = cleared._replace(state="ready", open=m.open | {f.attempt}), "retry"
     s2 = _free_slots_of(_set_msg(s2, m), c, {m.id})
-    return Step(f"D{d} writes m{f.msg}@{f.attempt}: {verdict}", s2, broken)
+    return Step(f"D{d} writes m{f.msg}@{f.attempt}: {verdict}", s2, broken, write)
 
 
 def _release(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) -> Step:
@@ -337,14 +347,15 @@ def _release(s: State, c: Config, d: int, disp: Dispatcher, i: int, f: Flight) -
     that committed after the stop signal, dispatchers.runtime.completions.released):
     ready again, the attempt refunded (attempts - 1). A released probe writes no
     health: its lease on the breaker stands."""
+    release = ("release", d, f.msg, f.attempt)
     s2 = _set_disp(s, d, _with_flight(disp, i, None))
     if not _fenced_in(s, c, d, f):
-        return Step(f"D{d} releases m{f.msg}@{f.attempt} unsent: fenced out", s2, ())
+        return Step(f"D{d} releases m{f.msg}@{f.attempt} unsent: fenced out", s2, (), release)
     m = _msg(s, f.msg)
     broken = rules.completion_rules(m, f)
     m = m._replace(state="ready", owner=None, lease=0, attempts=m.attempts - 1)
     s2 = _free_slots_of(_set_msg(s2, m), c, {m.id})
-    return Step(f"D{d} releases m{f.msg}@{f.attempt} unsent", s2, broken)
+    return Step(f"D{d} releases m{f.msg}@{f.attempt} unsent", s2, broken, release)
 
 
 def _renew(s: State, c: Config, d: int, disp: Dispatcher) -> Step:
@@ -357,7 +368,7 @@ def _renew(s: State, c: Config, d: int, disp: Dispatcher) -> Step:
             kept.append(f)
     s = _set_disp(s, d, disp._replace(flights=tuple(kept)))
     lost = len(disp.flights) - len(kept)
-    return Step(f"D{d} renews its leases ({lost} lost)", s, ())
+    return Step(f"D{d} renews its leases ({lost} lost)", s, (), ("renew", d))
 
 
 # -- the clock, maintenance and operators --------------------------------------------
@@ -386,7 +397,7 @@ def _tick(s: State) -> Step:
     health = s.health
     if health is not None:
         health = health._replace(blocked=max(health.blocked - 1, 0))
-    return Step("tick", s._replace(msgs=msgs, health=health), ())
+    return Step("tick", s._replace(msgs=msgs, health=health), (), ("tick",))
 
 
 def _rescue(s: State, c: Config) -> Step:
@@ -405,7 +416,8 @@ def _rescue(s: State, c: Config) -> Step:
                 ever_dead=m.ever_dead or state == "dead",
             )
         msgs.append(m)
-    return Step("rescue", _free_slots_of(s._replace(msgs=tuple(msgs)), c, set(), trim=True), ())
+    rescued = _free_slots_of(s._replace(msgs=tuple(msgs)), c, set(), trim=True)
+    return Step("rescue", rescued, (), ("rescue",))
 
 
 def _set_cap(s: State, c: Config, cap: int) -> Step:
@@ -422,7 +434,7 @@ def _set_cap(s: State, c: Config, cap: int) -> Step:
         running = (m.id for m in s.msgs if m.state == "running")
         _seat(kept, [m for m in running if m not in s.slots])
     s = s._replace(slots=tuple(kept), cap=cap, cap_step=s.cap_step + 1)
-    return Step(f"the cap is set to {cap}", s, ())
+    return Step(f"the cap is set to {cap}", s, (), ("cap", cap))
 
 
 def _dead_retry(s: State, m: Msg) -> Step:
@@ -430,4 +442,4 @@ def _dead_retry(s: State, m: Msg) -> Step:
     attempt in its budget, its id (and so its place in its key's order) kept."""
     m = m._replace(state="ready", max_attempts=m.attempts + 1, open=m.open | m.arrived)
     s = _set_msg(s, m)._replace(retries_left=s.retries_left - 1)
-    return Step(f"an operator retries dead m{m.id}", s, ())
+    return Step(f"an operator retries dead m{m.id}", s, (), ("retry", m.id))

@@ -106,3 +106,39 @@ ALL = {
     "cap set": CAP_SET,
     "breaker": BREAKER,
 }
+
+KEYS = Config(
+    producers=(("K", "K"), ("K",)),
+    dispatchers=2,
+    crashes=1,
+    max_attempts=2,
+    lease=1,
+    flights=2,
+)
+"""One producer writes two messages of a key, another one, in transactions that
+interleave: the second may start its write while the first holds the key."""
+
+BOTH_ORDERS = Config(
+    producers=(("K", "L"), ("L", "K")),
+    dispatchers=2,
+    crashes=1,
+    max_attempts=2,
+    lease=1,
+    flights=2,
+)
+"""Two producers take two keys in opposite orders: one waits on the other, or
+rolls back as a deadlock victim would."""
+
+CONFORMANCE = {
+    "leases": LEASES,
+    "shutdown": SHUTDOWN,
+    "keys": KEYS,
+    "both orders": BOTH_ORDERS,
+    "redrive": replace(REDRIVE, max_attempts=1),
+    "cap": CAP,
+    "cap set": CAP_SET,
+}
+"""The scenarios the real statements are walked through (tests.model.conformance):
+no breaker, whose transitions the dispatcher's Python decides, not a statement.
+The redrive's messages die at their first failure, so that more of each walk is
+spent after an operator's retry."""
