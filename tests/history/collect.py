@@ -14,6 +14,7 @@ from tests.history.history import (
     FinalMessage,
     HealthEvent,
     History,
+    LockWait,
     MessageEvent,
     Request,
     SlotEvent,
@@ -54,6 +55,7 @@ def collect(
     timing: Timing,
     txns: list[Txn],
     requests: list[dict[str, Any]],
+    lock_waits: list[LockWait],
 ) -> History:
     url = harness.url
     with psycopg.connect(url, application_name="history-harness") as conn:
@@ -84,6 +86,8 @@ def collect(
         processes=tuple(harness.fleet.processes()),
         faults=tuple(sorted([*harness.faults, *harness.fleet.faults], key=lambda f: f.at)),
         policies=tuple(harness.policies),
+        operations=tuple(harness.operations),
+        lock_waits=tuple(lock_waits),
         notes=tuple([*harness.notes, *harness.fleet.notes]),
     )
 

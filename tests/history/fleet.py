@@ -198,9 +198,15 @@ class Fleet:
         out = []
         for m in self.members:
             counts: dict[str, int] = {}
+            lost: list[tuple[int, int, str]] = []
             for event in events(m.process):
                 name = str(event.get("event"))
                 counts[name] = counts.get(name, 0) + 1
+                if name == "lease_lost":
+                    with contextlib.suppress(KeyError, TypeError, ValueError):
+                        lost.append(
+                            (int(event["message_id"]), int(event["attempt"]), str(event["reason"]))
+                        )
             out.append(
                 Process(
                     name=m.name,
@@ -211,6 +217,7 @@ class Fleet:
                     exit_code=m.process.popen.poll(),
                     how=m.how,
                     events=counts,
+                    lost=tuple(lost),
                 )
             )
         return out

@@ -192,11 +192,38 @@ class PolicyChange:
 class Fault:
     """A fault injected: what, on whom, from when until when."""
 
-    kind: str  # kill | freeze | term | db_restart | cap_change | rate_change | breaker
+    kind: str  # a FAULT_KINDS or ARRANGED_KINDS entry (tests.history.workload)
     target: str
     at: float
     until: float
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """An operator's command (``outbox.admin``) in a transaction of its own, by the
+    session ``history-operator``: a ``replay`` of delivered webhook messages
+    (``replay_message``) or a ``dead_retry`` of dead ones. ``before`` just before
+    the transaction began, ``after`` once its commit returned; ``moved``: how many
+    messages the command said it moved back (None: it raised ``error``)."""
+
+    kind: str  # replay | dead_retry
+    ids: tuple[int, ...]  # the messages it named
+    xid: int | None
+    before: float
+    after: float
+    moved: int | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class LockWait:
+    """A sample of ``pg_locks``: at ``at``, the sessions (application names) waiting
+    together for one advisory lock (``classid:objid``) not yet granted to them."""
+
+    at: float
+    lock: str
+    waiting: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -212,6 +239,7 @@ class Process:
     exit_code: int | None
     how: str  # "killed" | "terminated" | "running"
     events: dict[str, int] = field(default_factory=dict)  # counts of its log events
+    lost: tuple[tuple[int, int, str], ...] = ()  # its lease_lost events: (id, attempt, reason)
 
 
 @dataclass(frozen=True)
@@ -239,6 +267,8 @@ class History:
     processes: tuple[Process, ...] = ()
     faults: tuple[Fault, ...] = ()
     policies: tuple[PolicyChange, ...] = ()
+    operations: tuple[Operation, ...] = ()
+    lock_waits: tuple[LockWait, ...] = ()
     notes: tuple[str, ...] = ()  # what the run itself observed going wrong
 
     def destination_named(self, name: str) -> Destination:

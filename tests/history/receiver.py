@@ -2,16 +2,21 @@
 on 127.0.0.1, all on one asyncio loop, recording every request.
 
 ``python -m tests.history.receiver --config FILE --log FILE --ready FILE
-[--database-url URL]``
+[--traps FILE] [--database-url URL]``
 
 Each destination answers as its seeded mix says (:func:`behavior`): ``ok``,
 ``slow`` (late but within the request timeout), ``fail`` (500), ``fail_after``
 (the effect applied, then 500), ``late`` (the answer after the request timeout),
 ``hang`` (no answer until the client gives up), ``reset`` (a TCP reset),
 ``throttle`` (429 with ``Retry-After: 1``); keys starting ``poison-`` get 422,
-``doomed-`` always 500; a destination switched ``down`` (a line
-``{"destination": NAME, "mode": "down"}`` on stdin) answers 503 until switched
-``up``. An inbox destination applies each request's effect as a correct receiver
+``doomed-`` always 500, ``lapsed-`` 500 to their first two requests (the
+message goes dead, and goes through once retried); a destination switched
+``down`` (a line ``{"destination": NAME, "mode": "down"}`` on stdin) answers 503
+until switched ``up``. A destination told to ``trap`` holds its next request
+unanswered and writes its key to ``--traps``; ``release`` (with ``stop``, a pid,
+or 0 for none, and ``after``, seconds) answers it as a correct receiver does,
+then stops that process with SIGSTOP ``after`` seconds later (see :mod:`tests.history.fence`).
+An inbox destination applies each request's effect as a correct receiver
 does: ``outbox.receiver.Inbox.claim_async`` of its key and an insert into an
 effects table without a unique constraint, in one transaction; it answers 2xx only
 once that committed. Webhook requests have their signature verified.
@@ -33,6 +38,7 @@ import contextlib
 import functools
 import itertools
 import json
+import os
 import random
 import signal
 import socket
@@ -77,6 +83,8 @@ def behavior(seed: int, spec: Spec, key: str, ordinal: int, faults_so_far: int) 
         return "poison"
     if key.startswith("doomed-"):
         return "doomed"
+    if key.startswith("lapsed-") and ordinal < 2:
+        return "lapsed"
     rng = random.Random(f"{seed}:{spec.name}:{key}:{ordinal}")
     if faults_so_far < spec.max_faults and rng.random() < spec.fault_rate and spec.weights:
         names = sorted(spec.weights)
@@ -104,12 +112,22 @@ class Record:
 
 
 class Host:
-    def __init__(self, seed: int, specs: list[Spec], timeout: float, log: IO[str]) -> None:
+    def __init__(
+        self,
+        seed: int,
+        specs: list[Spec],
+        timeout: float,
+        log: IO[str],
+        traps: IO[str] | None = None,
+    ) -> None:
         self.seed = seed
         self.specs = {s.name: s for s in specs}
         self.timeout = timeout
         self.log = log
+        self.traps = traps
         self.down: set[str] = set()
+        self.armed: set[str] = set()  # destinations whose next request is held
+        self.trapped: dict[str, asyncio.Future[tuple[int, float]]] = {}
         self.seen: dict[tuple[str, str], int] = {}
         self.faulted: dict[tuple[str, str], int] = {}
         self.pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
@@ -120,6 +138,44 @@ class Host:
 
     def write(self, line: dict[str, Any]) -> None:
         self.log.write(json.dumps(line) + "\n")
+
+    def control(self, change: dict[str, Any]) -> None:
+        """One line of stdin: switch a destination down or up, arm its trap, or
+        release the request its trap holds."""
+        name, mode = change["destination"], change["mode"]
+        if mode == "trap":
+            self.armed.add(name)
+        elif mode == "release":
+            held = self.trapped.pop(name, None)
+            if held is None or held.done():
+                change = {**change, "missed": True}
+            else:
+                held.set_result((int(change["stop"]), float(change["after"])))
+        else:
+            (self.down.add if mode == "down" else self.down.discard)(name)
+        self.write({"control": change, "at": time.time()})
+
+    def trap(self, spec: Spec, record: Record) -> asyncio.Future[tuple[int, float]] | None:
+        """Hold this request if ``spec``'s trap is armed: say so in ``--traps``;
+        the future is the release (the pid to stop, and when)."""
+        if spec.name not in self.armed or record.key is None or spec.name in self.down:
+            return None
+        self.armed.discard(spec.name)
+        held: asyncio.Future[tuple[int, float]] = asyncio.get_running_loop().create_future()
+        self.trapped[spec.name] = held
+        self.seen[(spec.name, record.key)] = self.seen.get((spec.name, record.key), 0) + 1
+        if self.traps is not None:
+            line = {"destination": spec.name, "key": record.key, "arrival": record.arrival}
+            self.traps.write(json.dumps(line) + "\n")
+            self.traps.flush()
+        return held
+
+    def stop(self, pid: int) -> None:
+        if pid <= 0:  # none named (0 would be this whole process group)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+        self.write({"control": {"stopped": pid}, "at": time.time()})
 
     def choose(self, spec: Spec, key: str | None) -> tuple[str, int]:
         if spec.name in self.down:
@@ -224,9 +280,13 @@ class Connection(asyncio.Protocol):
                 record.signature = True
             except InvalidSignature:
                 record.signature = False
+        held = host.trap(spec, record)
+        if held is not None:
+            await self._trapped(record, held)
+            return
         chosen, record.ordinal = host.choose(spec, record.key)
         record.behavior = chosen
-        if chosen in ("down", "nokey", "poison", "doomed", "fail", "throttle"):
+        if chosen in ("down", "nokey", "poison", "doomed", "lapsed", "fail", "throttle"):
             status = {"down": 503, "nokey": 400, "poison": 422, "throttle": 429}.get(chosen, 500)
             extra = {"Retry-After": "1"} if chosen == "throttle" else {}
             self._answer(record, status, extra)
@@ -255,6 +315,31 @@ class Connection(asyncio.Protocol):
             await self._sleep(host.timeout + 0.3)
         self._answer(record, 200 if ok else 503)
 
+    async def _trapped(self, record: Record, held: asyncio.Future[tuple[int, float]]) -> None:
+        """Hold the request until released (or its client gives up), answer it as
+        a correct receiver does, then stop the pid the release named."""
+        record.behavior = "trapped"
+        closed = asyncio.ensure_future(self.closed.wait())
+        try:
+            await asyncio.wait(
+                [held, closed], timeout=3 * self.host.timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            closed.cancel()
+        if not held.done() or self.closed.is_set():
+            held.cancel()  # a release that comes now is missed
+            record.close("receiver_closed")
+            if self.transport is not None:
+                self.transport.close()
+            return
+        pid, after = held.result()
+        ok = True
+        if self.spec.inbox and record.key is not None:
+            record.effect = await self.host.apply(record.key)
+            ok = record.effect in ("applied", "duplicate")
+        self._answer(record, 200 if ok else 503)
+        asyncio.get_running_loop().call_later(after, self.host.stop, pid)
+
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.closed.wait(), seconds)
@@ -280,13 +365,15 @@ class Connection(asyncio.Protocol):
         self.transport.abort()
 
 
-async def serve(args: argparse.Namespace, config: dict[str, Any], log: IO[str]) -> None:
+async def serve(
+    args: argparse.Namespace, config: dict[str, Any], log: IO[str], traps: IO[str] | None = None
+) -> None:
     specs = [Spec(**{**s, "slow": tuple(s.get("slow", (0.05, 0.2)))}) for s in config["specs"]]
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    host = Host(config["seed"], specs, config["request_timeout"], log)
+    host = Host(config["seed"], specs, config["request_timeout"], log, traps)
     if args.database_url:
         host.pool = AsyncConnectionPool(
             args.database_url,
@@ -314,11 +401,8 @@ async def serve(args: argparse.Namespace, config: dict[str, Any], log: IO[str]) 
 
     async def controls() -> None:
         while line := await control.readline():
-            change = json.loads(line)
-            (host.down.add if change["mode"] == "down" else host.down.discard)(
-                change["destination"]
-            )
-            host.write({"control": change, "at": time.time()})
+            host.control(json.loads(line))
+            log.flush()
 
     async def flush() -> None:
         while True:
@@ -348,11 +432,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--ready", required=True)
+    parser.add_argument("--traps", help="where a trapped request's key is written")
     parser.add_argument("--database-url")
     args = parser.parse_args(argv)
     config = json.loads(Path(args.config).read_text(encoding="utf-8"))
-    with open(args.log, "a", encoding="utf-8") as log:
-        asyncio.run(serve(args, config, log))
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(open(args.log, "a", encoding="utf-8"))
+        traps = stack.enter_context(open(args.traps, "a", encoding="utf-8")) if args.traps else None
+        asyncio.run(serve(args, config, log, traps))
     return 0
 
 

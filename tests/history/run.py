@@ -7,10 +7,11 @@ note). In order:
 the audit triggers and the inbox are installed, the receivers' process started,
 the destinations and their first policies created, the dispatchers started and
 waited for; then the producers run while the plan's steps are taken in turn
-(each no earlier than its time, each a bounded wait for its condition); then the
-run waits for every committed message to be delivered or dead, stops everything
-(SIGTERM), and reads the history from the database, the receivers' log and the
-dispatchers' logs.
+(each no earlier than its time, each a bounded wait for its condition) and
+``pg_locks`` is sampled (:mod:`tests.history.locks`); then the run waits for
+every committed message to be delivered or dead, stops everything (SIGTERM), and
+reads the history from the database, the receivers' log and the dispatchers'
+logs.
 """
 
 from __future__ import annotations
@@ -29,12 +30,15 @@ from typing import Any, Protocol
 
 import psycopg
 
-from outbox import Destinations
+from outbox import Destinations, OutboxError
+from outbox.admin import dead_retry, replay_message
 from outbox.endpoints import Endpoints
 from tests.history import audit
 from tests.history.collect import collect
+from tests.history.fence import fence
 from tests.history.fleet import Fleet
-from tests.history.history import Destination, Fault, History, PolicyChange, Timing
+from tests.history.history import Destination, Fault, History, Operation, PolicyChange, Timing
+from tests.history.locks import LockSampler
 from tests.history.producers import Producer
 from tests.history.receiver import ensure_inbox
 from tests.history.workload import Op, Plan, Step, TxnPlan, plan
@@ -47,6 +51,13 @@ RETRY_SCHEDULE = (0.1, 0.2, 0.4)
 """The endpoints' retry schedule: quick, so that a run settles."""
 OUTAGE = (0.5, 1.5)
 """Seconds the database stays down when it is restarted (seeded between)."""
+CONTEND_HOLD = 1.5
+"""Seconds the first writer of a contended ordering key holds its lock."""
+OPERATED = 2
+"""How many messages one replay or dead retry names (fewer if fewer are there)."""
+RETRY_BUDGET = 5
+"""The attempts a dead retry gives: a ``lapsed-`` message's receiver may still
+fail two of them (``tests.history.receiver``)."""
 
 
 class Server(Protocol):
@@ -62,6 +73,7 @@ class Receivers:
 
     def __init__(self, workdir: Path, config: dict[str, Any], database_url: str) -> None:
         self.log_path = workdir / "requests.jsonl"
+        self.traps_path = workdir / "traps.jsonl"
         ready = workdir / "receivers.json"
         config_path = workdir / "receivers-config.json"
         config_path.write_text(json.dumps(config), encoding="utf-8")
@@ -76,6 +88,8 @@ class Receivers:
             str(self.log_path),
             "--ready",
             str(ready),
+            "--traps",
+            str(self.traps_path),
             "--database-url",
             database_url,
         ]
@@ -101,9 +115,10 @@ class Receivers:
     def stderr(self) -> str:
         return self.stderr_path.read_text(encoding="utf-8", errors="replace")[-3000:]
 
-    def control(self, destination: str, mode: str) -> None:
+    def control(self, destination: str, mode: str, **extra: object) -> None:
         assert self.popen.stdin is not None
-        self.popen.stdin.write(json.dumps({"destination": destination, "mode": mode}).encode())
+        line = {"destination": destination, "mode": mode, **extra}
+        self.popen.stdin.write(json.dumps(line).encode())
         self.popen.stdin.write(b"\n")
         self.popen.stdin.flush()
 
@@ -155,6 +170,8 @@ class Harness:
         self.notes: list[str] = []
         self.fleet = Fleet(url, p.settings.args(), workdir, p.settings.lease)
         self.operator: Producer | None = None
+        self.extras: list[Producer] = []  # the producers of a contention
+        self.operations: list[Operation] = []
 
     def setup(self, receivers: Receivers) -> None:
         with psycopg.connect(self.url, application_name="history-harness") as conn:
@@ -279,6 +296,16 @@ class Harness:
             for i, f in enumerate(self.faults):
                 if f.kind == "breaker" and f.target == s.destination:
                     self.faults[i] = Fault(f.kind, f.target, f.at, time.time())
+        elif s.kind == "fence":
+            faults, notes = fence(self.fleet, receivers, self.destinations[s.destination], self.url)
+            self.faults += faults
+            self.notes += notes
+        elif s.kind == "contend":
+            self.contend(s.destination)
+        elif s.kind == "lapse":
+            self.lapse(self.destinations[s.destination])
+        elif s.kind in ("dead_retry", "replay"):
+            self.operate(s.kind, s.victim)
         elif s.kind == "db_restart":
             if self.server is None:
                 self.notes.append("database restart skipped: the server is not the run's")
@@ -293,6 +320,102 @@ class Harness:
             self.faults.append(
                 Fault("db_restart", "postgresql", at, time.time(), f"{outage:.1f} s")
             )
+
+    def lapse(self, d: Destination) -> None:
+        """Commit two messages to ``d`` that go dead (``lapsed-`` keys, two
+        attempts), as the operator's producer, for a dead retry to find."""
+        assert self.operator is not None
+        n = len(self.operator.txns)
+        ops = tuple(Op("enqueue", d.name, f"lapsed-{n}-{i}", None, 2) for i in range(2))
+        self.operator.txns.append(self.operator.play(n, TxnPlan(ops, True, 0.0, 0.0)))
+
+    def contend(self, ordering_key: str) -> None:
+        """Three producer transactions write ``ordering_key`` at once: the first
+        holds its lock :data:`CONTEND_HOLD` seconds, the other two wait for it
+        together. Producers of their own (numbered after the planned ones), each
+        one transaction; what the database saw is the lock sampler's."""
+        at = time.time()
+        first = len(self.plan.producers) + len(self.extras) + 1
+        targets = {n: d.target for n, d in self.destinations.items() if d.kind == "plain"}
+
+        def producer(i: int, hold: float) -> Producer:
+            op = Op("enqueue", "inbox", f"contend-{first}-{i}", ordering_key, 25)
+            p = Producer(first + i, self.url, (TxnPlan((op,), True, hold, 0.0),), targets)
+            self.extras.append(p)
+            p.start()
+            return p
+
+        def advisory(granted: bool) -> list[str]:
+            """The sessions holding (or waiting for) an advisory lock."""
+            rows = query(
+                self.url,
+                "SELECT a.application_name FROM pg_locks AS l"
+                " JOIN pg_stat_activity AS a ON a.pid = l.pid"
+                " WHERE l.locktype = 'advisory' AND l.granted = %s"
+                " AND a.datname = current_database()",
+                (granted,),
+            )
+            return [str(r[0]) for r in rows]
+
+        holder = producer(0, CONTEND_HOLD)
+        try:
+            wait_until(
+                lambda: f"producer-{first}" in advisory(True),
+                timeout=5.0,
+                what=f"producer {first} to hold the lock of {ordering_key}",
+                interval=0.01,
+            )
+            names = {f"producer-{p.number}" for p in (producer(1, 0.0), producer(2, 0.0))}
+            wait_until(
+                lambda: len(names.intersection(advisory(False))) == 2,
+                timeout=CONTEND_HOLD,
+                what=f"two producers to wait for the lock of {ordering_key}",
+                interval=0.02,
+            )
+        except AssertionError as exc:
+            self.notes.append(str(exc).splitlines()[0])
+        for p in self.extras[self.extras.index(holder) :]:
+            p.join(CONTEND_HOLD + 30)
+        self.faults.append(Fault("contend", ordering_key, at, time.time()))
+
+    def operate(self, kind: str, pick: int) -> None:
+        """An operator's ``dead_retry`` of dead messages, or ``replay_message`` of
+        delivered webhooks, :data:`OPERATED` of them picked from those there by
+        ``pick``, in one transaction of the session ``history-operator``; waits
+        (bounded) for one to be there."""
+        listing = (
+            "SELECT id FROM outbox.messages WHERE state = 'dead' ORDER BY id"
+            if kind == "dead_retry"
+            else "SELECT id FROM outbox.delivered"
+            " WHERE endpoint_id IS NOT NULL AND expunged_at IS NULL ORDER BY id"
+        )
+        try:
+            ids = wait_until(
+                lambda: [int(r[0]) for r in query(self.url, listing)],
+                timeout=8.0,
+                what=f"a message to {kind.replace('_', ' ')}",
+                interval=0.1,
+            )
+        except AssertionError as exc:
+            self.notes.append(str(exc).splitlines()[0])
+            return
+        chosen = tuple(sorted({ids[(pick + i * 7) % len(ids)] for i in range(OPERATED)}))
+        before = time.time()
+        xid: int | None = None
+        moved: int | None = None
+        error: str | None = None
+        try:
+            with psycopg.connect(self.url, application_name="history-operator") as conn:
+                row = conn.execute("SELECT CAST(pg_current_xact_id() AS text)").fetchone()
+                xid = int(row[0]) if row else None
+                if kind == "dead_retry":
+                    moved = dead_retry(conn, ids=chosen, budget=RETRY_BUDGET)
+                else:
+                    moved = sum(replay_message(conn, message_id=i) for i in chosen)
+                conn.commit()
+        except (psycopg.Error, OutboxError) as exc:
+            moved, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        self.operations.append(Operation(kind, chosen, xid, before, time.time(), moved, error))
 
     def settle(self, timeout: float) -> None:
         """Wait until no committed message is ready, running or paused."""
@@ -342,6 +465,7 @@ def run(
     receivers = Receivers(workdir, config, database_url)
     producers: list[Producer] = []
     fleet = harness.fleet
+    sampler = LockSampler(database_url)
     try:
         harness.setup(receivers)
         fleet.wait_started([fleet.start() for _ in range(p.settings.dispatchers)])
@@ -352,6 +476,7 @@ def run(
             Producer(i + 1, database_url, plans, targets) for i, plans in enumerate(p.producers)
         ]
         began = time.monotonic()
+        sampler.start()
         for producer in producers:
             producer.start()
         pace = threading.Event()
@@ -364,6 +489,7 @@ def run(
                 harness.notes.append(
                     f"producer {producer.number} did not finish: {producer.error!r}"
                 )
+        lock_waits = sampler.stop()
         progress("settling")
         harness.settle(SETTLE_TIMEOUT)
         fleet.stop_all()
@@ -371,7 +497,8 @@ def run(
         if code != 0:
             harness.notes.append(f"the receivers exited {code}: {receivers.stderr()}")
     finally:
-        for producer in producers:
+        sampler.stop()
+        for producer in (*producers, *harness.extras):
             producer.stop(5)
         if harness.operator is not None and harness.operator.conn is not None:
             harness.operator.conn.close()
@@ -381,6 +508,12 @@ def run(
         harness,
         seed=seed,
         timing=Timing(p.settings.lease, p.settings.request_timeout, p.settings.statement_timeout),
-        txns=[t for x in (harness.operator, *producers) if x is not None for t in x.txns],
+        txns=[
+            t
+            for x in (harness.operator, *producers, *harness.extras)
+            if x is not None
+            for t in x.txns
+        ],
         requests=receivers.lines(),
+        lock_waits=lock_waits,
     )

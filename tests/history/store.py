@@ -17,7 +17,9 @@ from tests.history.history import (
     FinalMessage,
     HealthEvent,
     History,
+    LockWait,
     MessageEvent,
+    Operation,
     PolicyChange,
     Process,
     Request,
@@ -38,7 +40,11 @@ _ROWS: dict[str, type[Any]] = {
     "processes": Process,
     "faults": Fault,
     "policies": PolicyChange,
+    "operations": Operation,
+    "lock_waits": LockWait,
 }
+_TUPLES = {"ids", "waiting"}
+"""Fields of those rows that are tuples (JSON gives lists)."""
 
 
 def dump(history: History, path: Path) -> None:
@@ -63,5 +69,12 @@ def load(path: Path) -> History:
         ),
     }
     for name, kind in _ROWS.items():
-        fields[name] = tuple(kind(**row) for row in raw[name])
+        fields[name] = tuple(kind(**_row(row)) for row in raw.get(name, ()))
     return History(**fields)
+
+
+def _row(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: tuple(v) if k in _TUPLES else v for k, v in row.items()}
+    if "lost" in out:  # a process's lease_lost events
+        out["lost"] = tuple(tuple(x) for x in out["lost"])
+    return out

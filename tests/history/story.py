@@ -229,6 +229,39 @@ class Story:
             )
         )
 
+    def reopen(self, at: float, mid: int, kind: str, *, xid: int = 900) -> None:
+        """An operator's ``replay`` (a delivered message inserted again) or
+        ``dead_retry`` (dead to ready) of ``mid`` in transaction ``xid``, its
+        attempts kept."""
+        row = self.rows[mid]
+        if kind == "replay":
+            self._event(
+                at,
+                "insert",
+                mid,
+                "history-operator",
+                xid=xid,
+                new_state="ready",
+                new_attempts=row["attempts"],
+                idempotency_key=row["key"],
+                target=f"{URL}/a",
+                ordering_key=row["ordering"],
+            )
+        else:
+            self._event(
+                at,
+                "update",
+                mid,
+                "history-operator",
+                xid=xid,
+                old_state="dead",
+                new_state="ready",
+                old_attempts=row["attempts"],
+                new_attempts=row["attempts"],
+                ordering_key=row["ordering"],
+            )
+        self.finals[mid] = dataclasses.replace(self.finals[mid], state="ready")
+
     def deliver(self, claim: float, mid: int, app: str = "d1") -> None:
         """One whole delivery: claimed at ``claim``, arrived, answered, delivered."""
         self.claim(claim, mid, app)

@@ -9,12 +9,15 @@ import json
 from pathlib import Path
 
 from tests.history.checks import CHECKS, check, facts
-from tests.history.history import Process
+from tests.history.checks.facts import when
+from tests.history.fence import FENCED
+from tests.history.history import LockWait, Operation, Process
 from tests.history.receiver import Spec, behavior
+from tests.history.report import exercised
 from tests.history.store import dump, load
 from tests.history.story import T0, URL, Story
 from tests.history.violation import CAP_CHANGE_DEFECT
-from tests.history.workload import plan
+from tests.history.workload import ARRANGED_KINDS, plan
 
 
 def found(story: Story, name: str, **changes: object) -> list[str]:
@@ -183,6 +186,114 @@ def test_completion_fenced_catches_a_rescue_of_a_live_lease_and_a_stray_attempt_
     assert "names d9-owner, but d1-owner held that attempt" in found(t, "completion_fenced")[0]
 
 
+def moved_back() -> Story:
+    """m1 delivered, replayed by an operator and delivered again; m2 dead on a
+    422, retried by an operator and delivered: both under their own keys."""
+    s = Story()
+    s.commit(1.0, (1, "k1", None), (2, "k2", None))
+    s.deliver(2.0, 1)
+    s.claim(2.2, 2)
+    s.request(2, 2.25, 2.3, status=422)
+    s.end(2.4, 2, "dead")
+    s.reopen(3.0, 1, "replay", xid=900)
+    s.reopen(3.0, 2, "dead_retry", xid=901)
+    s.deliver(3.5, 1, app="d2")
+    s.deliver(3.6, 2, app="d2")
+    return s
+
+
+OPERATIONS = (
+    Operation("replay", (1,), 900, T0 + 2.9, T0 + 3.1, 1),
+    Operation("dead_retry", (2,), 901, T0 + 2.9, T0 + 3.1, 1),
+)
+
+
+def test_a_replay_and_a_dead_retry_by_an_operator_break_no_rule_and_are_counted() -> None:
+    history = moved_back().history(operations=OPERATIONS)
+    assert check(history) == []
+    counted = exercised(facts(history))
+    assert (counted["replayed"], counted["dead_retried"]) == (1, 1)
+
+
+def test_completion_fenced_catches_a_message_moved_back_by_no_operator_or_renumbered() -> None:
+    assert found(moved_back(), "completion_fenced") == [
+        f"m1 was replayed (inserted again) at {when(T0 + 3.0)} by history-operator "
+        "(xid 900), which no operator's replay was",
+        f"m2 was moved from dead to ready at {when(T0 + 3.0)} by history-operator "
+        "(xid 901), which no operator's dead_retry was",
+    ]
+    s = moved_back()
+    retry = next(i for i, e in enumerate(s.events) if e.old_state == "dead")
+    s.events[retry] = dataclasses.replace(s.events[retry], new_attempts=0)
+    assert found(s, "completion_fenced", operations=OPERATIONS)[0] == (
+        f"m2 was moved from dead to ready at {when(T0 + 3.0)} by history-operator "
+        "(xid 901), its attempts not kept"
+    )
+
+
+def test_completion_fenced_catches_a_final_outcome_before_the_last_attempt() -> None:
+    # delivered, then sent again with no replay in between
+    s = Story()
+    s.commit(1.0, (1, "k1", None))
+    s.deliver(2.0, 1)
+    s.claim(3.0, 1, app="d2")
+    s.request(1, 3.1, 3.2)
+    s.end(3.3, 1, "delivered", app="d2")
+    assert "a final outcome before its last attempt: ['delivered']" in " ".join(
+        found(s, "completion_fenced")
+    )
+
+
+def test_reopened_sent_again_catches_a_replay_never_sent_and_a_command_miscounted() -> None:
+    s = Story()
+    s.commit(1.0, (1, "k1", None))
+    s.deliver(2.0, 1)
+    s.reopen(3.0, 1, "replay", xid=900)
+    miscounted = (dataclasses.replace(OPERATIONS[0], moved=2),)
+    assert found(s, "reopened_sent_again", operations=miscounted) == [
+        f"m1 moved back (replay) at {when(T0 + 3.0)} was never claimed again",
+        "the operator's replay of [1] (xid 900) reported 2 moved back, the audit shows [1]",
+    ]
+    s.claim(3.5, 1, app="d2")  # claimed, but no request with its key came after
+    s.end(3.9, 1, "ready", app="d2", status=None)
+    assert found(s, "reopened_sent_again", operations=OPERATIONS[:1]) == [
+        f"m1 moved back (replay) at {when(T0 + 3.0)} was never received again"
+    ]
+
+
+def test_a_lease_given_up_counts_as_fenced_only_once_another_ended_it() -> None:
+    s = Story()
+    s.commit(1.0, (1, "k1", None))
+    s.claim(2.0, 1)
+    s.request(1, 2.1, 2.2)  # answered; its owner stopped before writing it
+    s.end(5.0, 1, "rescued", app="d2")
+    s.deliver(5.1, 1, app="d2")
+    d1 = Process("d1", 1, "d1-owner", T0, T0 + 9, 0, "terminated", lost=((1, 1, FENCED),))
+    history = s.history(processes=(d1,))
+    assert found(s, "completion_fenced", processes=(d1,)) == []
+    counted = exercised(facts(history))
+    assert (counted["lost_leases"], counted["fenced_outcomes"], counted["given_up"]) == (1, 1, 1)
+    # a lease its owner says it lost, though nobody else ended it
+    t = delivered_twice_in_order()
+    assert found(t, "completion_fenced", processes=(d1,)) == [
+        "d1 gave m1@1 up (outcome fenced out) though no other ended its lease"
+    ]
+    assert exercised(facts(t.history(processes=(d1,))))["fenced_outcomes"] == 0
+
+
+def test_contended_keys_count_locks_two_producers_waited_for_at_once() -> None:
+    waits = (
+        LockWait(T0 + 1, "0:1", ("producer-1",)),
+        LockWait(T0 + 1, "0:2", ("d1", "d2")),  # dispatchers, not producers
+        LockWait(T0 + 2, "0:1", ("producer-1", "producer-2")),
+        LockWait(T0 + 3, "0:1", ("producer-2", "producer-3")),
+    )
+    history = delivered_twice_in_order().history(lock_waits=waits)
+    assert exercised(facts(history))["contended_keys"] == 1
+    alone = dataclasses.replace(history, lock_waits=waits[:2])
+    assert exercised(facts(alone))["contended_keys"] == 0
+
+
 def capped(cap_change: bool) -> Story:
     """Three requests in flight together at a destination capped at 2 (or capped
     at 3, lowered to 1 while two of them ran)."""
@@ -211,6 +322,21 @@ def test_cap_at_receiver_catches_more_in_flight_than_the_cap() -> None:
 def test_cap_at_receiver_marks_a_cap_lowered_under_running_requests_as_the_known_defect() -> None:
     violations = CHECKS["cap_at_receiver"](facts(capped(True).history()))
     assert len(violations) == 1 and violations[0].known == CAP_CHANGE_DEFECT
+
+
+def test_at_cap_counts_arrivals_that_filled_the_cap_in_force() -> None:
+    s = Story()
+    s.commit(1.0, (1, "k1", None), (2, "k2", None))
+    s.policy(0.0, cap=2)
+    s.claim(2.0, 1)
+    s.claim(2.0, 2, app="d2")
+    s.request(1, 2.1, 2.9)
+    s.request(2, 2.2, 2.9)
+    s.end(3.0, 1, "delivered")
+    s.end(3.0, 2, "delivered", app="d2")
+    assert exercised(facts(s.history()))["at_cap"] == 1
+    s.policies[0] = dataclasses.replace(s.policies[0], cap=3)
+    assert exercised(facts(s.history()))["at_cap"] == 0
 
 
 def test_cap_at_receiver_allows_the_cap_in_force_when_the_running_ones_were_claimed() -> None:
@@ -309,7 +435,12 @@ def test_webhooks_signed_and_dispatchers_stop_cleanly_catch_theirs() -> None:
 
 
 def test_a_history_survives_json(tmp_path: Path) -> None:
-    history = capped(True).history()
+    d1 = Process("d1", 1, "d1-owner", T0, None, None, "running", {"x": 1}, ((1, 1, FENCED),))
+    history = capped(True).history(
+        operations=OPERATIONS,
+        lock_waits=(LockWait(T0, "0:1", ("producer-1", "producer-2")),),
+        processes=(d1,),
+    )
     dump(history, tmp_path / "h.json")
     assert load(tmp_path / "h.json") == history
     assert json.loads((tmp_path / "h.json").read_text())["seed"] == 0
@@ -323,4 +454,14 @@ def test_a_seed_makes_one_plan_and_one_answer_per_request() -> None:
     assert answers == [behavior(1, spec, f"k{i}", 0, 0) for i in range(200)]
     assert {"fail", "hang", "ok"} <= set(answers)
     assert behavior(1, spec, "poison-x", 0, 0) == "poison"
+    assert [behavior(1, spec, "lapsed-x", n, 0) for n in range(2)] == ["lapsed"] * 2
+    assert behavior(1, spec, "lapsed-x", 2, 0) != "lapsed"
     assert all(behavior(1, spec, f"k{i}", 0, 2) in ("ok", "slow") for i in range(50))
+
+
+def test_a_short_plan_arranges_what_the_ci_seed_asserts_early() -> None:
+    p = plan(1, short=True)
+    assert set(ARRANGED_KINDS) <= p.faults
+    first = {s.kind: s.at for s in reversed(p.steps)}
+    assert {"fence", "contend", "lapse", "dead_retry", "replay"} <= set(first)
+    assert first["lapse"] < first["dead_retry"] and max(first[k] for k in ARRANGED_KINDS) < 7

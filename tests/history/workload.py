@@ -14,6 +14,13 @@ Destinations (each its own receiver port, so its own origin):
   and closes;
 - ``hook-a``, ``hook-b``, ``hook-c``: webhook endpoints that ``publish`` fans
   events out to (``hook-a`` capped, ``hook-b`` rate limited, ``hook-c`` an inbox).
+
+Besides its faults, a plan arranges early on what a run should exercise and
+chance may not bring (:data:`ARRANGED_KINDS`, drawn apart from the rest so that
+each seed's other draws stay as they were): a stale outcome fenced out
+(:mod:`tests.history.fence`), an ordering key two producers wait for at once,
+messages that go dead (``lapsed-`` keys) and an operator's retry of dead
+messages, and an operator's replay of delivered webhooks.
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from dataclasses import dataclass, field
 FAULT_KINDS = ("kill", "freeze", "term", "db_restart", "cap_change", "rate_change", "breaker")
 """The faults a seed may inject (the receivers' misbehaviour is always on)."""
 EVENT_TYPES = ("order.paid", "order.shipped", "invoice.sent")
+ARRANGED_KINDS = ("fence", "contend", "dead_retry", "replay")
+"""What a plan arranges on purpose (see the module's docstring): every one in a
+short plan, each with probability 3/4 otherwise."""
 ORDERING_KEYS = ("acct-0", "acct-1", "acct-2", "acct-3")
 PLAIN = ("inbox", "capped", "limited", "flaky")
 
@@ -101,12 +111,12 @@ class Step:
     """One thing the harness does, no earlier than ``at`` seconds into the traffic."""
 
     at: float
-    kind: str  # a FAULT_KINDS entry, or "breaker_up"
-    destination: str = ""
+    kind: str  # a FAULT_KINDS or ARRANGED_KINDS entry, "breaker_up" or "lapse"
+    destination: str = ""  # or, for "contend", the ordering key
     cap: int | None = None
     rate: float | None = None
     burst: int | None = None
-    victim: int = 0  # which running dispatcher, as an index into them
+    victim: int = 0  # which running dispatcher (or message), as an index into them
 
 
 @dataclass(frozen=True)
@@ -117,16 +127,16 @@ class Plan:
     producers: tuple[tuple[TxnPlan, ...], ...]
     steps: tuple[Step, ...]
     traffic: float  # seconds the producers are planned to span
-    faults: frozenset[str]
+    faults: frozenset[str]  # and the ARRANGED_KINDS the plan arranges
 
     def receiver(self, name: str) -> Receiver:
         return next(r for r in self.receivers if r.name == name)
 
 
 def plan(seed: int, *, short: bool = False) -> Plan:
-    """The plan of ``seed``. ``short``: every fault, one fewer producer and a
-    shorter traffic, for CI; otherwise each fault kind is in with probability 3/4
-    and the sizes vary."""
+    """The plan of ``seed``. ``short``: every fault and every arranged kind, one
+    fewer producer and a shorter traffic, for CI; otherwise each fault kind and
+    each arranged kind is in with probability 3/4 and the sizes vary."""
     rng = random.Random(seed)
     if short:
         settings = Settings()
@@ -154,9 +164,11 @@ def plan(seed: int, *, short: bool = False) -> Plan:
     plans = tuple(
         tuple(_txn(rng, keys, traffic / txns) for _ in range(txns)) for _ in range(producers)
     )
-    return Plan(
-        seed, settings, receivers, plans, _steps(rng, faults, traffic, receivers), traffic, faults
-    )
+    steps = _steps(rng, faults, traffic, receivers)
+    apart = random.Random(f"{seed}:arranged")
+    arranged = frozenset(k for k in ARRANGED_KINDS if short or apart.random() < 0.75)
+    steps = tuple(sorted(steps + _arranged(apart, arranged, traffic), key=lambda s: s.at))
+    return Plan(seed, settings, receivers, plans, steps, traffic, faults | arranged)
 
 
 def _receivers(rng: random.Random) -> tuple[Receiver, ...]:
@@ -262,6 +274,8 @@ def _txn(rng: random.Random, keys: _Keys, spacing: float) -> TxnPlan:
 def _steps(
     rng: random.Random, faults: frozenset[str], traffic: float, receivers: tuple[Receiver, ...]
 ) -> tuple[Step, ...]:
+    """The faults' steps, in no order."""
+
     def at(fraction: float) -> float:
         return traffic * (fraction + rng.uniform(-0.04, 0.04))
 
@@ -298,4 +312,28 @@ def _steps(
         steps.append(Step(at(0.62), "term", victim=rng.randrange(8)))
     if "db_restart" in faults:
         steps.append(Step(at(0.75), "db_restart"))
-    return tuple(sorted(steps, key=lambda s: s.at))
+    return tuple(steps)
+
+
+def _arranged(rng: random.Random, kinds: frozenset[str], traffic: float) -> tuple[Step, ...]:
+    """The steps of the arranged kinds, early in the traffic: a fence first (it
+    takes a lease and a rescue), messages that go dead soon after, the contention
+    while the producers run, then the dead retry and the replay (each waits,
+    bounded, for a message to act on)."""
+
+    def at(fraction: float) -> float:
+        return traffic * (fraction + rng.uniform(-0.02, 0.02))
+
+    steps = []
+    if "fence" in kinds:
+        steps.append(Step(at(0.06), "fence", "inbox"))
+    if "dead_retry" in kinds:
+        steps += [
+            Step(at(0.03), "lapse", "inbox"),
+            Step(at(0.3), "dead_retry", victim=rng.randrange(64)),
+        ]
+    if "contend" in kinds:
+        steps.append(Step(at(0.15), "contend", rng.choice(ORDERING_KEYS)))
+    if "replay" in kinds:
+        steps.append(Step(at(0.35), "replay", victim=rng.randrange(64)))
+    return tuple(steps)

@@ -17,6 +17,7 @@ from tests.history.checks.delivery import (
     nothing_rolled_back_sent,
     one_message_of_a_key_in_flight,
     redelivered_only_after_open_attempt,
+    reopened_sent_again,
     settled,
     webhooks_signed,
 )
@@ -64,6 +65,7 @@ CHECKS: dict[str, Check] = {
     "one_message_of_a_key_in_flight": one_message_of_a_key_in_flight,
     "redelivered_only_after_open_attempt": redelivered_only_after_open_attempt,
     "effects_applied_once": effects_applied_once,
+    "reopened_sent_again": reopened_sent_again,
     "completion_fenced": completion_fenced,
     "cap_at_receiver": cap_at_receiver,
     "rate_within_limit": rate_within_limit,

@@ -1,6 +1,7 @@
 """The delivery contract, end to end: nothing committed lost, nothing rolled back
 sent, ordering keys in commit order, redelivery only where the protocol allows
-it, one effect per key at the deduping receiver.
+it, one effect per key at the deduping receiver, a message an operator replayed
+or retried sent again under its own key.
 
 Each function is named after the rule of :mod:`tests.model.invariants` it
 matches, where one does.
@@ -273,3 +274,45 @@ def webhooks_signed(f: Facts) -> list[Violation]:
         for t in f.ties
         if t.request.signature is False
     ]
+
+
+def reopened_sent_again(f: Facts) -> list[Violation]:
+    """A message an operator moved back (a replayed webhook, a retried dead
+    message) is claimed again and reaches its receiver again after the move, under
+    its id and its key: the same ``Idempotency-Key`` / ``webhook-id``, which the
+    receiver dedupes (docs/explanation/delivery-contract.md; a request under
+    another key would match no message). A paused one (its endpoint disabled)
+    waits instead. And each command moved back as many as it reported."""
+    h = f.history
+    out = []
+    finals = {m.id: m for m in h.finals}
+    requests = f.requests_of()
+    for r in f.reopens:
+        e = r.event
+        final = finals.get(r.message_id)
+        if final is not None and final.state == "paused":
+            continue
+        claimed = [x for x in f.leases.get(r.message_id, []) if x.claim_seq > e.seq and x.sent]
+        arrived = [t for t in requests.get(r.message_id, []) if t.request.arrival > e.at]
+        if not claimed or not arrived:
+            out.append(
+                Violation(
+                    "reopened_sent_again",
+                    f"m{r.message_id} moved back ({r.kind}) at {when(e.at)} was "
+                    + ("never claimed again" if not claimed else "never received again"),
+                    tuple(show_lease(x) for x in f.leases.get(r.message_id, [])),
+                )
+            )
+    for op in h.operations:
+        if op.error is not None or op.xid is None or op.moved is None:
+            continue
+        moved = sorted(r.message_id for r in f.reopens if r.event.xid == op.xid)
+        if len(moved) != op.moved:
+            out.append(
+                Violation(
+                    "reopened_sent_again",
+                    f"the operator's {op.kind} of {list(op.ids)} (xid {op.xid}) reported "
+                    f"{op.moved} moved back, the audit shows {moved}",
+                )
+            )
+    return out

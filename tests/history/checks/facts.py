@@ -1,14 +1,42 @@
-"""What every check reads: the history, its leases, and its requests tied to them,
-derived once; and small helpers to word the evidence."""
+"""What every check reads: the history, its leases, its requests tied to them and
+the messages an operator moved back, derived once; and small helpers to word the
+evidence."""
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tests.history.history import History, MessageEvent, Txn
 from tests.history.leases import Lease, Tie, leases_of, match_requests
+
+
+@dataclass(frozen=True)
+class Reopen:
+    """A settled message moved back to be sent again, as the audit shows it: a
+    ``replay`` (its row back from the delivered history, a second insert of its
+    id) or a ``dead_retry`` (dead to ready, or paused). Either keeps the id, the
+    key and ``attempts`` (attempt numbers never repeat)."""
+
+    kind: str
+    message_id: int
+    attempt: int  # its attempts when moved back
+    event: MessageEvent
+
+
+def reopens_of(events: Iterable[MessageEvent]) -> list[Reopen]:
+    out = []
+    inserted: set[int] = set()
+    for e in sorted(events, key=lambda e: e.seq):
+        if e.op == "insert":
+            if e.id in inserted:
+                out.append(Reopen("replay", e.id, e.new_attempts or 0, e))
+            inserted.add(e.id)
+        elif e.op == "update" and e.old_state == "dead" and e.new_state in ("ready", "paused"):
+            out.append(Reopen("dead_retry", e.id, e.new_attempts or 0, e))
+    return out
 
 
 @dataclass(frozen=True)
@@ -17,8 +45,13 @@ class Facts:
     leases: dict[int, list[Lease]]
     others: list[MessageEvent]  # changes of rows no lease held (inserts, ...)
     ties: list[Tie]
-    inserts: dict[int, MessageEvent] = field(default_factory=dict)  # id -> its insert
+    inserts: dict[int, MessageEvent] = field(default_factory=dict)  # id -> its first insert
     txn_by_xid: dict[int, Txn] = field(default_factory=dict)
+    reopens: list[Reopen] = field(default_factory=list)
+
+    def reopened_at(self, message_id: int) -> set[int]:
+        """The attempts at which an operator moved ``message_id`` back."""
+        return {r.attempt for r in self.reopens if r.message_id == message_id}
 
     def leases_at(self, destination: str) -> list[Lease]:
         """Every lease of a message of ``destination``, in claim order."""
@@ -49,7 +82,10 @@ class Facts:
 
 def facts(history: History) -> Facts:
     leases, others = leases_of(history.message_events)
-    inserts = {e.id: e for e in history.message_events if e.op == "insert"}
+    inserts: dict[int, MessageEvent] = {}
+    for e in sorted(history.message_events, key=lambda e: e.seq):
+        if e.op == "insert":
+            inserts.setdefault(e.id, e)  # a replay inserts the id again
     return Facts(
         history=history,
         leases=leases,
@@ -57,6 +93,7 @@ def facts(history: History) -> Facts:
         ties=match_requests(history, leases),
         inserts=inserts,
         txn_by_xid={t.xid: t for t in history.txns if t.xid is not None},
+        reopens=reopens_of(history.message_events),
     )
 
 

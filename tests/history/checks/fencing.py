@@ -3,16 +3,20 @@
 The audit names the session of every write, and so its process. A lease is
 renewed and ended only by the process that claimed it, or ended by a rescue once
 it ran out; a row nobody leases is written only by its producer (and by the
-pause of a disabled endpoint's messages). The attempts table agrees: one row per
-attempt sent, written by that attempt's owner, or by the rescuer for a lease
-that ran out; a settled message has attempts 1..N, the last its final outcome.
+pause of a disabled endpoint's messages), or moved back by an operator's replay
+or dead retry (the recorded command's own transaction, naming the message, its
+attempts kept). The attempts table agrees: one row per attempt sent, written by
+that attempt's owner, or by the rescuer for a lease that ran out; a settled
+message has attempts 1..N, the last its final outcome, and a final outcome
+before it only where an operator moved the message back. A dispatcher gives a
+lease up as lost (its write fenced out) only once another ended it.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from tests.history.checks.facts import Facts, show_lease, when
+from tests.history.checks.facts import Facts, Reopen, show_lease, when
 from tests.history.history import AttemptRow
 from tests.history.leases import Lease
 from tests.history.violation import Violation
@@ -31,8 +35,15 @@ def completion_fenced(f: Facts) -> list[Violation]:
     for leases in f.leases.values():
         for lease in leases:
             out.extend(_lease_writes(lease))
+    reopens = {r.event.seq: r for r in f.reopens}
     for e in f.others:
-        if e.op == "insert" or (e.old_state == "ready" and e.new_state == "paused"):
+        first = f.inserts.get(e.id)
+        if first is not None and first.seq == e.seq:
+            continue
+        if e.old_state == "ready" and e.new_state == "paused":
+            continue
+        if e.seq in reopens:
+            out.extend(_reopen(f, reopens[e.seq]))
             continue
         out.append(
             Violation(
@@ -43,6 +54,54 @@ def completion_fenced(f: Facts) -> list[Violation]:
             )
         )
     out.extend(_attempt_rows(f))
+    out.extend(_given_up(f))
+    return out
+
+
+def _reopen(f: Facts, r: Reopen) -> list[Violation]:
+    """A message moved back by the recorded command that named it, in that
+    command's transaction, its attempts kept."""
+    e = r.event
+    commands = [
+        op
+        for op in f.history.operations
+        if op.kind == r.kind and op.xid == e.xid and e.id in op.ids
+    ]
+    if r.kind == "replay":  # back from delivered, as its last lease left it
+        ended = [x for x in f.leases.get(e.id, []) if x.end_seq is not None and x.end_seq < e.seq]
+        kept = bool(ended) and ended[-1].end == "delivered" and ended[-1].attempt == r.attempt
+    else:
+        kept = e.old_attempts == e.new_attempts
+    if commands and kept:
+        return []
+    what = "replayed (inserted again)" if r.kind == "replay" else "moved from dead to ready"
+    return [
+        Violation(
+            "completion_fenced",
+            f"m{e.id} was {what} at {when(e.at)} by {e.app} (xid {e.xid}), "
+            + ("its attempts not kept" if commands else f"which no operator's {r.kind} was"),
+        )
+    ]
+
+
+def _given_up(f: Facts) -> list[Violation]:
+    """Each lease a dispatcher logged as lost (``lease_lost``: its renewal or its
+    outcome fenced out, or claimed again) had ended by another's hand: a rescue."""
+    out = []
+    for p in f.history.processes:
+        for mid, attempt, reason in p.lost:
+            leases = [
+                x for x in f.leases.get(mid, []) if x.attempt == attempt and x.owner == p.owner
+            ]
+            if not any(x.end in ("rescued", "taken") for x in leases):
+                out.append(
+                    Violation(
+                        "completion_fenced",
+                        f"{p.name} gave m{mid}@{attempt} up ({reason}) though no other "
+                        "ended its lease",
+                        tuple(show_lease(x) for x in leases),
+                    )
+                )
     return out
 
 
@@ -160,7 +219,8 @@ def _attempt_rows(f: Facts) -> list[Violation]:
                     f"m{m.id} is {m.state} but its last attempt row says {outcome}",
                 )
             )
-        earlier = [rows[m.id][n].outcome for n in numbers[:-1]]
+        reopened = f.reopened_at(m.id)
+        earlier = [rows[m.id][n].outcome for n in numbers[:-1] if n not in reopened]
         if "delivered" in earlier or "failed" in earlier:
             out.append(
                 Violation(
