@@ -624,19 +624,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = stack.enter_context(_database(args.database_url))
         failures = 0
         for name in names:
+            reach = reachable(CONFORMANCE[name])
             started = time.monotonic()
             failed, tally = asyncio.run(
                 check(url, CONFORMANCE[name], walks=args.walks, length=args.length, seed=args.seed)
             )
             print(
-                f"{name}: {tally.walks} walks, {tally.steps} steps, {len(tally.states)} states,"
-                f" {time.monotonic() - started:.1f} s: {'FAILED' if failed else 'conforms'}",
+                f"{name}: {tally.walks} walks, {tally.steps} steps,"
+                f" {_of(len(tally.states), reach[0])} states,"
+                f" {_of(len(tally.kinds), None if reach[1] is None else len(reach[1]))} kinds"
+                f" of step, {time.monotonic() - started:.1f} s:"
+                f" {'FAILED' if failed else 'conforms'}",
                 flush=True,
             )
+            if reach[1] is not None and not failed:
+                for missed in sorted(map(str, reach[1] - tally.kinds)):
+                    print(f"  never taken: {missed}")
             if failed is not None:
                 failures += 1
                 print(textwrap.indent(str(failed), "  "), flush=True)
     return 1 if failures else 0
+
+
+def _of(part: int, whole: int | None) -> str:
+    return f"{part:,}" if whole is None else f"{part:,} of {whole:,}"
+
+
+def reachable(config: Config, most: int = 300_000) -> tuple[int | None, set[Any] | None]:
+    """How many states the model reaches under ``config``, and the kinds of step
+    it can take (:func:`kind`); (None, None) past ``most`` states."""
+    start = initial(config)
+    seen = {start}
+    kinds: set[Any] = set()
+    frontier = [start]
+    while frontier:
+        following = []
+        for s in frontier:
+            for step in steps(s, config):
+                kinds.add(kind(s, step))
+                if step.state not in seen:
+                    if len(seen) >= most:
+                        return None, None
+                    seen.add(step.state)
+                    following.append(step.state)
+        frontier = following
+    return len(seen), kinds
 
 
 @contextlib.contextmanager
