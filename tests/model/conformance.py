@@ -262,9 +262,8 @@ class Real:
             return s, f"D{d} claims nothing"
         (job,) = taken
         mid = self._model_id(job.id)
-        self._expect(
-            mid in allowed, f"D{d}'s claim took m{mid}; the model allows {self._ms(allowed)}"
-        )
+        if mid is None or mid not in allowed:
+            raise Mismatch(f"D{d}'s claim took m{mid}; the model allows {self._ms(allowed)}")
         step = allowed[mid]
         attempt = step.state.msgs[mid].attempts
         self._expect(
@@ -303,13 +302,17 @@ class Real:
             return Completion(db_id, f.attempt, "ready", "released", sent=False)
         if f.phase == "ok":
             return delivered(db_id, f.attempt)
-        sent = {"sent": True, "started_at": datetime.now(UTC), "duration_ms": 1}
+        now = datetime.now(UTC)
         if f.phase == "cut":  # cut short at shutdown: the attempt counts
-            return Completion(db_id, f.attempt, "ready", "released", error_class="shutdown", **sent)
+            return Completion(
+                db_id, f.attempt, "ready", "released", sent=True, error_class="shutdown",
+                started_at=now, duration_ms=1,
+            )  # fmt: skip
         spent = f.attempt >= s.msgs[f.msg].max_attempts  # retried at once: no delay
         return Completion(
-            db_id, f.attempt, "dead" if spent else "ready", "retry", status=503, **sent
-        )
+            db_id, f.attempt, "dead" if spent else "ready", "retry", sent=True, status=503,
+            started_at=now, duration_ms=1,
+        )  # fmt: skip
 
     async def _renew(self, s: State, step: Step, d: int) -> None:
         held = [(self.ids[f.msg], f.attempt) for f in s.dispatchers[d].flights]
@@ -328,7 +331,9 @@ class Real:
                 " lease_until < now() FROM outbox.messages"
             )
         }
-        history = dict(self.look.execute("SELECT id, attempts FROM outbox.delivered").fetchall())
+        history: dict[int, int] = dict(
+            self.look.execute("SELECT id, attempts FROM outbox.delivered").fetchall()
+        )
         expected: dict[int, tuple[Any, ...]] = {}
         expected_history: dict[int, int] = {}
         for m in s.msgs:

@@ -45,7 +45,7 @@ Where the model simplifies:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from tests.model import invariants as rules
 from tests.model.state import (
@@ -66,7 +66,7 @@ class Step(NamedTuple):
     label: str
     state: State
     broken: tuple[str, ...]
-    action: tuple[object, ...]
+    action: tuple[Any, ...]
     """What was done, by whom, as :mod:`tests.model.conformance` replays it on
     the real statements: the label's words as values (``("claim", d, m)``,
     ``("complete", d, m, attempt)``, ``("tick",)``...)."""
