@@ -4,8 +4,9 @@
 bounded read apply) with ``client_secret_basic``, and caches it per process, keyed
 by the endpoint and a digest of its credentials, until shortly before it expires.
 One fetch per key at a time; a failure is shared for :data:`FAILURE_HOLD`. A 401
-drops the token only if it is still the one cached. No ``repr``, error or log line
-shows a secret or a token; a token that cannot be had is a :class:`TokenUnavailable`.
+drops the token only if it is still the one cached. :meth:`Tokens.aclose` waits
+for the fetches it cancels at most :data:`CLOSE_WITHIN`. No ``repr``, error or log
+line shows a secret or a token; a token that cannot be had is a :class:`TokenUnavailable`.
 
 Design: docs/explanation/design/oauth2.md
 """
@@ -16,6 +17,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import logging
 import math
 import re
 import time
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from dispatchers.delivery.client import HttpClient
 
 __all__ = [
+    "CLOSE_WITHIN",
     "DEFAULT_LIFETIME",
     "FAILURE_HOLD",
     "MARGIN",
@@ -53,6 +56,10 @@ FAILURE_HOLD = 5.0
 """Seconds a failed fetch answers for its key before the token endpoint is asked
 again."""
 
+CLOSE_WITHIN = 5.0
+"""Seconds :meth:`Tokens.aclose` waits for the fetches it cancelled to end; one
+that has not by then is left behind, with a warning."""
+
 RESPONSE_LIMIT = 64 * 1024
 """Most bytes of a token response read; a longer one is refused."""
 
@@ -66,6 +73,8 @@ _TOKEN = re.compile(r"[\x21-\x7e]+")
 """A token that fits in a header: visible ASCII, nothing to split or inject."""
 
 Key = tuple[int | None, str]
+
+_log = logging.getLogger(__name__)
 
 
 class TokenUnavailable(Exception):
@@ -191,13 +200,22 @@ class Tokens:
         if entry is not None and entry.token == token:
             entry.token = None
 
-    async def aclose(self) -> None:
-        """Cancel the fetches under way."""
-        tasks = [e.fetch for e in self._entries.values() if e.fetch is not None]
+    async def aclose(self, *, within: float = CLOSE_WITHIN) -> None:
+        """Cancel the fetches under way and wait for them, at most ``within`` seconds."""
+        tasks = {e.fetch for e in self._entries.values() if e.fetch is not None}
+        self._entries.clear()
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._entries.clear()
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=within)
+        if pending:
+            _log.warning(
+                "%d OAuth2 token request(s) still running %g s after they were cancelled: "
+                "left behind",
+                len(pending),
+                within,
+            )
 
     async def _fetch(self, entry: _Entry, credentials: ClientCredentials) -> None:
         """Fetch a token into ``entry``, or note why not."""

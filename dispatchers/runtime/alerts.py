@@ -15,13 +15,19 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
+from dispatchers.runtime import loop as loops
 from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.protocol import DispatchStore
 from dispatchers.store.rows import Backlog
 
-__all__ = ["KeyAlerts", "LagWatch"]
+__all__ = ["SETTLE_WITHIN", "KeyAlerts", "LagWatch"]
 
 HOUR = 3600.0
+
+SETTLE_WITHIN = 5.0
+"""Seconds a shutdown waits for the alerts being raised; those still under way
+are then cancelled (a dispatcher raises them again, the next time it finds the
+key missing)."""
 
 
 class LagWatch:
@@ -90,7 +96,12 @@ class KeyAlerts:
         else:
             self.report.answered(self.operation)
 
-    async def settle(self) -> None:
-        """Wait for the alerts being raised (at shutdown, before the store closes)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+    async def settle(self, within: float = SETTLE_WITHIN) -> None:
+        """Wait for the alerts being raised (at shutdown, before the store closes),
+        at most ``within`` seconds; cancel those still under way, and say so."""
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=within)
+        if pending:
+            self.report.abandoned(self.operation, len(pending), within)
+            await loops.stop_tasks(pending, within=min(within, 1.0))

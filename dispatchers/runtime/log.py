@@ -32,6 +32,7 @@ EVENT_LEVELS = {
     "failed": "error",
     "internal_error": "error",
     "outcome_dropped": "error",
+    "shutdown_abandoned": "warning",
     "endpoint_disabled": "warning",
     "listen_error": "warning",
     "secrets_unavailable": "error",

@@ -273,6 +273,13 @@ class Reporter:
             count=count,
         )
 
+    def abandoned(self, operation: str, count: int, waited: float) -> None:
+        """Shutting down, ``count`` calls of ``operation`` still under way after
+        ``waited`` seconds are cancelled."""
+        self.log.event(
+            "shutdown_abandoned", operation=operation, count=count, waited_s=round(waited, 3)
+        )
+
     def secrets_unavailable(self, job: Job, delay: float) -> None:
         """``job`` is held back unsent for ``delay`` seconds: its endpoint's secrets
         could not be opened."""

@@ -2,8 +2,9 @@
 server and a real receiver on 127.0.0.1, through the real sender and its guarded
 clients.
 
-The token server checks the client's Basic authentication and form, counts its
-fetches and issues ``tok-1``, ``tok-2``... with the ``expires_in`` it is told; the
+The token server checks the client's Basic authentication (against the clients it
+knows) and form, counts its fetches and issues ``tok-1``, ``tok-2``... with the
+``expires_in`` it is told, at ``/token`` and ``/rotated/token`` alike; the
 receiver accepts the bearer tokens the test says are valid and answers 401 to
 any other.
 """
@@ -41,6 +42,8 @@ from tests.waiting import until
 
 CLIENT_ID = "dispatcher 1:a"
 SECRET = "s3cr3t+/=&ü"
+ROTATED_SECRET = "r0tated+/=&ü"
+OTHER_CLIENT_ID = "dispatcher 2"
 
 SIGNING = generate_secret()
 
@@ -68,22 +71,29 @@ class TokenServer:
     """Answer this instead of a token, when set."""
     held: asyncio.Event | None = None
     """Answer once this is set, when there is one."""
+    clients: set[tuple[str, str]] = field(default_factory=lambda: {(CLIENT_ID, SECRET)})
+    """The (client id, secret) pairs it issues tokens to."""
     fetches: int = 0
     fetched_at: list[float] = field(default_factory=list)
     forms: list[dict[str, list[str]]] = field(default_factory=list)
+    asked: list[tuple[str, str, str]] = field(default_factory=list)
+    """The path, client id and secret of each fetch."""
     issued: list[str] = field(default_factory=list)
     url: str = ""
+    rotated_url: str = ""
     _runner: web.AppRunner | None = None
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/token", self._token)
+        app.router.add_post("/rotated/token", self._token)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         port = self._runner.addresses[0][1]
         self.url = f"http://127.0.0.1:{port}/token"
+        self.rotated_url = f"http://127.0.0.1:{port}/rotated/token"
 
     async def stop(self) -> None:
         if self.held is not None:
@@ -111,7 +121,9 @@ class TokenServer:
         assert request.content_type == "application/x-www-form-urlencoded"
         scheme, _, encoded = request.headers.get("Authorization", "").partition(" ")
         client_id, _, secret = base64.b64decode(encoded).decode("ascii").partition(":")
-        if (scheme, unquote_plus(client_id), unquote_plus(secret)) != ("Basic", CLIENT_ID, SECRET):
+        client = (unquote_plus(client_id), unquote_plus(secret))
+        self.asked.append((request.path, *client))
+        if scheme != "Basic" or client not in self.clients:
             return web.json_response({"error": "invalid_client"}, status=401)
         if form.get("grant_type") != ["client_credentials"]:
             return web.json_response({"error": "unsupported_grant_type"}, status=400)
@@ -241,18 +253,32 @@ async def test_a_token_is_reused_until_near_its_expiry_then_replaced(
     assert last_old < first + 2.0  # never sent expired
 
 
+@pytest.mark.parametrize("field", ["token_url", "client_id", "client_secret", "scope", "audience"])
 async def test_changed_credentials_never_reuse_the_old_token(
-    sender: Sender, token_server: TokenServer, bearer_receiver: BearerReceiver
+    sender: Sender, token_server: TokenServer, bearer_receiver: BearerReceiver, field: str
 ) -> None:
+    """Each field of the client is part of the cache's key: a change of any one
+    (a leaked secret rotated, say) fetches a new token, asked for as changed."""
     token_server.token_length = 8
+    token_server.clients |= {(OTHER_CLIENT_ID, SECRET), (CLIENT_ID, ROTATED_SECRET)}
     bearer_receiver.valid.update({"tok-1-xx", "tok-2-xx"})
+    changed = {
+        "token_url": token_server.rotated_url,
+        "client_id": OTHER_CLIENT_ID,
+        "client_secret": ROTATED_SECRET,
+        "scope": "deliver more",
+        "audience": "https://other.example",
+    }[field]
     await send_all(sender, [job(bearer_receiver.url, token_server.credentials())])
-    attempts = await send_all(
-        sender, [job(bearer_receiver.url, token_server.credentials(scope="deliver more"))]
-    )
+    after = token_server.credentials(**{field: changed})
+    attempts = await send_all(sender, [job(bearer_receiver.url, after)])
     assert delivered(attempts)
+    assert token_server.fetches == 2
     assert bearer_receiver.tokens() == ["tok-1-xx", "tok-2-xx"]
-    assert token_server.forms[1]["scope"] == ["deliver more"]
+    path = "/rotated/token" if field == "token_url" else "/token"
+    assert token_server.asked[1] == (path, after.client_id, after.client_secret)
+    form = token_server.forms[1]
+    assert (form["scope"], form["audience"]) == ([after.scope], [after.audience])
 
 
 async def test_the_endpoint_token_replaces_an_authorization_header_of_the_message(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -36,30 +37,60 @@ def db(database_url: str) -> Db:
     return Db(database_url)
 
 
-def lock_waiters(db: Db) -> int:
-    """Sessions of this database waiting for an advisory lock."""
-    (count,) = db.query(
-        "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)"
-        " WHERE l.locktype = 'advisory' AND NOT l.granted AND a.datname = current_database()"
-    )[0]
-    return int(count)
+@dataclass(frozen=True)
+class Racing:
+    """A second producer under way: its backend's pid, and the id it will write."""
+
+    pid: int
+    written: Future[int]
 
 
-def wait_for_lock_wait(db: Db, racing: Future[Any]) -> None:
+def second_producer(
+    pool: ThreadPoolExecutor, db: Db, write: Callable[[psycopg.Connection[Any]], int]
+) -> Racing:
+    """Write in a transaction of its own on a connection of its own, on the pool's
+    thread, and commit."""
+    conn = psycopg.connect(db.url)
+
+    def run() -> int:
+        with conn:
+            return write(conn)
+
+    return Racing(conn.info.backend_pid, pool.submit(run))
+
+
+WAITS = """
+SELECT l.locktype, l.mode,
+       l.locktype = 'advisory' AND (l.classid, l.objid, l.objsubid)
+           = (CAST((h.k >> 32) & 4294967295 AS oid), CAST(h.k & 4294967295 AS oid), 1) AS on_key
+FROM pg_locks AS l
+CROSS JOIN LATERAL (SELECT hashtextextended(%s, hashtext(%s)) AS k) AS h
+WHERE NOT l.granted AND l.pid = %s
+"""
+"""The locks a session waits for, each with whether it is an ordering key's: the
+advisory lock of a bigint (``objsubid`` 1, its halves in ``classid`` and
+``objid``) that the producers' statements take (``sql/queries/enqueue.sql``,
+fragment ``ordered``), the schema quoted as they quote it."""
+
+
+def waits_for_key(db: Db, pid: int, key: str = KEY) -> bool:
+    """Whether the session ``pid`` waits for the lock of ordering key ``key``;
+    fail at once if it waits for another lock."""
+    waits = db.query(WAITS, key, '"outbox"', pid)
+    assert all(on_key for *_, on_key in waits), f"waiting for another lock than the key's: {waits}"
+    return bool(waits)
+
+
+def wait_for_lock_wait(db: Db, racing: Racing) -> None:
     """Return once the second producer waits on the key's lock; fail loudly if it
     finishes instead, or never waits within 30 s."""
     deadline = time.monotonic() + 30
-    while lock_waiters(db) < 1:
-        assert not racing.done(), f"the second producer did not wait: {racing.result()!r}"
+    while not waits_for_key(db, racing.pid):
+        assert not racing.written.done(), (
+            f"the second producer did not wait: {racing.written.result()!r}"
+        )
         assert time.monotonic() < deadline, "the second producer never waited on the key"
         time.sleep(0.02)
-
-
-def second_producer(db: Db, write: Callable[[psycopg.Connection[Any]], int]) -> int:
-    """Write in a transaction of its own and commit; the id written."""
-    with psycopg.connect(db.url) as conn:
-        written = write(conn)
-    return written
 
 
 def received(receiver: Receiver) -> list[str]:
@@ -81,10 +112,10 @@ async def test_a_second_producer_of_a_key_waits_and_both_arrive_in_commit_order(
         async def interleave() -> tuple[int, int]:
             with psycopg.connect(db.url) as first:
                 first_id = enqueue(first, "first")  # A's transaction stays open
-                racing = pool.submit(second_producer, db, lambda c: enqueue(c, "second"))
+                racing = second_producer(pool, db, lambda c: enqueue(c, "second"))
                 wait_for_lock_wait(db, racing)  # B waits for A's key, no id drawn yet
                 first.commit()
-            return first_id, racing.result(timeout=30)
+            return first_id, racing.written.result(timeout=30)
 
         if dispatching:
             async with running(db, fast_config()):
@@ -108,10 +139,10 @@ async def test_the_first_producer_rolling_back_lets_the_second_through_alone(db:
 
         with psycopg.connect(db.url) as first:
             enqueue(first, "rolled-back")
-            racing = pool.submit(second_producer, db, lambda c: enqueue(c, "second"))
+            racing = second_producer(pool, db, lambda c: enqueue(c, "second"))
             wait_for_lock_wait(db, racing)
             first.rollback()
-        racing.result(timeout=30)
+        racing.written.result(timeout=30)
         await drain(db, fast_config())
     assert received(receiver) == ["second"]
 
@@ -122,14 +153,14 @@ def test_publish_of_a_key_waits_for_the_producer_holding_it(db: Db) -> None:
         Endpoints().add(conn, url="https://example.com/hook")
     with ThreadPoolExecutor(1) as pool, psycopg.connect(db.url) as first:
         (first_id,) = box.publish(first, "order.paid", {"n": 1}, ordering_key=KEY)
-        racing = pool.submit(
-            second_producer,
+        racing = second_producer(
+            pool,
             db,
             lambda c: box.publish(c, "order.paid", {"n": 2}, ordering_key=KEY)[0],
         )
         wait_for_lock_wait(db, racing)
         first.commit()
-        second_id = racing.result(timeout=30)
+        second_id = racing.written.result(timeout=30)
     assert first_id < second_id
 
 
@@ -145,8 +176,10 @@ def test_producers_of_other_keys_and_of_none_do_not_wait(db: Db) -> None:
 
     with psycopg.connect(db.url) as first, psycopg.connect(db.url) as second:
         box.enqueue(first, url="https://a.example/", idempotency_key="a", json={}, ordering_key=KEY)
-        # no key, then another key, in a second transaction: neither waits, and
-        # only the keyed one takes a lock of its own
+        # no key, then another key, in a second transaction: neither waits (a wait
+        # fails within a second, LockNotAvailable), and only the keyed one takes a
+        # lock of its own
+        second.execute("SET lock_timeout = '1s'")
         box.enqueue(second, url="https://a.example/", idempotency_key="b", json={})
         unkeyed = advisory(second)
         box.enqueue(
@@ -155,7 +188,6 @@ def test_producers_of_other_keys_and_of_none_do_not_wait(db: Db) -> None:
         assert len(advisory(second) - unkeyed) == 1
         second.commit()
         first.commit()
-    assert lock_waiters(db) == 0
 
 
 async def test_a_replayed_message_waits_while_a_later_one_of_its_key_is_running(db: Db) -> None:
@@ -195,12 +227,12 @@ def test_an_event_replayed_to_an_endpoint_waits_for_the_producer_holding_its_key
         added = Endpoints().add(conn, url="https://example.com/new")
     with ThreadPoolExecutor(1) as pool, psycopg.connect(db.url) as first:
         held = box.publish(first, "order.paid", {"n": 2}, ordering_key=KEY)  # to both
-        racing = pool.submit(
-            second_producer,
+        racing = second_producer(
+            pool,
             db,
             lambda c: replay_event(c, event_key="evt-1", endpoint_id=added.id).id,
         )
         wait_for_lock_wait(db, racing)
         first.commit()
-        replayed_id = racing.result(timeout=30)
+        replayed_id = racing.written.result(timeout=30)
     assert max(held) < replayed_id

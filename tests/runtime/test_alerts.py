@@ -5,11 +5,16 @@ tests/library/test_alerts.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
+
 from dispatchers.runtime.alerts import KeyAlerts, LagWatch
-from dispatchers.runtime.log import NullLog
+from dispatchers.runtime.log import EventLog, NullLog
 from dispatchers.runtime.reporting import Reporter
 from dispatchers.store.rows import Backlog
 from tests.runtime.fakes import FakeStore
+from tests.timing import LATE
 
 
 async def test_the_lag_reported_is_the_longest_wait_of_the_read_with_its_destination() -> None:
@@ -49,3 +54,46 @@ async def test_a_missing_key_is_raised_once_an_hour_and_again_after_a_failure() 
     alerts.missing(["k1"], 7)  # not raised: tried again at the next message
     await alerts.settle()
     assert store.key_alerts[2:] == [("k1", 7)]
+
+
+class HungStore(FakeStore):
+    """A store whose alerts never answer: each waits until it is cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled = 0
+
+    async def alert_unknown_key(
+        self, key_id: str, endpoint_id: int | None, dispatcher: str
+    ) -> list[int]:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        raise AssertionError("never answered")
+
+
+async def test_a_hung_alert_holds_the_shutdown_no_longer_than_its_bound_then_is_cancelled() -> None:
+    store = HungStore()
+    out = io.StringIO()
+    alerts = KeyAlerts(store, Reporter(EventLog(stream=out, format="json")), owner="host:1:x")
+    alerts.missing(["k-2026"], 7)
+    settling = asyncio.create_task(alerts.settle(within=0.2))
+    try:
+        await asyncio.wait([settling], timeout=0.2 + LATE)  # which cancels nothing
+        assert settling.done(), "the shutdown waited past its bound for an alert"
+    finally:
+        settling.cancel()
+        async with asyncio.timeout(LATE):
+            await asyncio.gather(settling, return_exceptions=True)
+    assert store.cancelled == 1
+    (event,) = (json.loads(line) for line in out.getvalue().splitlines())
+    del event["ts"]
+    assert event == {
+        "level": "warning",
+        "event": "shutdown_abandoned",
+        "operation": "alert",
+        "count": 1,
+        "waited_s": 0.2,
+    }

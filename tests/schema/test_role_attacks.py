@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -27,6 +28,7 @@ from tests.conftest import PgServer
 from tests.dispatching import fast_config
 from tests.receiver import Receiver
 from tests.schema.test_roles import Roles, grant_all, made_roles, refused
+from tests.store.test_partitions import add_past_days, partitions, today
 
 EXFIL = (
     "INSERT INTO outbox.messages (id, idempotency_key, target, destination, endpoint_id, url,"
@@ -135,6 +137,30 @@ def test_the_dispatcher_cannot_ask_for_a_retention_under_the_floor(
         assert conn.execute("SELECT outbox.key_generation_turn(interval '1 hour')").fetchone() == (
             None,  # not due: the carry into the current generation is not an hour old
         )
+
+
+def test_the_dispatcher_drops_through_history_drop_no_partition_inside_the_retention(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The dispatcher's maintenance picks the partitions past its retention before
+    it calls ``history_drop``; the function, which drops as the schema's owner what
+    the dispatcher's role cannot, must refuse the others itself. The retention is
+    the partition's age to the microsecond (``now()`` is the transaction's, the
+    function's too): one more and it is kept, exactly that and it is dropped."""
+    grant_all(database_url, roles, capsys)
+    add_past_days(database_url, 2)
+    day = today() - timedelta(days=2)  # ended yesterday at 00:00 UTC: over the hour's floor
+    ended = day + timedelta(days=1)
+    names = [f"{parent}_p{day:%Y%m%d}" for parent in ("delivered", "attempts")]
+    drop = "SELECT outbox.history_drop(%s, now() - %s + %s)"
+    with psycopg.connect(roles.urls["dispatcher"]) as conn:
+        kept = [conn.execute(drop, (n, ended, timedelta(microseconds=1))).fetchone() for n in names]
+    assert kept == [(False,), (False,)]
+    assert set(names) <= set(partitions(database_url))
+    with psycopg.connect(roles.urls["dispatcher"]) as conn:
+        dropped = [conn.execute(drop, (n, ended, timedelta(0))).fetchone() for n in names]
+    assert dropped == [(True,), (True,)]
+    assert not set(names) & set(partitions(database_url))
 
 
 def test_the_dispatcher_cannot_choose_what_an_erasure_writes(

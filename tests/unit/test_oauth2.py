@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import logging
 import re
 import ssl
 from collections.abc import Mapping
@@ -31,6 +33,8 @@ from dispatchers.delivery.oauth2 import (
 )
 from dispatchers.delivery.outcome import Verdict
 from tests.docs import page, prose
+from tests.timing import LATE
+from tests.waiting import until
 
 CREDENTIALS = ClientCredentials(
     token_url="https://auth.example/token",
@@ -318,3 +322,50 @@ async def test_an_error_of_our_own_is_a_held_failure_not_a_loop_of_fetches() -> 
         with pytest.raises(TokenUnavailable, match=r"internal error: TypeError$"):
             await cache.token(1, CREDENTIALS)
     assert len(broken.requests) == 1
+
+
+class Stubborn(TokenEndpoint):
+    """A token endpoint that never answers, and whose request, once cancelled,
+    goes on until ``released`` is set, whatever cancels it again: a client stuck
+    in its own clean-up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate.clear()
+        self.released = asyncio.Event()
+
+    async def request(
+        self, method: str, url: str, **kwargs: object
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        try:
+            return await super().request(method, url, **kwargs)  # type: ignore[arg-type]
+        except asyncio.CancelledError:
+            while not self.released.is_set():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.released.wait()
+            raise
+
+
+async def test_closing_leaves_a_fetch_that_does_not_stop_behind_after_its_bound_saying_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    endpoint = Stubborn()
+    cache = tokens(endpoint, Clock())
+    waiting = asyncio.create_task(cache.token(1, CREDENTIALS))
+    closing = None
+    try:
+        await until(lambda: bool(endpoint.requests), "the token request under way")
+        closing = asyncio.create_task(cache.aclose(within=0.2))
+        await asyncio.wait([closing], timeout=0.2 + LATE)  # which cancels nothing
+        assert closing.done(), "closing waited past its bound for a request that does not stop"
+        assert len(cache) == 0
+    finally:
+        endpoint.released.set()
+        async with asyncio.timeout(LATE):
+            await asyncio.gather(waiting, *filter(None, [closing]), return_exceptions=True)
+    assert waiting.cancelled()  # the caller's wait ended with its fetch
+    (record,) = [r for r in caplog.records if r.name == oauth2.__name__]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "1 OAuth2 token request(s) still running 0.2 s after they were cancelled: left behind"
+    )
