@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -113,7 +112,7 @@ def _drain_process(
     everything is imported, wait for ``go``, drain, and send back the figures with
     the drain's wall and CPU seconds and the process's peak RSS."""
     drain = _drain_ours if design == "outbox" else _drain_naive
-    gc.collect()
+    loops.freeze_heap()  # as outbox dispatch does
     pipe.send(rss_now())
     if not pipe.poll(DRAIN_START_TIMEOUT) or pipe.recv() != "go":
         return

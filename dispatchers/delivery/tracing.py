@@ -93,13 +93,31 @@ class _OpenTelemetrySpans:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self._tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
+        self._proxied = isinstance(self._tracer, trace.ProxyTracer)
+        self._noop = isinstance(self._tracer, trace.NoOpTracer)
+        self._provider = trace.get_tracer_provider
+        self._proxy = trace.ProxyTracerProvider
         self.propagator = TraceContextTextMapPropagator()
         self.in_context = trace.set_span_in_context
         self.error = trace.StatusCode.ERROR
         self._root = Context()
         self._client = trace.SpanKind.CLIENT
 
+    def recording(self) -> bool:
+        """Whether a span started now may record: not while the tracer is a no-op
+        (a global one that no provider has been set for yet follows one once set)."""
+        if self._proxied:
+            return not isinstance(self._provider(), self._proxy)
+        return not self._noop
+
     def start(self, job: Job) -> AttemptSpan:
+        if not self.recording():
+            # a no-op tracer's span is its parent's, attributes unread: without
+            # a stored context, an invalid one, which injects nothing
+            if not job.trace_context:
+                return _Untraced(None)
+            parent = self.propagator.extract(job.trace_context, context=self._root)
+            return _OpenTelemetrySpan(self, self._tracer.start_span(job.method, context=parent))
         # extracted into an empty context: without a stored one the span is a root
         parent = self.propagator.extract(job.trace_context or {}, context=self._root)
         url = urlsplit(job.url)

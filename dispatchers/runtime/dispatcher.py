@@ -598,6 +598,7 @@ def run_dispatcher(
 
     async def main() -> Stats:
         dispatcher = Dispatcher(conninfo, config, log=log)
+        loops.freeze_heap()
         dispatcher.install_signal_handlers()
         if stopped is not None and stopped():
             dispatcher.stop()

@@ -264,6 +264,7 @@ def run_fleet(
 
     async def main() -> dict[str, Stats]:
         fleet = Fleet(databases, config, log=log, **kwargs)
+        loops.freeze_heap()
         fleet.install_signal_handlers()
         if stopped is not None and stopped():
             fleet.stop()

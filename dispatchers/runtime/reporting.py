@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
+from prometheus_client import Counter
+
 from dispatchers.delivery.health import Transition
 from dispatchers.delivery.jobs import Job
 from dispatchers.runtime.log import EventLog
@@ -77,6 +79,8 @@ class Reporter:
         self._blocked: dict[str, tuple[float, int]] = {}
         # while the database is unreachable: when that began, and the errors since
         self._outage: tuple[float, int] | None = None
+        # the deliveries counter of each outcome: labels() looks its child up anew
+        self._deliveries: dict[str, Counter] = {}
 
     def answered(self, operation: str) -> None:
         """The database answered ``operation``; after it was unreachable, the
@@ -132,7 +136,10 @@ class Reporter:
         """``c`` was recorded; ``job`` is the claim it ends (None when that claim
         is no longer held here)."""
         metrics = self.metrics
-        metrics.deliveries.labels(c.outcome).inc()
+        counter = self._deliveries.get(c.outcome)
+        if counter is None:
+            counter = self._deliveries[c.outcome] = metrics.deliveries.labels(c.outcome)
+        counter.inc()
         if c.duration_ms is not None:
             metrics.attempt_seconds.observe(c.duration_ms / 1000)
         if c.state == "delivered" and job is not None:

@@ -58,3 +58,17 @@ def test_without_spans_the_trace_id_is_the_stored_one() -> None:
     assert span.trace_id == "0af7651916cd43dd8448eb211c80319c"
     assert NO_SPANS.start(job()).trace_id is None
     assert stored_trace_id({"traceparent": "garbage"}) is None
+
+
+def test_with_a_no_op_tracer_an_attempt_passes_its_stored_context_on_and_records_nothing() -> None:
+    from opentelemetry.trace import NoOpTracerProvider
+
+    spans = attempt_spans(NoOpTracerProvider())
+    untraced = spans.start(job())
+    assert untraced.inject({"a": "b"}) == {"a": "b"}
+    assert untraced.trace_id is None
+    untraced.end(TIMEOUT)
+    stored = spans.start(job(trace_context=STORED))
+    assert stored.inject({}) == STORED
+    assert stored.trace_id == "0af7651916cd43dd8448eb211c80319c"
+    stored.end(TIMEOUT)
