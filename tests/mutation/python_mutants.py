@@ -17,8 +17,9 @@ lines changed), which stays the same when mutmut numbers the function's
 mutants anew. Exits 1 when a mutant survives that is not listed there.
 ``--check`` runs no test: it fails when an entry of :data:`EQUIVALENT` is the
 change of no mutant mutmut makes of the code as it is now, or a module or test
-file named here does not exist. Each module's score is written into
-``tests/mutation/scores.md`` (``--no-record``: not).
+file named here does not exist. Each module's score is written into the table of
+``docs/contributing/testing.md`` (:mod:`tests.mutation.scores`; ``--no-record``:
+not, as CI runs it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -394,12 +396,17 @@ def stale(tree: Path = ROOT) -> list[str]:
     return problems
 
 
-def score(counts: Counter[str]) -> str:
-    total = sum(counts.values())
-    noticed = sum(n for status, n in counts.items() if _NOTICED.get(status, False))
-    percent = 100.0 * noticed / total if total else 100.0
-    rest = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if not _NOTICED.get(s, False))
-    return f"{noticed}/{total} killed ({percent:.1f}%)" + (f"; {rest}" if rest else "")
+def score(name: str, counts: Counter[str]) -> scores.Score:
+    """Module ``name``'s score from its counts by status (as :func:`run_module`
+    gives them)."""
+    return scores.Score(
+        "python",
+        name,
+        mutants=sum(counts.values()),
+        killed=sum(n for status, n in counts.items() if _NOTICED.get(status, False)),
+        equivalent=counts["equivalent"],
+        command=f"python -m tests.mutation.python_mutants {name}",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -416,7 +423,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep each module's scratch copy")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     parser.add_argument(
-        "--no-record", action="store_true", help=f"do not write the scores into {scores.FILE}"
+        "--no-record",
+        action="store_true",
+        help=f"print the scores, do not write them into {scores.PAGE.relative_to(ROOT)}",
     )
     args = parser.parse_args(argv)
     if args.list:
@@ -431,15 +440,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(problem)
     if args.check or problems:
         return 1 if problems else 0
-    command = " ".join(["python -m tests.mutation.python_mutants", *(argv or sys.argv[1:])])
     failed = False
     for name in args.modules or list(MODULES):
+        start = time.monotonic()
         counts, survivors = run_module(name, max_children=args.max_children, keep=args.keep)
-        print(f"{name:14} {score(counts)}", flush=True)
+        result = score(name, counts)
+        seconds = time.monotonic() - start
+        print(f"{name:14} {result.summary()} ({seconds:.0f} s)", flush=True)
         for survivor in survivors:
             print(f"  survived: {survivor}", flush=True)
         if not args.no_record:
-            scores.record("python", name, score(counts), command)
+            scores.record(result)
         failed = failed or bool(survivors)
     return 1 if failed else 0
 

@@ -1,16 +1,20 @@
 """Hand-made mutants of the SQL the project loads, each against the tests that must notice.
 
 ``python -m tests.mutation.sql_mutants [NAME ...] [--set SET]`` (``--list`` names
-them): the tree (code, tests and ``sql/``) is copied once into a temporary
-directory, so that the SQL and the tests that judge it are of one moment while
-the working tree changes; then for each mutant, one at a time, one statement of
-the copy's SQL is changed (a fence removed, a bound moved, a lock dropped or
+them): the tree (code, tests and ``sql/``) is copied into a temporary directory,
+so that the SQL and the tests that judge it are of one moment while the working
+tree changes, and that copy copied once more for each further job (``--jobs``:
+by default two per core, as the suite runs, since a run waits on its server and
+its receivers much of the time). Then for each mutant, ``--jobs`` at a time and
+each in a copy of its own, one statement
+of the copy's SQL is changed (a fence removed, a bound moved, a lock dropped or
 taken too late), in the library's files (``sql/queries``), the dispatcher's
 (``dispatchers/store/sql``) or a function of the migration that defines it
 last (``sql/migrations``), and the mutant's set of tests runs in the copy
-(stopping at the first failure), its statements and its template database's
-migrations loaded from the copy's files through the ``tests.mutation.sql_copy``
-plugin, which points the loader there. The working tree is never written.
+(stopping at the first failure) on an embedded server of its own, its
+statements and its template database's migrations loaded from the copy's files
+through the ``tests.mutation.sql_copy`` plugin, which points the loader there.
+The working tree is never written.
 
 Killed: a test failed, and it is named. Survived: every test passed, so nothing
 pins down what the mutated text does; write the test that does, or, when no
@@ -18,8 +22,9 @@ test can tell the mutant apart, say why in its ``equivalent``. Not applicable:
 the text to change is no longer in the statement (the SQL changed since the
 mutant was written; update it). A mutant that changes only comments (which the
 loader strips) is refused as not applicable too. Each set of tests runs once on
-the unchanged copy first: a set that fails there fails the run. Each set's score
-(killed/total) is written into ``tests/mutation/scores.md`` (``--no-record``: not).
+the unchanged copy first: a set that fails there fails the run. The score of
+each set run whole is written into the table of ``docs/contributing/testing.md``
+(:mod:`tests.mutation.scores`; ``--no-record``: not, as CI runs it).
 
 ``--check`` runs nothing: it fails when a mutant does not apply, or a test a set
 names does not exist (``tests/unit/test_mutation_runners.py`` runs it in the
@@ -34,16 +39,18 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from outbox._queries import parse
 from tests.mutation import scores
@@ -52,12 +59,17 @@ ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ("outbox", "dispatchers", "sql", "tests", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
 PLUGIN = "tests.mutation.sql_copy"
+UNUSED_PLUGINS = ("hypothesispytest", "schemathesis")
+"""pytest plugins no set's tests use, not loaded: importing them took more than
+half of the CPU time a mutant's test run spends before its first test."""
+JOBS = 2 * (os.cpu_count() or 1)
 ENV = "OUTBOX_SQL_COPY"
 LIBRARY_SQL = "sql/queries"
 STORE_SQL = "dispatchers/store/sql"
 MIGRATIONS = "sql/migrations"
 _HEADER = re.compile(r"^-- (?:name|fragment):[ \t]*(\w+)[ \t]*$", re.MULTILINE)
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
+_T = TypeVar("_T")
 
 FENCES = (
     "test_fences.py",
@@ -479,17 +491,44 @@ def stale_mutants(
     return problems
 
 
-def _copy() -> Path:
-    """A snapshot of the tree in a temporary directory: the SQL to mutate, and the
-    code and tests to run against it, all of one moment (the working tree may
-    change while the mutants run)."""
-    work = Path(tempfile.mkdtemp(prefix="outbox-sql-mutant-"))
-    for part in SNAPSHOT:
-        if (ROOT / part).is_dir():
-            shutil.copytree(ROOT / part, work / part, ignore=IGNORED)
-        else:
-            shutil.copy2(ROOT / part, work / part)
-    return work
+def _copies(jobs: int) -> list[Path]:
+    """``jobs`` snapshots of the tree, each in a temporary directory: the SQL to
+    mutate, and the code and tests to run against it, all of one moment (the
+    working tree may change while the mutants run; the first snapshot is taken
+    from it, the others from the first)."""
+    copies: list[Path] = []
+    for _ in range(jobs):
+        source = copies[0] if copies else ROOT
+        work = Path(tempfile.mkdtemp(prefix="outbox-sql-mutant-"))
+        for part in SNAPSHOT:
+            if (source / part).is_dir():
+                shutil.copytree(source / part, work / part, ignore=IGNORED)
+            else:
+                shutil.copy2(source / part, work / part)
+        copies.append(work)
+    return copies
+
+
+def _in_turn(
+    jobs: Sequence[Callable[[Path], _T]], copies: Sequence[Path]
+) -> Iterator[tuple[int, _T]]:
+    """Run each job in a copy no other job is using, as many at a time as there
+    are copies; yield each job's index and result as it finishes."""
+    free: queue.SimpleQueue[Path] = queue.SimpleQueue()
+    for copy in copies:
+        free.put(copy)
+
+    def run(job: Callable[[Path], _T]) -> _T:
+        work = free.get()
+        try:
+            return job(work)
+        finally:
+            free.put(work)
+
+    with ThreadPoolExecutor(max_workers=len(copies)) as pool:
+        futures = {pool.submit(run, job): i for i, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
 
 
 def _pytest(work: Path, tests: Sequence[str], log: Path) -> tuple[int, str]:
@@ -500,6 +539,7 @@ def _pytest(work: Path, tests: Sequence[str], log: Path) -> tuple[int, str]:
     env.pop("PYTHONPATH", None)
     command = [
         sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider",
+        *(arg for plugin in UNUSED_PLUGINS for arg in ("-p", f"no:{plugin}")),
         "-n", "0", "-q", "-x", "-rfE", "--timeout", "90",
         *(resolve(t, work) for t in tests),
     ]  # fmt: skip
@@ -540,13 +580,23 @@ def run_mutant(mutant: Mutant, work: Path) -> Verdict:
     return Verdict("error", f"pytest exited {code}:\n{output[-2000:]}", seconds)
 
 
-def _score(verdicts: Sequence[tuple[Mutant, str]], of: int) -> str:
-    """``killed/total`` of one set's run, with what was not killed, and how many
-    mutants the set has when only some ran."""
-    counts = Counter(status for _, status in verdicts)
-    rest = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "killed")
-    text = f"{counts['killed']}/{len(verdicts)} killed" + (f" ({rest})" if rest else "")
-    return text if len(verdicts) == of else f"{text}; {len(verdicts)} of the set's {of} mutants"
+def _score(name: str, statuses: Sequence[str]) -> scores.Score:
+    """Set ``name``'s score from the statuses of its mutants."""
+    return scores.Score(
+        "sql",
+        name,
+        mutants=len(statuses),
+        killed=statuses.count("killed"),
+        equivalent=statuses.count("survived, equivalent"),
+        command=f"python -m tests.mutation.sql_mutants --set {name}",
+    )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -559,14 +609,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--set", dest="sets", action="append", choices=sorted(SETS), metavar="SET",
         help=f"only the mutants of this set ({', '.join(SETS)}); may be repeated",
     )  # fmt: skip
-    parser.add_argument("--keep", action="store_true", help="keep the copy and the logs")
+    parser.add_argument("--keep", action="store_true", help="keep the copies and the logs")
     parser.add_argument(
         "--check",
         action="store_true",
         help="only check that each mutant applies and each test the sets name exists; run none",
     )
     parser.add_argument(
-        "--no-record", action="store_true", help=f"do not write the scores into {scores.FILE}"
+        "--jobs",
+        type=_positive,
+        default=JOBS,
+        help=f"how many mutants run at a time (default: two per core, {JOBS} here)",
+    )
+    parser.add_argument(
+        "--no-record",
+        action="store_true",
+        help=f"print the scores, do not write them into {scores.PAGE.relative_to(ROOT)}",
     )
     args = parser.parse_args(argv)
     if args.list:
@@ -584,37 +642,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(problem)
     if args.check or problems:
         return 1 if problems else 0
-    command = " ".join(["python -m tests.mutation.sql_mutants", *(argv or sys.argv[1:])])
-    work = _copy()
-    failed = False
+    copies = _copies(args.jobs)
     try:
-        for name in dict.fromkeys(m.tests for m in chosen):
-            code, output = _pytest(work, SETS[name], work / f"unchanged-{name}.log")
-            if code != 0:
-                print(f"set {name} fails on the unchanged SQL (exit {code}):\n{output[-3000:]}")
-                return 1
-            print(f"set {name}: passes on the unchanged SQL", flush=True)
-        verdicts: dict[str, list[tuple[Mutant, str]]] = {}
-        for mutant in chosen:
-            verdict = run_mutant(mutant, work)
-            status, detail = verdict.status, verdict.detail
-            if status == "survived" and mutant.equivalent:
-                status, detail = "survived, equivalent", mutant.equivalent
-            failed = failed or status not in ("killed", "survived, equivalent")
-            verdicts.setdefault(mutant.tests, []).append((mutant, status))
-            detail = f": {detail}" if detail else ""
-            print(f"{mutant.name:38} {status} ({verdict.seconds:.0f} s){detail}", flush=True)
-        for name, done in verdicts.items():
-            of = sum(m.tests == name for m in MUTANTS.values())
-            score = _score(done, of)
-            print(f"set {name}: {score}")
-            if not args.no_record:
-                scores.record("sql", name, score, command)
+        return _run(chosen, copies, record=not args.no_record)
     finally:
         if args.keep:
-            print(f"kept in {work}")
+            print(f"kept in {', '.join(map(str, copies))}")
         else:
-            shutil.rmtree(work, ignore_errors=True)
+            for work in copies:
+                shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(chosen: Sequence[Mutant], copies: Sequence[Path], *, record: bool) -> int:
+    """Run each set of ``chosen`` on the unchanged copies, then each mutant; print
+    each verdict as it comes and each set's score, and record the scores of the
+    sets run whole. 1 when a set fails unchanged or a mutant is not killed nor
+    excused as equivalent."""
+    sets = list(dict.fromkeys(m.tests for m in chosen))
+
+    def unchanged(name: str) -> Callable[[Path], tuple[int, str]]:
+        return lambda work: _pytest(work, SETS[name], work / f"unchanged-{name}.log")
+
+    for i, (code, output) in _in_turn([unchanged(name) for name in sets], copies):
+        if code != 0:
+            print(f"set {sets[i]} fails on the unchanged SQL (exit {code}):\n{output[-3000:]}")
+            return 1
+        print(f"set {sets[i]}: passes on the unchanged SQL", flush=True)
+
+    def mutated(mutant: Mutant) -> Callable[[Path], Verdict]:
+        return lambda work: run_mutant(mutant, work)
+
+    statuses: dict[str, list[str]] = {name: [] for name in sets}
+    failed = False
+    for i, verdict in _in_turn([mutated(m) for m in chosen], copies):
+        mutant = chosen[i]
+        status, detail = verdict.status, verdict.detail
+        if status == "survived" and mutant.equivalent:
+            status, detail = "survived, equivalent", mutant.equivalent
+        failed = failed or status not in ("killed", "survived, equivalent")
+        statuses[mutant.tests].append(status)
+        detail = f": {detail}" if detail else ""
+        print(f"{mutant.name:38} {status} ({verdict.seconds:.0f} s){detail}", flush=True)
+    for name, done in statuses.items():
+        score = _score(name, done)
+        whole = len(done) == sum(m.tests == name for m in MUTANTS.values())
+        print(f"set {name}: {score.summary()}" + ("" if whole else " (only these mutants)"))
+        if record and whole:
+            scores.record(score)
     return 1 if failed else 0
 
 

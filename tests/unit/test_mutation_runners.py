@@ -5,6 +5,8 @@ statement fails here, in the normal suite, rather than in the next mutation run.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,10 +98,53 @@ def test_the_python_check_fails_on_an_equivalent_no_mutant_is(
 
 
 def test_a_score_replaces_the_row_of_its_set_and_keeps_the_others(tmp_path: Path) -> None:
-    file = tmp_path / "scores.md"
-    scores.record("sql", "fences", "1/2 killed", "python -m x", file=file)
-    scores.record("python", "outcome", "3/3 killed", "python -m y", file=file)
-    scores.record("sql", "fences", "2/2 killed", "python -m x", file=file)
-    rows = [line for line in file.read_text().splitlines() if line.startswith("| sql")]
-    assert len(rows) == 1 and "2/2 killed" in rows[0]
-    assert "3/3 killed" in file.read_text()
+    page = tmp_path / "testing.md"
+    page.write_text(f"# Testing\n\n{scores.render([])}\n\nThe rest of the page.\n")
+
+    def score(runner: str, name: str, killed: int) -> scores.Score:
+        return scores.Score(runner, name, 3, killed, 1, f"python -m {runner} {name}")
+
+    scores.record(score("sql", "fences", 1), page=page)
+    scores.record(score("python", "outcome", 2), page=page)
+    scores.record(score("sql", "fences", 2), page=page)
+    assert [(s.runner, s.name, s.killed) for s in scores.read(page)] == [
+        ("sql", "fences", 2),
+        ("python", "outcome", 2),
+    ]
+    text = page.read_text()
+    assert text.startswith("# Testing\n\n") and text.endswith("\n\nThe rest of the page.\n")
+    assert "| sql | fences | 3 | 2 | 1 | 100.0% |" in text
+
+
+def test_the_scores_in_the_testing_page_cover_every_set_and_module_each_at_full_marks() -> None:
+    recorded = scores.read()
+    assert scores.block() == scores.render(recorded), "the table is written by scores.record"
+    assert sorted((s.runner, s.name) for s in recorded) == sorted(
+        [("sql", name) for name in sql_mutants.SETS]
+        + [("python", name) for name in python_mutants.MODULES]
+    ), "run the set or module missing from the table, or drop the row of one that is gone"
+    short = [s.row() for s in recorded if s.not_killed]
+    assert not short, "mutants neither killed nor equivalent:\n" + "\n".join(short)
+
+
+def test_sql_mutants_run_side_by_side_each_in_a_copy_no_other_is_using(tmp_path: Path) -> None:
+    copies = [tmp_path / "a", tmp_path / "b"]
+    busy: set[Path] = set()
+    both = threading.Barrier(2, timeout=10)
+    lock = threading.Lock()
+
+    def job(i: int) -> Callable[[Path], int]:
+        def run(work: Path) -> int:
+            with lock:
+                assert work not in busy
+                busy.add(work)
+            if i < 2:
+                both.wait()  # the first two run at once, in the two copies
+            with lock:
+                busy.remove(work)
+            return i * i
+
+        return run
+
+    done = dict(sql_mutants._in_turn([job(i) for i in range(6)], copies))
+    assert done == {i: i * i for i in range(6)}
