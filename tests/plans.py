@@ -225,6 +225,16 @@ def _mostly_kept(scan: str) -> bool:
     return int(kept.group(1)) >= (int(removed.group(1)) if removed else 0)
 
 
+def today_partitions(url: str) -> set[str]:
+    """The names of today's (UTC, by the server's clock) partitions of the history:
+    the one part whose rows a window of the last hour may be a large share of,
+    depending on the hour the test runs at."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')").fetchone()
+    assert row is not None
+    return {f"delivered_p{row[0]}", f"attempts_p{row[0]}"}
+
+
 def history_with_rows(url: str, schema: str = "outbox") -> set[str]:
     """The partitions of the history that hold more than :data:`FEW` rows."""
     with psycopg.connect(url) as conn:

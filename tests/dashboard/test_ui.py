@@ -32,7 +32,7 @@ from tests.dashboard import HOSTILE, running
 from tests.database import Db
 from tests.dispatching import Db as DispatchDb
 from tests.dispatching import drain, fast_config
-from tests.plans import backlog, index_names, reads_by, whole_reads
+from tests.plans import backlog, index_names, reads_by, today_partitions, whole_reads
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.timeout(60)
@@ -386,18 +386,34 @@ def _plan(
     db: Db, name: str, *, library: bool = False, read_whole: Collection[str] = (), **params: object
 ) -> str:
     # as a page runs it: in the dashboard's transaction, planned for its values
-    with db.tx() as conn:
-        conn.execute(READ_ONLY)
-        text = (queries_for("outbox") if library else web_queries("outbox"))[name].text
-        rows = conn.execute("EXPLAIN (ANALYZE) " + text, params).fetchall()
-        plan = "\n".join(str(r[0]) for r in rows)
+    text = (queries_for("outbox") if library else web_queries("outbox"))[name].text
+
+    def explain(*settings: str) -> str:
+        with db.tx() as conn:
+            conn.execute(READ_ONLY)
+            for setting in settings:
+                conn.execute(setting)
+            rows = conn.execute("EXPLAIN (ANALYZE) " + text, params).fetchall()
+        return "\n".join(str(r[0]) for r in rows)
+
+    def whole(plan: str) -> set[str]:
+        found: set[str] = set()
+        for table in ("delivered", "attempts"):
+            found |= set(whole_reads(db.url, plan, table)) - set(read_whole)
+        return found
+
+    plan = explain()
     assert "JIT:" not in plan, plan
     # no part of the history that holds rows is read whole (the partitions made
     # ahead are empty, and reading one of them whole costs nothing), but those
-    # whose every row the statement asked for: then that is the cheapest way
-    for table in ("delivered", "attempts"):
-        whole = set(whole_reads(db.url, plan, table)) - set(read_whole)
-        assert not whole, (name, whole, plan)
+    # whose every row the statement asked for: then that is the cheapest way.
+    # Today's partition holds only the hours since midnight UTC, and under a
+    # window of the last hour the planner may find a share of them cheaper to
+    # read whole: what is judged then is the plan it takes with sequential scans
+    # priced out, which reads each part through an index if one serves.
+    if whole(plan) and whole(plan) <= today_partitions(db.url):
+        plan = explain("SET LOCAL enable_seqscan = off", "SET LOCAL jit = off")
+    assert not whole(plan), (name, whole(plan), plan)
     return plan
 
 

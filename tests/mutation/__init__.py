@@ -7,7 +7,7 @@ tests.mutation.sql_mutants`` changes one statement of ``sql/queries``,
 runs the tests that must notice. Neither changes the code or tests of the
 working tree: both work in temporary copies, and write their scores into the
 table of ``docs/contributing/testing.md`` (``tests/mutation/scores.py``). CI runs
-both in full after the suite, with ``--no-record``.
+both in full before the suite, with ``--no-record``.
 ``--check`` runs no mutant: it checks that what each runner names (tests,
 statements, equivalent mutants) still exists; ``tests/unit/test_mutation_runners.py``
 runs it with the rest of the suite.

@@ -23,7 +23,7 @@ from dispatchers.bench.env import bench_queries
 from dispatchers.store.statements import web_queries
 from dispatchers.ui.store import BOUNDED, READ_ONLY
 from tests.conftest import PgServer
-from tests.plans import backlog, history_with_rows, index_names, indexes, nodes
+from tests.plans import backlog, history_with_rows, index_names, indexes, nodes, today_partitions
 
 pytestmark = pytest.mark.every_server  # each installed version, not only the run's
 
@@ -232,11 +232,16 @@ def _values(busy: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     return {k: named.get(v, v) if isinstance(v, str) else v for k, v in params.items()}
 
 
-def _plan(url: str, name: str, values: dict[str, Any]) -> dict[str, Any]:
+def _plan(url: str, name: str, values: dict[str, Any], *, seqscan: bool = True) -> dict[str, Any]:
+    """The analyzed plan of ``name`` for ``values``; with ``seqscan`` False, the
+    plan the server takes when sequential scans are priced out (and JIT off, which
+    that price would set off)."""
     statement = web_queries("outbox")[name]
     with psycopg.connect(url) as conn:
         cur = psycopg.ClientCursor(conn)
         cur.execute(BOUNDED if name in WRITES else READ_ONLY)
+        if not seqscan:
+            cur.execute("SET LOCAL enable_seqscan = off; SET LOCAL jit = off")
         cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.text, values)
         row = cur.fetchone()
         conn.rollback()
@@ -273,17 +278,16 @@ def test_each_web_statement_reaches_its_rows_by_index_without_jit(
     elif scope == "tenant":
         pytest.skip("the operator's only")
     plan = _plan(busy["url"], name, values)
-    # a part read whole for rows most of which were asked for (today's partition
-    # in the hour after midnight UTC, under a window of the last hour) is read
-    # the cheapest way: only a scan that removed more rows than it kept counts
-    read_whole = {
-        node["Relation Name"]
-        for node in nodes(plan)
-        if node["Node Type"] == "Seq Scan"
-        and "Relation Name" in node
-        and node.get("Actual Rows", 0) < node.get("Rows Removed by Filter", 0)
-    }
-    assert read_whole & ((BIG | _history_with_rows(busy["url"])) - whole) == set(), (name, plan)
+    assert "JIT" not in plan, (name, plan)
+    big = (BIG | _history_with_rows(busy["url"])) - whole
+    if _read_whole(plan) & big and _read_whole(plan) & big <= today_partitions(busy["url"]):
+        # today's partition holds only the hours since midnight UTC, and under a
+        # window of the last hour the planner may find a share of them cheaper to
+        # read whole; what is judged is then the plan it takes with sequential
+        # scans priced out, which reads each part through an index if one serves
+        plan = _plan(busy["url"], name, values, seqscan=False)
+    read_whole = _read_whole(plan)
+    assert read_whole & big == set(), (name, plan)
     if scope == "tenant":
         uses = TENANT_USES.get(name, uses)
     read = indexes(plan)
@@ -296,4 +300,16 @@ def test_each_web_statement_reaches_its_rows_by_index_without_jit(
         # for a minority of its rows was refused above
         unread = [index for index in unread if not index.startswith(history)]
     assert unread == [], (name, unread, read)
-    assert "JIT" not in plan, (name, plan)
+
+
+def _read_whole(plan: dict[str, Any]) -> set[str]:
+    """The relations ``plan`` scans whole that its filter removed more rows of
+    than it kept (a part read whole for rows most of which were asked for is read
+    the cheapest way)."""
+    return {
+        node["Relation Name"]
+        for node in nodes(plan)
+        if node["Node Type"] == "Seq Scan"
+        and "Relation Name" in node
+        and node.get("Actual Rows", 0) < node.get("Rows Removed by Filter", 0)
+    }
