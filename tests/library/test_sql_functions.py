@@ -27,6 +27,7 @@ from outbox.migrations import migrate
 from outbox.roles import grants
 from tests.conftest import PgServer
 from tests.dispatching import drain, fast_config
+from tests.library.test_ordering_keys import waits_for_key
 from tests.receiver import Receiver
 from tests.schema.test_roles import made_roles
 from tests.waiting import until
@@ -320,21 +321,17 @@ async def test_a_second_producer_of_an_ordering_key_waits_for_the_first_to_commi
 
         def second() -> None:
             with psycopg.connect(db.url) as conn:
+                ids["second pid"] = conn.info.backend_pid
                 entered.set()
                 ids["second"] = conn.execute(call.encode(), ("b",)).fetchone()[0]  # type: ignore[index]
 
         thread = threading.Thread(target=second)
         thread.start()
         assert entered.wait(10)
-        # the second waits on the key's lock, seen by the server, before taking an id
+        # the second producer's own session waits on this key's lock, seen by the
+        # server, before taking an id (any other lock it waits on fails at once)
         await until(
-            lambda: (
-                db.one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND wait_event = 'advisory' AND datname = current_database()"
-                )
-                == 1
-            ),
+            lambda: waits_for_key(db, ids["second pid"], "customer-7"),
             "the second producer waits on the ordering key's lock",
         )
         assert "second" not in ids
